@@ -1,0 +1,28 @@
+// Command terraform-provider-meepa serves the meepa Terraform provider.
+package main
+
+import (
+	"context"
+	"flag"
+	"log"
+
+	"github.com/hashicorp/terraform-plugin-framework/providerserver"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/provider"
+	"github.com/bogpad/terraform-provider-meepa/internal/version"
+)
+
+func main() {
+	var debug bool
+	flag.BoolVar(&debug, "debug", false, "start the provider in debug mode, for debuggers such as delve")
+	flag.Parse()
+
+	err := providerserver.Serve(context.Background(), provider.New(version.Version), providerserver.ServeOpts{
+		Address:         provider.Address,
+		Debug:           debug,
+		ProtocolVersion: 6,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
