@@ -1,0 +1,86 @@
+// Package agent is the agent loop that `agent-runner agent-run` runs inside a
+// per-message sandbox: one JSON Request on stdin, one JSON Reply on stdout.
+package agent
+
+// LLMConfig says which model answers and how to reach it.
+type LLMConfig struct {
+	// Provider is "openai" (any OpenAI-compatible chat completions endpoint),
+	// "anthropic", or "offline" (the embedded deterministic responder).
+	Provider string `json:"provider"`
+	Model    string `json:"model,omitempty"`
+	BaseURL  string `json:"base_url,omitempty"`
+	// APIKey travels only inside the stdin request; it is never written to
+	// disk, an env var (unless credential injection is on) or a log.
+	APIKey string `json:"api_key,omitempty"`
+}
+
+// Message is the inbound message.
+type Message struct {
+	ID             string `json:"id"`
+	Text           string `json:"text"`
+	Sender         string `json:"sender,omitempty"`
+	Channel        string `json:"channel,omitempty"`
+	ConversationID string `json:"conversation_id,omitempty"`
+}
+
+// Request is what agent-run reads on stdin.
+type Request struct {
+	AgentID string    `json:"agent_id"`
+	Message Message   `json:"message"`
+	LLM     LLMConfig `json:"llm"`
+	// Secrets are extra secret values; redacted from replies when
+	// RedactSecrets, exported to tool processes when InjectSecretsEnv.
+	Secrets              map[string]string `json:"secrets,omitempty"`
+	InjectCredentialsEnv bool              `json:"inject_credentials_env"`
+	InjectSecretsEnv     bool              `json:"inject_secrets_env"`
+	RedactSecrets        bool              `json:"redact_secrets"`
+	// Env is extra environment for tool processes.
+	Env      map[string]string `json:"env,omitempty"`
+	MaxSteps int               `json:"max_steps,omitempty"`
+}
+
+// ToolCall is one tool invocation inside a step.
+type ToolCall struct {
+	Name     string `json:"name"`
+	Input    string `json:"input"`
+	Output   string `json:"output"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// Step is one LLM turn and the tool calls it asked for.
+type Step struct {
+	Text      string     `json:"text,omitempty"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+}
+
+// Usage counts tokens as the provider reported them.
+type Usage struct {
+	InputTokens  int `json:"input_tokens"`
+	OutputTokens int `json:"output_tokens"`
+}
+
+// Error kinds in Reply.ErrorKind and in the runner's HTTP errors.
+const (
+	ErrKindLLM      = "llm"      // the model endpoint failed or refused
+	ErrKindRequest  = "request"  // the stdin request was malformed
+	ErrKindSteps    = "steps"    // max_steps reached without a final answer
+	ErrKindInternal = "internal" // anything else inside the loop
+	// Set by the runner, never by agent-run itself:
+	ErrKindOOM      = "oom"      // the sandbox was OOM-killed
+	ErrKindTimeout  = "timeout"  // timeout_seconds passed
+	ErrKindExit     = "exit"     // the sandbox exited non-zero without a reply
+	ErrKindProtocol = "protocol" // stdout was not one JSON Reply
+	ErrKindSandbox  = "sandbox"  // the sandbox could not be made (e.g. Landlock missing)
+)
+
+// Reply is what agent-run writes on stdout.
+type Reply struct {
+	MessageID  string `json:"message_id"`
+	Reply      string `json:"reply"`
+	Steps      []Step `json:"steps,omitempty"`
+	Usage      Usage  `json:"usage"`
+	DurationMS int64  `json:"duration_ms"`
+	ErrorKind  string `json:"error_kind,omitempty"`
+	Error      string `json:"error,omitempty"`
+}

@@ -1,0 +1,126 @@
+package runner
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+)
+
+// Config is the per-agent service's configuration, the file given to
+// `agent-runner serve --config`. It holds secrets, so it is written with
+// mode 0600 outside the agent's workspace. The provider's meepa_agent
+// resource writes it; an operator running the service under systemd
+// (deployment "external") uses the same file.
+type Config struct {
+	// AgentID names the agent; it is part of container names and labels.
+	AgentID string `json:"agent_id"`
+	// Workspace is the workspace's path on the Docker host (the bind-mount
+	// source for per-message containers).
+	Workspace string `json:"workspace"`
+	// Listen is "unix:///path/to.sock" or "127.0.0.1:PORT".
+	Listen string `json:"listen"`
+	// Token is the bearer token that POST /v1/messages requires.
+	Token string `json:"token"`
+	// QueueSize bounds the waiting messages; past it the service answers 429.
+	// Zero means 16.
+	QueueSize int `json:"queue_size,omitempty"`
+	// MaxRequestBytes bounds a message request's body; zero means 1 MiB.
+	MaxRequestBytes int64 `json:"max_request_bytes,omitempty"`
+
+	Container  ContainerMode   `json:"container_mode"`
+	FileAccess FileAccess      `json:"file_access"`
+	LLM        agent.LLMConfig `json:"llm"`
+	// Secrets are extra secret values handed to the agent loop on stdin.
+	Secrets map[string]string `json:"secrets,omitempty"`
+	// Flags from the spec's image_config, applied per agent.
+	InjectCredentialsEnv bool `json:"inject_credentials_env"`
+	InjectSecretsEnv     bool `json:"inject_secrets_env"`
+	RedactSecrets        bool `json:"redact_secrets"`
+	// Env is extra environment for the agent loop (e.g. a ThreeGate role's
+	// http_proxy / https_proxy / no_proxy).
+	Env map[string]string `json:"env,omitempty"`
+	// MaxSteps bounds the agent loop's LLM/tool steps; zero means 8.
+	MaxSteps int `json:"max_steps,omitempty"`
+}
+
+// ContainerMode is the spec's container_mode block plus the hardening knobs.
+type ContainerMode struct {
+	Enabled bool `json:"enabled"`
+	// Image is the isolation image the per-message containers run.
+	Image string `json:"image"`
+	// MemoryLimit is a Docker size such as "512m"; swap equals memory.
+	MemoryLimit    string `json:"memory_limit"`
+	TimeoutSeconds int    `json:"timeout_seconds"`
+	// Network is "none", "bridge", or empty when Networks is set.
+	Network string `json:"network,omitempty"`
+	// Networks are named networks to join (a ThreeGate role's networks);
+	// the first is attached at create, the rest before start.
+	Networks  []string `json:"networks,omitempty"`
+	PidsLimit int64    `json:"pids_limit"`
+	// User is "uid:gid" for the agent loop; empty means 65534:65534.
+	User string `json:"user,omitempty"`
+	// Runtime is the OCI runtime ("runc", "crun", "runsc"); empty: daemon default.
+	Runtime string `json:"runtime,omitempty"`
+	// Prestart keeps the next container started and waiting on stdin.
+	Prestart bool `json:"prestart"`
+}
+
+// FileAccess is the spec's file_access block, enforced with Landlock when
+// container mode is off.
+type FileAccess struct {
+	Unrestricted      bool     `json:"unrestricted"`
+	AllowRead         []string `json:"allow_read,omitempty"`
+	AllowReadWrite    []string `json:"allow_read_write,omitempty"`
+	Deny              []string `json:"deny,omitempty"`
+	AllowHomeDotfiles bool     `json:"allow_home_dotfiles"`
+	AllowNetwork      bool     `json:"allow_network"`
+}
+
+// Timeout is the per-message limit.
+func (c ContainerMode) Timeout() time.Duration {
+	if c.TimeoutSeconds <= 0 {
+		return 300 * time.Second
+	}
+	return time.Duration(c.TimeoutSeconds) * time.Second
+}
+
+// LoadConfig reads a config file and refuses one that others can read.
+func LoadConfig(path string) (*Config, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("runner config: %w", err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("runner config %s: mode %o lets others read its secrets; chmod 600 it", path, st.Mode().Perm())
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("runner config: %w", err)
+	}
+	var c Config
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("runner config %s: %w", path, err)
+	}
+	return &c, nil
+}
+
+// WriteConfig writes c to path with mode 0600, replacing any old file
+// atomically.
+func WriteConfig(path string, c *Config) error {
+	raw, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+		return fmt.Errorf("runner config: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("runner config: %w", err)
+	}
+	return nil
+}
