@@ -12,6 +12,9 @@ type LLMConfig struct {
 	// APIKey travels only inside the stdin request; it is never written to
 	// disk, an env var (unless credential injection is on) or a log.
 	APIKey string `json:"api_key,omitempty"`
+	// MaxTokens bounds each model answer; 0 is the provider default
+	// (Anthropic requires one: 4096).
+	MaxTokens int `json:"max_tokens,omitempty"`
 }
 
 // Message is the inbound message.
