@@ -22,9 +22,9 @@ const DefaultOpenAIBaseURL = "https://api.openai.com/v1/"
 // (POST <base_url>/chat/completions) with function tools, through the
 // official SDK.
 type OpenAI struct {
-	chat   openai.ChatService
-	model  string
-	max    int
+	chat  openai.ChatService
+	model string
+	max   int
 }
 
 // NewOpenAI builds the client. It builds the chat service alone, without
