@@ -71,11 +71,10 @@ type Server struct {
 	// socket's Control hook.
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	tunnels   sync.WaitGroup
-	mu        sync.Mutex
-	hijacked  map[net.Conn]struct{}
-	shutdown  atomic.Bool
-	listeners []net.Listener
+	tunnels  sync.WaitGroup
+	mu       sync.Mutex
+	hijacked map[net.Conn]struct{}
+	closing  bool // under mu: Shutdown's deadline passed
 }
 
 // New checks the options and builds a Server.
@@ -134,7 +133,6 @@ func (s *Server) Serve(ln net.Listener) error {
 // Shutdown stops accepting, lets open requests and tunnels finish until ctx
 // ends, then closes what is left.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.shutdown.Store(true)
 	err := s.http.Shutdown(ctx)
 	done := make(chan struct{})
 	go func() { s.tunnels.Wait(); close(done) }()
@@ -142,6 +140,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		s.mu.Lock()
+		s.closing = true
 		for c := range s.hijacked {
 			c.Close()
 		}
@@ -359,13 +358,16 @@ func (s *Server) tunnel(w http.ResponseWriter, rec *AuditRecord, upstream net.Co
 		http.Error(w, "meepa proxy: cannot tunnel", http.StatusInternalServerError)
 		return
 	}
+	// Counted before Hijack: while the handler runs, http.Server.Shutdown
+	// still waits for this connection, so the count is never raised after
+	// Shutdown has started waiting on it.
+	s.tunnels.Add(1)
+	defer s.tunnels.Done()
 	client, buf, err := hj.Hijack()
 	if err != nil {
 		rec.Decision, rec.Status, rec.Reason = DecisionError, http.StatusInternalServerError, "hijack: "+err.Error()
 		return
 	}
-	s.tunnels.Add(1)
-	defer s.tunnels.Done()
 	s.track(client, true)
 	defer s.track(client, false)
 	defer client.Close()
@@ -439,7 +441,8 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *AuditRecor
 	out.RequestURI = ""
 	out.URL.Scheme = "http"
 	removeHopHeaders(out.Header)
-	body := &countingReader{r: r.Body}
+	rc := http.NewResponseController(w)
+	body := &countingReader{r: r.Body, before: func() { rc.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout)) }}
 	if r.Body != nil && r.Body != http.NoBody {
 		out.Body = body
 	}
@@ -457,7 +460,8 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *AuditRecor
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
-	n, err := io.Copy(w, resp.Body)
+	// A client that stops reading must not hold the upstream forever.
+	n, err := io.Copy(deadlineWriter{w: w, rc: rc, idle: s.opts.IdleTimeout}, resp.Body)
 	rec.BytesDown = n
 	rec.Decision, rec.Status, rec.Reason = DecisionAllow, resp.StatusCode, "allowed"
 	if err != nil {
@@ -487,6 +491,10 @@ func (s *Server) track(c net.Conn, add bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if add {
+		if s.closing {
+			c.Close() // Shutdown's deadline has passed; no new tunnels
+			return
+		}
 		s.hijacked[c] = struct{}{}
 	} else {
 		delete(s.hijacked, c)
@@ -595,17 +603,32 @@ func isTimeout(err error) bool {
 }
 
 type countingReader struct {
-	r io.ReadCloser
-	n int64
+	r      io.ReadCloser
+	n      int64
+	before func()
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
+	c.before()
 	n, err := c.r.Read(p)
 	c.n += int64(n)
 	return n, err
 }
 
 func (c *countingReader) Close() error { return c.r.Close() }
+
+// deadlineWriter extends the client connection's write deadline before
+// every write of a forwarded response.
+type deadlineWriter struct {
+	w    io.Writer
+	rc   *http.ResponseController
+	idle time.Duration
+}
+
+func (d deadlineWriter) Write(p []byte) (int, error) {
+	d.rc.SetWriteDeadline(time.Now().Add(d.idle))
+	return d.w.Write(p)
+}
 
 // limitListener bounds concurrent connections. Over the bound a client gets
 // an immediate 503 instead of waiting unseen in the accept queue.
