@@ -254,7 +254,9 @@ func (s *Server) connect(ctx context.Context, t Target) (net.Conn, string, error
 		// is exempt from the special-range refusal (only that exact IP).
 		addrs, explicit = []netip.Addr{t.IP}, true
 	} else {
-		found, err := s.opts.Resolver.LookupNetIP(ctx, "ip", t.Host)
+		// Rooted, so a resolv.conf search list never turns "intranet" into
+		// "intranet.corp.example": the client asked for this exact name.
+		found, err := s.opts.Resolver.LookupNetIP(ctx, "ip", t.Host+".")
 		if err != nil {
 			return nil, "", &refusal{status: http.StatusForbidden, reason: "resolution failure: " + resolveErr(err)}
 		}

@@ -40,6 +40,10 @@ func newResolver(names map[string]string) *mapResolver {
 func (r *mapResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !strings.HasSuffix(host, ".") {
+		return nil, fmt.Errorf("lookup of unrooted name %q", host)
+	}
+	host = strings.TrimSuffix(host, ".")
 	seq, ok := r.answers[host]
 	if !ok {
 		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
@@ -260,7 +264,9 @@ func (c peerConn) RemoteAddr() net.Addr { return c.peer }
 
 func loopbackOnly() []netip.Prefix { return []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")} }
 
-func hostPort(host string, port uint16) string { return net.JoinHostPort(host, strconv.Itoa(int(port))) }
+func hostPort(host string, port uint16) string {
+	return net.JoinHostPort(host, strconv.Itoa(int(port)))
+}
 
 // --- tests -----------------------------------------------------------------
 

@@ -13,6 +13,9 @@ import (
 // port defaults to 53. Names are refused: the resolver's own address must
 // not need resolving.
 func ParseDNSServer(s string) (netip.AddrPort, error) {
+	if strings.Contains(s, "%") {
+		return netip.AddrPort{}, fmt.Errorf("dns server %q: IPv6 zones are not supported", s)
+	}
 	if ap, err := netip.ParseAddrPort(s); err == nil {
 		if ap.Port() == 0 {
 			return netip.AddrPort{}, fmt.Errorf("dns server %q: port 0 is not allowed", s)
@@ -26,9 +29,10 @@ func ParseDNSServer(s string) (netip.AddrPort, error) {
 	return netip.AddrPort{}, fmt.Errorf("dns server %q: want an IP address with an optional port, e.g. 10.0.0.2 or 10.0.0.2:53 or [fd00::2]:53", s)
 }
 
-// NewDNSResolver returns a Resolver that asks the given servers, in order,
-// with Go's own DNS client (no /etc/resolv.conf, no /etc/hosts). With no
-// servers it returns net.DefaultResolver.
+// NewDNSResolver returns a Resolver that sends its queries to the given
+// servers, in order, with Go's own DNS client, instead of the nameservers in
+// /etc/resolv.conf (Go still reads /etc/hosts and resolv.conf's options).
+// With no servers it returns net.DefaultResolver.
 func NewDNSResolver(servers []netip.AddrPort) Resolver {
 	if len(servers) == 0 {
 		return net.DefaultResolver
