@@ -27,6 +27,7 @@ const (
 	defaultMaxHeaderBytes  = 64 << 10
 	defaultHTTPTargetPort  = 80
 	deniedConnLingerPeriod = time.Second
+	maxRejecting           = 32
 )
 
 // Resolver looks names up. *net.Resolver satisfies it.
@@ -126,7 +127,7 @@ func New(opts Options) (*Server, error) {
 // Serve accepts connections on ln until Shutdown. It returns
 // http.ErrServerClosed after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	lim := &limitListener{Listener: ln, sem: make(chan struct{}, s.opts.MaxConns), s: s}
+	lim := &limitListener{Listener: ln, sem: make(chan struct{}, s.opts.MaxConns), rejecting: make(chan struct{}, maxRejecting), s: s}
 	return s.http.Serve(lim)
 }
 
@@ -636,8 +637,9 @@ func (d deadlineWriter) Write(p []byte) (int, error) {
 // an immediate 503 instead of waiting unseen in the accept queue.
 type limitListener struct {
 	net.Listener
-	sem chan struct{}
-	s   *Server
+	sem       chan struct{}
+	rejecting chan struct{}
+	s         *Server
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -650,7 +652,17 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		case l.sem <- struct{}{}:
 			return &limitedConn{Conn: c, release: func() { <-l.sem }}, nil
 		default:
-			go l.reject(c)
+		}
+		// Answering takes a goroutine each; under a flood, beyond a small
+		// bound, drop the connection without an answer.
+		select {
+		case l.rejecting <- struct{}{}:
+			go func() {
+				defer func() { <-l.rejecting }()
+				l.reject(c)
+			}()
+		default:
+			c.Close()
 		}
 	}
 }
