@@ -296,16 +296,21 @@ func (s *Server) connect(ctx context.Context, t Target) (net.Conn, string, error
 		// The Control hook vetted the address before connect; check the
 		// connected socket's peer as well, so a dialer that somehow went
 		// elsewhere is caught.
+		var peer netip.Addr
 		if tcp, ok := conn.RemoteAddr().(*net.TCPAddr); ok {
-			peer := tcp.AddrPort().Addr().Unmap().WithZone("")
-			if peer != a {
-				conn.Close()
-				return nil, peer.String(), &refusal{status: http.StatusForbidden, reason: "connected to an unvetted address " + peer.String(), ip: peer.String()}
-			}
+			peer = tcp.AddrPort().Addr().Unmap().WithZone("")
+		}
+		if peer != a {
+			conn.Close()
+			return nil, peer.String(), &refusal{status: http.StatusForbidden, reason: "connected to an unvetted address " + peer.String(), ip: peer.String()}
 		}
 		return conn, a.String(), nil
 	}
-	return nil, permitted[0].String(), fmt.Errorf("upstream unreachable: %w", errors.Join(errs...))
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return nil, permitted[0].String(), fmt.Errorf("upstream unreachable: %s", strings.Join(msgs, "; "))
 }
 
 // refusedRange says why a is refused, or "" if it may be dialed.
