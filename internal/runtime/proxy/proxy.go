@@ -450,12 +450,16 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *AuditRecor
 	out.URL.Scheme = "http"
 	removeHopHeaders(out.Header)
 	rc := http.NewResponseController(w)
-	body := &countingReader{r: r.Body, before: func() { rc.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout)) }}
+	var body *countingReader
 	if r.Body != nil && r.Body != http.NoBody {
+		body = newCountingReader(r.Body, func() { rc.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout)) })
 		out.Body = body
+		defer func() {
+			upstream.Close() // ends a body write the upstream stopped reading
+			rec.BytesUp = body.final(s.opts.IdleTimeout)
+		}()
 	}
 	resp, err := tr.RoundTrip(out)
-	rec.BytesUp = body.n
 	if err != nil {
 		s.refuse(w, rec, &refusal{status: http.StatusBadGateway, reason: "upstream: " + err.Error()}, rec.Host)
 		return
@@ -610,20 +614,44 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
+// countingReader counts a forwarded request body. The Transport writes
+// and closes it on its own goroutine, possibly after RoundTrip returned;
+// closed tells when the count is final.
 type countingReader struct {
 	r      io.ReadCloser
-	n      int64
+	n      atomic.Int64
 	before func()
+	once   sync.Once
+	closed chan struct{}
+}
+
+func newCountingReader(r io.ReadCloser, before func()) *countingReader {
+	return &countingReader{r: r, before: before, closed: make(chan struct{})}
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	c.before()
 	n, err := c.r.Read(p)
-	c.n += int64(n)
+	c.n.Add(int64(n))
 	return n, err
 }
 
-func (c *countingReader) Close() error { return c.r.Close() }
+func (c *countingReader) Close() error {
+	err := c.r.Close()
+	c.once.Do(func() { close(c.closed) })
+	return err
+}
+
+// final waits (bounded) until the Transport is done with the body.
+func (c *countingReader) final(wait time.Duration) int64 {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-c.closed:
+	case <-t.C:
+	}
+	return c.n.Load()
+}
 
 // deadlineWriter extends the client connection's write deadline before
 // every write of a forwarded response.

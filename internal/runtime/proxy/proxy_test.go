@@ -402,6 +402,23 @@ func TestPlainHTTPForward(t *testing.T) {
 			t.Errorf("audit log contains %q: %s", secret, p.audit.String())
 		}
 	}
+
+	// a request body is forwarded and counted as bytes up, never logged
+	payload := "field=private-form-value"
+	resp, err = (&http.Client{Transport: tr}).Post("http://"+hostPort("plain.test", port)+"/form", "application/x-www-form-urlencoded", strings.NewReader(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	<-got
+	rec = p.waitRecords(t, 2)[1]
+	if rec.Method != "POST" || rec.BytesUp != int64(len(payload)) || rec.Decision != DecisionAllow {
+		t.Errorf("audit = %+v", rec)
+	}
+	if strings.Contains(p.audit.String(), "private-form-value") {
+		t.Error("audit log contains the request body")
+	}
 }
 
 // The name is allowed but resolves to a private address: refused, and the
