@@ -791,3 +791,31 @@ func TestPeerCheckCatchesMisdirectedDial(t *testing.T) {
 		t.Errorf("audit = %+v", rec)
 	}
 }
+
+// Bytes a client sends right behind the CONNECT (as TLS clients do with
+// their ClientHello) reach the upstream, not the floor.
+func TestConnectEarlyClientBytes(t *testing.T) {
+	echo := startEcho(t)
+	allow, _ := ParseAllowlist([]string{hostPort("127.0.0.1", echo.port())})
+	p := startProxy(t, Options{Allow: allow})
+	c, err := net.Dial("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	target := hostPort("127.0.0.1", echo.port())
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\nearly-bytes", target, target)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	got, _ := io.ReadAll(br)
+	if string(got) != "early-bytes" {
+		t.Fatalf("echo %q, want %q", got, "early-bytes")
+	}
+	if rec := p.waitRecords(t, 1)[0]; rec.BytesUp != int64(len("early-bytes")) {
+		t.Errorf("bytes_up = %d", rec.BytesUp)
+	}
+}
