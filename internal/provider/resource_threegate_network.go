@@ -3,11 +3,8 @@ package provider
 import (
 	"context"
 	"fmt"
-	"net/netip"
-	"strconv"
 	"strings"
 
-	"github.com/docker/docker/api/types/network"
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -587,10 +584,6 @@ func (r *threegateNetworkResource) Read(ctx context.Context, req resource.ReadRe
 	importing := m.Proxy == nil
 	if importing {
 		if !r.importFromLive(ctx, &m, &resp.Diagnostics) {
-			if !resp.Diagnostics.HasError() {
-				resp.Diagnostics.AddError("ThreeGate Topology Not Found",
-					fmt.Sprintf("no proxy container %s with topology labels exists; import needs a topology created by this provider.", topology.ProxyName(m.Name.ValueString())))
-			}
 			return
 		}
 	}
@@ -648,57 +641,29 @@ func (r *threegateNetworkResource) Read(ctx context.Context, req resource.ReadRe
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
 
-// importFromLive reconstructs the configuration from the live objects: the
-// subnets and gateways from the networks, the proxy settings from the
-// proxy container's command and addresses, the firewall settings from the
-// chains. False when there is no proxy container of this topology.
+// importFromLive reconstructs the configuration from the live objects
+// (topology.InputFromLive) and the firewall settings from the chains.
 func (r *threegateNetworkResource) importFromLive(ctx context.Context, m *threegateNetworkModel, diags *diag.Diagnostics) bool {
 	cli := r.data.dockerClient(ctx, diags)
 	if cli == nil {
 		return false
 	}
 	name := m.Name.ValueString()
-	c, err := cli.ContainerInspect(ctx, topology.ProxyName(name))
-	if err != nil || c.Config == nil || c.Config.Labels[topology.LabelTopology] != name {
+	in, err := topology.InputFromLive(ctx, cli, name)
+	if err != nil {
+		diags.AddError("ThreeGate Import Failed", fmt.Sprintf("topology %q cannot be read from Docker: %v", name, err))
 		return false
 	}
-	subnets := map[string]*types.String{topology.LLMNet: &m.LLMNetSubnet, topology.FetchNet: &m.FetchNetSubnet, topology.EgressNet: &m.EgressNetSubnet}
-	gateways := map[string]*types.String{topology.LLMNet: &m.LLMNetGateway, topology.FetchNet: &m.FetchNetGateway, topology.EgressNet: &m.EgressNetGateway}
-	for _, k := range topology.Kinds {
-		n, err := cli.NetworkInspect(ctx, topology.NetworkName(name, k), network.InspectOptions{})
-		if err != nil || len(n.IPAM.Config) == 0 {
-			diags.AddError("ThreeGate Import Failed", fmt.Sprintf("network %s is missing: %v", topology.NetworkName(name, k), err))
-			return false
-		}
-		*subnets[k] = types.StringValue(n.IPAM.Config[0].Subnet)
-		*gateways[k] = types.StringValue(n.IPAM.Config[0].Gateway)
+	m.LLMNetSubnet, m.FetchNetSubnet, m.EgressNetSubnet = types.StringValue(in.Subnets[topology.LLMNet]),
+		types.StringValue(in.Subnets[topology.FetchNet]), types.StringValue(in.Subnets[topology.EgressNet])
+	m.LLMNetGateway, m.FetchNetGateway, m.EgressNetGateway = types.StringValue(in.Gateways[topology.LLMNet]),
+		types.StringValue(in.Gateways[topology.FetchNet]), types.StringValue(in.Gateways[topology.EgressNet])
+	p := &proxyModel{
+		Image: types.StringValue(in.Proxy.Image), IP: types.StringValue(in.Proxy.IP),
+		EgressIP: types.StringValue(in.Proxy.EgressIP), Port: types.Int64Value(int64(in.Proxy.Port)),
+		AllowPrivate: listOrNull(ctx, in.Proxy.AllowPrivate), DNS: listOrNull(ctx, in.Proxy.DNS),
 	}
-	p := &proxyModel{Image: types.StringValue(c.Config.Image), Port: types.Int64Value(topology.DefaultProxyPort)}
-	var allow, private, dns []string
-	args := c.Config.Cmd
-	for i := 0; i+1 < len(args); i++ {
-		switch args[i] {
-		case "--listen":
-			if ap, err := netip.ParseAddrPort(args[i+1]); err == nil {
-				p.IP = types.StringValue(ap.Addr().String())
-				p.Port = types.Int64Value(int64(ap.Port()))
-			}
-		case "--allow":
-			allow = append(allow, args[i+1])
-		case "--allow-private":
-			private = append(private, args[i+1])
-		case "--dns":
-			dns = append(dns, args[i+1])
-		}
-	}
-	if c.NetworkSettings != nil {
-		if ep := c.NetworkSettings.Networks[topology.NetworkName(name, topology.EgressNet)]; ep != nil && ep.IPAMConfig != nil {
-			p.EgressIP = types.StringValue(ep.IPAMConfig.IPv4Address)
-		}
-	}
-	p.Allow, _ = types.ListValueFrom(ctx, types.StringType, orEmpty(allow))
-	p.AllowPrivate = listOrNull(ctx, private)
-	p.DNS = listOrNull(ctx, dns)
+	p.Allow, _ = types.ListValueFrom(ctx, types.StringType, orEmpty(in.Proxy.Allow))
 	m.Proxy = p
 	fwm := &firewallModel{Enabled: types.BoolValue(false), LogDenied: types.BoolValue(false)}
 	if h, err := firewall.Open(ctx); err == nil {
@@ -716,16 +681,19 @@ func (r *threegateNetworkResource) importFromLive(ctx context.Context, m *threeg
 	}
 	m.Firewall = fwm
 	m.ID = types.StringValue(name)
-	in, _, _ := m.toInput(ctx)
-	if spec, ps := topology.Build(in); len(ps) == 0 {
-		m.ProxyURL = types.StringValue(spec.Proxy.URL())
-		rules, restore := firewallValues(spec)
-		m.FirewallRules, m.IptablesRestore = rules, types.StringValue(restore)
-		roles, d := rolesValue(spec)
-		diags.Append(d...)
-		m.Roles = roles
+	in.Firewall = topology.Firewall{Enabled: fwm.Enabled.ValueBool(), LogDenied: fwm.LogDenied.ValueBool()}
+	spec, ps := topology.Build(in)
+	if len(ps) > 0 {
+		diags.AddError("ThreeGate Import Failed", fmt.Sprintf("topology %q as found is not valid: %v", name, ps[0]))
+		return false
 	}
-	tflog.Debug(ctx, "imported threegate topology", map[string]any{"name": name, "allow": strconv.Itoa(len(allow))})
+	m.ProxyURL = types.StringValue(spec.Proxy.URL())
+	rules, restore := firewallValues(spec)
+	m.FirewallRules, m.IptablesRestore = rules, types.StringValue(restore)
+	roles, d := rolesValue(spec)
+	diags.Append(d...)
+	m.Roles = roles
+	tflog.Debug(ctx, "imported threegate topology", map[string]any{"name": name, "allow_entries": len(in.Proxy.Allow)})
 	return true
 }
 
