@@ -23,6 +23,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
 )
 
 // Label keys (under engine.LabelPrefix) on every object of a topology.
@@ -325,20 +326,20 @@ func removeContainer(ctx context.Context, cli client.APIClient, id string) error
 	return nil
 }
 
-// ProxyCommand is the proxy container's command line.
+// ProxyCommand is the proxy container's command line; the proxy listens
+// only on its fetchnet address, so nothing on egressnet can use it.
 func ProxyCommand(s Spec) []string {
-	args := []string{"/usr/local/bin/agent-runner", "proxy",
-		"--listen", netip.AddrPortFrom(s.Proxy.IP, uint16(s.Proxy.Port)).String()}
+	set := proxy.Settings{ListenIP: s.Proxy.IP.String(), Port: s.Proxy.Port, Audit: "-"}
 	for _, a := range s.Proxy.Allow {
-		args = append(args, "--allow", a.String())
+		set.Allow = append(set.Allow, a.String())
 	}
 	for _, d := range s.Proxy.DNS {
-		args = append(args, "--dns", d.String())
+		set.DNS = append(set.DNS, d.String())
 	}
 	for _, p := range s.Proxy.AllowPrivate {
-		args = append(args, "--allow-private", p.String())
+		set.AllowPrivate = append(set.AllowPrivate, p.String())
 	}
-	return append(args, "--audit", "-")
+	return append([]string{"/usr/local/bin/agent-runner"}, proxy.Args(set)...)
 }
 
 // ProxyHostConfig is the proxy's hardening: read-only rootfs, no

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/firewall"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
 )
 
 // Network kinds, in the order they are created.
@@ -278,12 +279,12 @@ func buildProxy(in Input, s Spec, ps *Problems) Proxy {
 		p.Allow = append(p.Allow, e)
 	}
 	for i, raw := range pi.AllowPrivate {
-		pr, err := netip.ParsePrefix(raw)
-		if err != nil || pr.Masked() != pr {
-			ps.add("proxy", "allow_private", i, "Invalid CIDR", "%q is not a CIDR without host bits such as 198.18.0.0/15.", raw)
+		prs, err := proxy.ParsePrefixes([]string{raw})
+		if err != nil {
+			ps.add("proxy", "allow_private", i, "Invalid CIDR", "%v", err)
 			continue
 		}
-		p.AllowPrivate = append(p.AllowPrivate, pr)
+		p.AllowPrivate = append(p.AllowPrivate, prs...)
 	}
 	for i, raw := range pi.DNS {
 		a, err := netip.ParseAddr(raw)
@@ -343,74 +344,20 @@ func inLowerHalf(p netip.Prefix, a netip.Addr) bool {
 	return p.Contains(a) && !upperHalf(p).Contains(a) && a != p.Addr()
 }
 
-var hostRE = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9_-]*[a-z0-9])?)(\.[a-z0-9]([a-z0-9_-]*[a-z0-9])?)*$`)
-
-// ParseAllow normalises one allowlist pattern: "host", "host:port",
-// "*.host:port", an IPv4 literal or a bracketed IPv6 literal. A bare host
-// means port 443. Schemes, paths, user info and ports outside 1–65535 are
-// errors.
+// ParseAllow normalises one allowlist pattern with the proxy's own parser
+// (proxy.ParsePattern), so plan-time validation and the running proxy can
+// never disagree: "host", "host:port", "*.domain[:port]", an IPv4 literal or
+// a bracketed IPv6 literal; a bare host means port 443. Schemes, paths, user
+// info and ports outside 1–65535 are errors.
 func ParseAllow(raw string) (AllowEntry, error) {
-	s := strings.TrimSpace(raw)
-	switch {
-	case s == "":
-		return AllowEntry{}, fmt.Errorf("empty pattern; write host or host:port, e.g. api.example.com:443")
-	case strings.Contains(s, "://"):
-		return AllowEntry{}, fmt.Errorf("%q has a scheme; write only host or host:port (the proxy allows a destination, not a URL)", raw)
-	case strings.ContainsAny(s, "/?#"):
-		return AllowEntry{}, fmt.Errorf("%q has a path or query; write only host or host:port", raw)
-	case strings.Contains(s, "@"):
-		return AllowEntry{}, fmt.Errorf("%q has user info; write only host or host:port", raw)
+	p, err := proxy.ParsePattern(raw)
+	if err != nil {
+		return AllowEntry{}, err
 	}
-	host, port := s, 443
-	if strings.HasPrefix(s, "[") {
-		end := strings.Index(s, "]")
-		if end < 0 {
-			return AllowEntry{}, fmt.Errorf("%q: unterminated IPv6 literal", raw)
-		}
-		host = s[1:end]
-		rest := s[end+1:]
-		if rest != "" {
-			if !strings.HasPrefix(rest, ":") {
-				return AllowEntry{}, fmt.Errorf("%q: expected :port after the IPv6 literal", raw)
-			}
-			p, err := parsePort(rest[1:], raw)
-			if err != nil {
-				return AllowEntry{}, err
-			}
-			port = p
-		}
-		a, err := netip.ParseAddr(host)
-		if err != nil || !a.Is6() {
-			return AllowEntry{}, fmt.Errorf("%q: %q is not an IPv6 address", raw, host)
-		}
-		return AllowEntry{Host: "[" + a.String() + "]", Port: port}, nil
-	}
-	if i := strings.LastIndex(s, ":"); i >= 0 {
-		if strings.Count(s, ":") > 1 {
-			return AllowEntry{}, fmt.Errorf("%q: write IPv6 literals in brackets, e.g. [2001:db8::1]:443", raw)
-		}
-		p, err := parsePort(s[i+1:], raw)
-		if err != nil {
-			return AllowEntry{}, err
-		}
-		host, port = s[:i], p
-	}
-	host = strings.TrimSuffix(strings.ToLower(host), ".")
-	if a, err := netip.ParseAddr(host); err == nil {
-		return AllowEntry{Host: a.String(), Port: port}, nil
-	}
-	if !hostRE.MatchString(host) || len(host) > 253 {
-		return AllowEntry{}, fmt.Errorf("%q: %q is not a host name (letters, digits, '-', dots; an optional leading '*.')", raw, host)
-	}
-	return AllowEntry{Host: host, Port: port}, nil
-}
-
-func parsePort(s, raw string) (int, error) {
-	p, err := strconv.Atoi(s)
-	if err != nil || p < 1 || p > 65535 {
-		return 0, fmt.Errorf("%q: port %q is not in 1–65535", raw, s)
-	}
-	return p, nil
+	c := p.String()
+	i := strings.LastIndex(c, ":")
+	port, _ := strconv.Atoi(c[i+1:])
+	return AllowEntry{Host: c[:i], Port: port}, nil
 }
 
 // Role is what a member of a role joins and what it sets in its environment.
