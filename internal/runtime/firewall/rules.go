@@ -192,3 +192,35 @@ func (s Set) RestoreText() string {
 	b.WriteString("COMMIT\n")
 	return b.String()
 }
+
+// Args splits the rule spec into iptables arguments, honouring the double
+// quotes around comments and log prefixes (which never contain quotes).
+func (r Rule) Args() []string { return splitQuoted(r.Spec) }
+
+// Args splits the jump spec into iptables arguments.
+func (j Jump) Args() []string { return splitQuoted(j.Spec()) }
+
+func splitQuoted(s string) []string {
+	var out []string
+	var cur strings.Builder
+	quoted, has := false, false
+	for _, r := range s {
+		switch {
+		case r == '"':
+			quoted, has = !quoted, true
+		case r == ' ' && !quoted:
+			if has {
+				out = append(out, cur.String())
+				cur.Reset()
+				has = false
+			}
+		default:
+			cur.WriteRune(r)
+			has = true
+		}
+	}
+	if has {
+		out = append(out, cur.String())
+	}
+	return out
+}

@@ -201,3 +201,12 @@ func TestRemoveText(t *testing.T) {
 		t.Errorf("remove text touches foreign rules:\n%s", got)
 	}
 }
+
+func TestArgs(t *testing.T) {
+	r := Rule{Chain: "X", Spec: `-s 10.0.0.0/8 -m comment --comment "threegate:tg" -j LOG --log-prefix "tg:tg fwd "`}
+	got := strings.Join(r.Args(), "|")
+	want := "-s|10.0.0.0/8|-m|comment|--comment|threegate:tg|-j|LOG|--log-prefix|tg:tg fwd "
+	if got != want {
+		t.Errorf("Args = %q, want %q", got, want)
+	}
+}

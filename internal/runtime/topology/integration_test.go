@@ -152,13 +152,13 @@ func TestThreeGateIsolation(t *testing.T) {
 			t.Fatalf("iptables %v: %v %s", args, err, b)
 		}
 	}
-	jump := splitSpec(set.Jumps[0].Spec())
+	jump := set.Jumps[0].Args()
 	for _, c := range []struct {
-		name  string
+		name   string
 		break_ func()
-		want  string
+		want   string
 	}{
-		{"deleted rule", func() { ipt(append([]string{"-D", set.Rules[3].Chain}, splitSpec(set.Rules[3].Spec)...)...) }, "rule missing"},
+		{"deleted rule", func() { ipt(append([]string{"-D", set.Rules[3].Chain}, set.Rules[3].Args()...)...) }, "rule missing"},
 		{"jump removed", func() { ipt(append([]string{"-D", firewall.DockerUser}, jump...)...) }, "jump from DOCKER-USER to " + firewall.ForwardChain(s.Name) + " is missing"},
 		{"jump below RETURN", func() {
 			ipt(append([]string{"-D", firewall.DockerUser}, jump...)...)
@@ -202,11 +202,6 @@ func TestThreeGateIsolation(t *testing.T) {
 	if d := Drift(s, o); len(d) > 0 {
 		t.Errorf("not restored: %v", d)
 	}
-}
-
-func splitSpec(spec string) []string {
-	// The only quoted field in our specs is the comment, which has no spaces.
-	return strings.Fields(strings.ReplaceAll(spec, `"`, ""))
 }
 
 func find(t *testing.T, r Report, role, what string) Probe {
