@@ -272,13 +272,19 @@ func (m *threegateNetworkModel) toInput(ctx context.Context) (topology.Input, bo
 func addProblems(diags *diag.Diagnostics, ps topology.Problems) {
 	for _, p := range ps {
 		at := path.Root(p.Field)
+		detail := p.Detail
 		if p.Sub != "" {
 			at = at.AtName(p.Sub)
 		}
 		if p.Index >= 0 {
 			at = at.AtListIndex(p.Index)
 		}
-		diags.AddAttributeError(at, p.Summary, p.Detail)
+		if p.Sub != "" {
+			// Terraform points at the whole resource block for errors inside
+			// a nested attribute, so name the attribute in the text.
+			detail = at.String() + ": " + detail
+		}
+		diags.AddAttributeError(at, p.Summary, detail)
 	}
 }
 
@@ -291,7 +297,7 @@ func (r *threegateNetworkResource) ValidateConfig(ctx context.Context, req resou
 	in, known, diags := m.toInput(ctx)
 	resp.Diagnostics.Append(diags...)
 	if in.Proxy.Port == 0 && m.Proxy != nil && !m.Proxy.Port.IsNull() && !m.Proxy.Port.IsUnknown() {
-		resp.Diagnostics.AddAttributeError(path.Root("proxy").AtName("port"), "Invalid Proxy Port", "0 is not a TCP port; use 1 to 65535.")
+		resp.Diagnostics.AddAttributeError(path.Root("proxy").AtName("port"), "Invalid Proxy Port", "proxy.port: 0 is not a TCP port; use 1 to 65535.")
 	}
 	if !known {
 		return // checked again at plan, when the values are known
