@@ -66,6 +66,11 @@ func newTGFixture(t *testing.T) *tgFixture {
 }
 
 func (f *tgFixture) config(extra string, moreAllow ...string) string {
+	return f.configInner("", extra, moreAllow...)
+}
+
+// configInner adds inner inside the resource block and extra after it.
+func (f *tgFixture) configInner(inner, extra string, moreAllow ...string) string {
 	allow := append(append([]string{}, f.allow...), moreAllow...)
 	q := make([]string, len(allow))
 	for i, a := range allow {
@@ -91,8 +96,9 @@ resource "threegate_network" "test" {
     allow         = [%s]
     allow_private = [%q]
   }
+%s
 }
-%s`, f.name, f.llm, f.fetch, f.egress, f.image, strings.Join(q, ", "), f.outside.Prefix, extra)
+%s`, f.name, f.llm, f.fetch, f.egress, f.image, strings.Join(q, ", "), f.outside.Prefix, inner, extra)
 }
 
 func (f *tgFixture) spec(t *testing.T) topology.Spec {
