@@ -288,3 +288,50 @@ func execProbe(t *testing.T, cli client.APIClient, ctr string, checks ...string)
 	}
 	return out
 }
+
+// TestNetworkWithEndpoints: a network that must go while a foreign
+// container is attached is a clear error naming it, not a hang.
+func TestNetworkWithEndpoints(t *testing.T) {
+	testutil.RequireDocker(t)
+	ctx := context.Background()
+	cli := testutil.Docker(t)
+	image := testutil.EnsureOwnRunnerImage(t, cli)
+	in := freeInput(t, cli, "meepa-test-tgep")
+	in.Proxy = ProxyInput{Image: image, Allow: []string{"example.com"}}
+	s, _ := Build(in)
+	t.Cleanup(func() { _ = Destroy(context.WithoutCancel(ctx), cli, s) })
+	if _, err := Ensure(ctx, cli, s, nil); err != nil {
+		t.Fatal(err)
+	}
+	member := "meepa-test-tgep-member-" + s.Name[len(s.Name)-4:]
+	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: image, Entrypoint: []string{"/bin/sleep"}, Cmd: []string{"60"},
+		Labels: engine.Labels("test", nil)},
+		&container.HostConfig{NetworkMode: container.NetworkMode(s.Network(LLMNet).Name)}, nil, nil, member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true}) })
+	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = Destroy(ctx, cli, s)
+	if err == nil || !strings.Contains(err.Error(), member) || !strings.Contains(err.Error(), "detach or destroy") {
+		t.Fatalf("destroy with a member attached = %v, want an error naming %s", err, member)
+	}
+	t.Logf("destroy refused after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	if o, _ := Observe(ctx, cli, s); o.Proxy == nil || len(o.Networks) != 3 {
+		t.Errorf("a refused destroy removed something: proxy %v, %d networks", o.Proxy, len(o.Networks))
+	}
+
+	// Changing the subnet of a network with a member: refused before
+	// anything is removed.
+	in.Subnets[LLMNet] = strings.Replace(in.Subnets[LLMNet], ".0/24", ".0/25", 1)
+	s2, ps := Build(in)
+	if len(ps) > 0 {
+		t.Fatal(ps)
+	}
+	if _, err := Ensure(ctx, cli, s2, nil); err == nil || !strings.Contains(err.Error(), member) {
+		t.Fatalf("ensure with a changed subnet and a member attached = %v", err)
+	}
+}
