@@ -378,3 +378,19 @@ resource "threegate_network" "bad" {
 	}
 	resource.Test(t, resource.TestCase{ProtoV6ProviderFactories: testAccProviders, Steps: steps})
 }
+
+// TestAccThreegateNetwork_overlapAtPlan: overlap with a host route is known
+// at plan time (ModifyPlan reads the routes), so plan fails on the attribute.
+func TestAccThreegateNetwork_overlapAtPlan(t *testing.T) {
+	testutil.RequireDocker(t)
+	f := newTGFixture(t)
+	f.llm = f.outside.Prefix
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: f.config(""), PlanOnly: true,
+			ExpectError: regexp.MustCompile(`(?s)Subnet Overlaps A Host Route.*llmnet_subnet.*` + regexp.QuoteMeta(f.outside.Prefix)),
+		}},
+	})
+}

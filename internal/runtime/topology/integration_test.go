@@ -337,3 +337,47 @@ func TestNetworkWithEndpoints(t *testing.T) {
 		t.Fatalf("ensure with a changed subnet and a member attached = %v", err)
 	}
 }
+
+// TestConflicts: a subnet overlapping a host route or a Docker network of
+// another topology is found before anything is created.
+func TestConflicts(t *testing.T) {
+	testutil.RequireDocker(t)
+	ctx := context.Background()
+	cli := testutil.Docker(t)
+	out := testutil.StartOutside(t) // a veth route 198.18.x.0/24, nothing listening
+	in := freeInput(t, cli, "meepa-test-tgcf")
+	in.Proxy = ProxyInput{Image: "x"}
+	in.Subnets[FetchNet] = out.Prefix
+	s, _ := Build(in)
+	ps, err := Conflicts(ctx, cli, s, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 || ps[0].Field != "fetchnet_subnet" || ps[0].Summary != "Subnet Overlaps A Host Route" {
+		t.Fatalf("host route overlap: %v", ps)
+	}
+
+	// Another topology's network.
+	other := freeInput(t, cli, "meepa-test-tgcf")
+	other.Proxy = ProxyInput{Image: "x"}
+	os, _ := Build(other)
+	n := os.Network(LLMNet)
+	if err := createNetwork(ctx, cli, os, n); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.NetworkRemove(context.WithoutCancel(ctx), n.Name) })
+	in = freeInput(t, cli, "meepa-test-tgcf")
+	in.Proxy = ProxyInput{Image: "x"}
+	in.Subnets[EgressNet] = n.Subnet.String()
+	s, _ = Build(in)
+	if ps, err = Conflicts(ctx, cli, s, true); err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 || ps[0].Field != "egressnet_subnet" || !strings.Contains(ps[0].Detail, n.Name) {
+		t.Fatalf("docker network overlap: %v", ps)
+	}
+	// Its own networks are no conflict for a topology.
+	if ps, _ := Conflicts(ctx, cli, os, true); len(ps) != 0 {
+		t.Errorf("own network reported as conflict: %v", ps)
+	}
+}
