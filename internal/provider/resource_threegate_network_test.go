@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
@@ -40,6 +41,10 @@ func newTGFixture(t *testing.T) *tgFixture {
 	// names (bogpad/meepa), not the default hashicorp/meepa.
 	t.Setenv("TF_ACC_PROVIDER_NAMESPACE", "bogpad")
 	cli := testutil.Docker(t)
+	// Leftovers of crashed runs (an hour old: never a concurrent run's).
+	if swept, err := topology.SweepStale(context.Background(), cli, "tf-acc-tg-", time.Hour); err != nil || len(swept) > 0 {
+		t.Logf("swept stale test topologies %v (err %v)", swept, err)
+	}
 	f := &tgFixture{image: testutil.EnsureOwnRunnerImage(t, cli)}
 	for try := 0; try < 30; try++ {
 		a := 3 * rand.IntN(80)

@@ -25,6 +25,9 @@ import (
 // freeInput picks a unique name and three free /24s in 10.213.0.0/16.
 func freeInput(t *testing.T, cli client.APIClient, prefix string) Input {
 	t.Helper()
+	if swept, err := SweepStale(context.Background(), cli, "meepa-test-tg", time.Hour); err != nil || len(swept) > 0 {
+		t.Logf("swept stale test topologies %v (err %v)", swept, err)
+	}
 	for try := 0; try < 30; try++ {
 		a := 3 * rand.IntN(80)
 		in := Input{
@@ -379,5 +382,26 @@ func TestConflicts(t *testing.T) {
 	// Its own networks are no conflict for a topology.
 	if ps, _ := Conflicts(ctx, cli, os, true); len(ps) != 0 {
 		t.Errorf("own network reported as conflict: %v", ps)
+	}
+}
+
+func TestSweepStale(t *testing.T) {
+	testutil.RequireDocker(t)
+	ctx := context.Background()
+	cli := testutil.Docker(t)
+	in := freeInput(t, cli, "meepa-test-tgsw")
+	s, _ := Build(in)
+	if err := createNetwork(ctx, cli, s, s.Network(LLMNet)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.NetworkRemove(context.WithoutCancel(ctx), s.Network(LLMNet).Name) })
+	if swept, err := SweepStale(ctx, cli, s.Name, time.Hour); err != nil || len(swept) != 0 {
+		t.Fatalf("a fresh topology was swept: %v %v", swept, err)
+	}
+	if swept, err := SweepStale(ctx, cli, s.Name, 0); err != nil || len(swept) != 1 {
+		t.Fatalf("sweep = %v, %v", swept, err)
+	}
+	if o, _ := Observe(ctx, cli, s); len(o.Networks) != 0 {
+		t.Errorf("network survived the sweep")
 	}
 }
