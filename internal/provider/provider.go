@@ -109,9 +109,13 @@ func (p *meepaProvider) Configure(ctx context.Context, req provider.ConfigureReq
 }
 
 func (p *meepaProvider) Resources(context.Context) []func() resource.Resource {
-	return []func() resource.Resource{}
+	return []func() resource.Resource{
+		NewThreegateNetworkResource,
+	}
 }
 
 func (p *meepaProvider) DataSources(context.Context) []func() datasource.DataSource {
-	return []func() datasource.DataSource{}
+	return []func() datasource.DataSource{
+		NewThreegateVerifyDataSource,
+	}
 }
