@@ -515,6 +515,10 @@ type Observed struct {
 	RunnerSHA256 string
 	Image        string // the image it layers onto (label)
 	ImageID      string // that image's current id; "" when it is gone
+	// ImageContentHash is the content hash label of the image now at Image;
+	// it differs from ContentHash when that tag was moved out of band.
+	ImageContentHash string
+	BaseImageID      string // the base's id when it was built (label)
 }
 
 // Read inspects the isolation image at tag; ErrNotFound when it is gone.
@@ -539,6 +543,7 @@ func (b *Builder) Read(ctx context.Context, tag string) (Observed, error) {
 	o.ContentHash = l[LabelContentHash]
 	o.RunnerSHA256 = l[LabelRunnerSHA256]
 	o.Image = l[LabelContainerImage]
+	o.BaseImageID = l[LabelBaseImageID]
 	o.Spec = Spec{BaseImage: l[LabelBaseImage], Manager: Manager(l[LabelPackageManager])}
 	if err := json.Unmarshal([]byte(l[LabelPackages]), &o.Spec.Packages); err != nil && l[LabelPackages] != "" {
 		return o, fmt.Errorf("%s: label %s: %w", tag, LabelPackages, err)
@@ -555,6 +560,9 @@ func (b *Builder) Read(ctx context.Context, tag string) (Observed, error) {
 	if o.Image != "" {
 		if img, err := b.cli.ImageInspect(ctx, o.Image); err == nil {
 			o.ImageID = img.ID
+			if img.Config != nil {
+				o.ImageContentHash = img.Config.Labels[LabelContentHash]
+			}
 		} else if !errdefs.IsNotFound(err) {
 			return o, fmt.Errorf("inspect %s: %w", o.Image, err)
 		}
