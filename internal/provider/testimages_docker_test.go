@@ -69,7 +69,7 @@ func ensureFakeApkBase(t *testing.T, cli *client.Client) string {
 	testutil.EnsureBusybox(t, cli)
 	fixtureMu.Lock()
 	defer fixtureMu.Unlock()
-	buildFixture(t, cli, fakeApkBase, "FROM "+testutil.BusyboxImage+"\nCOPY apk /sbin/apk\n", map[string][]byte{"apk": []byte(fakeApk)})
+	buildFixture(t, cli, fakeApkBase, "FROM "+testutil.BusyboxImage+"\nCOPY apk /usr/bin/apk\n", map[string][]byte{"apk": []byte(fakeApk)})
 	return fakeApkBase
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/docker/docker/api/types/build"
@@ -341,6 +342,9 @@ func (b *Builder) build(ctx context.Context, tag string, tarball io.Reader, labe
 	return ins.ID, nil
 }
 
+// ansi matches the colour codes the legacy builder wraps stderr in.
+var ansi = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
+
 // tailLines is how many build log lines a failed build's error carries.
 const tailLines = 20
 
@@ -350,6 +354,7 @@ const tailLines = 20
 func readStream(r io.Reader, logf func(string)) (string, error) {
 	var tail []string
 	keep := func(line string) {
+		line = ansi.ReplaceAllString(line, "")
 		logf(line)
 		tail = append(tail, line)
 		if len(tail) > tailLines {
