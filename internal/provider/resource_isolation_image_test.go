@@ -131,6 +131,9 @@ func checkPresent(t *testing.T, cli *client.Client, attrs map[string]string, key
 func checkDestroyed(t *testing.T, cli *client.Client, attrSets ...map[string]string) resource.TestCheckFunc {
 	return func(*terraform.State) error {
 		for _, a := range attrSets {
+			if a["isolated_image"] == "" {
+				return fmt.Errorf("no image was recorded to check")
+			}
 			for _, k := range []string{"image", "isolated_image", "isolated_image_id"} {
 				if a[k] == "" || a[k] == bareBase {
 					continue
@@ -423,10 +426,11 @@ func TestAccIsolationImage_aptInstall(t *testing.T) {
 	testutil.RequireDocker(t)
 	cli := testutil.Docker(t)
 	base := ensureDebianBase(t, cli)
+	made := map[string]string{"image": "", "isolated_image": "", "isolated_image_id": ""}
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProviders,
-		CheckDestroy:             func(*terraform.State) error { return nil },
+		CheckDestroy:             checkDestroyed(t, cli, made),
 		Steps: []resource.TestStep{{
 			Config: fmt.Sprintf(`
 resource "meepa_isolation_image" "test" {
@@ -436,6 +440,7 @@ resource "meepa_isolation_image" "test" {
   pull            = "never"
 }`, base),
 			Check: resource.ComposeAggregateTestCheckFunc(
+				stateAttrs(made),
 				checkImagesInDocker(t, cli),
 				func(s *terraform.State) error {
 					a := s.RootModule().Resources[imgAddr].Primary.Attributes
@@ -510,5 +515,49 @@ func TestAccIsolationImage_errors(t *testing.T) {
 				ExpectError: errRE(`agent-runner architecture does not match the Docker daemon.*exec format error`),
 			},
 		},
+	})
+}
+
+// TestAccIsolationImage_unknownBase takes base_image from a value known only
+// at apply: the plan leaves the computed attributes unknown, apply fills
+// them, and the next plan is empty.
+func TestAccIsolationImage_unknownBase(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	base := ensureFakeApkBase(t, cli)
+	made := map[string]string{"image": "", "isolated_image": "", "isolated_image_id": ""}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             checkDestroyed(t, cli, made),
+		Steps: []resource.TestStep{{
+			Config: fmt.Sprintf(`
+resource "terraform_data" "base" {
+  input = %q
+}
+
+resource "meepa_isolation_image" "test" {
+  base_image = terraform_data.base.output
+  packages   = ["jq"]
+}`, base),
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectUnknownValue(imgAddr, tfjsonpath.New("dockerfile")),
+					plancheck.ExpectUnknownValue(imgAddr, tfjsonpath.New("content_hash")),
+					plancheck.ExpectUnknownValue(imgAddr, tfjsonpath.New("isolated_image")),
+				},
+				PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+			},
+			ConfigStateChecks: []statecheck.StateCheck{
+				statecheck.ExpectKnownValue(imgAddr, tfjsonpath.New("isolated_image"), knownvalue.StringRegexp(isolatedTag)),
+				statecheck.ExpectKnownValue(imgAddr, tfjsonpath.New("dockerfile"), knownvalue.StringExact("FROM "+base+"\n"+
+					"RUN set -e; \\\n"+
+					"    if command -v apt-get >/dev/null 2>&1; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends jq && rm -rf /var/lib/apt/lists/*; \\\n"+
+					"    elif command -v apk >/dev/null 2>&1; then apk add --no-cache jq; \\\n"+
+					"    elif command -v dnf >/dev/null 2>&1; then dnf install -y --setopt=install_weak_deps=False jq && dnf clean all; \\\n"+
+					"    else echo 'meepa: no apt-get, apk or dnf in the base image; set package_manager' >&2; exit 1; fi\n")),
+			},
+			Check: resource.ComposeAggregateTestCheckFunc(stateAttrs(made), checkImagesInDocker(t, cli)),
+		}},
 	})
 }
