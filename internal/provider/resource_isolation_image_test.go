@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 	"github.com/hashicorp/terraform-plugin-testing/compare"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
@@ -555,5 +556,48 @@ resource "meepa_isolation_image" "test" {
 			},
 			Check: resource.ComposeAggregateTestCheckFunc(stateAttrs(made), checkImagesInDocker(t, cli)),
 		}},
+	})
+}
+
+// TestAccIsolationImage_destroyInUse: destroy refuses, naming the container,
+// while a container uses the image; once it is gone destroy removes it.
+func TestAccIsolationImage_destroyInUse(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	base := ensureBareBase(t, cli)
+	made := map[string]string{"image": "", "isolated_image": "", "isolated_image_id": ""}
+	name := "tf-acc-image-user-" + runID
+	config := fmt.Sprintf(`
+resource "meepa_isolation_image" "test" {
+  base_image = %q
+  env_vars   = { RUN_ID = %q }
+}`, base, runID)
+	removeUser := func() {
+		_ = cli.ContainerRemove(context.Background(), name, container.RemoveOptions{Force: true})
+	}
+	t.Cleanup(removeUser)
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             checkDestroyed(t, cli, made),
+		Steps: []resource.TestStep{
+			{Config: config, Check: stateAttrs(made)},
+			{
+				PreConfig: func() {
+					if _, err := cli.ContainerCreate(context.Background(), &container.Config{Image: made["isolated_image"], Cmd: []string{"true"}},
+						nil, nil, nil, name); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config:      config,
+				Destroy:     true,
+				ExpectError: errRE(`Isolation Image In Use.*used by container\(s\) ` + name),
+			},
+			{
+				PreConfig: removeUser,
+				Config:    config,
+				Check:     checkPresent(t, cli, made, "image", "isolated_image"),
+			},
+		},
 	})
 }
