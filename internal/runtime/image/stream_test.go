@@ -20,7 +20,13 @@ func TestReadStream(t *testing.T) {
 
 	failed := b.String() + `{"stream":"\u001b[91mE: Unable to locate package nope\n\u001b[0m"}` + "\n" +
 		`{"errorDetail":{"code":100,"message":"The command '/bin/sh -c apt-get install nope' returned a non-zero code: 100"},"error":"The command '/bin/sh -c apt-get install nope' returned a non-zero code: 100"}` + "\n"
-	_, err = readStream(strings.NewReader(failed), func(string) {})
+	logged = nil
+	_, err = readStream(strings.NewReader(failed), func(l string) { logged = append(logged, l) })
+	for _, l := range logged {
+		if strings.TrimSpace(l) == "" {
+			t.Errorf("blank line logged: %q", logged)
+		}
+	}
 	if err == nil {
 		t.Fatal("a failed build passed")
 	}
