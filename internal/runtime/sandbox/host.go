@@ -24,6 +24,13 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
+// MinHostMemory is the least memory_limit host mode accepts: measured, the
+// agent loop dies at start under RLIMIT_DATA of 64 MiB and runs under 96 MiB.
+const (
+	MinHostMemory     = 128 << 20
+	MinHostMemoryText = "128m"
+)
+
 // HostOptions configure the host backend. Zero values are the documented
 // defaults.
 type HostOptions struct {
@@ -94,6 +101,10 @@ func NewHost(o HostOptions) (*Host, error) {
 	mem, err := MemoryBytes(o.MemoryLimit)
 	if err != nil {
 		return nil, fmt.Errorf("host backend: %w", err)
+	}
+	if mem < MinHostMemory {
+		return nil, fmt.Errorf("host backend: memory_limit %q is below %s, the least the agent loop starts with in host mode "+
+			"(RLIMIT_DATA also counts the Go runtime's reserved bookkeeping, about 64 MiB)", o.MemoryLimit, MinHostMemoryText)
 	}
 	pids := o.PidsLimit
 	if pids <= 0 {
@@ -291,9 +302,10 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 			return out, fmt.Errorf("sandbox setup failed, nothing ran: %s", msg)
 		}
 	}
-	// RLIMIT_DATA ends a Go agent loop with this runtime error; it is the
-	// host backend's OOM.
-	if out.ExitCode != 0 && bytes.Contains(out.StderrTail, []byte("runtime: out of memory")) {
+	// RLIMIT_DATA ends a Go agent loop with "fatal error: runtime: out of
+	// memory" (or "out of memory allocating ..."): the host backend's OOM.
+	// Tool output never reaches this stderr, so a tool cannot fake it.
+	if out.ExitCode != 0 && bytes.Contains(out.StderrTail, []byte("fatal error: ")) && bytes.Contains(out.StderrTail, []byte("out of memory")) {
 		out.OOMKilled = true
 	}
 	if stdout.over {
