@@ -120,6 +120,14 @@ func NewHost(o HostOptions) (*Host, error) {
 		home, _ = os.UserHomeDir()
 	}
 	h := &Host{opts: o, log: o.Logger, memBytes: mem, pids: pids, home: home}
+	if !o.FileAccess.Unrestricted {
+		// A contradiction in the rules (a deny over the workspace) is a
+		// config error: say so at start, not only at the first message.
+		if _, err := h.Ruleset(o.TmpRoot); err != nil {
+			return nil, fmt.Errorf("host backend: landlock rules: %w", err)
+		}
+	}
+	sweepPidsCgroups(o.AgentID)
 	if o.FileAccess.Unrestricted {
 		h.log.Warn("host mode UNRESTRICTED: agents run without Landlock file access rules (file_access.unrestricted or serve --unrestricted)",
 			"workspace", o.Workspace)
@@ -246,7 +254,11 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	errW.Close()
 	cfgR.Close()
 	if err := cg.add(pid); err != nil {
-		h.log.Warn("pids cgroup", "error", err)
+		// Without the cgroup the process limit would not hold: fail
+		// closed rather than run unbounded.
+		killGroup(pid)
+		_ = cmd.Wait()
+		return out, fmt.Errorf("pids cgroup: %w", err)
 	}
 	// The child waits for its config before it does anything, so the
 	// cgroup above holds it before it can fork.
@@ -405,6 +417,19 @@ func pidsCgroupParent() string {
 		}
 	}
 	return ""
+}
+
+// sweepPidsCgroups removes the empty per-message cgroups a crashed runner of
+// this agent left behind (a cgroup with tasks in it refuses rmdir).
+func sweepPidsCgroups(agentID string) {
+	parent := pidsCgroupParent()
+	if parent == "" {
+		return
+	}
+	left, _ := filepath.Glob(filepath.Join(parent, "meepa-"+safeName(agentID)+"-*"))
+	for _, dir := range left {
+		_ = os.Remove(dir)
+	}
 }
 
 func (c *pidsCgroup) add(pid int) error {

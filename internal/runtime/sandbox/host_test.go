@@ -324,3 +324,18 @@ func TestHostMemoryAndPidsLimits(t *testing.T) {
 		t.Errorf("pids 256: exit %d %q", code, out)
 	}
 }
+
+func TestNewHostRefusesContradictoryRules(t *testing.T) {
+	ws := mkdir(t, t.TempDir(), "workspace")
+	_, err := NewHost(HostOptions{Workspace: ws, RunnerBinary: testutil.RunnerBinary(t),
+		FileAccess: landlock.FileAccess{Deny: []string{filepath.Dir(ws)}}})
+	if err == nil || !strings.Contains(err.Error(), "always read-write") {
+		t.Errorf("NewHost with a deny over the workspace = %v", err)
+	}
+	_, err = NewHost(HostOptions{Workspace: ws, RunnerBinary: testutil.RunnerBinary(t),
+		FileAccess: landlock.FileAccess{AllowRead: []string{"relative/path"}}})
+	var fe *landlock.FieldError
+	if !errors.As(err, &fe) || fe.Field != "allow_read" {
+		t.Errorf("NewHost with a relative path = %v, want a FieldError on allow_read", err)
+	}
+}
