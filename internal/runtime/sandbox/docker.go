@@ -341,6 +341,12 @@ func (d *Docker) Run(ctx context.Context, job Job) (Outcome, error) {
 		if c, err = d.take(ctx); err != nil {
 			return Outcome{}, fmt.Errorf("wait for prestarted container: %w", err)
 		}
+		// A container that waited a long time may have died meanwhile
+		// (killed by an operator, the daemon restarted); then start afresh.
+		if c != nil && !d.stillWaiting(ctx, c) {
+			_ = d.discard(c)
+			c = nil
+		}
 		prestarted = c != nil
 	}
 	if c == nil {
@@ -404,6 +410,16 @@ func (d *Docker) Run(ctx context.Context, job Job) (Outcome, error) {
 	d.removing = d.removeAsync(c.id)
 	d.mu.Unlock()
 	return out, err
+}
+
+// stillWaiting says whether a prestarted container still runs.
+func (d *Docker) stillWaiting(ctx context.Context, c *attached) bool {
+	ins, err := d.cli.ContainerInspect(ctx, c.id)
+	if err != nil || ins.State == nil || !ins.State.Running {
+		d.log.Warn("prestarted container is gone; starting a fresh one", "container_id", short(c.id))
+		return false
+	}
+	return true
 }
 
 // startContainer creates, attaches and starts one container. Docker only
