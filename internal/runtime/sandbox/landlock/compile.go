@@ -434,7 +434,17 @@ func (c *compiler) isDenied(p string, g grant) bool {
 	if _, ok := c.deniedAtOrAbove(p); ok {
 		return true
 	}
-	return g.userAllow && c.home != "" && filepath.Dir(p) == c.home && strings.HasPrefix(filepath.Base(p), ".")
+	return g.userAllow && c.homeDotfile(p)
+}
+
+// homeDotfile: p is a dotfile of the home directory or beneath one
+// (~/.ssh, ~/.config/app), and dotfiles are denied.
+func (c *compiler) homeDotfile(p string) bool {
+	if c.home == "" || !strings.HasPrefix(p, c.home+"/") {
+		return false
+	}
+	first, _, _ := strings.Cut(strings.TrimPrefix(p, c.home+"/"), "/")
+	return strings.HasPrefix(first, ".")
 }
 
 // holdsDenied: something strictly beneath p is denied for g.

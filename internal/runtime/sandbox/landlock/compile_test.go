@@ -169,6 +169,13 @@ func TestCompile(t *testing.T) {
 			wantNote: "home dotfile",
 		},
 		{
+			name:     "an allow beneath a home dotfile is denied too",
+			fa:       FileAccess{AllowReadWrite: []string{R("home/.ssh/id")}, AllowRead: []string{R("home/docs")}},
+			home:     R("home"),
+			want:     []string{"home/docs ro"},
+			wantNote: "home dotfile",
+		},
+		{
 			name:     "a missing allow grants nothing",
 			fa:       FileAccess{AllowRead: []string{R("missing")}},
 			want:     nil,
