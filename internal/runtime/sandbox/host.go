@@ -193,7 +193,10 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	}
 	cg := newPidsCgroup(h.opts.AgentID, h.pids)
 	if cg == nil {
-		child.NProc = uint64(h.pids)
+		// RLIMIT_NPROC counts every task of the uid, not of the agent:
+		// allow pids_limit more than the uid runs now. Shared with the
+		// uid's other processes, and not binding for uid 0 at all.
+		child.NProc = uint64(h.pids + userTasks(os.Getuid()))
 	}
 	defer cg.remove()
 	cfgJSON, err := json.Marshal(child)
@@ -236,9 +239,11 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 		Stdout:     outW,
 		Stderr:     errW,
 		ExtraFiles: []*os.File{cfgR},
-		// Its own process group, so that the timeout kills what the agent
-		// started too; SIGKILL if the runner dies first.
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+		// Its own session: the agent loop puts each tool command in a
+		// process group of its own, but all stay in this session (the
+		// socket filter refuses setsid), which is how the timeout and the
+		// end of the message find them. SIGKILL if the runner dies first.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
 		// Stdin is copied by os/exec; a background process that kept it
 		// open must not hold Wait.
 		WaitDelay: 2 * time.Second,
@@ -256,14 +261,14 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	if err := cg.add(pid); err != nil {
 		// Without the cgroup the process limit would not hold: fail
 		// closed rather than run unbounded.
-		killGroup(pid)
+		killSession(pid)
 		_ = cmd.Wait()
 		return out, fmt.Errorf("pids cgroup: %w", err)
 	}
 	// The child waits for its config before it does anything, so the
 	// cgroup above holds it before it can fork.
 	if _, err := cfgW.Write(cfgJSON); err != nil {
-		killGroup(pid)
+		killSession(pid)
 		_ = cmd.Wait()
 		return out, fmt.Errorf("hand rules to the agent child: %w", err)
 	}
@@ -282,12 +287,12 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	case <-waited:
 	case <-ctx.Done():
 		out.TimedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
-		killGroup(pid)
+		killSession(pid)
 		cg.killAll()
 		<-waited
 	}
 	// What the agent left running in the background goes with it.
-	killGroup(pid)
+	killSession(pid)
 	cg.killAll()
 	drained := make(chan struct{})
 	go func() { readers.Wait(); close(drained) }()
@@ -359,8 +364,84 @@ func (h *Host) env(tmp string) []string {
 	return out
 }
 
-func killGroup(pid int) {
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
+// killSession kills the child's session: its process group, and every
+// process whose session is the child's (tool commands run in process groups
+// of their own). It repeats while it finds any, to catch forks in flight.
+func killSession(sid int) {
+	_ = syscall.Kill(-sid, syscall.SIGKILL)
+	for range 10 {
+		found := false
+		entries, _ := os.ReadDir("/proc")
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == sid {
+				continue
+			}
+			if sessionOf(pid) == sid {
+				found = true
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if !found {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// userTasks counts the tasks (threads) whose real uid is uid, as
+// RLIMIT_NPROC does.
+func userTasks(uid int) int64 {
+	entries, _ := os.ReadDir("/proc")
+	var n int64
+	want := strconv.Itoa(uid)
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		raw, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		var real string
+		var threads int64
+		for _, line := range strings.Split(string(raw), "\n") {
+			if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+				if f := strings.Fields(v); len(f) > 0 {
+					real = f[0]
+				}
+			} else if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+				threads, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			}
+		}
+		if real == want {
+			n += threads
+		}
+	}
+	return n
+}
+
+// sessionOf reads the session id from /proc/<pid>/stat (-1 if unknown).
+// The command name may hold spaces and parentheses, so fields are counted
+// after the last ')': state, ppid, pgrp, session.
+func sessionOf(pid int) int {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return -1
+	}
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(string(raw[i+1:]))
+	if len(f) < 4 {
+		return -1
+	}
+	sid, err := strconv.Atoi(f[3])
+	if err != nil {
+		return -1
+	}
+	return sid
 }
 
 // pidsCgroup is a per-message child of this process's pids cgroup, when

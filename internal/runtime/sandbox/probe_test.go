@@ -50,6 +50,8 @@ func probe(what, arg string) int {
 		if c, err = net.Dial("unix", arg); err == nil {
 			c.Close()
 		}
+	case "setsid":
+		_, err = unix.Setsid()
 	case "chown":
 		err = os.Chown(arg, 1, 1)
 	default:
@@ -144,6 +146,11 @@ func TestHostSocketFilter(t *testing.T) {
 	}
 	if code, out := shell(t, h2, fmt.Sprintf("%s meepa-probe unix %s", exe, sock)); code != 13 {
 		t.Errorf("allow_network = true, unix probe: exit %d, want 13 (unix sockets are always refused); output: %s", code, out)
+	}
+	// Nothing leaves the session the backend finds the agent's processes
+	// by (the probe runs as a group leader's child, so setsid would work).
+	if code, out := shell(t, h2, exe+" meepa-probe setsid x"); code != 13 {
+		t.Errorf("setsid from the sandbox: exit %d, want 13; output: %s", code, out)
 	}
 	// The Docker daemon's socket, when this machine has one: the runner
 	// container mounts it, and it is root on the host.

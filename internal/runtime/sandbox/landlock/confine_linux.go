@@ -61,6 +61,9 @@ const (
 //     Docker daemon's among them. socketpair(2) still works.
 //   - io_uring_setup fails with EPERM: io_uring can create sockets without
 //     the socket(2) syscall this filter sees.
+//   - setsid fails with EPERM: every process of the agent stays in the
+//     session the host backend gave it, which is how it finds and kills
+//     them at the timeout and at the end of the message.
 //   - with denyNet, socket() for every family other than AF_INET/AF_INET6
 //     stream sockets fails with EACCES (no UDP, raw, netlink, vsock or
 //     packet sockets), as does IPPROTO_MPTCP, which Landlock's TCP rules do
@@ -137,6 +140,7 @@ func socketFilter(denyNet bool) []unix.SockFilter {
 		a.jmp(unix.BPF_JGE, x32Bit, "eperm", "")
 	}
 	a.jmp(unix.BPF_JEQ, unix.SYS_IO_URING_SETUP, "eperm", "")
+	a.jmp(unix.BPF_JEQ, unix.SYS_SETSID, "eperm", "")
 	a.jmp(unix.BPF_JEQ, unix.SYS_SOCKET, "socket", "allow")
 
 	a.label("socket")

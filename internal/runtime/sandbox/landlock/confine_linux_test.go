@@ -63,6 +63,8 @@ func TestSocketFilter(t *testing.T) {
 		{"netlink refused without network", true, auditArch, unix.SYS_SOCKET, []uint32{unix.AF_NETLINK, dgram, 0}, eacces},
 		{"vsock refused without network", true, auditArch, unix.SYS_SOCKET, []uint32{unix.AF_VSOCK, stream, 0}, eacces},
 		{"io_uring refused", false, auditArch, unix.SYS_IO_URING_SETUP, nil, eperm},
+		{"setsid refused", false, auditArch, unix.SYS_SETSID, nil, eperm},
+		{"setpgid allowed", false, auditArch, unix.SYS_SETPGID, nil, allow},
 		{"another arch refused", false, auditArch ^ 1, unix.SYS_READ, nil, eperm},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
