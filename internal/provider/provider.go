@@ -109,7 +109,9 @@ func (p *meepaProvider) Configure(ctx context.Context, req provider.ConfigureReq
 }
 
 func (p *meepaProvider) Resources(context.Context) []func() resource.Resource {
-	return []func() resource.Resource{}
+	return []func() resource.Resource{
+		NewAgentResource,
+	}
 }
 
 func (p *meepaProvider) DataSources(context.Context) []func() datasource.DataSource {
