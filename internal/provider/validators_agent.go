@@ -46,7 +46,9 @@ type memoryLimitValidator struct{}
 func (memoryLimitValidator) Description(context.Context) string {
 	return "a positive size with an optional unit b, k, m or g (e.g. `512m`, `1g`), at least `6m`"
 }
-func (v memoryLimitValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+func (v memoryLimitValidator) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
 func (memoryLimitValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
 	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
 		return
