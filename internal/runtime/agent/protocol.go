@@ -66,6 +66,9 @@ const (
 	ErrKindRequest  = "request"  // the stdin request was malformed
 	ErrKindSteps    = "steps"    // max_steps reached without a final answer
 	ErrKindInternal = "internal" // anything else inside the loop
+	// ErrKindWorkspace: the workspace is missing, not a directory, or not
+	// writable by agent-run's uid (memory.db cannot be kept).
+	ErrKindWorkspace = "workspace"
 	// Set by the runner, never by agent-run itself:
 	ErrKindOOM      = "oom"      // the sandbox was OOM-killed
 	ErrKindTimeout  = "timeout"  // timeout_seconds passed

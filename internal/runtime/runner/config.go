@@ -44,6 +44,9 @@ type Config struct {
 	Env map[string]string `json:"env,omitempty"`
 	// MaxSteps bounds the agent loop's LLM/tool steps; zero means 8.
 	MaxSteps int `json:"max_steps,omitempty"`
+	// DockerHost is the daemon the per-message containers run on; empty
+	// means DOCKER_HOST, else the local socket.
+	DockerHost string `json:"docker_host,omitempty"`
 }
 
 // ContainerMode is the spec's container_mode block plus the hardening knobs.
@@ -64,7 +67,8 @@ type ContainerMode struct {
 	User string `json:"user,omitempty"`
 	// Runtime is the OCI runtime ("runc", "crun", "runsc"); empty: daemon default.
 	Runtime string `json:"runtime,omitempty"`
-	// Prestart keeps the next container started and waiting on stdin.
+	// Prestart keeps the next container started and waiting on stdin. On
+	// when the field is absent from the file (LoadConfig sees to that).
 	Prestart bool `json:"prestart"`
 }
 
@@ -100,9 +104,24 @@ func LoadConfig(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runner config: %w", err)
 	}
+	return ParseConfig(raw)
+}
+
+// ParseConfig decodes a config and applies the defaults that a zero value
+// cannot express (prestart is on unless the file says "prestart": false).
+func ParseConfig(raw []byte) (*Config, error) {
 	var c Config
 	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("runner config %s: %w", path, err)
+		return nil, fmt.Errorf("runner config: %w", err)
+	}
+	var present struct {
+		Container struct {
+			Prestart *bool `json:"prestart"`
+		} `json:"container_mode"`
+	}
+	_ = json.Unmarshal(raw, &present)
+	if present.Container.Prestart == nil {
+		c.Container.Prestart = true
 	}
 	return &c, nil
 }

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+)
+
+func init() {
+	register("agent-run", "run the agent loop on one JSON request from stdin, reply JSON on stdout", runAgent)
+}
+
+// defaultWorkspace is $HOME (the runner sets HOME=/workspace in a container
+// and HOME=<workspace> in host mode), else /workspace.
+func defaultWorkspace() string {
+	if h := os.Getenv("HOME"); h != "" {
+		return h
+	}
+	return "/workspace"
+}
+
+// runAgent exits 0 whenever it wrote a Reply, even one that reports a
+// failure: the runner reads the outcome from the Reply. A non-zero exit means
+// no Reply could be written.
+func runAgent(args []string) int {
+	fs := flag.NewFlagSet("agent-run", flag.ContinueOnError)
+	workspace := fs.String("workspace", defaultWorkspace(), "the agent's workspace directory (default $HOME, else /workspace)")
+	logLevel := fs.String("log-level", "warn", "stderr log level: trace, debug, info, warn, error, off")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := hclog.New(&hclog.LoggerOptions{
+		Name:   "agent-run",
+		Output: os.Stderr,
+		Level:  hclog.LevelFromString(*logLevel),
+		// JSON so the runner can pass lines through as structured logs.
+		JSONFormat: true,
+	})
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	data, err := io.ReadAll(io.LimitReader(os.Stdin, agent.MaxRequestBytes+1))
+	var reply *agent.Reply
+	if err != nil {
+		reply = &agent.Reply{ErrorKind: agent.ErrKindRequest, Error: fmt.Sprintf("read stdin: %v", err)}
+	} else {
+		reply = agent.RunJSON(ctx, data, agent.Options{Workspace: *workspace, Logger: log})
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(reply); err != nil {
+		fmt.Fprintf(os.Stderr, "agent-run: write reply: %v\n", err)
+		return 1
+	}
+	return 0
+}

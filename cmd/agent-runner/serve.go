@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+)
+
+func init() {
+	register("serve", "run one agent's message service (HTTP on a unix socket or TCP)", runServe)
+}
+
+// runServe: agent-runner serve --config PATH [--unrestricted]
+//
+// SIGTERM/SIGINT finish the message in flight and stop; SIGHUP re-reads the
+// config (discarding a prestarted container made for the old one).
+// MEEPA_LOG_LEVEL (trace, debug, info, warn, error) and MEEPA_LOG_FORMAT=json
+// shape the logs.
+func runServe(args []string) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "path of the runner config file (JSON, mode 0600)")
+	unrestricted := fs.Bool("unrestricted", false, "host mode without file access restrictions (file_access.unrestricted)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *cfgPath == "" {
+		fmt.Fprintln(os.Stderr, "agent-runner serve: --config is required")
+		return 2
+	}
+	log := hclog.New(&hclog.LoggerOptions{
+		Name:       "agent-runner",
+		Level:      hclog.LevelFromString(envOr("MEEPA_LOG_LEVEL", "info")),
+		JSONFormat: strings.EqualFold(os.Getenv("MEEPA_LOG_FORMAT"), "json"),
+		Output:     os.Stderr,
+	})
+	load := func() (*runner.Config, error) {
+		cfg, err := runner.LoadConfig(*cfgPath)
+		if err != nil {
+			return nil, err
+		}
+		if *unrestricted {
+			cfg.FileAccess.Unrestricted = true
+		}
+		return cfg, nil
+	}
+	cfg, err := load()
+	if err != nil {
+		log.Error("config", "error", err)
+		return 1
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	srv, err := runner.New(ctx, cfg, runner.Options{Logger: log})
+	cancel()
+	if err != nil {
+		log.Error("start", "error", err)
+		return 1
+	}
+	ln, err := runner.Listen(cfg.Listen)
+	if err != nil {
+		log.Error("start", "error", err)
+		_ = srv.Shutdown(context.Background())
+		return 1
+	}
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	for {
+		select {
+		case err := <-served:
+			if err != nil {
+				log.Error("serve", "error", err)
+				return 1
+			}
+			return 0
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				next, err := load()
+				if err == nil {
+					rctx, rcancel := context.WithTimeout(context.Background(), cfg.Container.Timeout()+time.Minute)
+					err = srv.Reload(rctx, next)
+					rcancel()
+				}
+				if err != nil {
+					log.Error("reload", "error", err)
+				} else {
+					cfg = next
+				}
+				continue
+			}
+			log.Info("shutting down", "signal", sig.String())
+			// Bound: the message in flight may take its whole timeout.
+			sctx, scancel := context.WithTimeout(context.Background(), cfg.Container.Timeout()+15*time.Second)
+			err := srv.Shutdown(sctx)
+			scancel()
+			<-served
+			if err != nil {
+				log.Error("shutdown", "error", err)
+				return 1
+			}
+			return 0
+		}
+	}
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,329 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Loop limits.
+const (
+	// DefaultMaxSteps applies when Request.MaxSteps is 0.
+	DefaultMaxSteps = 8
+	// MaxMaxSteps bounds what a request may ask for.
+	MaxMaxSteps = 100
+	// MaxRequestBytes bounds the stdin request.
+	MaxRequestBytes = 8 << 20
+	// DefaultConversation keys messages that carry no conversation id.
+	DefaultConversation = "default"
+)
+
+// Provider names in LLMConfig.Provider.
+const (
+	ProviderOpenAI    = "openai"
+	ProviderAnthropic = "anthropic"
+	ProviderOffline   = "offline"
+)
+
+// Providers lists the accepted LLMConfig.Provider values.
+var Providers = []string{ProviderOpenAI, ProviderAnthropic, ProviderOffline}
+
+// Environment variables that carry the API key to tool processes when
+// Request.InjectCredentialsEnv is set: MEEPA_LLM_API_KEY always, plus the
+// vendor's usual name for its SDKs and CLIs.
+const (
+	EnvLLMAPIKey       = "MEEPA_LLM_API_KEY"
+	EnvOpenAIAPIKey    = "OPENAI_API_KEY"
+	EnvAnthropicAPIKey = "ANTHROPIC_API_KEY"
+)
+
+// Options configure one Run. The zero value of each optional field is
+// stated.
+type Options struct {
+	// Workspace is the agent's workspace directory (required): /workspace in
+	// a container, the agent's HOME in host mode.
+	Workspace string
+	// Client answers instead of the one LLMConfig names; nil builds it from
+	// the request (tests use this to script a model).
+	Client Client
+	// HTTPClient carries the LLM calls; nil is a client with no overall
+	// timeout (the runner's timeout_seconds bounds the message).
+	HTTPClient *http.Client
+	// Logger gets structured, secret-free events; nil discards them.
+	Logger hclog.Logger
+}
+
+// RunJSON decodes one request and runs it; a malformed request still gets
+// a Reply, with ErrKindRequest.
+func RunJSON(ctx context.Context, data []byte, opt Options) *Reply {
+	start := time.Now()
+	if len(data) > MaxRequestBytes {
+		return failed(&Reply{}, start, ErrKindRequest, fmt.Errorf("request is %d bytes, more than the %d allowed", len(data), MaxRequestBytes))
+	}
+	var req Request
+	if err := json.Unmarshal(data, &req); err != nil {
+		return failed(&Reply{}, start, ErrKindRequest, fmt.Errorf("decode request: %w", err))
+	}
+	return Run(ctx, &req, opt)
+}
+
+func failed(rep *Reply, start time.Time, kind string, err error) *Reply {
+	rep.ErrorKind = kind
+	rep.Error = err.Error()
+	rep.DurationMS = time.Since(start).Milliseconds()
+	return rep
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Run answers one message: it builds the system prompt from the workspace,
+// talks to the model for at most max_steps turns, runs the tools the model
+// asks for, keeps the exchange in memory.db and returns the Reply. It never
+// returns nil; failures are a Reply with ErrorKind set.
+func Run(ctx context.Context, req *Request, opt Options) *Reply {
+	start := time.Now()
+	log := opt.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	rep := &Reply{MessageID: req.Message.ID}
+
+	// Every known secret value; memory.db is always scrubbed with it, the
+	// reply only when RedactSecrets asks.
+	secretValues := []string{req.LLM.APIKey}
+	for _, v := range req.Secrets {
+		secretValues = append(secretValues, v)
+	}
+	red := NewRedactor(secretValues...)
+	finish := func(kind string, err error) *Reply {
+		if err != nil {
+			rep.ErrorKind = kind
+			rep.Error = err.Error()
+		}
+		if req.RedactSecrets {
+			red.Reply(rep)
+		}
+		rep.DurationMS = time.Since(start).Milliseconds()
+		log.Info("message done", "message_id", req.Message.ID, "steps", len(rep.Steps),
+			"error_kind", rep.ErrorKind, "duration_ms", rep.DurationMS)
+		return rep
+	}
+
+	maxSteps, env, err := validate(req, opt.Workspace)
+	if err != nil {
+		return finish(ErrKindRequest, err)
+	}
+	if err := checkWorkspace(opt.Workspace); err != nil {
+		return finish(ErrKindWorkspace, err)
+	}
+	tb, err := NewToolbox(opt.Workspace, env)
+	if err != nil {
+		return finish(ErrKindWorkspace, err)
+	}
+	defer tb.Close()
+	mem, err := OpenMemory(ctx, tb.Dir())
+	if err != nil {
+		return finish(ErrKindWorkspace, err)
+	}
+	defer mem.Close()
+
+	client := opt.Client
+	if client == nil {
+		client, err = NewClient(req.LLM, opt.HTTPClient)
+		if err != nil {
+			return finish(ErrKindRequest, err)
+		}
+	}
+	conversation := req.Message.ConversationID
+	if conversation == "" {
+		conversation = DefaultConversation
+	}
+	var msgs []ChatMessage
+	if req.LLM.Provider != ProviderOffline {
+		if msgs, err = mem.History(ctx, conversation, historyMessages); err != nil {
+			return finish(ErrKindWorkspace, err)
+		}
+	}
+	msgs = append(msgs, ChatMessage{Role: RoleUser, Text: req.Message.Text})
+	completion := Completion{System: SystemPrompt(tb.Root(), tb.Dir()), Tools: tb.Specs()}
+
+	final, done := "", false
+	for step := 0; step < maxSteps && !done; step++ {
+		completion.Messages = msgs
+		ans, err := client.Complete(ctx, completion)
+		if err != nil {
+			if ctx.Err() != nil {
+				return finish(ErrKindInternal, fmt.Errorf("cancelled during step %d: %w", step+1, ctx.Err()))
+			}
+			return finish(ErrKindLLM, err)
+		}
+		rep.Usage.InputTokens += ans.Usage.InputTokens
+		rep.Usage.OutputTokens += ans.Usage.OutputTokens
+		st := Step{Text: ans.Text}
+		if len(ans.ToolCalls) == 0 {
+			rep.Steps = append(rep.Steps, st)
+			final, done = ans.Text, true
+			break
+		}
+		msgs = append(msgs, ChatMessage{Role: RoleAssistant, Text: ans.Text, ToolCalls: ans.ToolCalls})
+		results := make([]ToolResult, 0, len(ans.ToolCalls))
+		for _, use := range ans.ToolCalls {
+			t0 := time.Now()
+			res := tb.Run(ctx, use)
+			log.Debug("tool", "name", use.Name, "error", res.IsError(), "duration_ms", time.Since(t0).Milliseconds())
+			st.ToolCalls = append(st.ToolCalls, ToolCall{
+				Name: use.Name, Input: string(use.Input), Output: res.Content, ExitCode: res.ExitCode, Error: res.Error,
+			})
+			if req.RedactSecrets {
+				// The model's provider need not see secrets a tool printed.
+				res.Content, res.Error = red.String(res.Content), red.String(res.Error)
+			}
+			results = append(results, res)
+		}
+		rep.Steps = append(rep.Steps, st)
+		msgs = append(msgs, ChatMessage{Role: RoleTool, ToolResults: results})
+	}
+	if !done {
+		return finish(ErrKindSteps, fmt.Errorf("no final answer after %d steps (max_steps)", maxSteps))
+	}
+	rep.Reply = final
+	// Secrets never reach the disk, whatever redact_secrets says.
+	if err := mem.Append(ctx, conversation, req.Message.ID, red.String(req.Message.Text), red.String(final)); err != nil {
+		return finish(ErrKindWorkspace, err)
+	}
+	return finish("", nil)
+}
+
+// validate checks the request and builds the tool processes' environment.
+func validate(req *Request, workspace string) (int, []string, error) {
+	var errs []error
+	if workspace == "" {
+		errs = append(errs, errors.New("no workspace directory given"))
+	}
+	if req.Message.Text == "" {
+		errs = append(errs, errors.New("message.text is empty"))
+	}
+	known := false
+	for _, p := range Providers {
+		known = known || req.LLM.Provider == p
+	}
+	if !known {
+		errs = append(errs, fmt.Errorf("llm.provider %q is not one of %v", req.LLM.Provider, Providers))
+	}
+	maxSteps := req.MaxSteps
+	switch {
+	case maxSteps == 0:
+		maxSteps = DefaultMaxSteps
+	case maxSteps < 0 || maxSteps > MaxMaxSteps:
+		errs = append(errs, fmt.Errorf("max_steps %d is not between 1 and %d", maxSteps, MaxMaxSteps))
+	}
+	env, err := toolEnv(req, workspace)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	return maxSteps, env, errors.Join(errs...)
+}
+
+// toolEnv is the whole environment of tool processes: PATH, HOME (the
+// workspace) and TMPDIR, then the request's Env, then the secrets when
+// InjectSecretsEnv, then the API key when InjectCredentialsEnv. agent-run's
+// own environment is not inherited, so nothing the runner had reaches a
+// tool by accident.
+func toolEnv(req *Request, workspace string) ([]string, error) {
+	env := map[string]string{
+		"PATH":   getenvOr("PATH", "/usr/local/bin:/usr/bin:/bin"),
+		"HOME":   workspace,
+		"TMPDIR": getenvOr("TMPDIR", "/tmp"),
+	}
+	var errs []error
+	set := func(field, k, v string) {
+		if !envName.MatchString(k) {
+			errs = append(errs, fmt.Errorf("%s: %q is not a valid environment variable name", field, k))
+			return
+		}
+		for _, c := range v {
+			if c == 0 {
+				errs = append(errs, fmt.Errorf("%s: the value of %s contains a NUL byte", field, k))
+				return
+			}
+		}
+		env[k] = v
+	}
+	for k, v := range req.Env {
+		set("env", k, v)
+	}
+	if req.InjectSecretsEnv {
+		for k, v := range req.Secrets {
+			set("secrets", k, v)
+		}
+	}
+	if req.InjectCredentialsEnv && req.LLM.APIKey != "" {
+		set("llm.api_key", EnvLLMAPIKey, req.LLM.APIKey)
+		switch req.LLM.Provider {
+		case ProviderOpenAI:
+			set("llm.api_key", EnvOpenAIAPIKey, req.LLM.APIKey)
+		case ProviderAnthropic:
+			set("llm.api_key", EnvAnthropicAPIKey, req.LLM.APIKey)
+		}
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out, errors.Join(errs...)
+}
+
+func getenvOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// checkWorkspace fails clearly when the workspace cannot hold memory.db:
+// missing, not a directory, or not writable by this uid (a bind mount owned
+// by another uid, a read-only mount). SQLite would otherwise open an
+// existing database read-only without complaint and fail only at the end.
+func checkWorkspace(dir string) error {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("workspace %s is not a directory", dir)
+	}
+	if err := syscall.Access(dir, 2 /* W_OK */); err != nil {
+		return fmt.Errorf("workspace %s is not writable by uid %d: %w", dir, os.Getuid(), err)
+	}
+	db := filepath.Join(dir, MemoryFile)
+	if _, err := os.Lstat(db); err == nil {
+		if err := syscall.Access(db, 2 /* W_OK */); err != nil {
+			return fmt.Errorf("%s is not writable by uid %d: %w", db, os.Getuid(), err)
+		}
+	}
+	return nil
+}
+
+// NewClient builds the client LLMConfig names.
+func NewClient(cfg LLMConfig, hc *http.Client) (Client, error) {
+	switch cfg.Provider {
+	case ProviderOffline:
+		return Offline{}, nil
+	case ProviderOpenAI:
+		return NewOpenAI(cfg, hc)
+	case ProviderAnthropic:
+		return NewAnthropic(cfg, hc)
+	}
+	return nil, fmt.Errorf("llm.provider %q is not one of %v", cfg.Provider, Providers)
+}

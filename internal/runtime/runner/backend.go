@@ -1,0 +1,116 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/docker/docker/client"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+)
+
+// Modes reported by /healthz.
+const (
+	ModeContainer = "container"
+	ModeHost      = "host"
+)
+
+// ErrHostModeUnavailable is returned for a config without container mode
+// while this build has no host (Landlock) backend. It fails closed: never
+// an unsandboxed agent.
+var ErrHostModeUnavailable = errors.New("host mode (Landlock file access) is not available in this build; set container_mode.enabled")
+
+// NewBackend is the one place that picks the sandbox for a config: the
+// Docker per-message container with container mode, else the host backend.
+func NewBackend(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox.Backend, string, error) {
+	if !cfg.Container.Enabled {
+		return nil, ModeHost, ErrHostModeUnavailable
+	}
+	cli, err := engine.Connect(ctx, engine.Options{Host: cfg.DockerHost})
+	if err != nil {
+		return nil, ModeContainer, err
+	}
+	d, err := sandbox.NewDocker(ctx, cli, DockerOptions(cfg, log))
+	if err != nil {
+		cli.Close()
+		return nil, ModeContainer, err
+	}
+	return &dockerBackend{Docker: d, cli: cli}, ModeContainer, nil
+}
+
+// DockerOptions maps a runner config onto the Docker backend's options.
+func DockerOptions(cfg *Config, log hclog.Logger) sandbox.DockerOptions {
+	cm := cfg.Container
+	o := sandbox.DockerOptions{
+		Spec: sandbox.Spec{
+			AgentID:     cfg.AgentID,
+			Workspace:   cfg.Workspace,
+			Image:       cm.Image,
+			MemoryLimit: cm.MemoryLimit,
+			PidsLimit:   cm.PidsLimit,
+			Network:     cm.Network,
+			Networks:    cm.Networks,
+			User:        cm.User,
+			Runtime:     cm.Runtime,
+			Env:         cfg.Env,
+		},
+		Prestart: cm.Prestart,
+		Logger:   log,
+	}
+	// The workspace is chowned to the container user when this process can
+	// see it at the same path and may chown; otherwise whoever made it (the
+	// provider) must have made it writable for that user.
+	if st, err := os.Stat(cfg.Workspace); err == nil && st.IsDir() && os.Geteuid() == 0 {
+		o.ChownWorkspace = true
+	} else if log != nil {
+		log.Warn("workspace not chowned for the container user; it must already be writable by it",
+			"workspace", cfg.Workspace, "user", userOrDefault(cm.User))
+	}
+	return o
+}
+
+func userOrDefault(u string) string {
+	if u == "" {
+		return sandbox.DefaultUser
+	}
+	return u
+}
+
+// dockerBackend owns its Docker client.
+type dockerBackend struct {
+	*sandbox.Docker
+	cli *client.Client
+}
+
+func (b *dockerBackend) Close(ctx context.Context) error {
+	err := b.Docker.Close(ctx)
+	return errors.Join(err, b.cli.Close())
+}
+
+// Validate checks what the runner needs before it listens.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.AgentID == "" {
+		errs = append(errs, errors.New("agent_id is empty"))
+	}
+	if c.Token == "" {
+		errs = append(errs, errors.New("token is empty"))
+	}
+	if c.Listen == "" {
+		errs = append(errs, errors.New("listen is empty"))
+	}
+	if c.Workspace == "" {
+		errs = append(errs, errors.New("workspace is empty"))
+	}
+	if c.Container.Enabled && c.Container.Image == "" {
+		errs = append(errs, errors.New("container_mode.image is empty"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("runner config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,116 @@
+package runner
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The metrics are few and fixed, so they are written by hand in the
+// Prometheus text format (0.0.4) rather than pulling in a client library.
+
+// histogram is a cumulative Prometheus histogram with fixed buckets.
+type histogram struct {
+	bounds []float64 // upper bounds in seconds, ascending
+	counts []uint64  // per bound, not cumulative; last is +Inf
+	sum    float64
+	n      uint64
+}
+
+func newHistogram(bounds ...float64) *histogram {
+	return &histogram{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
+}
+
+func (h *histogram) observe(d time.Duration) {
+	s := d.Seconds()
+	i := sort.SearchFloat64s(h.bounds, s)
+	h.counts[i]++
+	h.sum += s
+	h.n++
+}
+
+func (h *histogram) write(w io.Writer, name, help string) {
+	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name)
+	var cum uint64
+	for i, b := range h.bounds {
+		cum += h.counts[i]
+		fmt.Fprintf(w, "%s_bucket{le=%q} %d\n", name, strconv.FormatFloat(b, 'g', -1, 64), cum)
+	}
+	cum += h.counts[len(h.bounds)]
+	fmt.Fprintf(w, "%s_bucket{le=\"+Inf\"} %d\n%s_sum %g\n%s_count %d\n", name, cum, name, h.sum, name, h.n)
+}
+
+type metrics struct {
+	mu           sync.Mutex
+	byOutcome    map[string]uint64
+	latency      *histogram
+	startLatency *histogram
+	ooms         uint64
+	timeouts     uint64
+
+	queued   atomic.Int64 // waiting for the agent's turn
+	inFlight atomic.Int64
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		byOutcome:    map[string]uint64{},
+		latency:      newHistogram(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+		startLatency: newHistogram(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+	}
+}
+
+// message records one finished message. ran says a sandbox was used, so its
+// start latency counts.
+func (m *metrics) message(outcome string, total, start time.Duration, ran bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.byOutcome[outcome]++
+	switch outcome {
+	case "oom":
+		m.ooms++
+	case "timeout":
+		m.timeouts++
+	}
+	if ran {
+		m.latency.observe(total)
+		m.startLatency.observe(start)
+	}
+}
+
+// rejected records a request that never reached a sandbox.
+func (m *metrics) rejected(outcome string) {
+	m.mu.Lock()
+	m.byOutcome[outcome]++
+	m.mu.Unlock()
+}
+
+func (m *metrics) write(w io.Writer, ready bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	const p = "meepa_runner_"
+	fmt.Fprintf(w, "# HELP %smessages_total Messages by outcome (ok, or the error kind).\n# TYPE %smessages_total counter\n", p, p)
+	outcomes := make([]string, 0, len(m.byOutcome))
+	for o := range m.byOutcome {
+		outcomes = append(outcomes, o)
+	}
+	sort.Strings(outcomes)
+	for _, o := range outcomes {
+		fmt.Fprintf(w, "%smessages_total{outcome=%q} %d\n", p, o, m.byOutcome[o])
+	}
+	m.latency.write(w, p+"message_duration_seconds", "Time from the agent's turn to the reply, per message that ran.")
+	m.startLatency.write(w, p+"container_start_seconds", "Time a message waited for its sandbox to start (0 when a prestarted one was waiting).")
+	fmt.Fprintf(w, "# HELP %squeue_depth Messages waiting for the agent's turn.\n# TYPE %squeue_depth gauge\n%squeue_depth %d\n", p, p, p, m.queued.Load())
+	fmt.Fprintf(w, "# HELP %sin_flight Messages running now (0 or 1).\n# TYPE %sin_flight gauge\n%sin_flight %d\n", p, p, p, m.inFlight.Load())
+	r := 0
+	if ready {
+		r = 1
+	}
+	fmt.Fprintf(w, "# HELP %sprestarted_ready Whether a prestarted sandbox is waiting.\n# TYPE %sprestarted_ready gauge\n%sprestarted_ready %d\n", p, p, p, r)
+	fmt.Fprintf(w, "# HELP %sooms_total Messages whose sandbox was OOM-killed.\n# TYPE %sooms_total counter\n%sooms_total %d\n", p, p, p, m.ooms)
+	fmt.Fprintf(w, "# HELP %stimeouts_total Messages killed at timeout_seconds.\n# TYPE %stimeouts_total counter\n%stimeouts_total %d\n", p, p, p, m.timeouts)
+}

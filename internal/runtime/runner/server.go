@@ -1,0 +1,579 @@
+// Package runner is the per-agent service behind `agent-runner serve`: an
+// HTTP API that takes messages, runs each in a fresh sandbox one at a time
+// (the spec's per-agent mutex) with a bounded queue, and answers the agent's
+// reply or a typed error.
+package runner
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+)
+
+// Defaults of zero Config fields.
+const (
+	DefaultQueueSize       = 16
+	DefaultMaxRequestBytes = 1 << 20
+)
+
+// Error kinds the HTTP API adds to the agent's own (agent.ErrKind*).
+const (
+	KindBadRequest   = "bad_request"
+	KindUnauthorized = "unauthorized"
+	KindTooLarge     = "too_large"
+	KindQueueFull    = "queue_full"
+	KindShuttingDown = "shutting_down"
+	KindCancelled    = "cancelled"
+)
+
+// MessageRequest is the body of POST /v1/messages.
+type MessageRequest struct {
+	Text           string `json:"text"`
+	Sender         string `json:"sender,omitempty"`
+	Channel        string `json:"channel,omitempty"`
+	ConversationID string `json:"conversation_id,omitempty"`
+}
+
+// ErrorBody is every non-200 answer.
+type ErrorBody struct {
+	Error     ErrorDetail `json:"error"`
+	MessageID string      `json:"message_id,omitempty"`
+}
+
+// ErrorDetail names what failed: Kind is one of the Kind* constants or an
+// agent.ErrKind* value.
+type ErrorDetail struct {
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+}
+
+// Health is the body of GET /healthz. Extra carries backend-specific
+// fields (e.g. landlock_abi) from a backend that implements HealthReporter.
+type Health struct {
+	OK      bool   `json:"ok"`
+	AgentID string `json:"agent_id"`
+	Mode    string `json:"mode"`
+	// Ready says the next message will not wait for a sandbox to start.
+	Ready    bool           `json:"ready"`
+	Prestart bool           `json:"prestart"`
+	Queued   int64          `json:"queued"`
+	Busy     bool           `json:"busy"`
+	Extra    map[string]any `json:"-"`
+}
+
+// HealthReporter is implemented by backends with more to say in /healthz
+// (the host backend reports landlock_abi).
+type HealthReporter interface {
+	Health() map[string]any
+}
+
+// BackendFactory makes the sandbox backend for a config; NewBackend by default.
+type BackendFactory func(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox.Backend, string, error)
+
+// Options for New. Zero values: an hclog logger named agent-runner at info
+// level, and NewBackend.
+type Options struct {
+	Logger     hclog.Logger
+	NewBackend BackendFactory
+}
+
+// Server is one agent's runner.
+type Server struct {
+	log        hclog.Logger
+	newBackend BackendFactory
+	metrics    *metrics
+
+	// turn is the per-agent mutex: one sandbox at a time. Waiting for it is
+	// the queue, bounded by cfg.QueueSize.
+	turn    chan struct{}
+	closing atomic.Bool
+
+	mu      sync.RWMutex // guards cfg, backend, mode, token (swapped by Reload)
+	cfg     *Config
+	backend sandbox.Backend
+	mode    string
+	token   [32]byte
+
+	http *http.Server
+}
+
+// New validates cfg and makes its backend, which removes orphan sandboxes
+// left by a crash and, with prestart, starts the first container.
+func New(ctx context.Context, cfg *Config, o Options) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.New(&hclog.LoggerOptions{Name: "agent-runner", Level: hclog.Info})
+	}
+	if o.NewBackend == nil {
+		o.NewBackend = NewBackend
+	}
+	s := &Server{
+		log:        o.Logger.With("agent_id", cfg.AgentID),
+		newBackend: o.NewBackend,
+		metrics:    newMetrics(),
+		turn:       make(chan struct{}, 1),
+	}
+	b, mode, err := s.newBackend(ctx, cfg, s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.cfg, s.backend, s.mode, s.token = cfg, b, mode, sha256.Sum256([]byte(cfg.Token))
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/messages", s.handleMessage)
+	mux.HandleFunc("/healthz", s.handleHealth)
+	mux.HandleFunc("/metrics", s.handleMetrics)
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return s, nil
+}
+
+// Handler serves the API (for tests and embedding).
+func (s *Server) Handler() http.Handler { return s.http.Handler }
+
+// Listen opens "unix:///path" (replacing a stale socket, mode 0660) or a
+// TCP "host:port".
+func Listen(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+			return nil, fmt.Errorf("listen %s: %w", addr, err)
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("listen %s: remove stale socket: %w", addr, err)
+		}
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			return nil, fmt.Errorf("listen %s: %w", addr, err)
+		}
+		if err := os.Chmod(path, 0o660); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("listen %s: %w", addr, err)
+		}
+		return ln, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// Serve answers on ln until Shutdown; it returns nil after a Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	s.log.Info("serving", "listen", ln.Addr().String(), "mode", s.mode)
+	if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops taking messages, lets the one in flight finish (waiting
+// messages get 503), then discards the prestarted sandbox. ctx bounds it.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.closing.Store(true)
+	err := s.http.Shutdown(ctx)
+	s.mu.RLock()
+	b := s.backend
+	s.mu.RUnlock()
+	return errors.Join(err, b.Close(ctx))
+}
+
+// Reload applies a changed config: it waits for the message in flight,
+// makes a new backend (so a prestarted container of the old config is never
+// used) and closes the old one. Listen cannot change without a restart.
+func (s *Server) Reload(ctx context.Context, cfg *Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	select {
+	case s.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.turn }()
+	s.mu.RLock()
+	old := s.backend
+	oldListen := s.cfg.Listen
+	s.mu.RUnlock()
+	if cfg.Listen != oldListen {
+		s.log.Warn("listen address changed; it takes effect at the next restart", "listen", oldListen)
+	}
+	// Close first: the new backend's orphan sweep must not race the old one.
+	if err := old.Close(ctx); err != nil {
+		s.log.Warn("close old backend", "error", err)
+	}
+	b, mode, err := s.newBackend(ctx, cfg, s.log)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.cfg, s.backend, s.mode, s.token = cfg, b, mode, sha256.Sum256([]byte(cfg.Token))
+	s.mu.Unlock()
+	s.log.Info("config reloaded")
+	return nil
+}
+
+func (s *Server) snapshot() (*Config, sandbox.Backend, string) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.cfg, s.backend, s.mode
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok {
+		return false
+	}
+	// Compare fixed-size digests so neither content nor length leaks by timing.
+	got := sha256.Sum256([]byte(tok))
+	s.mu.RLock()
+	want := s.token
+	s.mu.RUnlock()
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
+}
+
+func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, "", KindBadRequest, "use POST")
+		return
+	}
+	if !s.authorized(r) {
+		s.metrics.rejected(KindUnauthorized)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="agent-runner"`)
+		writeError(w, http.StatusUnauthorized, "", KindUnauthorized, "missing or wrong bearer token")
+		return
+	}
+	cfg, _, _ := s.snapshot()
+	limit := cfg.MaxRequestBytes
+	if limit <= 0 {
+		limit = DefaultMaxRequestBytes
+	}
+	body, err := readBody(w, r, limit)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			s.metrics.rejected(KindTooLarge)
+			writeError(w, http.StatusRequestEntityTooLarge, "", KindTooLarge, fmt.Sprintf("request body over %d bytes", limit))
+			return
+		}
+		s.metrics.rejected(KindBadRequest)
+		writeError(w, http.StatusBadRequest, "", KindBadRequest, "read body: "+err.Error())
+		return
+	}
+	var msg MessageRequest
+	if err := json.Unmarshal(body, &msg); err != nil {
+		s.metrics.rejected(KindBadRequest)
+		writeError(w, http.StatusBadRequest, "", KindBadRequest, "body is not a JSON message: "+err.Error())
+		return
+	}
+	if strings.TrimSpace(msg.Text) == "" {
+		s.metrics.rejected(KindBadRequest)
+		writeError(w, http.StatusBadRequest, "", KindBadRequest, `"text" is empty`)
+		return
+	}
+
+	// Queue: wait for the agent's turn, bounded; a client that gives up
+	// leaves the queue.
+	queueSize := cfg.QueueSize
+	if queueSize <= 0 {
+		queueSize = DefaultQueueSize
+	}
+	if s.closing.Load() {
+		writeError(w, http.StatusServiceUnavailable, "", KindShuttingDown, "the runner is shutting down")
+		return
+	}
+	if s.metrics.queued.Add(1) > int64(queueSize) {
+		s.metrics.queued.Add(-1)
+		s.metrics.rejected(KindQueueFull)
+		writeError(w, http.StatusTooManyRequests, "", KindQueueFull, fmt.Sprintf("%d messages already wait for this agent", queueSize))
+		return
+	}
+	queuedAt := time.Now()
+	select {
+	case s.turn <- struct{}{}:
+		s.metrics.queued.Add(-1)
+	case <-r.Context().Done():
+		s.metrics.queued.Add(-1)
+		s.metrics.rejected(KindCancelled)
+		return
+	}
+	defer func() { <-s.turn }()
+	if s.closing.Load() {
+		writeError(w, http.StatusServiceUnavailable, "", KindShuttingDown, "the runner is shutting down")
+		return
+	}
+	s.metrics.inFlight.Add(1)
+	defer s.metrics.inFlight.Add(-1)
+	// The config and backend are read after the turn is ours: a Reload
+	// holds the turn, so a message never straddles two configs.
+	cfg, backend, _ := s.snapshot()
+	// A client that disconnects does not stop the message: the agent may be
+	// half-way through writing its memory. The timeout still bounds it.
+	s.run(context.WithoutCancel(r.Context()), w, cfg, backend, msg, len(body), time.Since(queuedAt))
+}
+
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	var buf bytes.Buffer
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	return buf.Bytes(), err
+}
+
+// run executes one message in the agent's turn and writes the answer.
+func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, backend sandbox.Backend, msg MessageRequest, bytesIn int, queued time.Duration) {
+	id := newMessageID()
+	req := BuildRequest(cfg, id, msg)
+	stdin, err := json.Marshal(req)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, id, agent.ErrKindInternal, "encode request")
+		return
+	}
+	begin := time.Now()
+	out, runErr := backend.Run(ctx, sandbox.Job{MessageID: id, Stdin: stdin, Timeout: cfg.Container.Timeout()})
+	status, kind, detail, reply := classify(cfg, out, runErr)
+	dur := time.Since(begin)
+
+	outcome := "ok"
+	var body []byte
+	if kind != "" {
+		outcome = kind
+		body, _ = json.Marshal(ErrorBody{Error: ErrorDetail{Kind: kind, Message: detail}, MessageID: id})
+	} else {
+		body, _ = json.Marshal(reply)
+	}
+	s.metrics.message(outcome, dur, out.StartLatency, out.SandboxID != "")
+	// The audit line: what ran where and how it ended; never the text, the
+	// reply or a secret.
+	s.log.Info("message",
+		"message_id", id,
+		"sandbox_id", shortID(out.SandboxID),
+		"image_id", out.ImageID,
+		"outcome", outcome,
+		"status", status,
+		"duration_ms", dur.Milliseconds(),
+		"start_ms", out.StartLatency.Milliseconds(),
+		"queued_ms", queued.Milliseconds(),
+		"exit_code", out.ExitCode,
+		"bytes_in", bytesIn,
+		"bytes_out", len(body),
+	)
+	if runErr != nil {
+		s.log.Error("sandbox failed", "message_id", id, "error", redact(runErr.Error(), secretValues(cfg)))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Message-Id", id)
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// BuildRequest is the agent-run request for one message: the message plus
+// the agent's LLM settings and secrets, which travel only on stdin.
+func BuildRequest(cfg *Config, id string, msg MessageRequest) agent.Request {
+	return agent.Request{
+		AgentID: cfg.AgentID,
+		Message: agent.Message{
+			ID:             id,
+			Text:           msg.Text,
+			Sender:         msg.Sender,
+			Channel:        msg.Channel,
+			ConversationID: msg.ConversationID,
+		},
+		LLM:                  cfg.LLM,
+		Secrets:              cfg.Secrets,
+		InjectCredentialsEnv: cfg.InjectCredentialsEnv,
+		InjectSecretsEnv:     cfg.InjectSecretsEnv,
+		RedactSecrets:        cfg.RedactSecrets,
+		Env:                  cfg.Env,
+		MaxSteps:             cfg.MaxSteps,
+	}
+}
+
+// classify turns a sandbox outcome into the HTTP answer: 200 and the reply,
+// or a status, an error kind and a message.
+func classify(cfg *Config, out sandbox.Outcome, runErr error) (status int, kind, detail string, reply *agent.Reply) {
+	secrets := secretValues(cfg)
+	switch {
+	case out.TimedOut:
+		return http.StatusGatewayTimeout, agent.ErrKindTimeout,
+			fmt.Sprintf("no reply within %s; the sandbox was killed", cfg.Container.Timeout()), nil
+	case out.OOMKilled:
+		return http.StatusInternalServerError, agent.ErrKindOOM,
+			fmt.Sprintf("the sandbox ran out of memory (limit %s) and was killed", memLimit(cfg)), nil
+	case runErr != nil:
+		return http.StatusInternalServerError, agent.ErrKindSandbox, redact(runErr.Error(), secrets), nil
+	}
+	var r agent.Reply
+	dec := json.NewDecoder(bytes.NewReader(out.Stdout))
+	parseErr := dec.Decode(&r)
+	if parseErr == nil && dec.More() {
+		parseErr = errors.New("more than one JSON value")
+	}
+	if parseErr != nil {
+		if out.ExitCode != 0 {
+			return http.StatusInternalServerError, agent.ErrKindExit,
+				fmt.Sprintf("agent exited with code %d without a reply%s", out.ExitCode, stderrNote(out.StderrTail, secrets)), nil
+		}
+		return http.StatusInternalServerError, agent.ErrKindProtocol,
+			fmt.Sprintf("agent output is not one JSON reply: %v", parseErr), nil
+	}
+	if r.ErrorKind != "" {
+		return http.StatusInternalServerError, r.ErrorKind, redact(r.Error, secrets), nil
+	}
+	if out.ExitCode != 0 {
+		return http.StatusInternalServerError, agent.ErrKindExit,
+			fmt.Sprintf("agent exited with code %d%s", out.ExitCode, stderrNote(out.StderrTail, secrets)), nil
+	}
+	if cfg.RedactSecrets {
+		redactReply(&r, secrets)
+	}
+	return http.StatusOK, "", "", &r
+}
+
+func memLimit(cfg *Config) string {
+	if cfg.Container.MemoryLimit == "" {
+		return sandbox.DefaultMemoryLimit
+	}
+	return cfg.Container.MemoryLimit
+}
+
+func stderrNote(tail []byte, secrets []string) string {
+	t := strings.TrimSpace(string(tail))
+	if t == "" {
+		return ""
+	}
+	if len(t) > 512 {
+		t = "…" + t[len(t)-512:]
+	}
+	return ": " + redact(t, secrets)
+}
+
+// secretValues are the values never to show: the API key and the secrets.
+func secretValues(cfg *Config) []string {
+	var v []string
+	if len(cfg.LLM.APIKey) >= 4 {
+		v = append(v, cfg.LLM.APIKey)
+	}
+	for _, s := range cfg.Secrets {
+		if len(s) >= 4 {
+			v = append(v, s)
+		}
+	}
+	return v
+}
+
+func redact(s string, secrets []string) string {
+	for _, v := range secrets {
+		s = strings.ReplaceAll(s, v, "[REDACTED]")
+	}
+	return s
+}
+
+// redactReply scrubs known secrets from every text in the reply. agent-run
+// redacts too; this second pass holds even for an agent that does not.
+func redactReply(r *agent.Reply, secrets []string) {
+	if len(secrets) == 0 {
+		return
+	}
+	r.Reply = redact(r.Reply, secrets)
+	r.Error = redact(r.Error, secrets)
+	for i := range r.Steps {
+		st := &r.Steps[i]
+		st.Text = redact(st.Text, secrets)
+		for j := range st.ToolCalls {
+			tc := &st.ToolCalls[j]
+			tc.Input = redact(tc.Input, secrets)
+			tc.Output = redact(tc.Output, secrets)
+			tc.Error = redact(tc.Error, secrets)
+		}
+	}
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	cfg, b, mode := s.snapshot()
+	h := Health{
+		OK:       !s.closing.Load(),
+		AgentID:  cfg.AgentID,
+		Mode:     mode,
+		Ready:    b.Ready(),
+		Prestart: cfg.Container.Enabled && cfg.Container.Prestart,
+		Queued:   s.metrics.queued.Load(),
+		Busy:     s.metrics.inFlight.Load() > 0,
+	}
+	if hr, ok := b.(HealthReporter); ok {
+		h.Extra = hr.Health()
+	}
+	status := http.StatusOK
+	if !h.OK {
+		status = http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(h)
+}
+
+// MarshalJSON flattens Extra into the object.
+func (h Health) MarshalJSON() ([]byte, error) {
+	type plain Health
+	raw, err := json.Marshal(plain(h))
+	if err != nil || len(h.Extra) == 0 {
+		return raw, err
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	for k, v := range h.Extra {
+		if _, taken := m[k]; !taken {
+			m[k] = v
+		}
+	}
+	return json.Marshal(m)
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	_, b, _ := s.snapshot()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	s.metrics.write(w, b.Ready())
+}
+
+func writeError(w http.ResponseWriter, status int, id, kind, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	if id != "" {
+		w.Header().Set("X-Message-Id", id)
+	}
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(ErrorBody{Error: ErrorDetail{Kind: kind, Message: msg}, MessageID: id})
+}
+
+func newMessageID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "msg-" + hex.EncodeToString(b[:])
+}
+
+func shortID(id string) string {
+	if len(id) > 12 && !strings.HasPrefix(id, "pid:") {
+		return id[:12]
+	}
+	return id
+}

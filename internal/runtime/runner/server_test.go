@@ -1,0 +1,309 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+)
+
+// scripted is a Backend for the HTTP layer's unit tests: it answers what
+// the test says and records the requests it got. The real Docker backend is
+// exercised by the Docker tests.
+type scripted struct {
+	mu      sync.Mutex
+	jobs    []agent.Request
+	answer  func(req agent.Request) (sandbox.Outcome, error)
+	release chan struct{} // when set, Run waits for it
+	running chan struct{} // when set, Run signals it has started
+	closed  bool
+}
+
+func (s *scripted) Run(ctx context.Context, job sandbox.Job) (sandbox.Outcome, error) {
+	var req agent.Request
+	if err := json.Unmarshal(job.Stdin, &req); err != nil {
+		return sandbox.Outcome{}, err
+	}
+	s.mu.Lock()
+	s.jobs = append(s.jobs, req)
+	s.mu.Unlock()
+	if s.running != nil {
+		s.running <- struct{}{}
+	}
+	if s.release != nil {
+		<-s.release
+	}
+	return s.answer(req)
+}
+func (s *scripted) Ready() bool                     { return true }
+func (s *scripted) Close(ctx context.Context) error { s.closed = true; return nil }
+func (s *scripted) Health() map[string]any          { return map[string]any{"landlock_abi": 7} }
+
+func replyOutcome(r agent.Reply) (sandbox.Outcome, error) {
+	raw, _ := json.Marshal(r)
+	return sandbox.Outcome{SandboxID: "c0ffee", Stdout: append(raw, '\n')}, nil
+}
+
+func testConfig() *Config {
+	return &Config{
+		AgentID: "a1", Workspace: "/srv/a1", Listen: "127.0.0.1:0", Token: "tok-123",
+		Container: ContainerMode{Enabled: true, Image: "img", TimeoutSeconds: 7},
+		LLM:       agent.LLMConfig{Provider: "offline", APIKey: "sk-very-secret"},
+		Secrets:   map[string]string{"GH": "ghp_alsosecret"}, RedactSecrets: true,
+	}
+}
+
+func newTestServer(t *testing.T, cfg *Config, b *scripted) (*Server, *httptest.Server) {
+	t.Helper()
+	s, err := New(context.Background(), cfg, Options{
+		Logger: hclog.NewNullLogger(),
+		NewBackend: func(context.Context, *Config, hclog.Logger) (sandbox.Backend, string, error) {
+			return b, ModeContainer, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	return s, ts
+}
+
+func post(t *testing.T, url, token, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/messages", strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	raw, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("status %d body %q: %v", resp.StatusCode, raw, err)
+	}
+	return resp.StatusCode, m
+}
+
+func errKind(m map[string]any) string {
+	e, _ := m["error"].(map[string]any)
+	k, _ := e["kind"].(string)
+	return k
+}
+
+func TestMessageRoundTripBuildsRequestAndRedacts(t *testing.T) {
+	b := &scripted{answer: func(req agent.Request) (sandbox.Outcome, error) {
+		return replyOutcome(agent.Reply{MessageID: req.Message.ID, Reply: "key is sk-very-secret and ghp_alsosecret",
+			Steps: []agent.Step{{ToolCalls: []agent.ToolCall{{Name: "shell", Output: "sk-very-secret"}}}}})
+	}}
+	_, ts := newTestServer(t, testConfig(), b)
+	code, m := post(t, ts.URL, "tok-123", `{"text":"hi","sender":"bob","channel":"c","conversation_id":"k"}`)
+	if code != 200 {
+		t.Fatalf("status %d: %v", code, m)
+	}
+	if m["reply"] != "key is [REDACTED] and [REDACTED]" {
+		t.Errorf("reply not redacted: %v", m["reply"])
+	}
+	if raw, _ := json.Marshal(m); bytes.Contains(raw, []byte("sk-very-secret")) {
+		t.Errorf("secret in answer: %s", raw)
+	}
+	req := b.jobs[0]
+	if req.Message.Text != "hi" || req.Message.Sender != "bob" || req.Message.Channel != "c" || req.Message.ConversationID != "k" ||
+		req.AgentID != "a1" || req.LLM.APIKey != "sk-very-secret" || req.Secrets["GH"] != "ghp_alsosecret" || !req.RedactSecrets ||
+		!strings.HasPrefix(req.Message.ID, "msg-") || m["message_id"] != req.Message.ID {
+		t.Errorf("request %+v, answer id %v", req, m["message_id"])
+	}
+}
+
+func TestMessageRejections(t *testing.T) {
+	b := &scripted{answer: func(agent.Request) (sandbox.Outcome, error) { return replyOutcome(agent.Reply{Reply: "x"}) }}
+	cfg := testConfig()
+	cfg.MaxRequestBytes = 100
+	_, ts := newTestServer(t, cfg, b)
+	for name, c := range map[string]struct {
+		token, body string
+		code        int
+		kind        string
+	}{
+		"no token":    {"", `{"text":"hi"}`, 401, KindUnauthorized},
+		"wrong token": {"tok-124", `{"text":"hi"}`, 401, KindUnauthorized},
+		"prefix":      {"tok-12", `{"text":"hi"}`, 401, KindUnauthorized},
+		"not json":    {"tok-123", `hi`, 400, KindBadRequest},
+		"empty text":  {"tok-123", `{"text":"  "}`, 400, KindBadRequest},
+		"too large":   {"tok-123", `{"text":"` + strings.Repeat("a", 200) + `"}`, 413, KindTooLarge},
+	} {
+		code, m := post(t, ts.URL, c.token, c.body)
+		if code != c.code || errKind(m) != c.kind {
+			t.Errorf("%s: %d %v, want %d %s", name, code, m, c.code, c.kind)
+		}
+	}
+	if len(b.jobs) != 0 {
+		t.Errorf("rejected requests reached the sandbox: %d", len(b.jobs))
+	}
+	resp, _ := http.Get(ts.URL + "/v1/messages")
+	if resp.StatusCode != 405 {
+		t.Errorf("GET: %d", resp.StatusCode)
+	}
+}
+
+func TestOutcomeClassification(t *testing.T) {
+	for name, c := range map[string]struct {
+		out  sandbox.Outcome
+		err  error
+		code int
+		kind string
+	}{
+		"timeout":  {sandbox.Outcome{SandboxID: "x", TimedOut: true, ExitCode: 137}, nil, 504, agent.ErrKindTimeout},
+		"oom":      {sandbox.Outcome{SandboxID: "x", OOMKilled: true, ExitCode: 137}, nil, 500, agent.ErrKindOOM},
+		"exit":     {sandbox.Outcome{SandboxID: "x", ExitCode: 2, StderrTail: []byte("panic: sk-very-secret")}, nil, 500, agent.ErrKindExit},
+		"protocol": {sandbox.Outcome{SandboxID: "x", Stdout: []byte("hello")}, nil, 500, agent.ErrKindProtocol},
+		"two docs": {sandbox.Outcome{SandboxID: "x", Stdout: []byte(`{"reply":"a"}{"reply":"b"}`)}, nil, 500, agent.ErrKindProtocol},
+		"sandbox":  {sandbox.Outcome{}, io.ErrUnexpectedEOF, 500, agent.ErrKindSandbox},
+		"llm":      {sandbox.Outcome{SandboxID: "x", Stdout: []byte(`{"reply":"","error_kind":"llm","error":"401 from sk-very-secret"}`)}, nil, 500, agent.ErrKindLLM},
+	} {
+		b := &scripted{answer: func(agent.Request) (sandbox.Outcome, error) { return c.out, c.err }}
+		_, ts := newTestServer(t, testConfig(), b)
+		code, m := post(t, ts.URL, "tok-123", `{"text":"hi"}`)
+		if code != c.code || errKind(m) != c.kind {
+			t.Errorf("%s: %d %v, want %d %s", name, code, m, c.code, c.kind)
+		}
+		if raw, _ := json.Marshal(m); bytes.Contains(raw, []byte("sk-very-secret")) {
+			t.Errorf("%s: secret in error: %s", name, raw)
+		}
+	}
+}
+
+// The turn admits one message at a time; past QueueSize waiting messages
+// the answer is 429; a client that gives up leaves the queue.
+func TestQueueBoundAndCancel(t *testing.T) {
+	b := &scripted{
+		answer:  func(agent.Request) (sandbox.Outcome, error) { return replyOutcome(agent.Reply{Reply: "ok"}) },
+		release: make(chan struct{}),
+		running: make(chan struct{}, 8),
+	}
+	cfg := testConfig()
+	cfg.QueueSize = 1
+	s, ts := newTestServer(t, cfg, b)
+
+	results := make(chan int, 4)
+	go func() { c, _ := post(t, ts.URL, "tok-123", `{"text":"1"}`); results <- c }()
+	<-b.running // message 1 holds the turn
+	waitQueued := func(n int64) {
+		for deadline := time.Now().Add(10 * time.Second); s.metrics.queued.Load() != n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("queue depth %d, want %d", s.metrics.queued.Load(), n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// A waiting message that gives up leaves the queue...
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/messages", strings.NewReader(`{"text":"2"}`))
+	req.Header.Set("Authorization", "Bearer tok-123")
+	gone := make(chan struct{})
+	go func() { http.DefaultClient.Do(req); close(gone) }()
+	waitQueued(1)
+	if code, m := post(t, ts.URL, "tok-123", `{"text":"3"}`); code != 429 || errKind(m) != KindQueueFull {
+		t.Errorf("queue full: %d %v", code, m)
+	}
+	cancel()
+	<-gone
+	waitQueued(0)
+	// ...so the next one fits.
+	go func() { c, _ := post(t, ts.URL, "tok-123", `{"text":"4"}`); results <- c }()
+	waitQueued(1)
+	b.release <- struct{}{}
+	<-b.running
+	b.release <- struct{}{}
+	if a, c := <-results, <-results; a != 200 || c != 200 {
+		t.Errorf("statuses %d %d", a, c)
+	}
+	texts := []string{}
+	for _, j := range b.jobs {
+		texts = append(texts, j.Message.Text)
+	}
+	if strings.Join(texts, ",") != "1,4" {
+		t.Errorf("ran %v, want the cancelled message skipped", texts)
+	}
+
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{
+		`meepa_runner_messages_total{outcome="ok"} 2`,
+		`meepa_runner_messages_total{outcome="queue_full"} 1`,
+		`meepa_runner_messages_total{outcome="cancelled"} 1`,
+		`meepa_runner_message_duration_seconds_count 2`,
+		`meepa_runner_container_start_seconds_bucket{le="+Inf"} 2`,
+		"meepa_runner_queue_depth 0",
+		"meepa_runner_ooms_total 0",
+		"meepa_runner_timeouts_total 0",
+	} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("metrics lack %q:\n%s", want, rec.Body.String())
+		}
+	}
+}
+
+func TestHealthzAndShutdown(t *testing.T) {
+	b := &scripted{answer: func(agent.Request) (sandbox.Outcome, error) { return replyOutcome(agent.Reply{Reply: "ok"}) }}
+	s, ts := newTestServer(t, testConfig(), b)
+	resp, err := http.Get(ts.URL + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h map[string]any
+	json.NewDecoder(resp.Body).Decode(&h)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || h["ok"] != true || h["agent_id"] != "a1" || h["mode"] != "container" || h["ready"] != true || h["landlock_abi"] != 7.0 {
+		t.Errorf("healthz %d %v", resp.StatusCode, h)
+	}
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !b.closed {
+		t.Error("shutdown did not close the backend (the prestarted container would leak)")
+	}
+	if code, m := post(t, ts.URL, "tok-123", `{"text":"hi"}`); code != 503 || errKind(m) != KindShuttingDown {
+		t.Errorf("after shutdown: %d %v", code, m)
+	}
+}
+
+func TestParseConfigPrestartDefault(t *testing.T) {
+	c, err := ParseConfig([]byte(`{"agent_id":"a","container_mode":{"enabled":true}}`))
+	if err != nil || !c.Container.Prestart {
+		t.Errorf("absent prestart: %v %v, want on", c.Container.Prestart, err)
+	}
+	c, err = ParseConfig([]byte(`{"agent_id":"a","container_mode":{"enabled":true,"prestart":false}}`))
+	if err != nil || c.Container.Prestart {
+		t.Errorf("prestart false: %v %v", c.Container.Prestart, err)
+	}
+}
+
+func TestHostModeFailsClosed(t *testing.T) {
+	cfg := testConfig()
+	cfg.Container.Enabled = false
+	// Without container mode the only acceptable backends are the host
+	// sandbox or none at all: never a container, never nothing silently.
+	s, err := New(context.Background(), cfg, Options{Logger: hclog.NewNullLogger()})
+	if err != nil {
+		return
+	}
+	defer s.Shutdown(context.Background())
+	if _, _, mode := s.snapshot(); mode != ModeHost {
+		t.Fatalf("container mode off ran in mode %q", mode)
+	}
+}

@@ -1,0 +1,524 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+)
+
+// Limits on what a container may send back. The reply is one JSON document;
+// anything past MaxStdout is a protocol error, not memory for the runner.
+const (
+	MaxStdout     = 16 << 20
+	StderrTailLen = 4 << 10
+	// cleanupTimeout bounds kill and remove, which run on a fresh context so
+	// that a cancelled request still cleans up.
+	cleanupTimeout = 15 * time.Second
+)
+
+// DockerOptions configure a Docker backend. Prestart is the only knob beyond
+// the container Spec.
+type DockerOptions struct {
+	Spec Spec
+	// Prestart keeps the next container created, started, attached and
+	// waiting on stdin, so a message does not wait for a container start.
+	Prestart bool
+	// ChownWorkspace makes the workspace (recursively) owned by the
+	// container user at start-up so the non-root agent can write it. It needs
+	// the workspace at the same path on this machine and CAP_CHOWN; turn it
+	// off when the operator owns the directory already.
+	ChownWorkspace bool
+	Logger         hclog.Logger
+}
+
+// Docker runs each message in a fresh hardened container through the Docker
+// Engine API.
+type Docker struct {
+	cli  client.APIClient
+	opts DockerOptions
+	log  hclog.Logger
+
+	mu     sync.Mutex
+	next   *pending // the prestarted container, possibly still starting
+	closed bool
+	bg     sync.WaitGroup // replacements being started, containers being removed
+}
+
+// pending is a prestarted container; done closes when it is ready or failed.
+type pending struct {
+	done chan struct{}
+	c    *attached
+	err  error
+}
+
+// attached is a created container with its stdin/stdout attached.
+type attached struct {
+	id      string
+	hijack  types.HijackedResponse
+	started time.Time
+	latency time.Duration
+}
+
+// NewDocker checks the spec, owns the workspace for the container user,
+// removes this agent's orphan containers (left by a crash) and, with
+// prestart, starts the first waiting container.
+func NewDocker(ctx context.Context, cli client.APIClient, o DockerOptions) (*Docker, error) {
+	if _, _, _, err := HardenedSpec(o.Spec, ""); err != nil {
+		return nil, err
+	}
+	log := o.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	d := &Docker{cli: cli, opts: o, log: log.Named("docker")}
+	if o.ChownWorkspace {
+		if err := chownTree(o.Spec); err != nil {
+			return nil, err
+		}
+	}
+	n, err := RemoveOrphans(ctx, cli, o.Spec.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		d.log.Info("removed orphan containers", "agent_id", o.Spec.AgentID, "count", n)
+	}
+	if o.Prestart {
+		d.mu.Lock()
+		d.refillLocked(context.WithoutCancel(ctx))
+		d.mu.Unlock()
+	}
+	return d, nil
+}
+
+// chownTree gives the workspace to the container user. Files the provider
+// wrote as root (SOUL.md, skills) must be writable by the agent too.
+func chownTree(s Spec) error {
+	u, err := s.uidGid()
+	if err != nil {
+		return err
+	}
+	us, gs, _ := strings.Cut(u, ":")
+	uid, _ := strconv.Atoi(us)
+	gid, _ := strconv.Atoi(gs)
+	err = filepath.WalkDir(s.Workspace, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+	if err != nil {
+		return fmt.Errorf("workspace %s: make it owned by %s: %w", s.Workspace, u, err)
+	}
+	return nil
+}
+
+// OrphanFilter selects the per-message containers of one agent.
+func OrphanFilter(agentID string) filters.Args {
+	return filters.NewArgs(
+		filters.Arg("label", engine.LabelManagedBy+"="+engine.ManagedByValue),
+		filters.Arg("label", engine.LabelComponent+"="+Component),
+		filters.Arg("label", LabelAgent+"="+agentID),
+	)
+}
+
+// RemoveOrphans force-removes every per-message container of agentID and
+// returns how many there were.
+func RemoveOrphans(ctx context.Context, cli client.APIClient, agentID string) (int, error) {
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: OrphanFilter(agentID)})
+	if err != nil {
+		return 0, fmt.Errorf("list orphan containers: %w", err)
+	}
+	var errs []error
+	for _, c := range list {
+		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove orphan container %s: %w", c.ID[:12], err))
+		}
+	}
+	return len(list), errors.Join(errs...)
+}
+
+// Ready reports whether a prestarted container is waiting.
+func (d *Docker) Ready() bool {
+	d.mu.Lock()
+	p := d.next
+	d.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return p.err == nil
+	default:
+		return false
+	}
+}
+
+// Close discards the prestarted container and waits for background starts
+// and removals to finish.
+func (d *Docker) Close(ctx context.Context) error {
+	d.mu.Lock()
+	d.closed = true
+	p := d.next
+	d.next = nil
+	d.mu.Unlock()
+	var err error
+	if p != nil {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if p.c != nil {
+			err = d.discard(p.c)
+		}
+	}
+	done := make(chan struct{})
+	go func() { d.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return errors.Join(err, ctx.Err())
+	}
+	return err
+}
+
+// refillLocked starts a replacement container in the background. d.mu held.
+func (d *Docker) refillLocked(ctx context.Context) {
+	if d.closed || d.next != nil {
+		return
+	}
+	p := &pending{done: make(chan struct{})}
+	d.next = p
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		p.c, p.err = d.startContainer(ctx, "")
+		if p.err != nil {
+			d.log.Warn("prestart failed; next message starts its own container", "error", p.err)
+		}
+		close(p.done)
+	}()
+}
+
+// take returns the prestarted container (waiting for one that is still
+// starting), or nil when there is none or it failed.
+func (d *Docker) take(ctx context.Context) (*attached, error) {
+	d.mu.Lock()
+	p := d.next
+	d.next = nil
+	d.mu.Unlock()
+	if p == nil {
+		return nil, nil
+	}
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		// Keep it for the next message rather than waste the start.
+		d.mu.Lock()
+		if d.next == nil && !d.closed {
+			d.next = p
+			p = nil
+		}
+		d.mu.Unlock()
+		if p != nil {
+			go func() { <-p.done; d.discardPending(p) }()
+		}
+		return nil, ctx.Err()
+	}
+	if p.err != nil {
+		return nil, nil
+	}
+	return p.c, nil
+}
+
+func (d *Docker) discardPending(p *pending) {
+	if p.c != nil {
+		_ = d.discard(p.c)
+	}
+}
+
+// Run runs one job in a fresh container: the prestarted one if there is
+// one (it has never seen a message), else one made now. The container is
+// always removed.
+func (d *Docker) Run(ctx context.Context, job Job) (Outcome, error) {
+	begin := time.Now()
+	var c *attached
+	prestarted := false
+	if d.opts.Prestart {
+		var err error
+		if c, err = d.take(ctx); err != nil {
+			return Outcome{}, fmt.Errorf("wait for prestarted container: %w", err)
+		}
+		prestarted = c != nil
+	}
+	if c == nil {
+		var err error
+		c, err = d.startContainer(ctx, job.MessageID)
+		if err != nil {
+			return Outcome{}, err
+		}
+	}
+	out := Outcome{SandboxID: c.id}
+	if prestarted {
+		// Only the part the message waited for counts: zero for a container
+		// that was ready, the rest of its start for one that was starting.
+		if w := c.started.Sub(begin); w > 0 {
+			out.StartLatency = w
+		}
+	} else {
+		out.StartLatency = time.Since(begin)
+	}
+	if d.opts.Prestart {
+		d.mu.Lock()
+		d.refillLocked(context.WithoutCancel(ctx))
+		d.mu.Unlock()
+	}
+	err := d.exchange(ctx, c, job, &out)
+	return out, err
+}
+
+// startContainer creates, attaches and starts one container. Docker only
+// streams output to attachments made before start, so attach comes first.
+func (d *Docker) startContainer(ctx context.Context, messageID string) (_ *attached, err error) {
+	t0 := time.Now()
+	label := messageID
+	if label == "" {
+		label = "prestart"
+	}
+	cfg, hc, nc, err := HardenedSpec(d.opts.Spec, label)
+	if err != nil {
+		return nil, err
+	}
+	name := containerName(d.opts.Spec.AgentID)
+	created, err := d.cli.ContainerCreate(ctx, cfg, hc, nc, nil, name)
+	if err != nil {
+		return nil, fmt.Errorf("container create: %w", err)
+	}
+	c := &attached{id: created.ID}
+	defer func() {
+		if err != nil {
+			d.remove(c.id)
+			if c.hijack.Conn != nil {
+				c.hijack.Close()
+			}
+		}
+	}()
+	for _, n := range d.opts.Spec.Networks[min(1, len(d.opts.Spec.Networks)):] {
+		if err := d.cli.NetworkConnect(ctx, n, c.id, &network.EndpointSettings{}); err != nil {
+			return nil, fmt.Errorf("network connect %s: %w", n, err)
+		}
+	}
+	c.hijack, err = d.cli.ContainerAttach(ctx, c.id, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return nil, fmt.Errorf("container attach: %w", err)
+	}
+	if err := d.cli.ContainerStart(ctx, c.id, container.StartOptions{}); err != nil {
+		return nil, fmt.Errorf("container start: %w", err)
+	}
+	c.started = time.Now()
+	c.latency = c.started.Sub(t0)
+	return c, nil
+}
+
+func containerName(agentID string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	safe := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			return r
+		}
+		return '-'
+	}, agentID)
+	if len(safe) > 40 {
+		safe = safe[:40]
+	}
+	return "meepa-msg-" + safe + "-" + hex.EncodeToString(b[:])
+}
+
+// exchange writes the request, reads the reply until the container closes
+// its output, and collects the exit state. It kills the container at the
+// timeout or when ctx ends, and always removes it.
+func (d *Docker) exchange(ctx context.Context, c *attached, job Job, out *Outcome) error {
+	defer d.removeAsync(c.id)
+	timeout := job.Timeout
+	if timeout <= 0 {
+		timeout = 300 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	stdout := &capped{max: MaxStdout}
+	stderr := &tail{max: StderrTailLen}
+	copied := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(stdout, stderr, c.hijack.Reader)
+		copied <- err
+	}()
+	// The write runs beside the read: a request bigger than the pipe buffer
+	// would otherwise deadlock against an agent that answers early.
+	go func() {
+		if _, err := c.hijack.Conn.Write(job.Stdin); err != nil {
+			d.log.Debug("stdin write", "container_id", short(c.id), "error", err)
+		}
+		if err := c.hijack.CloseWrite(); err != nil {
+			d.log.Debug("stdin close", "container_id", short(c.id), "error", err)
+		}
+	}()
+
+	var copyErr error
+	select {
+	case copyErr = <-copied:
+	case <-ctx.Done():
+		out.TimedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
+		kctx, kcancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		if err := d.cli.ContainerKill(kctx, c.id, "KILL"); err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
+			d.log.Warn("container kill", "container_id", short(c.id), "error", err)
+		}
+		kcancel()
+		c.hijack.Close()
+		<-copied
+	}
+	c.hijack.Close()
+	out.Stdout = stdout.buf
+	out.StderrTail = stderr.bytes()
+
+	// Exit state, on a fresh bounded context: it must be read even when the
+	// request was cancelled, and OOM is only known from inspect.
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer scancel()
+	waitC, errC := d.cli.ContainerWait(sctx, c.id, container.WaitConditionNotRunning)
+	select {
+	case w := <-waitC:
+		out.ExitCode = int(w.StatusCode)
+	case err := <-errC:
+		return fmt.Errorf("container wait: %w", err)
+	}
+	ins, err := d.cli.ContainerInspect(sctx, c.id)
+	if err != nil {
+		return fmt.Errorf("container inspect: %w", err)
+	}
+	out.ImageID = ins.Image
+	if ins.State != nil {
+		out.ExitCode = ins.State.ExitCode
+		out.OOMKilled = ins.State.OOMKilled
+	}
+	if stdout.over {
+		return fmt.Errorf("reply larger than %d bytes", MaxStdout)
+	}
+	if copyErr != nil && !out.TimedOut && ctx.Err() == nil {
+		return fmt.Errorf("read container output: %w", copyErr)
+	}
+	if ctx.Err() != nil && !out.TimedOut {
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (d *Docker) discard(c *attached) error {
+	c.hijack.Close()
+	return d.remove(c.id)
+}
+
+// remove force-removes a container on a fresh bounded context; gone is done.
+func (d *Docker) remove(id string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	err := d.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		// Already being removed counts as removed.
+		if cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress") {
+			return nil
+		}
+		d.log.Warn("container remove", "container_id", short(id), "error", err)
+		return fmt.Errorf("container remove %s: %w", short(id), err)
+	}
+	return nil
+}
+
+// removeAsync removes an exited container off the reply's path; Close waits
+// for it, and a crash in between leaves an orphan that start-up removes.
+func (d *Docker) removeAsync(id string) {
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		_ = d.remove(id)
+	}()
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// capped keeps up to max bytes and notes overflow, and keeps draining so
+// the container is never blocked on a full pipe.
+type capped struct {
+	buf  []byte
+	max  int
+	over bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - len(c.buf); room > 0 {
+		if len(p) > room {
+			c.buf = append(c.buf, p[:room]...)
+			c.over = true
+		} else {
+			c.buf = append(c.buf, p...)
+		}
+	} else if len(p) > 0 {
+		c.over = true
+	}
+	return len(p), nil
+}
+
+// tail keeps the last max bytes written.
+type tail struct {
+	buf []byte
+	max int
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) bytes() []byte {
+	if len(t.buf) > t.max {
+		return t.buf[len(t.buf)-t.max:]
+	}
+	return t.buf
+}
+
+var _ Backend = (*Docker)(nil)
+var _ io.Writer = (*capped)(nil)

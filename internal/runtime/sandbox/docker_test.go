@@ -1,0 +1,165 @@
+package sandbox
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+func newBackend(t *testing.T, cli *client.Client, cmd []string, prestart bool) (*Docker, Spec) {
+	t.Helper()
+	ws := t.TempDir()
+	if err := os.WriteFile(ws+"/SOUL.md", []byte("root-owned file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := Spec{
+		AgentID:   "tf-acc-sbx-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")),
+		Workspace: ws,
+		Image:     testutil.EnsureBusybox(t, cli),
+		Command:   cmd,
+	}
+	d, err := NewDocker(context.Background(), cli, DockerOptions{Spec: spec, Prestart: prestart, ChownWorkspace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.Close(context.Background())
+		RemoveOrphans(context.Background(), cli, spec.AgentID)
+	})
+	return d, spec
+}
+
+func agentContainers(t *testing.T, cli *client.Client, agentID string) []container.Summary {
+	t.Helper()
+	list, err := cli.ContainerList(context.Background(), container.ListOptions{All: true, Filters: OrphanFilter(agentID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
+}
+
+// A prestarted container, inspected while it waits for its message, must
+// show the daemon applied every hardening setting; then it answers, is
+// removed, and the workspace is writable for the non-root user.
+func TestDockerPrestartedContainerIsHardened(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	// The command echoes its input and proves it is not root and can write.
+	d, spec := newBackend(t, cli, []string{"sh", "-c", "id -u > /workspace/uid && echo ok >> /workspace/SOUL.md && cat"}, true)
+	ctx := context.Background()
+
+	deadline := time.Now().Add(60 * time.Second)
+	for !d.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("prestarted container never became ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	list := agentContainers(t, cli, spec.AgentID)
+	if len(list) != 1 || list[0].State != "running" {
+		t.Fatalf("want one running prestarted container, got %+v", list)
+	}
+	ins, err := cli.ContainerInspect(ctx, list[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The daemon's view: the config it stored, and the mounts it made.
+	checkCIS(t, ins.Config, ins.HostConfig, ins.HostConfig.Mounts, spec.Workspace)
+	if len(ins.Mounts) != 1 || ins.Mounts[0].Source != spec.Workspace || ins.Mounts[0].Destination != WorkspaceDir || !ins.Mounts[0].RW {
+		t.Errorf("mount points %+v, want only the workspace at /workspace", ins.Mounts)
+	}
+	if ins.AppArmorProfile == "unconfined" {
+		t.Error("AppArmor unconfined")
+	}
+	if ins.State.Pid == 0 || ins.HostConfig.NetworkMode != "none" {
+		t.Errorf("state pid %d network %q", ins.State.Pid, ins.HostConfig.NetworkMode)
+	}
+
+	out, err := d.Run(ctx, Job{MessageID: "m-1", Stdin: []byte(`{"hello":1}`), Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.SandboxID != list[0].ID {
+		t.Errorf("message ran in %s, not the prestarted %s", out.SandboxID, list[0].ID)
+	}
+	if string(out.Stdout) != `{"hello":1}` || out.ExitCode != 0 || out.OOMKilled || out.TimedOut || out.ImageID == "" {
+		t.Fatalf("outcome %+v stdout %q", out, out.Stdout)
+	}
+	uid, _ := os.ReadFile(spec.Workspace + "/uid")
+	if strings.TrimSpace(string(uid)) != "65534" {
+		t.Errorf("ran as uid %q, want 65534", uid)
+	}
+	if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left := agentContainers(t, cli, spec.AgentID); len(left) != 0 {
+		t.Errorf("containers left after Close: %+v", left)
+	}
+}
+
+// A container that outlives the timeout is killed, reported as timed out,
+// and removed; a cold (not prestarted) backend reports its start latency.
+func TestDockerTimeoutKillsAndRemoves(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	d, spec := newBackend(t, cli, []string{"sh", "-c", "cat >/dev/null; sleep 120"}, false)
+	ctx := context.Background()
+	out, err := d.Run(ctx, Job{MessageID: "m-slow", Stdin: []byte("x"), Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out.TimedOut || out.ExitCode != 137 || out.StartLatency <= 0 {
+		t.Fatalf("outcome %+v: want timed out, killed (137), with a start latency", out)
+	}
+	if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left := agentContainers(t, cli, spec.AgentID); len(left) != 0 {
+		t.Errorf("timed-out container not removed: %+v", left)
+	}
+}
+
+// Orphans (containers of this agent left by a crashed runner) are removed
+// when a backend starts; other agents' containers are left alone.
+func TestDockerRemovesOrphansAtStart(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	ctx := context.Background()
+	ws := t.TempDir()
+	mk := func(agent string) string {
+		cfg, hc, nc, err := HardenedSpec(Spec{AgentID: agent, Workspace: ws, Image: testutil.EnsureBusybox(t, cli), Command: []string{"sleep", "300"}}, "m-orphan")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := cli.ContainerCreate(ctx, cfg, hc, nc, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return c.ID
+	}
+	mk("tf-acc-orphan-a")
+	other := mk("tf-acc-orphan-b")
+	t.Cleanup(func() { cli.ContainerRemove(ctx, other, container.RemoveOptions{Force: true}) })
+
+	d, err := NewDocker(ctx, cli, DockerOptions{Spec: Spec{AgentID: "tf-acc-orphan-a", Workspace: ws, Image: testutil.BusyboxImage}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(ctx)
+	if left := agentContainers(t, cli, "tf-acc-orphan-a"); len(left) != 0 {
+		t.Errorf("orphan left: %+v", left)
+	}
+	if left := agentContainers(t, cli, "tf-acc-orphan-b"); len(left) != 1 {
+		t.Errorf("another agent's container was touched: %+v", left)
+	}
+}

@@ -1,0 +1,252 @@
+package sandbox
+
+import (
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/strslice"
+	"github.com/docker/go-units"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+)
+
+// Defaults of Spec's zero fields.
+const (
+	DefaultMemoryLimit = "512m"
+	DefaultPidsLimit   = 256
+	DefaultUser        = "65534:65534"
+	// TmpSize is the spec's /tmp tmpfs size.
+	TmpSize = "256m"
+	// WorkspaceDir is where the agent workspace appears inside the container.
+	WorkspaceDir = "/workspace"
+	// Component is the engine.Labels component of per-message containers.
+	Component = "message"
+	// LabelAgent and LabelMessage are the label keys (after the io.meepa.
+	// prefix) that name a per-message container's agent and message.
+	LabelAgent   = engine.LabelPrefix + "agent"
+	LabelMessage = engine.LabelPrefix + "message"
+)
+
+// DefaultCommand runs the agent loop from the isolation image's PATH.
+var DefaultCommand = []string{"agent-runner", "agent-run"}
+
+// Spec is what varies between agents' per-message containers. Everything
+// else about the container is fixed by HardenedSpec. The zero value of each
+// optional field is its documented default.
+type Spec struct {
+	AgentID string
+	// Workspace is the host path bind-mounted read-write at /workspace; it is
+	// the only host path the container sees.
+	Workspace string
+	Image     string
+	// Command defaults to DefaultCommand.
+	Command []string
+	// MemoryLimit is a Docker size ("512m", "1g"); swap is set equal, so the
+	// container cannot swap past it. Default DefaultMemoryLimit.
+	MemoryLimit string
+	// PidsLimit bounds processes and threads; default DefaultPidsLimit.
+	PidsLimit int64
+	// Network is "none" or "bridge"; ignored when Networks is set. Default "none".
+	Network string
+	// Networks are named networks: the first joins at create, the rest are
+	// connected before start (API 1.41 takes one endpoint at create).
+	Networks []string
+	// User is "uid:gid"; default DefaultUser (nobody). Root ("0", "root")
+	// is refused.
+	User string
+	// Runtime is the OCI runtime name; empty means the daemon's default.
+	Runtime string
+	// Env is extra non-secret environment (e.g. http_proxy). Secrets never
+	// go here: they travel on stdin only.
+	Env map[string]string
+	// TmpNoexec mounts /tmp noexec. Off by default: agents legitimately run
+	// scripts they download to /tmp.
+	TmpNoexec bool
+}
+
+var userRe = regexp.MustCompile(`^[0-9]+(:[0-9]+)?$`)
+
+// MemoryBytes parses a Docker size such as "512m" or "1g" (binary units, as
+// `docker run --memory` does). Docker refuses limits under 6 MiB.
+func MemoryBytes(s string) (int64, error) {
+	if s == "" {
+		s = DefaultMemoryLimit
+	}
+	n, err := units.RAMInBytes(s)
+	if err != nil {
+		return 0, fmt.Errorf("memory limit %q: %w", s, err)
+	}
+	if n < 6*1024*1024 {
+		return 0, fmt.Errorf("memory limit %q: below Docker's minimum of 6m", s)
+	}
+	return n, nil
+}
+
+// uid returns the numeric uid and gid of s.User (default nobody).
+func (s Spec) uidGid() (string, error) {
+	u := s.User
+	if u == "" {
+		u = DefaultUser
+	}
+	if !userRe.MatchString(u) {
+		return "", fmt.Errorf("user %q: want numeric uid:gid", u)
+	}
+	if !strings.Contains(u, ":") {
+		u += ":" + u
+	}
+	uid, gid, _ := strings.Cut(u, ":")
+	if strings.TrimLeft(uid, "0") == "" || strings.TrimLeft(gid, "0") == "" {
+		return "", fmt.Errorf("user %q: per-message containers never run as root", u)
+	}
+	return u, nil
+}
+
+// HardenedSpec is the one place that says what a per-message container is:
+// read-only rootfs, no capabilities, no-new-privileges, memory (swap equal)
+// and pids limits, a 256 MB /tmp tmpfs, the workspace bind-mounted at
+// /workspace and nothing else of the host, a non-root user, no IPC shm, no
+// log copy of the reply (log driver "none"), stdin open once for the request,
+// and the ownership labels. Docker's default seccomp and AppArmor profiles
+// stay in force (nothing here unconfines them); no host namespace is shared.
+// messageID is "" for a prestarted container that has no message yet.
+func HardenedSpec(s Spec, messageID string) (*container.Config, *container.HostConfig, *network.NetworkingConfig, error) {
+	if s.AgentID == "" {
+		return nil, nil, nil, fmt.Errorf("container spec: agent id is empty")
+	}
+	if s.Image == "" {
+		return nil, nil, nil, fmt.Errorf("container spec: image is empty")
+	}
+	if !filepath.IsAbs(s.Workspace) {
+		return nil, nil, nil, fmt.Errorf("container spec: workspace %q is not an absolute path", s.Workspace)
+	}
+	mem, err := MemoryBytes(s.MemoryLimit)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("container spec: %w", err)
+	}
+	pids := s.PidsLimit
+	if pids <= 0 {
+		pids = DefaultPidsLimit
+	}
+	user, err := s.uidGid()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("container spec: %w", err)
+	}
+	cmd := s.Command
+	if len(cmd) == 0 {
+		cmd = DefaultCommand
+	}
+	netMode, endpoints, err := s.networking()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("container spec: %w", err)
+	}
+
+	env := []string{"HOME=" + WorkspaceDir, "TMPDIR=/tmp"}
+	keys := make([]string, 0, len(s.Env))
+	for k := range s.Env {
+		if k == "HOME" || k == "TMPDIR" {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+s.Env[k])
+	}
+
+	tmpOpts := "rw,nosuid,nodev,size=" + TmpSize + ",mode=1777"
+	if s.TmpNoexec {
+		tmpOpts = "rw,nosuid,nodev,noexec,size=" + TmpSize + ",mode=1777"
+	}
+
+	labels := engine.Labels(Component, map[string]string{"agent": s.AgentID, "message": messageID})
+	cfg := &container.Config{
+		Image:      s.Image,
+		Entrypoint: strslice.StrSlice(cmd),
+		Cmd:        nil,
+		User:       user,
+		Env:        env,
+		WorkingDir: WorkspaceDir,
+		Hostname:   "agent",
+		Labels:     labels,
+		// The request goes in on stdin once; closing it ends the input.
+		OpenStdin:    true,
+		StdinOnce:    true,
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		Tty:          false,
+		// No ExposedPorts, no healthcheck: the container is a one-shot process.
+		Healthcheck: &container.HealthConfig{Test: []string{"NONE"}},
+	}
+	hc := &container.HostConfig{
+		Privileged:     false,
+		ReadonlyRootfs: true,
+		CapDrop:        strslice.StrSlice{"ALL"},
+		CapAdd:         nil,
+		SecurityOpt:    []string{"no-new-privileges:true"},
+		// Private namespaces for everything; "none" IPC also leaves out the
+		// writable /dev/shm, so /workspace and /tmp are the only writable paths.
+		IpcMode:      container.IPCModeNone,
+		PidMode:      "",
+		UTSMode:      "",
+		UsernsMode:   "",
+		CgroupnsMode: container.CgroupnsModePrivate,
+		NetworkMode:  netMode,
+		// The reply must not be kept by a log driver.
+		LogConfig:     container.LogConfig{Type: "none"},
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		// Removed explicitly, after the exit state (OOM, exit code) is read.
+		AutoRemove: false,
+		// Under memory pressure these die before the host's own processes.
+		OomScoreAdj: 500,
+		Runtime:     s.Runtime,
+		Resources: container.Resources{
+			Memory:     mem,
+			MemorySwap: mem,
+			PidsLimit:  &pids,
+			Ulimits: []*container.Ulimit{
+				{Name: "nofile", Soft: 1024, Hard: 4096},
+				{Name: "core", Soft: 0, Hard: 0},
+			},
+		},
+		Mounts: []mount.Mount{{
+			Type:        mount.TypeBind,
+			Source:      s.Workspace,
+			Target:      WorkspaceDir,
+			ReadOnly:    false,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+		}},
+		Tmpfs: map[string]string{"/tmp": tmpOpts},
+	}
+	return cfg, hc, &network.NetworkingConfig{EndpointsConfig: endpoints}, nil
+}
+
+// networking returns the network mode and the create-time endpoint.
+func (s Spec) networking() (container.NetworkMode, map[string]*network.EndpointSettings, error) {
+	if len(s.Networks) > 0 {
+		for _, n := range s.Networks {
+			switch n {
+			case "", "host", "default":
+				return "", nil, fmt.Errorf("network %q cannot be a named network", n)
+			}
+			if strings.HasPrefix(n, "container:") {
+				return "", nil, fmt.Errorf("network %q would share another container's namespace", n)
+			}
+		}
+		return container.NetworkMode(s.Networks[0]), map[string]*network.EndpointSettings{s.Networks[0]: {}}, nil
+	}
+	switch s.Network {
+	case "", "none":
+		return "none", nil, nil
+	case "bridge":
+		return "bridge", nil, nil
+	default:
+		return "", nil, fmt.Errorf("network %q: want \"none\", \"bridge\", or named networks", s.Network)
+	}
+}
