@@ -717,6 +717,10 @@ func (r *agentResource) deployment(ri runtimeInputs, layout deploy.Layout, l dep
 		}
 	}
 	hostMode := !c.Container.Enabled
+	if !hostMode && os.Getuid() == 0 {
+		// The runner gives the workspace to the sandbox user at start-up.
+		d.CapAdd = []string{"CHOWN", "DAC_READ_SEARCH"}
+	}
 	switch {
 	case hostMode && len(c.Container.Networks) > 0:
 		// The agent process runs inside the runner: the runner joins the

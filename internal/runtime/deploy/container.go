@@ -11,7 +11,6 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
@@ -19,12 +18,14 @@ import (
 	"github.com/docker/go-connections/nat"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
 // Labels on the runner container (under engine.LabelPrefix).
 const (
 	ComponentRunner = "runner"
-	LabelAgentID    = engine.LabelPrefix + "agent-id"
+	// LabelAgentID is the label the per-message containers carry too.
+	LabelAgentID    = sandbox.LabelAgent
 	LabelConfigHash = engine.LabelPrefix + "config-hash"
 )
 
@@ -71,6 +72,10 @@ type Deployment struct {
 	// socket without being root.
 	User     string
 	GroupAdd []string
+	// CapAdd is what the service needs back after dropping every
+	// capability: a root runner hands the workspace to the sandbox user
+	// (CHOWN, and DAC_READ_SEARCH to walk a tree the agent owns).
+	CapAdd []string
 	// Network is the runner's own network: "none" (unix socket, container
 	// mode: it only talks to the daemon), "bridge", or the first of Networks.
 	Network  string
@@ -154,6 +159,7 @@ func Spec(d Deployment) (*container.Config, *container.HostConfig, *network.Netw
 		Mounts:         mounts,
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
+		CapAdd:         d.CapAdd,
 		SecurityOpt:    append([]string{"no-new-privileges"}, d.SecurityOpt...),
 		GroupAdd:       d.GroupAdd,
 		Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"},
@@ -254,23 +260,10 @@ func Remove(ctx context.Context, cli client.APIClient, agentID string, stopTimeo
 // removeOrphans removes the agent's per-message containers, which only a
 // runner killed mid-message leaves behind (a live runner removes its own).
 func removeOrphans(ctx context.Context, cli client.APIClient, agentID string) error {
-	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
-		filters.Arg("label", engine.LabelManagedBy+"="+engine.ManagedByValue),
-		filters.Arg("label", LabelAgentID+"="+agentID),
-	)})
-	if err != nil {
+	if _, err := sandbox.RemoveOrphans(ctx, cli, agentID); err != nil {
 		return fmt.Errorf("runner orphans: %w", err)
 	}
-	var errs []error
-	for _, c := range list {
-		if c.Labels[engine.LabelComponent] == ComponentRunner {
-			continue
-		}
-		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("runner orphan %s: %w", c.ID[:12], err))
-		}
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // WaitHealthy polls the runner's /healthz until it answers 200 or timeout
