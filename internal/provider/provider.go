@@ -110,6 +110,7 @@ func (p *meepaProvider) Configure(ctx context.Context, req provider.ConfigureReq
 
 func (p *meepaProvider) Resources(context.Context) []func() resource.Resource {
 	return []func() resource.Resource{
+		NewIsolationImageResource,
 		NewAgentResource,
 	}
 }

@@ -89,7 +89,7 @@ func agentSchema() schema.Schema {
 				Attributes: map[string]schema.Attribute{
 					"provider": schema.StringAttribute{
 						Required: true,
-						MarkdownDescription: "One of " + quoteList(llmProviders) + ". `openai` is any OpenAI-compatible " +
+						MarkdownDescription: "One of " + codeList(llmProviders) + ". `openai` is any OpenAI-compatible " +
 							"chat-completions endpoint (OpenAI, Ollama, vLLM, LiteLLM, a gateway on ThreeGate's llmnet); " +
 							"`offline` is the embedded deterministic responder (not a model): `!sh <cmd>` runs a shell command, " +
 							"anything else gets a fixed answer.",
@@ -177,7 +177,7 @@ func agentSchema() schema.Schema {
 					},
 					"network": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(defaultNetwork),
-						MarkdownDescription: "Network of the per-message containers: " + quoteList(containerNetworks) + ". `bridge` " +
+						MarkdownDescription: "Network of the per-message containers: " + codeList(containerNetworks) + ". `bridge` " +
 							"allows outbound connections (an LLM API), `none` has no network. `host` is refused (it would defeat the " +
 							"isolation). Null when `threegate` is set (the role's networks are used). Default `" + defaultNetwork + "`.",
 						Validators: []validator.String{scoped(containerNetworkValidator{})},
@@ -194,7 +194,7 @@ func agentSchema() schema.Schema {
 					},
 					"runtime": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(defaultRuntime),
-						MarkdownDescription: "OCI runtime: " + quoteList(containerRuntimes) + "; `crun` and `runsc` (gVisor) only when the " +
+						MarkdownDescription: "OCI runtime: " + codeList(containerRuntimes) + "; `crun` and `runsc` (gVisor) only when the " +
 							"daemon has them (checked at apply). Default `" + defaultRuntime + "`.",
 						Validators: []validator.String{stringvalidator.OneOf(containerRuntimes...)},
 					},
@@ -250,7 +250,7 @@ func agentSchema() schema.Schema {
 					},
 					"role": schema.StringAttribute{
 						Required:            true,
-						MarkdownDescription: "One of " + quoteList(threegateRoles) + ".",
+						MarkdownDescription: "One of " + codeList(threegateRoles) + ".",
 						Validators:          []validator.String{stringvalidator.OneOf(threegateRoles...)},
 					},
 				},
@@ -267,7 +267,7 @@ func agentSchema() schema.Schema {
 					},
 					"deployment": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(defaultDeployment),
-						MarkdownDescription: "One of " + quoteList(deploymentModes) + ". `container`: the provider runs the service as " +
+						MarkdownDescription: "One of " + codeList(deploymentModes) + ". `container`: the provider runs the service as " +
 							"the container `meepa-runner-<agent_id>` (restart `unless-stopped`). `external`: the provider writes the " +
 							"config and an operator runs `agent-runner serve --config <file>` (e.g. from a systemd unit). Default `" + defaultDeployment + "`.",
 						Validators: []validator.String{stringvalidator.OneOf(deploymentModes...)},

@@ -63,7 +63,7 @@ func (memoryLimitValidator) ValidateString(_ context.Context, req validator.Stri
 type containerNetworkValidator struct{}
 
 func (containerNetworkValidator) Description(context.Context) string {
-	return "one of " + quoteList(containerNetworks)
+	return "one of " + codeList(containerNetworks)
 }
 func (v containerNetworkValidator) MarkdownDescription(ctx context.Context) string {
 	return v.Description(ctx)
@@ -78,7 +78,7 @@ func (containerNetworkValidator) ValidateString(_ context.Context, req validator
 			return
 		}
 	}
-	detail := fmt.Sprintf("%q is not a container network mode; use one of %s.", v, quoteList(containerNetworks))
+	detail := fmt.Sprintf("%q is not a container network mode; use one of %s.", v, codeList(containerNetworks))
 	if v == "host" {
 		detail = "\"host\" would put the per-message container in the host's network namespace: the agent could " +
 			"reach every service listening on the host (including ones bound to 127.0.0.1) and its traffic would " +
@@ -107,7 +107,7 @@ func (listenValidator) ValidateString(_ context.Context, req validator.StringReq
 // workspace to it, and a name would mean something different in every image.
 var userPattern = regexp.MustCompile(`^[0-9]{1,10}(:[0-9]{1,10})?$`)
 
-func quoteList(ss []string) string {
+func codeList(ss []string) string {
 	q := make([]string, len(ss))
 	for i, s := range ss {
 		q[i] = "`" + s + "`"

@@ -1,0 +1,187 @@
+package provider
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/docker/docker/api/types/build"
+	"github.com/docker/docker/api/types/container"
+	dimage "github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
+	"github.com/docker/docker/pkg/jsonmessage"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// Base images of this file's tests. They carry names of their own so that
+// the isolation tags derived from them never collide with other packages'
+// tests on the shared daemon.
+const (
+	// bareBase is the busybox test image under another name.
+	bareBase = "meepa-test/tf-acc-image-bare:latest"
+	// fakeApkBase is busybox with an `apk` that records what it was asked
+	// to install in /var/lib/fake-apk/installed, and fails, as apk does,
+	// for a package named "broken". The real package manager is exercised
+	// by TestAccIsolationImage_aptInstall; this one keeps the lifecycle
+	// test fast and offline.
+	fakeApkBase = "meepa-test/tf-acc-image-fakeapk:latest"
+)
+
+const fakeApk = `#!/bin/sh
+[ "$1" = add ] || { echo "fake apk: only 'add' is supported" >&2; exit 1; }
+shift
+mkdir -p /var/lib/fake-apk
+for a in "$@"; do
+  case "$a" in
+    --*) ;;
+    broken) echo "ERROR: unable to select packages:" >&2; echo "  broken (no such package)" >&2; exit 1 ;;
+    *) echo "(1/1) Installing $a"; echo "$a" >> /var/lib/fake-apk/installed ;;
+  esac
+done
+`
+
+var fixtureMu sync.Mutex
+
+func ensureBareBase(t *testing.T, cli *client.Client) string {
+	t.Helper()
+	testutil.EnsureBusybox(t, cli)
+	fixtureMu.Lock()
+	defer fixtureMu.Unlock()
+	if err := cli.ImageTag(context.Background(), testutil.BusyboxImage, bareBase); err != nil {
+		t.Fatalf("tag %s: %v", bareBase, err)
+	}
+	return bareBase
+}
+
+func ensureFakeApkBase(t *testing.T, cli *client.Client) string {
+	t.Helper()
+	testutil.EnsureBusybox(t, cli)
+	fixtureMu.Lock()
+	defer fixtureMu.Unlock()
+	buildFixture(t, cli, fakeApkBase, "FROM "+testutil.BusyboxImage+"\nCOPY apk /usr/bin/apk\n", map[string][]byte{"apk": []byte(fakeApk)})
+	return fakeApkBase
+}
+
+func buildFixture(t *testing.T, cli *client.Client, tag, dockerfile string, files map[string][]byte) {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	files["Dockerfile"] = []byte(dockerfile)
+	for name, data := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(data))}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := cli.ImageBuild(context.Background(), &buf, build.ImageBuildOptions{
+		Tags: []string{tag}, Remove: true, ForceRemove: true, Labels: engine.Labels("test-image", nil),
+	})
+	if err != nil {
+		t.Fatalf("build %s: %v", tag, err)
+	}
+	defer resp.Body.Close()
+	var out strings.Builder
+	if err := jsonmessage.DisplayJSONMessagesStream(resp.Body, &out, 0, false, nil); err != nil {
+		t.Fatalf("build %s: %v\n%s", tag, err, out.String())
+	}
+}
+
+// runIn is `docker run --rm ref cmd...` through the Engine API; it returns
+// the combined output and the exit code.
+func runIn(cli *client.Client, ref string, cmd ...string) (string, int, error) {
+	ctx := context.Background()
+	c, err := cli.ContainerCreate(ctx, &container.Config{Image: ref, Cmd: cmd, Labels: engine.Labels("test", nil)},
+		&container.HostConfig{NetworkMode: "none"}, nil, nil, "")
+	if err != nil {
+		return "", 0, fmt.Errorf("create: %w", err)
+	}
+	defer cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	waitC, errC := cli.ContainerWait(ctx, c.ID, container.WaitConditionNextExit)
+	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+		return "", 0, fmt.Errorf("start: %w", err)
+	}
+	var code int
+	select {
+	case w := <-waitC:
+		code = int(w.StatusCode)
+	case err := <-errC:
+		return "", 0, fmt.Errorf("wait: %w", err)
+	}
+	logs, err := cli.ContainerLogs(ctx, c.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		return "", code, err
+	}
+	defer logs.Close()
+	var out bytes.Buffer
+	_, err = stdcopy.StdCopy(&out, &out, logs)
+	return out.String(), code, err
+}
+
+// imageID is the id at ref, "" when there is none.
+func imageID(t *testing.T, cli *client.Client, ref string) string {
+	t.Helper()
+	ins, err := cli.ImageInspect(context.Background(), ref)
+	if errdefs.IsNotFound(err) {
+		return ""
+	}
+	if err != nil {
+		t.Fatalf("inspect %s: %v", ref, err)
+	}
+	return ins.ID
+}
+
+// removeImage removes ref (or id) if it exists; for cleanups.
+func removeImage(cli *client.Client, ref string) {
+	_, _ = cli.ImageRemove(context.Background(), ref, dimage.RemoveOptions{PruneChildren: true})
+}
+
+// buildRunnerVersion builds agent-runner with another version stamped in:
+// a new runner binary, as a release would bring.
+func buildRunnerVersion(t *testing.T, version string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "agent-runner")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags",
+		"-X github.com/bogpad/terraform-provider-meepa/internal/version.Version="+version, "-o", p, "./cmd/agent-runner")
+	cmd.Dir = testutil.RepoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build agent-runner: %v\n%s", err, out)
+	}
+	return p
+}
+
+// patchedArchBinary copies the agent-runner with its ELF machine set to
+// aarch64 (amd64 hosts) or x86-64 (others): a binary the daemon can't run.
+func patchedArchBinary(t *testing.T, src string) string {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	machine := uint16(183) // EM_AARCH64
+	if data[18] == 183 {
+		machine = 62 // EM_X86_64
+	}
+	data[18], data[19] = byte(machine), byte(machine>>8)
+	p := filepath.Join(t.TempDir(), "agent-runner-foreign")
+	if err := os.WriteFile(p, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

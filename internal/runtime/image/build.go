@@ -1,0 +1,695 @@
+package image
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+
+	"github.com/docker/docker/api/types/build"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	dimage "github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
+	"github.com/docker/docker/pkg/jsonmessage"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+)
+
+// Pull is the policy for fetching the base image.
+type Pull string
+
+const (
+	// PullMissing pulls the base only when the daemon does not have it.
+	PullMissing Pull = "missing"
+	// PullAlways pulls the base before every build, even when a local copy
+	// exists; between builds the local copy is what plans are made from.
+	PullAlways Pull = "always"
+	// PullNever uses only a local base; a missing base is an error.
+	PullNever Pull = "never"
+)
+
+// Pulls lists every pull policy, default first.
+var Pulls = []Pull{PullMissing, PullAlways, PullNever}
+
+// Labels (under engine.LabelPrefix) that the images carry. Read builds the
+// state back from them, so import needs nothing but the tag.
+const (
+	ComponentContainer = "container-image"
+	ComponentIsolation = "isolation-image"
+
+	LabelContentHash    = engine.LabelPrefix + "content-hash"
+	LabelBaseImage      = engine.LabelPrefix + "base-image"
+	LabelBaseImageID    = engine.LabelPrefix + "base-image-id"
+	LabelPackages       = engine.LabelPrefix + "packages"
+	LabelPackageManager = engine.LabelPrefix + "package-manager"
+	LabelEnv            = engine.LabelPrefix + "env"
+	LabelContainerImage = engine.LabelPrefix + "container-image"
+	LabelRunnerSHA256   = engine.LabelPrefix + "runner-sha256"
+	LabelVersion        = engine.LabelPrefix + "version"
+	LabelTemplate       = engine.LabelPrefix + "template-version"
+)
+
+// ErrNotFound marks an image that is not on the daemon.
+var ErrNotFound = errors.New("image not found")
+
+// ErrInUse marks an image a container still uses.
+var ErrInUse = errors.New("image is in use")
+
+// Builder builds, reads and deletes images on one daemon.
+type Builder struct {
+	cli client.APIClient
+}
+
+// NewBuilder returns a Builder on cli.
+func NewBuilder(cli client.APIClient) *Builder { return &Builder{cli: cli} }
+
+// Names are the tags and Dockerfile that follow from a spec, a version and
+// (when known) the base image's id: what a plan can show before building.
+type Names struct {
+	ContentHash string // "" when the base id is unknown
+	Image       string // container tag, or the base reference without a container layer; "" when unknown
+	Isolated    string // "" when unknown
+	Dockerfile  string // "" without a container layer
+}
+
+// Plan derives the names. baseID may be empty (base not pulled yet): the
+// hash, and the tags that depend on it, stay empty then.
+func Plan(s Spec, version, baseID string) (Names, error) {
+	var n Names
+	if err := s.Validate(); err != nil {
+		return n, err
+	}
+	if s.HasContainerLayer() {
+		df, err := RenderContainer(s)
+		if err != nil {
+			return n, err
+		}
+		n.Dockerfile = df
+	}
+	if baseID != "" {
+		n.ContentHash = ContentHash(baseID, s)
+	}
+	switch {
+	case !s.HasContainerLayer():
+		n.Image = s.BaseImage
+		n.Isolated = IsolatedTag(version, s.BaseImage)
+	case n.ContentHash != "":
+		n.Image = ContainerTag(n.ContentHash)
+		n.Isolated = IsolatedTag(version, n.Image)
+	}
+	return n, nil
+}
+
+// Request is one build of a container image and its isolation image.
+type Request struct {
+	Spec Spec
+	Pull Pull
+	// Version goes into the isolation tag (the provider's version; the
+	// runner is released with it).
+	Version string
+	Runner  Binary
+	// OnLog receives each line of pull and build output as it streams.
+	OnLog func(line string)
+}
+
+// Result is what a build made.
+type Result struct {
+	Names
+	BaseImageID   string
+	ImageID       string // the container image's id, or the base's without a container layer
+	IsolatedID    string
+	RunnerSHA256  string
+	RunnerVersion string
+	// Warnings are things that did not fail the build but the user should
+	// see, such as an old image kept because a container still uses it.
+	Warnings []string
+}
+
+// DaemonPlatform returns the daemon's OS and GOARCH.
+func (b *Builder) DaemonPlatform(ctx context.Context) (osName, arch string, err error) {
+	v, err := b.cli.ServerVersion(ctx)
+	if err != nil {
+		return "", "", fmt.Errorf("docker version: %w", err)
+	}
+	return v.Os, v.Arch, nil
+}
+
+// CheckRunner fails with ErrArchMismatch unless the runner runs on the
+// daemon (a Linux daemon of the binary's architecture).
+func (b *Builder) CheckRunner(ctx context.Context, bin Binary) error {
+	osName, arch, err := b.DaemonPlatform(ctx)
+	if err != nil {
+		return err
+	}
+	if osName != "linux" {
+		return fmt.Errorf("the Docker daemon runs %s containers; isolation images need a Linux daemon", osName)
+	}
+	return bin.CheckArch(arch)
+}
+
+// BaseID returns the local id of ref, or "" (and no error) when the daemon
+// does not have it.
+func (b *Builder) BaseID(ctx context.Context, ref string) (string, error) {
+	ins, err := b.cli.ImageInspect(ctx, ref)
+	if errdefs.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("inspect base image %s: %w", ref, err)
+	}
+	return ins.ID, nil
+}
+
+// Build makes the container image (unless there is no container layer, or
+// an image with the same content hash is already there) and the isolation
+// image, then runs `agent-runner version` inside it once: that proves the
+// image runs and gives the version without executing a foreign binary on
+// this host. An older image that the isolation tag pointed at is removed.
+func (b *Builder) Build(ctx context.Context, req Request) (Result, error) {
+	var res Result
+	logf := req.OnLog
+	if logf == nil {
+		logf = func(string) {}
+	}
+	if err := req.Spec.Validate(); err != nil {
+		return res, err
+	}
+	if err := b.CheckRunner(ctx, req.Runner); err != nil {
+		return res, err
+	}
+	baseID, err := b.ensureBase(ctx, req.Spec.BaseImage, req.Pull, logf)
+	if err != nil {
+		return res, err
+	}
+	names, err := Plan(req.Spec, req.Version, baseID)
+	if err != nil {
+		return res, err
+	}
+	res.Names, res.BaseImageID, res.RunnerSHA256 = names, baseID, req.Runner.SHA256
+
+	res.ImageID = baseID
+	if req.Spec.HasContainerLayer() {
+		id, err := b.containerImage(ctx, req.Spec, names, baseID, logf)
+		if err != nil {
+			return res, err
+		}
+		res.ImageID = id
+	}
+
+	oldID := ""
+	if old, err := b.cli.ImageInspect(ctx, names.Isolated); err == nil && old.Config != nil &&
+		old.Config.Labels[engine.LabelManagedBy] == engine.ManagedByValue {
+		oldID = old.ID
+	}
+	labels := isolationLabels(req, names, baseID)
+	ctxTar, err := buildContext(RenderIsolation(names.Image), map[string][]byte{}, req.Runner.Path)
+	if err != nil {
+		return res, err
+	}
+	res.IsolatedID, err = b.build(ctx, names.Isolated, ctxTar, labels, logf)
+	if err != nil {
+		return res, fmt.Errorf("build isolation image %s: %w", names.Isolated, err)
+	}
+	if oldID != "" && oldID != res.IsolatedID {
+		// A new runner binary (or template) for the same tag: the old image
+		// is now untagged and would linger as <none> forever.
+		if err := b.removeID(ctx, oldID); err != nil {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("the previous isolation image %s was kept: %v", shortID(oldID), err))
+		}
+	}
+	res.RunnerVersion, err = b.RunnerVersion(ctx, res.IsolatedID, req.Runner)
+	if err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+func (b *Builder) containerImage(ctx context.Context, s Spec, n Names, baseID string, logf func(string)) (string, error) {
+	if ins, err := b.cli.ImageInspect(ctx, n.Image); err == nil && ins.Config != nil &&
+		ins.Config.Labels[LabelContentHash] == n.ContentHash {
+		logf(fmt.Sprintf("container image %s is up to date (%s)", n.Image, shortID(ins.ID)))
+		return ins.ID, nil
+	}
+	labels := engine.Labels(ComponentContainer, map[string]string{
+		LabelContentHash: n.ContentHash,
+		LabelBaseImage:   s.BaseImage,
+		LabelBaseImageID: baseID,
+		LabelTemplate:    TemplateVersion,
+	})
+	tarball, err := buildContext(n.Dockerfile, nil, "")
+	if err != nil {
+		return "", err
+	}
+	id, err := b.build(ctx, n.Image, tarball, labels, logf)
+	if err != nil {
+		return "", fmt.Errorf("build container image %s: %w", n.Image, err)
+	}
+	return id, nil
+}
+
+func isolationLabels(req Request, n Names, baseID string) map[string]string {
+	pkgs, _ := json.Marshal(req.Spec.sortedPackages())
+	env := "{}"
+	if len(req.Spec.Env) > 0 {
+		e, _ := json.Marshal(req.Spec.Env) // keys sorted by encoding/json
+		env = string(e)
+	}
+	return engine.Labels(ComponentIsolation, map[string]string{
+		LabelContentHash:    n.ContentHash,
+		LabelContainerImage: n.Image,
+		LabelBaseImage:      req.Spec.BaseImage,
+		LabelBaseImageID:    baseID,
+		LabelPackages:       string(pkgs),
+		LabelPackageManager: string(req.Spec.manager()),
+		LabelEnv:            env,
+		LabelRunnerSHA256:   req.Runner.SHA256,
+		LabelVersion:        req.Version,
+		LabelTemplate:       TemplateVersion,
+	})
+}
+
+// ensureBase makes sure the base is on the daemon per the pull policy and
+// returns its id.
+func (b *Builder) ensureBase(ctx context.Context, ref string, pull Pull, logf func(string)) (string, error) {
+	id, err := b.BaseID(ctx, ref)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case pull == PullNever && id == "":
+		return "", fmt.Errorf("base image %s is not on the Docker daemon and pull is %q: build or load it first "+
+			"(docker build / docker load), or set pull to %q", ref, PullNever, PullMissing)
+	case pull == PullNever, pull == PullMissing && id != "":
+		return id, nil
+	}
+	logf("pulling " + ref)
+	rc, err := b.cli.ImagePull(ctx, ref, dimage.PullOptions{})
+	if err == nil {
+		_, err = readStream(rc, logf)
+		rc.Close()
+	}
+	if err != nil {
+		return "", fmt.Errorf("pull base image %s: %w (is its registry reachable? A locally built base needs pull = %q)", ref, err, PullNever)
+	}
+	id, err = b.BaseID(ctx, ref)
+	if err != nil {
+		return "", err
+	}
+	if id == "" {
+		return "", fmt.Errorf("pull base image %s: the daemon reports success but has no such image", ref)
+	}
+	return id, nil
+}
+
+// build runs one legacy-builder build from a tar context and returns the
+// image id. On failure the error carries the last lines of the build log.
+func (b *Builder) build(ctx context.Context, tag string, tarball io.Reader, labels map[string]string, logf func(string)) (string, error) {
+	resp, err := b.cli.ImageBuild(ctx, tarball, build.ImageBuildOptions{
+		Tags:        []string{tag},
+		Labels:      labels,
+		Remove:      true,
+		ForceRemove: true,
+		PullParent:  false,
+		Version:     build.BuilderV1,
+	})
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	id, err := readStream(resp.Body, logf)
+	if err != nil {
+		return "", err
+	}
+	// The legacy builder reports the id in an aux message; the tag is the
+	// fallback and also proves the tag was set.
+	ins, ierr := b.cli.ImageInspect(ctx, tag)
+	if ierr != nil {
+		return "", fmt.Errorf("inspect built image: %w", ierr)
+	}
+	if id != "" && id != ins.ID {
+		return "", fmt.Errorf("built image %s but %s points at %s (a concurrent build?)", shortID(id), tag, shortID(ins.ID))
+	}
+	return ins.ID, nil
+}
+
+// ansi matches the colour codes the legacy builder wraps stderr in.
+var ansi = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
+
+// tailLines is how many build log lines a failed build's error carries.
+const tailLines = 20
+
+// readStream decodes a pull or build JSON stream, hands each output line to
+// logf, and returns the aux image id, or an error that ends with the last
+// lines of output.
+func readStream(r io.Reader, logf func(string)) (string, error) {
+	var tail []string
+	keep := func(line string) {
+		line = ansi.ReplaceAllString(line, "")
+		logf(line)
+		tail = append(tail, line)
+		if len(tail) > tailLines {
+			tail = tail[1:]
+		}
+	}
+	fail := func(err error) error {
+		if len(tail) == 0 {
+			return err
+		}
+		return fmt.Errorf("%w\n\nlast lines of the build log:\n%s", err, strings.Join(tail, "\n"))
+	}
+	dec := json.NewDecoder(r)
+	var id string
+	for {
+		var m jsonmessage.JSONMessage
+		if err := dec.Decode(&m); err == io.EOF {
+			return id, nil
+		} else if err != nil {
+			return "", fail(fmt.Errorf("read build output: %w", err))
+		}
+		for _, line := range strings.Split(strings.TrimRight(m.Stream, "\n"), "\n") {
+			if strings.TrimSpace(line) != "" {
+				keep(line)
+			}
+		}
+		if m.Status != "" {
+			keep(strings.TrimSpace(m.ID + " " + m.Status))
+		}
+		if m.Error != nil {
+			return "", fail(errors.New(m.Error.Message))
+		}
+		if m.ErrorMessage != "" {
+			return "", fail(errors.New(m.ErrorMessage))
+		}
+		if m.Aux != nil {
+			var aux struct{ ID string }
+			if json.Unmarshal(*m.Aux, &aux) == nil && aux.ID != "" {
+				id = aux.ID
+			}
+		}
+	}
+}
+
+// buildContext makes the tar build context: the Dockerfile, files, and the
+// runner (read from runnerPath, when set) as "agent-runner", mode 0755.
+func buildContext(dockerfile string, files map[string][]byte, runnerPath string) (io.Reader, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	add := func(name string, mode int64, data []byte) error {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
+			return err
+		}
+		_, err := tw.Write(data)
+		return err
+	}
+	if err := add("Dockerfile", 0o644, []byte(dockerfile)); err != nil {
+		return nil, fmt.Errorf("build context: %w", err)
+	}
+	for name, data := range files {
+		if err := add(name, 0o644, data); err != nil {
+			return nil, fmt.Errorf("build context: %w", err)
+		}
+	}
+	if runnerPath != "" {
+		data, err := os.ReadFile(runnerPath)
+		if err != nil {
+			return nil, fmt.Errorf("read agent-runner: %w", err)
+		}
+		if err := add("agent-runner", 0o755, data); err != nil {
+			return nil, fmt.Errorf("build context: %w", err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("build context: %w", err)
+	}
+	return &buf, nil
+}
+
+// RunnerVersion runs `agent-runner version` once in ref (no network,
+// read-only, no capabilities) and returns the version it prints.
+func (b *Builder) RunnerVersion(ctx context.Context, ref string, bin Binary) (string, error) {
+	out, code, err := b.run(ctx, ref, []string{RunnerPath, "version"})
+	if err != nil {
+		return "", fmt.Errorf("run agent-runner version in %s: %w", ref, err)
+	}
+	if code != 0 {
+		hint := ""
+		if bin.Interp != "" {
+			hint = fmt.Sprintf(" (agent-runner is dynamically linked and needs %s; build it with CGO_ENABLED=0)", bin.Interp)
+		}
+		return "", fmt.Errorf("agent-runner version in %s exited %d%s: %s", ref, code, hint, strings.TrimSpace(out))
+	}
+	v, err := ParseRunnerVersion(out)
+	if err != nil {
+		return "", fmt.Errorf("agent-runner version in %s: %w", ref, err)
+	}
+	return v, nil
+}
+
+// ParseRunnerVersion takes the version from `agent-runner version` output,
+// "agent-runner <version> (commit <c>, <os>/<arch>)".
+func ParseRunnerVersion(out string) (string, error) {
+	f := strings.Fields(out)
+	if len(f) < 2 || f[0] != "agent-runner" {
+		return "", fmt.Errorf("unexpected output %q", strings.TrimSpace(out))
+	}
+	return f[1], nil
+}
+
+// run runs cmd in a throw-away, locked-down container and returns its
+// combined output and exit code.
+func (b *Builder) run(ctx context.Context, ref string, cmd []string) (string, int, error) {
+	created, err := b.cli.ContainerCreate(ctx,
+		&container.Config{Image: ref, Cmd: cmd, Entrypoint: []string{}, Labels: engine.Labels("image-check", nil)},
+		&container.HostConfig{
+			NetworkMode:    "none",
+			ReadonlyRootfs: true,
+			CapDrop:        []string{"ALL"},
+			SecurityOpt:    []string{"no-new-privileges"},
+		}, &network.NetworkingConfig{}, nil, "")
+	if err != nil {
+		return "", 0, fmt.Errorf("container create: %w", err)
+	}
+	defer func() {
+		// A fresh context: the container must go even when ctx is done.
+		_ = b.cli.ContainerRemove(context.WithoutCancel(ctx), created.ID, container.RemoveOptions{Force: true})
+	}()
+	waitC, errC := b.cli.ContainerWait(ctx, created.ID, container.WaitConditionNextExit)
+	if err := b.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		return "", 0, fmt.Errorf("container start: %w", err)
+	}
+	var code int
+	select {
+	case w := <-waitC:
+		if w.Error != nil {
+			return "", 0, fmt.Errorf("container wait: %s", w.Error.Message)
+		}
+		code = int(w.StatusCode)
+	case err := <-errC:
+		return "", 0, fmt.Errorf("container wait: %w", err)
+	}
+	logs, err := b.cli.ContainerLogs(ctx, created.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		return "", code, fmt.Errorf("container logs: %w", err)
+	}
+	defer logs.Close()
+	var out bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &out, logs); err != nil {
+		return "", code, fmt.Errorf("container logs: %w", err)
+	}
+	return out.String(), code, nil
+}
+
+// Observed is an isolation image as the daemon has it, with what its labels
+// say it was built from. A foreign image at the tag has no labels: every
+// field that comes from one is then empty.
+type Observed struct {
+	IsolatedID   string
+	Managed      bool
+	Spec         Spec
+	ContentHash  string
+	RunnerSHA256 string
+	Image        string // the image it layers onto (label)
+	ImageID      string // that image's current id; "" when it is gone
+	// ImageContentHash is the content hash label of the image now at Image;
+	// it differs from ContentHash when that tag was moved out of band.
+	ImageContentHash string
+	BaseImageID      string // the base's id when it was built (label)
+}
+
+// Read inspects the isolation image at tag; ErrNotFound when it is gone.
+func (b *Builder) Read(ctx context.Context, tag string) (Observed, error) {
+	var o Observed
+	ins, err := b.cli.ImageInspect(ctx, tag)
+	if errdefs.IsNotFound(err) {
+		return o, ErrNotFound
+	}
+	if err != nil {
+		return o, fmt.Errorf("inspect %s: %w", tag, err)
+	}
+	o.IsolatedID = ins.ID
+	var l map[string]string
+	if ins.Config != nil {
+		l = ins.Config.Labels
+	}
+	o.Managed = l[engine.LabelManagedBy] == engine.ManagedByValue && l[engine.LabelComponent] == ComponentIsolation
+	if !o.Managed {
+		return o, nil
+	}
+	o.ContentHash = l[LabelContentHash]
+	o.RunnerSHA256 = l[LabelRunnerSHA256]
+	o.Image = l[LabelContainerImage]
+	o.BaseImageID = l[LabelBaseImageID]
+	o.Spec = Spec{BaseImage: l[LabelBaseImage], Manager: Manager(l[LabelPackageManager])}
+	if err := json.Unmarshal([]byte(l[LabelPackages]), &o.Spec.Packages); err != nil && l[LabelPackages] != "" {
+		return o, fmt.Errorf("%s: label %s: %w", tag, LabelPackages, err)
+	}
+	if err := json.Unmarshal([]byte(l[LabelEnv]), &o.Spec.Env); err != nil && l[LabelEnv] != "" {
+		return o, fmt.Errorf("%s: label %s: %w", tag, LabelEnv, err)
+	}
+	if len(o.Spec.Env) == 0 {
+		o.Spec.Env = nil
+	}
+	if len(o.Spec.Packages) == 0 {
+		o.Spec.Packages = nil
+	}
+	if o.Image != "" {
+		if img, err := b.cli.ImageInspect(ctx, o.Image); err == nil {
+			o.ImageID = img.ID
+			if img.Config != nil {
+				o.ImageContentHash = img.Config.Labels[LabelContentHash]
+			}
+		} else if !errdefs.IsNotFound(err) {
+			return o, fmt.Errorf("inspect %s: %w", o.Image, err)
+		}
+	}
+	return o, nil
+}
+
+// Target names what Delete removes. Container is empty when the isolation
+// image layered straight onto the base (which is never removed).
+type Target struct {
+	Isolated, IsolatedID   string
+	Container, ContainerID string
+}
+
+// Delete removes the isolation image and the container image it made. An
+// image a container still uses is an ErrInUse naming the containers, and
+// nothing is removed; an image already gone is done. The container image
+// stays while another isolation image is built on it.
+func (b *Builder) Delete(ctx context.Context, t Target) error {
+	if err := b.checkUnused(ctx, t.IsolatedID, t.ContainerID); err != nil {
+		return err
+	}
+	if err := b.removeTagged(ctx, t.Isolated, t.IsolatedID); err != nil {
+		return err
+	}
+	if t.Container == "" {
+		return nil
+	}
+	others, err := b.cli.ImageList(ctx, dimage.ListOptions{
+		All:     true,
+		Filters: filters.NewArgs(filters.Arg("label", LabelContainerImage+"="+t.Container)),
+	})
+	if err != nil {
+		return fmt.Errorf("list isolation images on %s: %w", t.Container, err)
+	}
+	for _, o := range others {
+		if o.ID != t.IsolatedID {
+			return nil // still the base of another isolation image
+		}
+	}
+	return b.removeTagged(ctx, t.Container, t.ContainerID)
+}
+
+// removeTagged removes tag when it still points at id. When the tag has
+// moved on (a rebuild, or someone else's image), only our old image id is
+// removed, never what the tag now names.
+func (b *Builder) removeTagged(ctx context.Context, tag, id string) error {
+	ins, err := b.cli.ImageInspect(ctx, tag)
+	switch {
+	case errdefs.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("inspect %s: %w", tag, err)
+	case id == "" || ins.ID == id:
+		if _, err := b.cli.ImageRemove(ctx, tag, dimage.RemoveOptions{PruneChildren: true}); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("remove image %s: %w", tag, err)
+		}
+		return nil
+	}
+	if id == "" {
+		return nil
+	}
+	return b.removeID(ctx, id)
+}
+
+// removeID removes an untagged image of ours by id; gone is done.
+func (b *Builder) removeID(ctx context.Context, id string) error {
+	ins, err := b.cli.ImageInspect(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", shortID(id), err)
+	}
+	if ins.Config == nil || ins.Config.Labels[engine.LabelManagedBy] != engine.ManagedByValue {
+		return nil
+	}
+	if err := b.checkUnused(ctx, id); err != nil {
+		return err
+	}
+	if len(ins.RepoTags) > 0 {
+		return nil // tagged again by someone: theirs now
+	}
+	if _, err := b.cli.ImageRemove(ctx, id, dimage.RemoveOptions{PruneChildren: true}); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("remove image %s: %w", shortID(id), err)
+	}
+	return nil
+}
+
+// checkUnused returns ErrInUse naming every container (running or not)
+// created from one of ids.
+func (b *Builder) checkUnused(ctx context.Context, ids ...string) error {
+	var users []string
+	for _, id := range ids {
+		if id == "" {
+			continue
+		}
+		cs, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("ancestor", id))})
+		if err != nil {
+			return fmt.Errorf("list containers of %s: %w", shortID(id), err)
+		}
+		for _, c := range cs {
+			if c.ImageID != id {
+				continue // built on a child image, which keeps its own layers
+			}
+			name := c.ID[:12]
+			if len(c.Names) > 0 {
+				name = strings.TrimPrefix(c.Names[0], "/")
+			}
+			users = append(users, fmt.Sprintf("%s (%s, image %s)", name, c.State, shortID(id)))
+		}
+	}
+	if len(users) > 0 {
+		return fmt.Errorf("%w: used by container(s) %s; remove them first (or the meepa_agent that runs them), "+
+			"or set keep_locally = true to leave the image", ErrInUse, strings.Join(users, ", "))
+	}
+	return nil
+}
+
+func shortID(id string) string {
+	id = strings.TrimPrefix(id, "sha256:")
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
