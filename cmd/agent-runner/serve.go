@@ -57,6 +57,11 @@ func runServe(args []string) int {
 		log.Error("config", "error", err)
 		return 1
 	}
+	if *unrestricted {
+		// The host backend repeats this for every config it is made with
+		// (file_access.unrestricted too); this names the flag.
+		log.Warn("started with --unrestricted: without container mode, agents run with NO Landlock file access or network rules")
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	srv, err := runner.New(ctx, cfg, runner.Options{Logger: log})

@@ -159,6 +159,9 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 
 	final, done := "", false
 	for step := 0; step < maxSteps && !done; step++ {
+		if ctx.Err() != nil {
+			return finish(ErrKindInternal, fmt.Errorf("cancelled before step %d: %w", step+1, ctx.Err()))
+		}
 		completion.Messages = msgs
 		ans, err := client.Complete(ctx, completion)
 		if err != nil {

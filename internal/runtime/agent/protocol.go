@@ -7,11 +7,20 @@ type LLMConfig struct {
 	// Provider is "openai" (any OpenAI-compatible chat completions endpoint),
 	// "anthropic", or "offline" (the embedded deterministic responder).
 	Provider string `json:"provider"`
-	Model    string `json:"model,omitempty"`
-	BaseURL  string `json:"base_url,omitempty"`
+	// Model is required for openai and anthropic.
+	Model string `json:"model,omitempty"`
+	// BaseURL is the API root. For openai it includes the version path, as
+	// the OpenAI SDKs take it (http://ollama:11434/v1; default
+	// https://api.openai.com/v1/); for anthropic it does not (default
+	// https://api.anthropic.com/; the SDK adds v1/messages). LLM calls honour
+	// HTTP(S)_PROXY in agent-run's environment.
+	BaseURL string `json:"base_url,omitempty"`
 	// APIKey travels only inside the stdin request; it is never written to
 	// disk, an env var (unless credential injection is on) or a log.
 	APIKey string `json:"api_key,omitempty"`
+	// MaxTokens bounds each model answer; 0 is the provider default
+	// (Anthropic requires one: 4096).
+	MaxTokens int `json:"max_tokens,omitempty"`
 }
 
 // Message is the inbound message.
@@ -35,8 +44,9 @@ type Request struct {
 	InjectSecretsEnv     bool              `json:"inject_secrets_env"`
 	RedactSecrets        bool              `json:"redact_secrets"`
 	// Env is extra environment for tool processes.
-	Env      map[string]string `json:"env,omitempty"`
-	MaxSteps int               `json:"max_steps,omitempty"`
+	Env map[string]string `json:"env,omitempty"`
+	// MaxSteps bounds the model turns; 0 means 8, at most 100.
+	MaxSteps int `json:"max_steps,omitempty"`
 }
 
 // ToolCall is one tool invocation inside a step.

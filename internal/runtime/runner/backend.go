@@ -11,6 +11,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
 // Modes reported by /healthz.
@@ -19,16 +20,12 @@ const (
 	ModeHost      = "host"
 )
 
-// ErrHostModeUnavailable is returned for a config without container mode
-// while this build has no host (Landlock) backend. It fails closed: never
-// an unsandboxed agent.
-var ErrHostModeUnavailable = errors.New("host mode (Landlock file access) is not available in this build; set container_mode.enabled")
-
 // NewBackend is the one place that picks the sandbox for a config: the
 // Docker per-message container with container mode, else the host backend.
 func NewBackend(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox.Backend, string, error) {
 	if !cfg.Container.Enabled {
-		return nil, ModeHost, ErrHostModeUnavailable
+		h, err := sandbox.NewHost(HostOptions(cfg, log))
+		return h, ModeHost, err
 	}
 	cli, err := engine.Connect(ctx, engine.Options{Host: cfg.DockerHost})
 	if err != nil {
@@ -71,6 +68,20 @@ func DockerOptions(cfg *Config, log hclog.Logger) sandbox.DockerOptions {
 			"workspace", cfg.Workspace, "user", userOrDefault(cm.User))
 	}
 	return o
+}
+
+// HostOptions maps a runner config onto the host (Landlock) backend's
+// options: the same memory, pids and timeout settings as container mode.
+func HostOptions(cfg *Config, log hclog.Logger) sandbox.HostOptions {
+	return sandbox.HostOptions{
+		AgentID:     cfg.AgentID,
+		Workspace:   cfg.Workspace,
+		FileAccess:  landlock.FileAccess(cfg.FileAccess),
+		MemoryLimit: cfg.Container.MemoryLimit,
+		PidsLimit:   cfg.Container.PidsLimit,
+		Env:         cfg.Env,
+		Logger:      log,
+	}
 }
 
 func userOrDefault(u string) string {

@@ -81,6 +81,11 @@ type FileAccess struct {
 	Deny              []string `json:"deny,omitempty"`
 	AllowHomeDotfiles bool     `json:"allow_home_dotfiles"`
 	AllowNetwork      bool     `json:"allow_network"`
+	// HomeDir is the home directory whose dotfiles allow_home_dotfiles
+	// governs: the real user's home on the host (the provider sets it);
+	// empty means the runner's own $HOME. Keep the fields in step with
+	// landlock.FileAccess, which converts from this type.
+	HomeDir string `json:"home_dir,omitempty"`
 }
 
 // Timeout is the per-message limit.

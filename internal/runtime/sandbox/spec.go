@@ -159,10 +159,16 @@ func HardenedSpec(s Spec, messageID string) (*container.Config, *container.HostC
 		env = append(env, k+"="+s.Env[k])
 	}
 
-	tmpOpts := "rw,nosuid,nodev,size=" + TmpSize + ",mode=1777"
+	// Docker copies the image's /tmp mode and owner onto the tmpfs (so an
+	// image with a 0755 /tmp would leave it unwritable); owning it by the
+	// container user makes it writable whatever the image says. Docker adds
+	// noexec unless exec is asked for.
+	uid, gid, _ := strings.Cut(user, ":")
+	exec := "exec"
 	if s.TmpNoexec {
-		tmpOpts = "rw,nosuid,nodev,noexec,size=" + TmpSize + ",mode=1777"
+		exec = "noexec"
 	}
+	tmpOpts := "rw," + exec + ",nosuid,nodev,size=" + TmpSize + ",mode=1777,uid=" + uid + ",gid=" + gid
 
 	labels := engine.Labels(Component, map[string]string{"agent": s.AgentID, "message": messageID})
 	cfg := &container.Config{

@@ -99,7 +99,7 @@ func checkCIS(t *testing.T, cfg *container.Config, hc *container.HostConfig, mou
 	if m.BindOptions != nil && (m.BindOptions.Propagation == mount.PropagationShared || m.BindOptions.Propagation == mount.PropagationRShared) {
 		t.Errorf("5.19: propagation %s", m.BindOptions.Propagation)
 	}
-	if len(hc.Tmpfs) != 1 || !strings.Contains(hc.Tmpfs["/tmp"], "size=256m") || !strings.Contains(hc.Tmpfs["/tmp"], "nosuid") {
+	if tmp := hc.Tmpfs["/tmp"]; len(hc.Tmpfs) != 1 || !strings.Contains(tmp, "size=256m") || !strings.Contains(tmp, "nosuid") || !strings.Contains(tmp, "uid=65534,gid=65534") {
 		t.Errorf("tmpfs = %v, want only /tmp of 256m nosuid", hc.Tmpfs)
 	}
 	// 4.1 a non-root user.
@@ -183,7 +183,7 @@ func TestHardenedSpecOptions(t *testing.T) {
 	if !slices.Contains(cfg.Env, "http_proxy=http://proxy:3128") || !slices.Contains(cfg.Env, "HOME=/workspace") || slices.Contains(cfg.Env, "HOME=/root") {
 		t.Errorf("env %v", cfg.Env)
 	}
-	if !strings.Contains(hc.Tmpfs["/tmp"], "noexec") || hc.Runtime != "runsc" {
+	if !strings.Contains(hc.Tmpfs["/tmp"], ",noexec,") || hc.Runtime != "runsc" {
 		t.Errorf("tmpfs %v runtime %q", hc.Tmpfs, hc.Runtime)
 	}
 	s.Network, s.Networks = "bridge", nil

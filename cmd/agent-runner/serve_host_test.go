@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// hostServe runs `agent-runner serve` in host mode (no container mode) on a
+// unix socket and returns an HTTP client for it and the service's stderr.
+func hostServe(t *testing.T, fa runner.FileAccess, env []string, flags ...string) (*http.Client, *bytes.Buffer) {
+	t.Helper()
+	bin := testutil.RunnerBinary(t)
+	dir := t.TempDir()
+	ws := filepath.Join(dir, "workspace")
+	if err := os.Mkdir(ws, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "runner.sock")
+	cfg := &runner.Config{
+		AgentID:    "tf-acc-host",
+		Workspace:  ws,
+		Listen:     "unix://" + sock,
+		Token:      "test-token",
+		Container:  runner.ContainerMode{TimeoutSeconds: 60},
+		FileAccess: fa,
+	}
+	cfg.LLM.Provider = "offline"
+	cfgPath := filepath.Join(dir, "runner.json")
+	if err := runner.WriteConfig(cfgPath, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, append([]string{"serve", "--config", cfgPath}, flags...)...)
+	cmd.Env = append(os.Environ(), env...)
+	stderr := &bytes.Buffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	})
+	c := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		},
+	}}
+	for i := 0; ; i++ {
+		resp, err := c.Get("http://runner/healthz")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if i > 200 {
+			t.Fatalf("serve did not come up: %v\n%s", err, stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return c, stderr
+}
+
+// post sends a message and returns the status and the decoded body.
+func post(t *testing.T, c *http.Client, text string) (int, map[string]any) {
+	t.Helper()
+	body, _ := json.Marshal(runner.MessageRequest{Text: text})
+	req, _ := http.NewRequest(http.MethodPost, "http://runner/v1/messages", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer test-token")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("body %q: %v", raw, err)
+	}
+	return resp.StatusCode, m
+}
+
+func TestServeHostMode(t *testing.T) {
+	if landlock.DetectABI() < landlock.MinNetABI {
+		t.Skip("kernel without Landlock ABI 4")
+	}
+	root := t.TempDir()
+	a := filepath.Join(root, "a")
+	b := filepath.Join(root, "b")
+	secret := filepath.Join(b, "secret")
+	for _, d := range []string{a, secret} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(a, "data.txt"), []byte("read-me"), 0o644)
+	os.WriteFile(filepath.Join(secret, "key"), []byte("top-secret"), 0o644)
+	fa := runner.FileAccess{AllowRead: []string{a}, AllowReadWrite: []string{b}, Deny: []string{secret}, AllowNetwork: true}
+
+	c, _ := hostServe(t, fa, nil)
+	resp, err := c.Get("http://runner/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h map[string]any
+	json.NewDecoder(resp.Body).Decode(&h)
+	resp.Body.Close()
+	if h["mode"] != "host" || h["landlock_abi"] != float64(landlock.DetectABI()) {
+		t.Errorf("healthz = %v, want mode host and landlock_abi %d", h, landlock.DetectABI())
+	}
+
+	status, m := post(t, c, "!sh cat "+filepath.Join(a, "data.txt"))
+	if status != 200 || !strings.Contains(fmt.Sprint(m["reply"]), "read-me") {
+		t.Errorf("reading A over HTTP: %d %v", status, m)
+	}
+	status, m = post(t, c, "!sh cat "+filepath.Join(secret, "key"))
+	if reply := fmt.Sprint(m["reply"]); status != 200 || !strings.HasPrefix(reply, "exit 1") || !strings.Contains(reply, "Permission denied") || strings.Contains(reply, "top-secret") {
+		t.Errorf("reading B/secret over HTTP: %d %v", status, m)
+	}
+
+	// --unrestricted: a warning at start, and no rules.
+	c2, stderr := hostServe(t, fa, nil, "--unrestricted")
+	status, m = post(t, c2, "!sh cat "+filepath.Join(secret, "key"))
+	if status != 200 || !strings.Contains(fmt.Sprint(m["reply"]), "top-secret") {
+		t.Errorf("unrestricted read: %d %v", status, m)
+	}
+	if !strings.Contains(stderr.String(), "[WARN]") || !strings.Contains(stderr.String(), "UNRESTRICTED") {
+		t.Errorf("serve --unrestricted logged no warning:\n%s", stderr)
+	}
+}
+
+func TestServeHostModeFailsClosed(t *testing.T) {
+	if landlock.DetectABI() < 1 {
+		t.Skip("kernel without Landlock")
+	}
+	// The test hook makes the service see a kernel with ABI 3: TCP rules
+	// cannot be enforced, so a message with allow_network = false must fail
+	// with a sandbox error and run nothing.
+	c, _ := hostServe(t, runner.FileAccess{AllowNetwork: false}, []string{landlock.MaxABIEnv + "=3"})
+	status, m := post(t, c, "!sh echo ran")
+	e, _ := m["error"].(map[string]any)
+	if status != http.StatusInternalServerError || e["kind"] != "sandbox" ||
+		!strings.Contains(fmt.Sprint(e["message"]), "need Landlock ABI 4 or newer, and this kernel has Landlock ABI 3") {
+		t.Errorf("ABI 3 with allow_network = false: %d %v", status, m)
+	}
+	resp, err := c.Get("http://runner/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h map[string]any
+	json.NewDecoder(resp.Body).Decode(&h)
+	resp.Body.Close()
+	if h["landlock_abi"] != float64(3) {
+		t.Errorf("healthz landlock_abi = %v, want the overridden 3", h["landlock_abi"])
+	}
+}

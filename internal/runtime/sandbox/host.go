@@ -1,0 +1,447 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
+)
+
+// HostOptions configure the host backend. Zero values are the documented
+// defaults.
+type HostOptions struct {
+	AgentID string
+	// Workspace is the agent's workspace: the child's HOME and working
+	// directory, always read-write.
+	Workspace  string
+	FileAccess landlock.FileAccess
+	// RunnerBinary is the agent-runner executable the child runs
+	// (`landlock-exec`, which execs `agent-run`); default: this process's
+	// own executable.
+	RunnerBinary string
+	// MemoryLimit is a Docker size ("512m"); default DefaultMemoryLimit. It
+	// becomes RLIMIT_DATA of every process of the agent.
+	MemoryLimit string
+	// PidsLimit bounds the agent's processes and threads; default
+	// DefaultPidsLimit. Enforced with a pids cgroup when this process may
+	// make one, else with RLIMIT_NPROC.
+	PidsLimit int64
+	// TmpRoot is where each message's private TMPDIR is made; default
+	// os.TempDir().
+	TmpRoot string
+	// Env is extra non-secret environment for the agent loop (e.g. a
+	// ThreeGate role's http_proxy).
+	Env    map[string]string
+	Logger hclog.Logger
+}
+
+// Host runs each message as a fresh child process on this machine: the
+// child (`agent-runner landlock-exec`) restricts itself with the agent's
+// Landlock ruleset, drops every capability, installs a socket filter and
+// only then execs `agent-runner agent-run`, which reads the request. The
+// runner itself is never restricted.
+//
+// Memory: RLIMIT_DATA, not RLIMIT_AS. The Go runtime reserves about 700 MB
+// of address space at start (measured: agent-runner dies at start under
+// `ulimit -v 524288` and runs under 786432), so an address-space limit equal
+// to memory_limit would stop every Go program, while RLIMIT_DATA counts the
+// private writable memory actually mapped, which is what a heap grows.
+// Like any rlimit it is per process.
+type Host struct {
+	opts     HostOptions
+	log      hclog.Logger
+	memBytes int64
+	pids     int64
+	home     string
+}
+
+// NewHost checks the options. It does not require Landlock: each message
+// checks the kernel and fails closed, so /healthz can still report why.
+func NewHost(o HostOptions) (*Host, error) {
+	if o.Workspace == "" || !filepath.IsAbs(o.Workspace) {
+		return nil, fmt.Errorf("host backend: workspace %q must be an absolute path", o.Workspace)
+	}
+	if o.RunnerBinary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("host backend: locate agent-runner: %w", err)
+		}
+		o.RunnerBinary = exe
+	}
+	if o.TmpRoot == "" {
+		o.TmpRoot = os.TempDir()
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	mem, err := MemoryBytes(o.MemoryLimit)
+	if err != nil {
+		return nil, fmt.Errorf("host backend: %w", err)
+	}
+	pids := o.PidsLimit
+	if pids <= 0 {
+		pids = DefaultPidsLimit
+	}
+	if !o.FileAccess.Unrestricted {
+		if err := landlock.Validate(o.FileAccess); err != nil {
+			return nil, fmt.Errorf("host backend: %w", err)
+		}
+	}
+	home := o.FileAccess.HomeDir
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	h := &Host{opts: o, log: o.Logger, memBytes: mem, pids: pids, home: home}
+	if o.FileAccess.Unrestricted {
+		h.log.Warn("host mode UNRESTRICTED: agents run without Landlock file access rules (file_access.unrestricted or serve --unrestricted)",
+			"workspace", o.Workspace)
+	}
+	return h, nil
+}
+
+// Ready is always true: a process start is a few milliseconds, so there is
+// nothing to prepare ahead.
+func (h *Host) Ready() bool { return true }
+
+// Close has nothing to release: every message's child is gone when Run
+// returns.
+func (h *Host) Close(context.Context) error { return nil }
+
+// Health reports the kernel's Landlock ABI for /healthz.
+func (h *Host) Health() map[string]any {
+	m := map[string]any{
+		"landlock_abi":  landlock.DetectABI(),
+		"unrestricted":  h.opts.FileAccess.Unrestricted,
+		"process_limit": "rlimit",
+	}
+	if dir := pidsCgroupParent(); dir != "" {
+		m["process_limit"] = "cgroup"
+	}
+	return m
+}
+
+// Ruleset compiles the agent's rules for a message whose TMPDIR is tmp.
+func (h *Host) Ruleset(tmp string) (*landlock.Ruleset, error) {
+	return landlock.Compile(landlock.Spec{
+		FileAccess:   h.opts.FileAccess,
+		Workspace:    h.opts.Workspace,
+		TmpDir:       tmp,
+		RunnerBinary: h.opts.RunnerBinary,
+		Home:         h.home,
+	})
+}
+
+// Run runs one message. It returns an error, and runs nothing, when the
+// rules cannot be compiled or the kernel cannot enforce them (fail closed).
+func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
+	begin := time.Now()
+	tmp, err := os.MkdirTemp(h.opts.TmpRoot, "meepa-tmp-")
+	if err != nil {
+		return Outcome{}, fmt.Errorf("private tmpdir: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+
+	child := &landlock.ChildConfig{DataLimit: uint64(h.memBytes)}
+	if !h.opts.FileAccess.Unrestricted {
+		rs, err := h.Ruleset(tmp)
+		if err != nil {
+			return Outcome{}, fmt.Errorf("landlock rules: %w", err)
+		}
+		if err := rs.Check(landlock.DetectABI()); err != nil {
+			return Outcome{}, err
+		}
+		for _, n := range rs.Notes {
+			h.log.Debug("landlock", "note", n)
+		}
+		child.Ruleset = rs
+	}
+	cg := newPidsCgroup(h.opts.AgentID, h.pids)
+	if cg == nil {
+		child.NProc = uint64(h.pids)
+	}
+	defer cg.remove()
+	cfgJSON, err := json.Marshal(child)
+	if err != nil {
+		return Outcome{}, err
+	}
+
+	timeout := job.Timeout
+	if timeout <= 0 {
+		timeout = 300 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer cfgR.Close()
+	defer cfgW.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer outR.Close()
+	defer outW.Close()
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return Outcome{}, err
+	}
+	defer errR.Close()
+	defer errW.Close()
+
+	cmd := &exec.Cmd{
+		Path:       h.opts.RunnerBinary,
+		Args:       []string{"agent-runner", "landlock-exec"},
+		Env:        h.env(tmp),
+		Dir:        h.opts.Workspace,
+		Stdin:      bytes.NewReader(job.Stdin),
+		Stdout:     outW,
+		Stderr:     errW,
+		ExtraFiles: []*os.File{cfgR},
+		// Its own process group, so that the timeout kills what the agent
+		// started too; SIGKILL if the runner dies first.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+		// Stdin is copied by os/exec; a background process that kept it
+		// open must not hold Wait.
+		WaitDelay: 2 * time.Second,
+	}
+	if err := cmd.Start(); err != nil {
+		return Outcome{}, fmt.Errorf("start agent child: %w", err)
+	}
+	pid := cmd.Process.Pid
+	out := Outcome{SandboxID: "pid:" + strconv.Itoa(pid), StartLatency: time.Since(begin)}
+	// Only the child holds these ends now; EOF on the read ends then means
+	// every process of the agent has closed them.
+	outW.Close()
+	errW.Close()
+	cfgR.Close()
+	if err := cg.add(pid); err != nil {
+		h.log.Warn("pids cgroup", "error", err)
+	}
+	// The child waits for its config before it does anything, so the
+	// cgroup above holds it before it can fork.
+	if _, err := cfgW.Write(cfgJSON); err != nil {
+		killGroup(pid)
+		_ = cmd.Wait()
+		return out, fmt.Errorf("hand rules to the agent child: %w", err)
+	}
+	cfgW.Close()
+
+	stdout := &capped{max: MaxStdout}
+	stderr := &tail{max: StderrTailLen}
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go func() { defer readers.Done(); _, _ = io.Copy(stdout, outR) }()
+	go func() { defer readers.Done(); _, _ = io.Copy(stderr, bufio.NewReader(errR)) }()
+
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		out.TimedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
+		killGroup(pid)
+		cg.killAll()
+		<-waited
+	}
+	// What the agent left running in the background goes with it.
+	killGroup(pid)
+	cg.killAll()
+	drained := make(chan struct{})
+	go func() { readers.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(2 * time.Second):
+		// A process that left the group (setsid) still holds the pipes;
+		// stop reading rather than wait for it.
+		outR.Close()
+		errR.Close()
+		<-drained
+	}
+
+	out.Stdout = stdout.buf
+	out.StderrTail = stderr.bytes()
+	if cmd.ProcessState != nil {
+		out.ExitCode = cmd.ProcessState.ExitCode()
+		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			out.ExitCode = 128 + int(ws.Signal())
+		}
+	}
+	if out.ExitCode == landlock.ChildErrorExit {
+		if msg, ok := childError(out.StderrTail); ok {
+			return out, fmt.Errorf("sandbox setup failed, nothing ran: %s", msg)
+		}
+	}
+	// RLIMIT_DATA ends a Go agent loop with this runtime error; it is the
+	// host backend's OOM.
+	if out.ExitCode != 0 && bytes.Contains(out.StderrTail, []byte("runtime: out of memory")) {
+		out.OOMKilled = true
+	}
+	if stdout.over {
+		return out, fmt.Errorf("reply larger than %d bytes", MaxStdout)
+	}
+	if ctx.Err() != nil && !out.TimedOut {
+		return out, ctx.Err()
+	}
+	return out, nil
+}
+
+func childError(stderr []byte) (string, bool) {
+	for _, line := range strings.Split(string(stderr), "\n") {
+		if msg, ok := strings.CutPrefix(line, landlock.ChildErrorPrefix); ok {
+			return msg, true
+		}
+	}
+	return "", false
+}
+
+// env is the child's whole environment: nothing of the runner's leaks in.
+func (h *Host) env(tmp string) []string {
+	env := map[string]string{}
+	for k, v := range h.opts.Env {
+		env[k] = v
+	}
+	env["HOME"] = h.opts.Workspace
+	env["TMPDIR"] = tmp
+	env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+	env["LANG"] = "C.UTF-8"
+	// Landlock's TCP rules do not see Multipath TCP, which Go (1.24+) uses
+	// for listeners by default; the socket filter refuses MPTCP sockets
+	// too, this keeps Go from trying.
+	env["GODEBUG"] = "multipathtcp=0"
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+func killGroup(pid int) {
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+}
+
+// pidsCgroup is a per-message child of this process's pids cgroup, when
+// this process may make one (cgroup v1 pids controller, or v2 with pids
+// enabled for its children). It bounds the agent's tasks and finds the
+// ones that left the process group.
+type pidsCgroup struct{ dir string }
+
+func newPidsCgroup(agentID string, max int64) *pidsCgroup {
+	parent := pidsCgroupParent()
+	if parent == "" {
+		return nil
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	dir := filepath.Join(parent, "meepa-"+safeName(agentID)+"-"+hex.EncodeToString(b[:]))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.FormatInt(max, 10)), 0o644); err != nil {
+		_ = os.Remove(dir)
+		return nil
+	}
+	return &pidsCgroup{dir: dir}
+}
+
+// pidsCgroupParent is this process's pids cgroup directory when it has one
+// it may write, else "".
+func pidsCgroupParent() string {
+	raw, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		var dir string
+		switch {
+		case parts[0] == "0" && parts[1] == "":
+			dir = filepath.Join("/sys/fs/cgroup", parts[2])
+			ctl, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+			if err != nil || !strings.Contains(" "+string(ctl)+" ", " pids ") {
+				continue
+			}
+		case strings.Contains(","+parts[1]+",", ",pids,"):
+			dir = filepath.Join("/sys/fs/cgroup/pids", parts[2])
+		default:
+			continue
+		}
+		if syscall.Access(dir, 2 /* W_OK */) == nil {
+			return dir
+		}
+	}
+	return ""
+}
+
+func (c *pidsCgroup) add(pid int) error {
+	if c == nil {
+		return nil
+	}
+	return os.WriteFile(filepath.Join(c.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
+}
+
+func (c *pidsCgroup) killAll() {
+	if c == nil {
+		return
+	}
+	for range 10 {
+		raw, err := os.ReadFile(filepath.Join(c.dir, "cgroup.procs"))
+		if err != nil || len(bytes.TrimSpace(raw)) == 0 {
+			return
+		}
+		for _, f := range strings.Fields(string(raw)) {
+			if p, err := strconv.Atoi(f); err == nil {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (c *pidsCgroup) remove() {
+	if c == nil {
+		return
+	}
+	c.killAll()
+	for range 50 {
+		if err := os.Remove(c.dir); err == nil || errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func safeName(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			b.WriteRune(r)
+		}
+	}
+	if b.Len() == 0 {
+		return "agent"
+	}
+	return b.String()
+}

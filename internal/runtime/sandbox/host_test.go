@@ -1,0 +1,249 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// These tests run the real agent-runner under real Landlock (unprivileged
+// is enough); they need Linux with Landlock ABI 4 or newer.
+func requireLandlock(t *testing.T, abi int) {
+	t.Helper()
+	if got := landlock.DetectABI(); got < abi {
+		t.Skipf("kernel Landlock ABI %d < %d", got, abi)
+	}
+}
+
+func newHost(t *testing.T, fa landlock.FileAccess) (*Host, string) {
+	t.Helper()
+	ws := mkdir(t, t.TempDir(), "workspace")
+	h, err := NewHost(HostOptions{
+		AgentID:      "tf-acc-host",
+		Workspace:    ws,
+		FileAccess:   fa,
+		RunnerBinary: testutil.RunnerBinary(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, ws
+}
+
+func mkdir(t *testing.T, parts ...string) string {
+	t.Helper()
+	p := filepath.Join(parts...)
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func writeFile(t *testing.T, p, content string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// shell sends "!sh cmd" through the host backend and returns the shell's
+// exit code and output as the offline provider reports them.
+func shell(t *testing.T, h *Host, cmd string) (int, string) {
+	t.Helper()
+	req, err := json.Marshal(agent.Request{
+		AgentID: "tf-acc-host",
+		Message: agent.Message{ID: "m1", Text: agent.OfflineShellPrefix + cmd},
+		LLM:     agent.LLMConfig{Provider: agent.ProviderOffline},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := h.Run(context.Background(), Job{MessageID: "m1", Stdin: req, Timeout: time.Minute})
+	if err != nil {
+		t.Fatalf("run %q: %v", cmd, err)
+	}
+	var r agent.Reply
+	if err := json.Unmarshal(out.Stdout, &r); err != nil {
+		t.Fatalf("run %q: exit %d, reply %q: %v; stderr: %s", cmd, out.ExitCode, out.Stdout, err, out.StderrTail)
+	}
+	if r.ErrorKind != "" {
+		t.Fatalf("run %q: %s: %s", cmd, r.ErrorKind, r.Error)
+	}
+	var code int
+	var rest string
+	if _, err := fmt.Sscanf(r.Reply, "exit %d", &code); err != nil {
+		t.Fatalf("run %q: reply %q", cmd, r.Reply)
+	}
+	if _, after, ok := strings.Cut(r.Reply, "\n"); ok {
+		rest = after
+	}
+	return code, rest
+}
+
+func expectOK(t *testing.T, h *Host, cmd string) string {
+	t.Helper()
+	code, out := shell(t, h, cmd)
+	if code != 0 {
+		t.Errorf("%q: exit %d, want 0; output: %s", cmd, code, out)
+	}
+	return out
+}
+
+func expectDenied(t *testing.T, h *Host, cmd string) {
+	t.Helper()
+	code, out := shell(t, h, cmd)
+	if code == 0 {
+		t.Errorf("%q: exit 0, want a failure; output: %s", cmd, out)
+	} else if !strings.Contains(strings.ToLower(out), "denied") && !strings.Contains(out, "not permitted") {
+		t.Errorf("%q: exit %d, want permission denied; output: %s", cmd, code, out)
+	}
+}
+
+func TestHostFileAccess(t *testing.T) {
+	requireLandlock(t, landlock.MinNetABI)
+	root := t.TempDir()
+	a := mkdir(t, root, "a")
+	b := mkdir(t, root, "b")
+	secret := mkdir(t, b, "secret")
+	writeFile(t, filepath.Join(a, "data.txt"), "read-me")
+	writeFile(t, filepath.Join(b, "existing.txt"), "b-data")
+	mkdir(t, b, "sub")
+	writeFile(t, filepath.Join(secret, "key"), "top-secret")
+	other := mkdir(t, root, "other-agent-workspace")
+	writeFile(t, filepath.Join(other, "MEMORY.md"), "not yours")
+	home := mkdir(t, root, "home")
+	writeFile(t, filepath.Join(home, ".netrc"), "machine x password y")
+	writeFile(t, filepath.Join(home, "notes.txt"), "home notes")
+	outside := mkdir(t, root, "outside")
+
+	fa := landlock.FileAccess{
+		AllowRead:      []string{a, home},
+		AllowReadWrite: []string{b},
+		Deny:           []string{secret},
+		AllowNetwork:   true,
+		HomeDir:        home,
+	}
+	h, ws := newHost(t, fa)
+
+	if got := expectOK(t, h, "cat "+filepath.Join(a, "data.txt")); !strings.Contains(got, "read-me") {
+		t.Errorf("reading A: %q", got)
+	}
+	expectDenied(t, h, "echo x > "+filepath.Join(a, "data.txt"))
+	expectDenied(t, h, "echo x > "+filepath.Join(a, "new.txt"))
+	expectOK(t, h, "echo written > "+filepath.Join(b, "existing.txt")+" && echo new > "+filepath.Join(b, "sub", "new.txt"))
+	if raw, _ := os.ReadFile(filepath.Join(b, "existing.txt")); string(raw) != "written\n" {
+		t.Errorf("B/existing.txt = %q after the agent wrote it", raw)
+	}
+	expectDenied(t, h, "cat "+filepath.Join(secret, "key"))
+	expectDenied(t, h, "ls "+secret)
+	expectDenied(t, h, "echo x > "+filepath.Join(secret, "key"))
+	expectDenied(t, h, "echo x > "+filepath.Join(secret, "new"))
+	expectDenied(t, h, "cat /etc/shadow")
+	expectDenied(t, h, "cat "+filepath.Join(other, "MEMORY.md"))
+	expectDenied(t, h, "echo x > "+filepath.Join(outside, "x"))
+	expectDenied(t, h, "echo x > /etc/meepa-test-should-not-exist")
+	expectDenied(t, h, "cat "+filepath.Join(home, ".netrc"))
+	if got := expectOK(t, h, "cat "+filepath.Join(home, "notes.txt")); !strings.Contains(got, "home notes") {
+		t.Errorf("reading a home non-dotfile: %q", got)
+	}
+	// The workspace is HOME and the working directory, read-write.
+	if got := expectOK(t, h, `echo hi > mine.txt && cat "$HOME/mine.txt" && pwd`); !strings.Contains(got, "hi") || !strings.Contains(got, ws) {
+		t.Errorf("workspace: %q", got)
+	}
+	if got := expectOK(t, h, `echo t > "$TMPDIR/t" && cat "$TMPDIR/t"`); !strings.Contains(got, "t") {
+		t.Errorf("tmpdir: %q", got)
+	}
+	for _, p := range []string{filepath.Join(b, "secret", "key"), filepath.Join(a, "data.txt")} {
+		raw, _ := os.ReadFile(p)
+		if strings.Contains(string(raw), "x") && !strings.Contains(string(raw), "read-me") {
+			t.Errorf("%s was modified: %q", p, raw)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(outside, "x")); err == nil {
+		t.Errorf("the agent created a file outside its grants")
+	}
+
+	// With allow_home_dotfiles the same dotfile is readable.
+	fa.AllowHomeDotfiles = true
+	h2, _ := newHost(t, fa)
+	if got := expectOK(t, h2, "cat "+filepath.Join(home, ".netrc")); !strings.Contains(got, "password") {
+		t.Errorf("allow_home_dotfiles: %q", got)
+	}
+}
+
+func TestHostNetwork(t *testing.T) {
+	requireLandlock(t, landlock.MinNetABI)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("hello-from-test-server\n"))
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	// Debian's busybox-static (scripts/ensure-docker.sh installs it).
+	dial := fmt.Sprintf("busybox nc 127.0.0.1 %d </dev/null", port)
+
+	h, _ := newHost(t, landlock.FileAccess{AllowNetwork: true})
+	if got := expectOK(t, h, dial); !strings.Contains(got, "hello-from-test-server") {
+		t.Errorf("allow_network = true: %q", got)
+	}
+	h, _ = newHost(t, landlock.FileAccess{AllowNetwork: false})
+	code, out := shell(t, h, dial)
+	if code == 0 || strings.Contains(out, "hello-from-test-server") {
+		t.Errorf("allow_network = false: exit %d, output %q; want the connection refused by Landlock", code, out)
+	}
+	// Listening is TCP bind, denied too.
+	code, out = shell(t, h, "busybox nc -l -p 0 -w 1 </dev/null")
+	if code == 0 {
+		t.Errorf("allow_network = false: listening worked: %q", out)
+	}
+}
+
+func TestHostFailsClosedOnLowABI(t *testing.T) {
+	requireLandlock(t, 1)
+	t.Setenv(landlock.MaxABIEnv, "3")
+	h, _ := newHost(t, landlock.FileAccess{AllowNetwork: false})
+	req, _ := json.Marshal(agent.Request{
+		Message: agent.Message{ID: "m1", Text: "!sh echo ran > ran.txt"},
+		LLM:     agent.LLMConfig{Provider: agent.ProviderOffline},
+	})
+	_, err := h.Run(context.Background(), Job{MessageID: "m1", Stdin: req, Timeout: time.Minute})
+	if !errors.Is(err, landlock.ErrUnsupported) {
+		t.Fatalf("Run = %v, want ErrUnsupported", err)
+	}
+	for _, want := range []string{"allow_network = false", "ABI 4", "ABI 3", "refusing to run the agent unrestricted"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(h.opts.Workspace, "ran.txt")); err == nil {
+		t.Error("the agent ran although the kernel could not enforce its rules")
+	}
+	// File rules alone need ABI 3, which the override still offers.
+	h2, _ := newHost(t, landlock.FileAccess{AllowNetwork: true})
+	expectOK(t, h2, "true")
+	t.Setenv(landlock.MaxABIEnv, "0")
+	if _, err := h2.Run(context.Background(), Job{MessageID: "m2", Stdin: req, Timeout: time.Minute}); !errors.Is(err, landlock.ErrUnsupported) || !strings.Contains(err.Error(), "no Landlock") {
+		t.Fatalf("Run with no Landlock = %v, want ErrUnsupported naming it", err)
+	}
+}

@@ -1,0 +1,17 @@
+//go:build !linux || !(amd64 || arm64)
+
+package landlock
+
+import "fmt"
+
+// DropCapabilities fails closed on platforms the host backend does not
+// support.
+func DropCapabilities() error {
+	return fmt.Errorf("%w: host mode supports linux/amd64 and linux/arm64", ErrUnsupported)
+}
+
+// InstallSocketFilter fails closed on platforms the host backend does not
+// support.
+func InstallSocketFilter(denyNet bool) error {
+	return fmt.Errorf("%w: host mode supports linux/amd64 and linux/arm64", ErrUnsupported)
+}

@@ -1,0 +1,161 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
+)
+
+// TestMain lets the test binary double as a probe that the agent's shell
+// runs inside the sandbox (`<test binary> meepa-probe <what> <arg>`), for
+// what busybox cannot do: UDP, MPTCP and unix-socket clients, chown. Exit
+// 0: the operation worked; 13: refused with EACCES or EPERM; 1: other error.
+func TestMain(m *testing.M) {
+	if len(os.Args) == 4 && os.Args[1] == "meepa-probe" {
+		os.Exit(probe(os.Args[2], os.Args[3]))
+	}
+	os.Exit(m.Run())
+}
+
+func probe(what, arg string) int {
+	var err error
+	switch what {
+	case "udp":
+		var c net.Conn
+		if c, err = net.Dial("udp", arg); err == nil {
+			_, err = c.Write([]byte("udp-probe"))
+			c.Close()
+		}
+	case "mptcp":
+		var fd int
+		if fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP); err == nil {
+			var ap netipAddrPort
+			if ap, err = parseAddr(arg); err == nil {
+				err = unix.Connect(fd, &unix.SockaddrInet4{Port: ap.port, Addr: [4]byte{127, 0, 0, 1}})
+			}
+			unix.Close(fd)
+		}
+	case "unix":
+		var c net.Conn
+		if c, err = net.Dial("unix", arg); err == nil {
+			c.Close()
+		}
+	case "chown":
+		err = os.Chown(arg, 1, 1)
+	default:
+		err = fmt.Errorf("unknown probe %q", what)
+	}
+	if err == nil {
+		fmt.Println("probe worked")
+		return 0
+	}
+	fmt.Println("probe:", err)
+	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+		return 13
+	}
+	return 1
+}
+
+type netipAddrPort struct{ port int }
+
+func parseAddr(s string) (netipAddrPort, error) {
+	_, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return netipAddrPort{}, err
+	}
+	var n int
+	_, err = fmt.Sscanf(p, "%d", &n)
+	return netipAddrPort{port: n}, err
+}
+
+// probeHost is a host backend that may run this test binary.
+func probeHost(t *testing.T, allowNetwork bool) (*Host, string) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err == nil {
+		exe, err = filepath.EvalSymlinks(exe)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ := newHost(t, landlock.FileAccess{AllowRead: []string{exe}, AllowNetwork: allowNetwork})
+	return h, exe
+}
+
+func TestHostSocketFilter(t *testing.T) {
+	requireLandlock(t, landlock.MinNetABI)
+	h, exe := probeHost(t, false)
+
+	udp, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	tcp, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	sockDir := t.TempDir()
+	sock := filepath.Join(sockDir, "s.sock")
+	ul, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ul.Close()
+
+	for _, p := range []struct{ what, arg string }{
+		{"udp", udp.LocalAddr().String()},
+		{"mptcp", tcp.Addr().String()},
+		// Before Landlock ABI 9 only the socket filter stops this (think
+		// of the Docker daemon's socket).
+		{"unix", sock},
+	} {
+		code, out := shell(t, h, fmt.Sprintf("%s meepa-probe %s %s", exe, p.what, p.arg))
+		if code != 13 {
+			t.Errorf("allow_network = false, %s probe: exit %d, want 13 (refused); output: %s", p.what, code, out)
+		}
+	}
+	buf := make([]byte, 64)
+	_ = udp.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if n, _, err := udp.ReadFrom(buf); err == nil {
+		t.Errorf("the UDP server received %q from a sandbox without network", buf[:n])
+	}
+
+	// With the network allowed, UDP works (the filter only keeps AF_UNIX
+	// and io_uring away), so the probe itself is sound.
+	h2, _ := probeHost(t, true)
+	if code, out := shell(t, h2, fmt.Sprintf("%s meepa-probe udp %s", exe, udp.LocalAddr())); code != 0 {
+		t.Errorf("allow_network = true, udp probe: exit %d: %s", code, out)
+	}
+	_ = udp.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, _, err := udp.ReadFrom(buf); err != nil || string(buf[:n]) != "udp-probe" {
+		t.Errorf("the UDP server got %q, %v; want the probe's datagram", buf[:n], err)
+	}
+	if code, out := shell(t, h2, fmt.Sprintf("%s meepa-probe unix %s", exe, sock)); code != 13 {
+		t.Errorf("allow_network = true, unix probe: exit %d, want 13 (unix sockets are always refused); output: %s", code, out)
+	}
+}
+
+func TestHostDropsCapabilities(t *testing.T) {
+	requireLandlock(t, landlock.MinFSABI)
+	if os.Geteuid() != 0 {
+		t.Skip("capabilities matter when the runner is root")
+	}
+	h, exe := probeHost(t, true)
+	// chown needs CAP_CHOWN, which a root runner has and its agent must not.
+	code, out := shell(t, h, "echo x > owned.txt && "+exe+" meepa-probe chown owned.txt")
+	if code != 13 || !strings.Contains(out, "not permitted") {
+		t.Errorf("chown in the workspace: exit %d, output %q; want EPERM (no capabilities)", code, out)
+	}
+}
