@@ -15,7 +15,6 @@ import (
 
 	"github.com/docker/docker/client"
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
-	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -66,7 +65,6 @@ func (r *agentResource) Schema(_ context.Context, _ resource.SchemaRequest, resp
 }
 
 func agentSchema() schema.Schema {
-	absPaths := []validator.List{listvalidator.ValueStringsAre(scoped(absolutePath()))}
 	return schema.Schema{
 		MarkdownDescription: "One agent: its persistent workspace (`<state_dir>/agents/<agent_id>/`), its isolation policy " +
 			"(container mode, Landlock file access, or unrestricted), its LLM settings and secrets, and a running " +
@@ -217,17 +215,14 @@ func agentSchema() schema.Schema {
 					"allow_read": schema.ListAttribute{
 						Optional: true, Computed: true, ElementType: types.StringType, Default: listdefault.StaticValue(emptyStringList()),
 						MarkdownDescription: "Absolute paths the agent may read but not write. Mounted read-only into the runner at the same path.",
-						Validators:          absPaths,
 					},
 					"allow_read_write": schema.ListAttribute{
 						Optional: true, Computed: true, ElementType: types.StringType, Default: listdefault.StaticValue(emptyStringList()),
 						MarkdownDescription: "Absolute paths the agent may read and write.",
-						Validators:          absPaths,
 					},
 					"deny": schema.ListAttribute{
 						Optional: true, Computed: true, ElementType: types.StringType, Default: listdefault.StaticValue(emptyStringList()),
 						MarkdownDescription: "Absolute paths always denied, whatever else allows them. An error together with `unrestricted`.",
-						Validators:          absPaths,
 					},
 					"allow_home_dotfiles": schema.BoolAttribute{
 						Optional: true, Computed: true, Default: booldefault.StaticBool(false),
@@ -354,11 +349,6 @@ func (r *agentResource) ValidateConfig(ctx context.Context, req resource.Validat
 		return
 	}
 
-	if fa.Unrestricted.ValueBool() && !fa.Deny.IsNull() && !fa.Deny.IsUnknown() && len(fa.Deny.Elements()) > 0 {
-		resp.Diagnostics.AddAttributeError(path.Root("file_access").AtName("deny"), "Deny With Unrestricted",
-			"file_access.deny: file_access.unrestricted = true turns every file access rule off, so this deny list would be silently ignored. "+
-				"Remove the deny list, or set unrestricted = false to have it enforced.")
-	}
 	if !m.Threegate.IsNull() && !cm.Network.IsNull() {
 		resp.Diagnostics.AddAttributeError(path.Root("container_mode").AtName("network"), "Network With ThreeGate",
 			"container_mode.network: container_mode.network and threegate both say which network the agent's containers join. With threegate the "+

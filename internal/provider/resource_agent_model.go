@@ -2,7 +2,7 @@ package provider
 
 import (
 	"context"
-	"fmt"
+	"os"
 	"sort"
 	"strings"
 
@@ -246,6 +246,9 @@ func toRuntime(ctx context.Context, m agentModel, workspace, listen, token, apiK
 			Deny:              stringList(ctx, fa.Deny, diags),
 			AllowHomeDotfiles: fa.AllowHomeDotfiles.ValueBool(),
 			AllowNetwork:      fa.AllowNetwork.ValueBool(),
+			// allow_home_dotfiles means the dotfiles of the host user who
+			// runs Terraform, not of whoever the runner runs as.
+			HomeDir: hostHome(),
 		},
 		LLM: agent.LLMConfig{
 			Provider: llm.Provider.ValueString(),
@@ -328,6 +331,11 @@ func fromRuntime(m *agentModel, c *runner.Config, meta agentMeta) {
 	m.Token = types.StringValue(c.Token)
 }
 
+func hostHome() string {
+	h, _ := os.UserHomeDir()
+	return h
+}
+
 func orDefault(v, d int) int {
 	if v == 0 {
 		return d
@@ -357,5 +365,3 @@ func sortedKeys[V any](m map[string]V) string {
 	sort.Strings(ks)
 	return strings.Join(ks, ", ")
 }
-
-var _ = fmt.Sprintf
