@@ -1,0 +1,374 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/firewall"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// tgFixture is one test topology: a unique name and free subnets.
+type tgFixture struct {
+	name               string
+	llm, fetch, egress string // CIDRs
+	image              string
+	outside            *testutil.Outside
+	allow              []string
+	proxyIP, egressIP  string
+}
+
+func newTGFixture(t *testing.T) *tgFixture {
+	t.Helper()
+	// The reattached provider must answer to the address the configuration
+	// names (bogpad/meepa), not the default hashicorp/meepa.
+	t.Setenv("TF_ACC_PROVIDER_NAMESPACE", "bogpad")
+	cli := testutil.Docker(t)
+	f := &tgFixture{image: testutil.EnsureOwnRunnerImage(t, cli)}
+	for try := 0; try < 30; try++ {
+		a := 3 * rand.IntN(80)
+		f.name = fmt.Sprintf("tf-acc-tg-%04x", rand.IntN(0xffff))
+		f.llm, f.fetch, f.egress = fmt.Sprintf("10.213.%d.0/24", a), fmt.Sprintf("10.213.%d.0/24", a+1), fmt.Sprintf("10.213.%d.0/24", a+2)
+		s, ps := topology.Build(topology.Input{Name: f.name, Proxy: topology.ProxyInput{Image: "x"},
+			Subnets: map[string]string{topology.LLMNet: f.llm, topology.FetchNet: f.fetch, topology.EgressNet: f.egress}})
+		if len(ps) > 0 {
+			t.Fatal(ps)
+		}
+		c, err := topology.Conflicts(context.Background(), cli, s, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c) == 0 {
+			f.proxyIP, f.egressIP = s.Proxy.IP.String(), s.Proxy.EgressIP.String()
+			f.outside = testutil.StartOutside(t, 443, 8443)
+			f.allow = []string{f.outside.Addr(443)}
+			return f
+		}
+	}
+	t.Fatal("no free subnets in 10.213.0.0/16")
+	return nil
+}
+
+func (f *tgFixture) config(extra string) string {
+	q := make([]string, len(f.allow))
+	for i, a := range f.allow {
+		q[i] = fmt.Sprintf("%q", a)
+	}
+	return fmt.Sprintf(`
+terraform {
+  required_providers {
+    meepa = { source = "bogpad/meepa" }
+  }
+}
+
+provider "meepa" {}
+
+resource "threegate_network" "test" {
+  provider         = meepa
+  name             = %q
+  llmnet_subnet    = %q
+  fetchnet_subnet  = %q
+  egressnet_subnet = %q
+  proxy = {
+    image         = %q
+    allow         = [%s]
+    allow_private = [%q]
+  }
+}
+%s`, f.name, f.llm, f.fetch, f.egress, f.image, strings.Join(q, ", "), f.outside.Prefix, extra)
+}
+
+func (f *tgFixture) spec(t *testing.T) topology.Spec {
+	t.Helper()
+	s, ps := topology.Build(topology.Input{Name: f.name,
+		Subnets:  map[string]string{topology.LLMNet: f.llm, topology.FetchNet: f.fetch, topology.EgressNet: f.egress},
+		Proxy:    topology.ProxyInput{Image: f.image, Allow: f.allow, AllowPrivate: []string{f.outside.Prefix}},
+		Firewall: topology.Firewall{Enabled: true}})
+	if len(ps) > 0 {
+		t.Fatal(ps)
+	}
+	return s
+}
+
+func iptablesS(chain string) (string, error) {
+	out, err := exec.Command("iptables", "-S", chain).CombinedOutput()
+	return string(out), err
+}
+
+func mustRun(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %v: %v: %s", name, args, err, out)
+	}
+}
+
+// checkLive asks Docker and iptables whether the topology is what the spec
+// says: networks with the right flags, subnets and labels; the proxy
+// running, hardened, at its pinned addresses; the rules in place and in
+// order, with the jump before DOCKER-USER's RETURN.
+func (f *tgFixture) checkLive(t *testing.T) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		ctx := context.Background()
+		cli := testutil.Docker(t)
+		s := f.spec(t)
+		for _, n := range s.Networks {
+			in, err := cli.NetworkInspect(ctx, n.Name, network.InspectOptions{})
+			if err != nil {
+				return fmt.Errorf("network %s: %w", n.Name, err)
+			}
+			if in.Internal != n.Internal || len(in.IPAM.Config) != 1 || in.IPAM.Config[0].Subnet != n.Subnet.String() ||
+				in.Labels[topology.LabelTopology] != f.name || in.Labels["io.meepa.managed-by"] != "terraform-provider-meepa" {
+				return fmt.Errorf("network %s: internal=%t ipam=%+v labels=%v", n.Name, in.Internal, in.IPAM.Config, in.Labels)
+			}
+		}
+		c, err := cli.ContainerInspect(ctx, s.Proxy.Name)
+		if err != nil {
+			return err
+		}
+		hc := c.HostConfig
+		if !c.State.Running || !hc.ReadonlyRootfs || len(hc.CapDrop) != 1 || hc.CapDrop[0] != "ALL" ||
+			hc.Memory == 0 || hc.PidsLimit == nil || hc.RestartPolicy.Name != "unless-stopped" || c.Config.User == "" ||
+			!strings.Contains(strings.Join(hc.SecurityOpt, ","), "no-new-privileges") {
+			return fmt.Errorf("proxy not running hardened: running=%t hostconfig=%+v user=%q", c.State.Running, hc, c.Config.User)
+		}
+		ips := map[string]string{}
+		for n, ep := range c.NetworkSettings.Networks {
+			ips[n] = ep.IPAddress
+		}
+		if len(ips) != 2 || ips[s.Network(topology.FetchNet).Name] != f.proxyIP || ips[s.Network(topology.EgressNet).Name] != f.egressIP {
+			return fmt.Errorf("proxy addresses %v, want %s on fetchnet and %s on egressnet only", ips, f.proxyIP, f.egressIP)
+		}
+		set := s.Rules()
+		for _, ch := range set.Chains {
+			live, err := iptablesS(ch)
+			if err != nil {
+				return fmt.Errorf("iptables -S %s: %v %s", ch, err, live)
+			}
+			var want []string
+			want = append(want, "-N "+ch)
+			for _, r := range set.Rules {
+				if r.Chain == ch {
+					want = append(want, r.Line())
+				}
+			}
+			if strings.TrimSpace(live) != strings.Join(want, "\n") {
+				return fmt.Errorf("chain %s:\n%s\nwant:\n%s", ch, live, strings.Join(want, "\n"))
+			}
+		}
+		du, _ := iptablesS(firewall.DockerUser)
+		jump, ret := strings.Index(du, set.Jumps[0].Line()), strings.Index(du, "-A DOCKER-USER -j RETURN")
+		if jump < 0 || (ret >= 0 && ret < jump) {
+			return fmt.Errorf("jump to %s missing or below RETURN:\n%s", firewall.ForwardChain(f.name), du)
+		}
+		in, _ := iptablesS(firewall.Input)
+		if !strings.Contains(in, set.Jumps[1].Line()) {
+			return fmt.Errorf("INPUT has no jump to %s:\n%s", firewall.InputChain(f.name), in)
+		}
+		return nil
+	}
+}
+
+// checkDestroyed asks Docker and iptables that nothing of the topology is
+// left.
+func (f *tgFixture) checkDestroyed(t *testing.T) func(*terraform.State) error {
+	return func(*terraform.State) error {
+		ctx := context.Background()
+		cli := testutil.Docker(t)
+		nets, err := cli.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("label", topology.LabelTopology+"="+f.name))})
+		if err != nil {
+			return err
+		}
+		if len(nets) > 0 {
+			return fmt.Errorf("%d networks of %s left", len(nets), f.name)
+		}
+		cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", topology.LabelTopology+"="+f.name))})
+		if err != nil {
+			return err
+		}
+		if len(cs) > 0 {
+			return fmt.Errorf("%d containers of %s left", len(cs), f.name)
+		}
+		all, err := exec.Command("iptables", "-S").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("iptables -S: %v", err)
+		}
+		if strings.Contains(string(all), firewall.Comment(f.name)+`"`) || strings.Contains(string(all), firewall.ForwardChain(f.name)+" ") {
+			return fmt.Errorf("rules of %s left:\n%s", f.name, all)
+		}
+		return nil
+	}
+}
+
+func TestAccThreegateNetwork_lifecycle(t *testing.T) {
+	testutil.RequireDocker(t)
+	f := newTGFixture(t)
+	s := f.spec(t)
+	addr := "threegate_network.test"
+	set := s.Rules()
+	expectUpdate := resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)}}
+	var savedDockerUser []string
+
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             f.checkDestroyed(t),
+		Steps: []resource.TestStep{
+			{
+				Config: f.config(""),
+				Check:  f.checkLive(t),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("proxy_url"), knownvalue.StringExact("http://"+f.proxyIP+":3128")),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("proxy").AtMapKey("egress_ip"), knownvalue.StringExact(f.egressIP)),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("networks").AtMapKey("fetchnet").AtMapKey("internal"), knownvalue.Bool(true)),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("networks").AtMapKey("egressnet").AtMapKey("internal"), knownvalue.Bool(false)),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("roles").AtMapKey("FETCH").AtMapKey("env").AtMapKey("https_proxy"),
+						knownvalue.StringExact("http://"+f.proxyIP+":3128")),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("roles").AtMapKey("CORE").AtMapKey("networks"),
+						knownvalue.ListExact([]knownvalue.Check{knownvalue.StringExact(f.name + "-llmnet")})),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("firewall_rules"), knownvalue.ListSizeExact(len(set.Lines()))),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("drift"), knownvalue.ListSizeExact(0)),
+				},
+			},
+			{
+				// A second plan is empty.
+				Config:           f.config(""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+			},
+			{
+				ResourceName:                         addr,
+				ImportState:                          true,
+				ImportStateId:                        f.name,
+				ImportStateVerify:                    true,
+				ImportStateVerifyIdentifierAttribute: "name",
+			},
+			{
+				// Widening the allow list updates the proxy in place (a new
+				// container) and keeps the networks.
+				PreConfig: func() { f.allow = append(f.allow, f.outside.IP+":8443") },
+				Config:    f.config(""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+					plancheck.ExpectUnknownValue(addr, tfjsonpath.New("proxy_container_id")),
+					plancheck.ExpectKnownValue(addr, tfjsonpath.New("networks"), knownvalue.NotNull()),
+				}},
+				Check: resource.ComposeTestCheckFunc(f.checkLive(t), func(*terraform.State) error {
+					c, err := testutil.Docker(t).ContainerInspect(context.Background(), s.Proxy.Name)
+					if err != nil {
+						return err
+					}
+					if !strings.Contains(strings.Join(c.Config.Cmd, " "), "--allow "+f.outside.IP+":8443") {
+						return fmt.Errorf("proxy command lacks the new entry: %v", c.Config.Cmd)
+					}
+					return nil
+				}),
+			},
+			{
+				PreConfig: func() {
+					r := set.Rules[4]
+					mustRun(t, "iptables", append([]string{"-D", r.Chain}, r.Args()...)...)
+				},
+				Config: f.config(""), ConfigPlanChecks: expectUpdate, Check: f.checkLive(t),
+			},
+			{
+				// What a firewalld reload does. Foreign rules of DOCKER-USER
+				// (Docker's RETURN) are put back after the step.
+				PreConfig: func() {
+					out, _ := iptablesS(firewall.DockerUser)
+					for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+						if strings.HasPrefix(l, "-A ") && !strings.Contains(l, "threegate:") {
+							savedDockerUser = append(savedDockerUser, l)
+						}
+					}
+					mustRun(t, "iptables", "-F", firewall.DockerUser)
+				},
+				Config: f.config(""), ConfigPlanChecks: expectUpdate, Check: f.checkLive(t),
+			},
+			{
+				PreConfig: func() {
+					out, _ := iptablesS(firewall.DockerUser)
+					for _, l := range savedDockerUser {
+						if !strings.Contains(out, l) {
+							mustRun(t, "iptables", append([]string{"-A"}, strings.Fields(strings.TrimPrefix(l, "-A "))...)...)
+						}
+					}
+					mustRun(t, "iptables", append([]string{"-D", firewall.DockerUser}, set.Jumps[0].Args()...)...)
+				},
+				Config: f.config(""), ConfigPlanChecks: expectUpdate, Check: f.checkLive(t),
+			},
+			{
+				PreConfig: func() {
+					if err := testutil.Docker(t).ContainerStop(context.Background(), s.Proxy.Name, container.StopOptions{}); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: f.config(""), ConfigPlanChecks: expectUpdate, Check: f.checkLive(t),
+			},
+			{
+				PreConfig: func() {
+					cli := testutil.Docker(t)
+					n := s.Network(topology.FetchNet).Name
+					_ = cli.NetworkDisconnect(context.Background(), n, s.Proxy.Name, true)
+					if err := cli.NetworkRemove(context.Background(), n); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: f.config(""), ConfigPlanChecks: expectUpdate, Check: f.checkLive(t),
+			},
+		},
+	})
+}
+
+func TestAccThreegateNetwork_badInput(t *testing.T) {
+	t.Setenv("TF_ACC_PROVIDER_NAMESPACE", "bogpad")
+	cfg := func(body string) string {
+		return `
+terraform {
+  required_providers {
+    meepa = { source = "bogpad/meepa" }
+  }
+}
+
+resource "threegate_network" "bad" {
+  provider = meepa
+  name     = "tf-acc-tg-bad"
+` + body + `
+}
+`
+	}
+	proxy := func(inner string) string {
+		return "proxy = {\n image = \"img\"\n" + inner + "\n}\n"
+	}
+	ok := "allow = [\"example.com\"]"
+	cases := []struct{ name, body, want string }{
+		{"overlap", "llmnet_subnet = \"10.213.1.0/24\"\nfetchnet_subnet = \"10.213.1.0/25\"\n" + proxy(ok), `(?s)Overlapping Subnets.*fetchnet_subnet = "10.213.1.0/25"`},
+		{"not a CIDR", "egressnet_subnet = \"10.213.300.0/24\"\n" + proxy(ok), `(?s)Invalid Subnet.*egressnet_subnet = "10.213.300.0/24"`},
+		{"pinned ip outside", "fetchnet_subnet = \"10.213.2.0/24\"\n" + proxy(ok+"\nip = \"10.213.9.2\""), `(?s)Proxy Address Outside Subnet.*proxy.ip.*10.213.9.2 is not inside`},
+		{"scheme", proxy("allow = [\"https://example.com\"]"), `(?s)Invalid Allow Pattern.*proxy.allow\[0\].*scheme`},
+		{"path", proxy("allow = [\"example.com:443/x\"]"), `(?s)Invalid Allow Pattern.*proxy.allow\[0\].*path`},
+		{"port 0", proxy("allow = [\"example.com:0\"]"), `(?s)Invalid Allow Pattern.*proxy.allow\[0\].*port 0`},
+		{"port 70000", proxy("allow = [\"example.com:70000\"]"), `(?s)Invalid Allow Pattern.*proxy.allow\[0\].*70000`},
+		{"proxy port 0", proxy(ok + "\nport = 0"), `(?s)Invalid Proxy Port.*proxy.port.*0 is not a TCP port`},
+		{"proxy port 70000", proxy(ok + "\nport = 70000"), `(?s)Invalid Proxy Port.*proxy.port.*70000`},
+	}
+	var steps []resource.TestStep
+	for _, c := range cases {
+		steps = append(steps, resource.TestStep{Config: cfg(c.body), PlanOnly: true, ExpectError: regexp.MustCompile(c.want)})
+	}
+	resource.Test(t, resource.TestCase{ProtoV6ProviderFactories: testAccProviders, Steps: steps})
+}

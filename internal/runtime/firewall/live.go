@@ -1,0 +1,277 @@
+package firewall
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+
+	"github.com/coreos/go-iptables/iptables"
+)
+
+// ErrNoIptables and ErrNoDockerUser are the preflight failures.
+var (
+	ErrNoIptables   = errors.New("iptables is not installed")
+	ErrNoDockerUser = errors.New("the DOCKER-USER chain does not exist")
+)
+
+// Host is the real iptables of this machine (filter table, IPv4).
+type Host struct {
+	ipt     *iptables.IPTables
+	restore string
+}
+
+// Open finds iptables and iptables-restore and checks that Docker's
+// DOCKER-USER chain exists. Its errors say what is missing and what to do.
+func Open(ctx context.Context) (*Host, error) {
+	if _, err := exec.LookPath("iptables"); err != nil {
+		return nil, fmt.Errorf("%w (looked on PATH): install iptables (e.g. apt-get install iptables), "+
+			"or set firewall.enabled = false to run the topology without host enforcement", ErrNoIptables)
+	}
+	restore, err := exec.LookPath("iptables-restore")
+	if err != nil {
+		return nil, fmt.Errorf("%w: iptables-restore is missing from PATH; install the full iptables package", ErrNoIptables)
+	}
+	ipt, err := iptables.New(iptables.IPFamily(iptables.ProtocolIPv4), iptables.Timeout(10))
+	if err != nil {
+		return nil, fmt.Errorf("iptables: %w", err)
+	}
+	ok, err := ipt.ChainExists("filter", DockerUser)
+	if err != nil {
+		return nil, fmt.Errorf("iptables: look for %s: %w", DockerUser, err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w in the filter table: Docker creates it when its iptables integration is on "+
+			"(dockerd \"iptables\": true, the default); start or reconfigure Docker, then apply again", ErrNoDockerUser)
+	}
+	return &Host{ipt: ipt, restore: restore}, nil
+}
+
+// Live is what iptables shows for the chains a Set cares about.
+type Live struct {
+	Chains  map[string][]string // owned chain -> its -A lines; absent = chain missing
+	Parents map[string][]string // parent chain -> its -A lines
+}
+
+// Read lists the owned chains and the parents of s.
+func (h *Host) Read(ctx context.Context, s Set) (Live, error) {
+	l := Live{Chains: map[string][]string{}, Parents: map[string][]string{}}
+	existing, err := h.ipt.ListChains("filter")
+	if err != nil {
+		return l, fmt.Errorf("iptables list chains: %w", err)
+	}
+	has := map[string]bool{}
+	for _, c := range existing {
+		has[c] = true
+	}
+	list := func(chain string) ([]string, error) {
+		lines, err := h.ipt.List("filter", chain)
+		if err != nil {
+			return nil, fmt.Errorf("iptables -S %s: %w", chain, err)
+		}
+		var out []string
+		for _, ln := range lines {
+			if strings.HasPrefix(ln, "-A ") {
+				out = append(out, ln)
+			}
+		}
+		return out, nil
+	}
+	for _, c := range s.Chains {
+		if !has[c] {
+			continue
+		}
+		if l.Chains[c], err = list(c); err != nil {
+			return l, err
+		}
+	}
+	for _, j := range s.Jumps {
+		if _, done := l.Parents[j.Parent]; done || !has[j.Parent] {
+			continue
+		}
+		if l.Parents[j.Parent], err = list(j.Parent); err != nil {
+			return l, err
+		}
+	}
+	return l, nil
+}
+
+// Diff lists, in words, how live differs from the wanted set; empty means in
+// sync. It is pure, so it is unit-tested on captured iptables -S output.
+func Diff(want Set, live Live) []string {
+	var out []string
+	for _, c := range want.Chains {
+		got, ok := live.Chains[c]
+		if !ok {
+			out = append(out, fmt.Sprintf("chain %s is missing", c))
+			continue
+		}
+		var wanted []string
+		for _, r := range want.Rules {
+			if r.Chain == c {
+				wanted = append(wanted, r.Line())
+			}
+		}
+		out = append(out, diffLines(c, wanted, got)...)
+	}
+	for _, j := range want.Jumps {
+		lines, ok := live.Parents[j.Parent]
+		if !ok {
+			out = append(out, fmt.Sprintf("chain %s is missing, so the jump to %s is missing", j.Parent, j.Target))
+			continue
+		}
+		pos, ret, n := jumpPosition(j, lines)
+		switch {
+		case n == 0:
+			out = append(out, fmt.Sprintf("the jump from %s to %s is missing", j.Parent, j.Target))
+		case j.BeforeReturn && ret >= 0 && pos > ret:
+			out = append(out, fmt.Sprintf("the jump from %s to %s is below %s's RETURN (rule %d after RETURN at %d), so it never runs",
+				j.Parent, j.Target, j.Parent, pos+1, ret+1))
+		}
+		if n > 1 {
+			out = append(out, fmt.Sprintf("the jump from %s to %s appears %d times", j.Parent, j.Target, n))
+		}
+	}
+	return out
+}
+
+// jumpPosition returns the index of the first jump, the index of the first
+// unconditional RETURN (-1 if none) and how many jumps there are.
+func jumpPosition(j Jump, lines []string) (pos, ret, n int) {
+	pos, ret = -1, -1
+	for i, ln := range lines {
+		if ln == j.Line() {
+			if pos < 0 {
+				pos = i
+			}
+			n++
+		}
+		if ret < 0 && ln == "-A "+j.Parent+" -j RETURN" {
+			ret = i
+		}
+	}
+	return pos, ret, n
+}
+
+func diffLines(chain string, want, got []string) []string {
+	var out []string
+	gotSet := map[string]int{}
+	for _, g := range got {
+		gotSet[g]++
+	}
+	wantSet := map[string]int{}
+	for _, w := range want {
+		wantSet[w]++
+		if gotSet[w] == 0 {
+			out = append(out, "rule missing: "+w)
+		}
+	}
+	for _, g := range got {
+		if wantSet[g] == 0 {
+			out = append(out, "unexpected rule in "+chain+": "+g)
+		}
+	}
+	if len(out) == 0 && strings.Join(want, "\n") != strings.Join(got, "\n") {
+		out = append(out, "rules of "+chain+" are out of order")
+	}
+	return out
+}
+
+// ApplyText is the iptables-restore --noflush batch that brings live to want
+// in one transaction: the owned chains are declared (which creates or
+// flushes them) and refilled, and each jump is put in place. The kernel
+// swaps the whole batch at once (nf_tables: one netlink transaction;
+// legacy: one table replace), so no packet meets a half-applied set.
+func ApplyText(want Set, live Live) string {
+	var b strings.Builder
+	b.WriteString("*filter\n")
+	for _, c := range want.Chains {
+		fmt.Fprintf(&b, ":%s - [0:0]\n", c)
+	}
+	for _, r := range want.Rules {
+		b.WriteString(r.Line() + "\n")
+	}
+	for _, j := range want.Jumps {
+		pos, ret, n := jumpPosition(j, live.Parents[j.Parent])
+		ok := n == 1 && !(j.BeforeReturn && ret >= 0 && pos > ret)
+		if ok {
+			continue
+		}
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(&b, "-D %s %s\n", j.Parent, j.Spec())
+		}
+		fmt.Fprintf(&b, "-I %s 1 %s\n", j.Parent, j.Spec())
+	}
+	b.WriteString("COMMIT\n")
+	return b.String()
+}
+
+// RemoveText is the batch that removes every jump and owned chain of want
+// that live still has, and nothing else.
+func RemoveText(want Set, live Live) string {
+	var b strings.Builder
+	for _, j := range want.Jumps {
+		_, _, n := jumpPosition(j, live.Parents[j.Parent])
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(&b, "-D %s %s\n", j.Parent, j.Spec())
+		}
+	}
+	for _, c := range want.Chains {
+		if _, ok := live.Chains[c]; ok {
+			fmt.Fprintf(&b, "-F %s\n-X %s\n", c, c)
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "*filter\n" + b.String() + "COMMIT\n"
+}
+
+// Apply brings the host to want atomically.
+func (h *Host) Apply(ctx context.Context, want Set) error {
+	live, err := h.Read(ctx, want)
+	if err != nil {
+		return err
+	}
+	if _, ok := live.Parents[DockerUser]; !ok {
+		return fmt.Errorf("firewall apply: %w", ErrNoDockerUser)
+	}
+	return h.run(ctx, ApplyText(want, live))
+}
+
+// Remove deletes the jumps and owned chains of want, in one transaction.
+func (h *Host) Remove(ctx context.Context, want Set) error {
+	live, err := h.Read(ctx, want)
+	if err != nil {
+		return err
+	}
+	text := RemoveText(want, live)
+	if text == "" {
+		return nil
+	}
+	return h.run(ctx, text)
+}
+
+// Check reads live and diffs it against want.
+func (h *Host) Check(ctx context.Context, want Set) ([]string, error) {
+	live, err := h.Read(ctx, want)
+	if err != nil {
+		return nil, err
+	}
+	return Diff(want, live), nil
+}
+
+func (h *Host) run(ctx context.Context, text string) error {
+	// -w waits for the xtables lock instead of failing when Docker or
+	// another tool holds it.
+	cmd := exec.CommandContext(ctx, h.restore, "--noflush", "-w", "10")
+	cmd.Stdin = strings.NewReader(text)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("iptables-restore: %w: %s\nbatch:\n%s", err, strings.TrimSpace(stderr.String()), text)
+	}
+	return nil
+}

@@ -1,0 +1,165 @@
+// Package probe runs one connectivity check from inside a container and
+// classifies the outcome precisely enough to tell a firewall drop (timeout)
+// from a reachable host with a closed port (refused). agent-runner's probe
+// subcommand wraps it; the ThreeGate verification runs that in probe
+// containers in each role. It has no Docker dependency on purpose: it ends
+// up in the agent-runner binary.
+package probe
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Check kinds.
+const (
+	TCP     = "tcp"     // dial Target directly
+	Connect = "connect" // CONNECT to Target through the proxy Via
+	DNS     = "dns"     // resolve Target with the system resolver
+)
+
+// Observations. Blocked means the packet went nowhere: what a firewall
+// drop or a missing route produces.
+const (
+	Open        = "open"
+	Refused     = "refused" // the host answered with a reset: reachable
+	Timeout     = "timeout"
+	Unreachable = "unreachable"
+	Allowed     = "allowed" // proxy answered 200 to CONNECT
+	Denied      = "denied"  // proxy answered 403
+	Resolved    = "resolved"
+	NotResolved = "not-resolved"
+	Failed      = "error"
+)
+
+// Blocked reports whether an observation means "no path".
+func Blocked(obs string) bool { return obs == Timeout || obs == Unreachable }
+
+// Check is one probe.
+type Check struct {
+	Kind   string `json:"kind"`
+	Target string `json:"target"`
+	Via    string `json:"via,omitempty"`
+}
+
+// String is the check's command-line form, parsed back by Parse:
+// tcp=host:port, connect=proxyhost:port/host:port, dns=name.
+func (c Check) String() string {
+	if c.Kind == Connect {
+		return c.Kind + "=" + c.Via + "/" + c.Target
+	}
+	return c.Kind + "=" + c.Target
+}
+
+// Parse reads a check in String's form.
+func Parse(s string) (Check, error) {
+	kind, rest, ok := strings.Cut(s, "=")
+	if !ok || rest == "" {
+		return Check{}, fmt.Errorf("check %q: want kind=target", s)
+	}
+	switch kind {
+	case TCP, DNS:
+		return Check{Kind: kind, Target: rest}, nil
+	case Connect:
+		via, target, ok := strings.Cut(rest, "/")
+		if !ok {
+			return Check{}, fmt.Errorf("check %q: want connect=proxy:port/host:port", s)
+		}
+		return Check{Kind: kind, Via: via, Target: target}, nil
+	}
+	return Check{}, fmt.Errorf("check %q: unknown kind %q (tcp, connect, dns)", s, kind)
+}
+
+// Result is one check's outcome; Detail carries the first bytes the far
+// side sent, or the error.
+type Result struct {
+	Check
+	Observed string `json:"observed"`
+	Detail   string `json:"detail,omitempty"`
+}
+
+// Run performs c within timeout.
+func Run(ctx context.Context, c Check, timeout time.Duration) Result {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	r := Result{Check: c}
+	switch c.Kind {
+	case TCP:
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", c.Target)
+		if err != nil {
+			r.Observed, r.Detail = classify(err), err.Error()
+			return r
+		}
+		defer conn.Close()
+		r.Observed, r.Detail = Open, banner(conn, 300*time.Millisecond)
+	case Connect:
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", c.Via)
+		if err != nil {
+			r.Observed, r.Detail = classify(err), "proxy: "+err.Error()
+			return r
+		}
+		defer conn.Close()
+		if dl, ok := ctx.Deadline(); ok {
+			_ = conn.SetDeadline(dl)
+		}
+		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", c.Target, c.Target)
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			r.Observed, r.Detail = classify(err), "proxy reply: "+err.Error()
+			return r
+		}
+		switch resp.StatusCode {
+		case http.StatusOK:
+			r.Observed = Allowed
+			_ = conn.SetDeadline(time.Now().Add(500 * time.Millisecond))
+			buf := make([]byte, 64)
+			n, _ := br.Read(buf)
+			r.Detail = strings.TrimSpace(string(buf[:n]))
+		case http.StatusForbidden:
+			r.Observed, r.Detail = Denied, resp.Status
+		default:
+			r.Observed, r.Detail = fmt.Sprintf("status-%d", resp.StatusCode), resp.Status
+		}
+	case DNS:
+		addrs, err := net.DefaultResolver.LookupHost(ctx, c.Target)
+		if err != nil {
+			r.Observed, r.Detail = NotResolved, err.Error()
+			return r
+		}
+		r.Observed, r.Detail = Resolved, strings.Join(addrs, ",")
+	default:
+		r.Observed, r.Detail = Failed, "unknown check kind "+c.Kind
+	}
+	return r
+}
+
+func banner(conn net.Conn, wait time.Duration) string {
+	_ = conn.SetReadDeadline(time.Now().Add(wait))
+	buf := make([]byte, 64)
+	n, _ := conn.Read(buf)
+	return strings.TrimSpace(string(buf[:n]))
+}
+
+func classify(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return Refused
+	case errors.Is(err, syscall.ENETUNREACH), errors.Is(err, syscall.EHOSTUNREACH):
+		return Unreachable
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		return Timeout
+	case errors.As(err, &ne) && ne.Timeout():
+		return Timeout
+	}
+	return Failed
+}

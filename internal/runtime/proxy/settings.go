@@ -1,0 +1,145 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"time"
+)
+
+// DefaultPort is the port the proxy listens on unless told otherwise
+// (unprivileged, so the container needs no capability).
+const DefaultPort = 3128
+
+// Settings are what a deployment (the threegate_network resource) decides
+// about the proxy; Args turns them into the container's command line.
+// Zero values mean the defaults.
+type Settings struct {
+	// ListenIP restricts the listener to one address (the proxy's pinned
+	// fetchnet IP, so it does not listen on egressnet). Default: all.
+	ListenIP string
+	// Port to listen on; default DefaultPort.
+	Port int
+	// Allow is the allowlist, in ParsePattern's grammar.
+	Allow []string
+	// DNS servers ("ip" or "ip:port"); default the container's resolv.conf.
+	DNS []string
+	// AllowPrivate exempts CIDRs from the special-range refusal.
+	AllowPrivate []string
+	// Audit is "-" (stdout, the default) or a file path.
+	Audit string
+	// MaxConns, DialTimeout, IdleTimeout: see Options.
+	MaxConns    int
+	DialTimeout time.Duration
+	IdleTimeout time.Duration
+}
+
+// Validate checks every field and reports all problems at once.
+func (s Settings) Validate() error {
+	var errs []error
+	if s.ListenIP != "" {
+		if _, err := netip.ParseAddr(s.ListenIP); err != nil {
+			errs = append(errs, fmt.Errorf("listen ip %q is not an IP address", s.ListenIP))
+		}
+	}
+	if s.Port < 0 || s.Port > 65535 {
+		errs = append(errs, fmt.Errorf("port %d is out of range 1-65535", s.Port))
+	}
+	if _, err := ParseAllowlist(s.Allow); err != nil {
+		errs = append(errs, err)
+	}
+	for _, d := range s.DNS {
+		if _, err := ParseDNSServer(d); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if _, err := ParsePrefixes(s.AllowPrivate); err != nil {
+		errs = append(errs, err)
+	}
+	if s.MaxConns < 0 || s.DialTimeout < 0 || s.IdleTimeout < 0 {
+		errs = append(errs, errors.New("max conns and timeouts must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// ListenAddr is the address the proxy listens on, e.g. "172.30.1.2:3128".
+func (s Settings) ListenAddr() string {
+	port := s.Port
+	if port == 0 {
+		port = DefaultPort
+	}
+	if s.ListenIP == "" {
+		return ":" + strconv.Itoa(port)
+	}
+	ip, err := netip.ParseAddr(s.ListenIP)
+	if err != nil {
+		return s.ListenIP + ":" + strconv.Itoa(port)
+	}
+	return netip.AddrPortFrom(ip, uint16(port)).String()
+}
+
+// Args returns the agent-runner arguments that run the proxy with these
+// settings, starting with the subcommand: a container's command is
+// append([]string{"/usr/local/bin/agent-runner"}, Args(s)...). The allowlist
+// is passed in canonical form when it parses, so equal lists give equal
+// commands.
+func Args(s Settings) []string {
+	args := []string{"proxy", "--listen", s.ListenAddr()}
+	allow := s.Allow
+	if list, err := ParseAllowlist(s.Allow); err == nil {
+		allow = list.Strings()
+	}
+	for _, a := range allow {
+		args = append(args, "--allow", a)
+	}
+	for _, d := range s.DNS {
+		args = append(args, "--dns", d)
+	}
+	for _, p := range s.AllowPrivate {
+		args = append(args, "--allow-private", p)
+	}
+	audit := s.Audit
+	if audit == "" {
+		audit = "-"
+	}
+	args = append(args, "--audit", audit)
+	if s.MaxConns > 0 {
+		args = append(args, "--max-conns", strconv.Itoa(s.MaxConns))
+	}
+	if s.DialTimeout > 0 {
+		args = append(args, "--dial-timeout", s.DialTimeout.String())
+	}
+	if s.IdleTimeout > 0 {
+		args = append(args, "--idle-timeout", s.IdleTimeout.String())
+	}
+	return args
+}
+
+// ParsePrefixes parses CIDRs for AllowPrivate ("10.0.0.0/8", "fd00::/8");
+// an address without a length means just that address.
+func ParsePrefixes(cidrs []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	var errs []error
+	for _, c := range cidrs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			ip, ipErr := netip.ParseAddr(c)
+			if ipErr != nil || ip.Zone() != "" {
+				errs = append(errs, fmt.Errorf("allow-private %q is not a CIDR (e.g. 10.0.0.0/8)", c))
+				continue
+			}
+			p = netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen())
+		}
+		if p.Addr().Is4In6() {
+			errs = append(errs, fmt.Errorf("allow-private %q: write IPv4-mapped ranges as IPv4", c))
+			continue
+		}
+		if p != p.Masked() {
+			errs = append(errs, fmt.Errorf("allow-private %q has host bits set; did you mean %s?", c, p.Masked()))
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, errors.Join(errs...)
+}

@@ -1,0 +1,76 @@
+package proxy
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestArgs(t *testing.T) {
+	got := Args(Settings{
+		ListenIP:     "172.30.1.2",
+		Port:         3129,
+		Allow:        []string{"Example.COM", "*.api.example:8443"},
+		DNS:          []string{"172.30.2.1"},
+		AllowPrivate: []string{"10.9.0.0/16"},
+		MaxConns:     64,
+		DialTimeout:  5 * time.Second,
+		IdleTimeout:  time.Minute,
+	})
+	want := []string{"proxy", "--listen", "172.30.1.2:3129",
+		"--allow", "example.com:443", "--allow", "*.api.example:8443",
+		"--dns", "172.30.2.1", "--allow-private", "10.9.0.0/16", "--audit", "-",
+		"--max-conns", "64", "--dial-timeout", "5s", "--idle-timeout", "1m0s"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Args =\n%q\nwant\n%q", got, want)
+	}
+
+	if got := Args(Settings{}); !reflect.DeepEqual(got, []string{"proxy", "--listen", ":3128", "--audit", "-"}) {
+		t.Errorf("Args(zero) = %q", got)
+	}
+	if got := (Settings{ListenIP: "fd00::5"}).ListenAddr(); got != "[fd00::5]:3128" {
+		t.Errorf("ListenAddr v6 = %q", got)
+	}
+}
+
+func TestSettingsValidate(t *testing.T) {
+	if err := (Settings{Allow: []string{"example.com"}, DNS: []string{"10.0.0.2:53", "[fd00::53]:53", "10.0.0.3"}, AllowPrivate: []string{"10.0.0.0/8", "fd00::/8", "10.1.2.3"}}).Validate(); err != nil {
+		t.Fatalf("valid settings: %v", err)
+	}
+	err := Settings{
+		ListenIP:     "not-an-ip",
+		Port:         70000,
+		Allow:        []string{"https://x.example"},
+		DNS:          []string{"dns.example"},
+		AllowPrivate: []string{"10.0.0.1/8", "nope"},
+	}.Validate()
+	if err == nil {
+		t.Fatal("want errors")
+	}
+	for _, want := range []string{"listen ip", "port 70000", "scheme", "dns server", "host bits set", "\"nope\" is not a CIDR"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
+func TestParseDNSServer(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.0.0.2":       "10.0.0.2:53",
+		"10.0.0.2:5353":  "10.0.0.2:5353",
+		"fd00::2":        "[fd00::2]:53",
+		"[fd00::2]":      "[fd00::2]:53",
+		"[fd00::2]:5353": "[fd00::2]:5353",
+	} {
+		got, err := ParseDNSServer(in)
+		if err != nil || got.String() != want {
+			t.Errorf("ParseDNSServer(%q) = %v, %v; want %s", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "dns.example", "10.0.0.2:0", "10.0.0.2:99999", "[fe80::1%eth0]:53"} {
+		if got, err := ParseDNSServer(bad); err == nil {
+			t.Errorf("ParseDNSServer(%q) = %v, want an error", bad, got)
+		}
+	}
+}

@@ -1,0 +1,591 @@
+package topology
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
+)
+
+// Label keys (under engine.LabelPrefix) on every object of a topology.
+const (
+	LabelTopology = engine.LabelPrefix + "threegate"
+	LabelKind     = engine.LabelPrefix + "threegate.kind"
+	LabelConfig   = engine.LabelPrefix + "threegate.config"
+	// LabelRole marks a member container's role (CORE, FETCH, TOOL_EXEC);
+	// Verify checks labelled members against RoleNetworks.
+	LabelRole = engine.LabelPrefix + "threegate.role"
+)
+
+// Proxy container limits. The proxy holds one goroutine and two sockets per
+// connection; these leave room for hundreds of concurrent fetches.
+const (
+	ProxyMemory = 128 << 20
+	ProxyPids   = 128
+	ProxyUser   = "65534:65534"
+)
+
+// NetworkRemoveWait bounds how long removing a network waits for endpoints
+// that Docker is still tearing down after their container went away.
+const NetworkRemoveWait = 15 * time.Second
+
+// Observed is what Docker shows of a topology.
+type Observed struct {
+	Networks map[string]ObservedNetwork // by kind; absent = missing
+	Proxy    *ObservedProxy             // nil = missing
+}
+
+// ObservedNetwork is a live network.
+type ObservedNetwork struct {
+	ID, Name         string
+	Subnet, Gateway  string
+	IPRange          string
+	Internal, Owned  bool
+	Containers       map[string]string // container id -> name
+	ContainerAddress map[string]string // container id -> IPv4 (no prefix)
+}
+
+// ObservedProxy is the live proxy container.
+type ObservedProxy struct {
+	ID      string
+	Running bool
+	Status  string
+	Config  string            // LabelConfig value
+	IPs     map[string]string // network name -> address
+}
+
+// Observe inspects the networks and the proxy container of spec.
+func Observe(ctx context.Context, cli client.APIClient, s Spec) (Observed, error) {
+	o := Observed{Networks: map[string]ObservedNetwork{}}
+	for _, n := range s.Networks {
+		in, err := cli.NetworkInspect(ctx, n.Name, network.InspectOptions{})
+		if errdefs.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return o, fmt.Errorf("network inspect %s: %w", n.Name, err)
+		}
+		if in.Name != n.Name { // matched an id prefix, not our name
+			continue
+		}
+		on := ObservedNetwork{ID: in.ID, Name: in.Name, Internal: in.Internal, Owned: in.Labels[LabelTopology] == s.Name,
+			Containers: map[string]string{}, ContainerAddress: map[string]string{}}
+		if len(in.IPAM.Config) > 0 {
+			on.Subnet, on.Gateway, on.IPRange = in.IPAM.Config[0].Subnet, in.IPAM.Config[0].Gateway, in.IPAM.Config[0].IPRange
+		}
+		for id, ep := range in.Containers {
+			on.Containers[id] = ep.Name
+			if p, err := netip.ParsePrefix(ep.IPv4Address); err == nil {
+				on.ContainerAddress[id] = p.Addr().String()
+			}
+		}
+		o.Networks[n.Kind] = on
+	}
+	c, err := cli.ContainerInspect(ctx, s.Proxy.Name)
+	if errdefs.IsNotFound(err) {
+		return o, nil
+	}
+	if err != nil {
+		return o, fmt.Errorf("container inspect %s: %w", s.Proxy.Name, err)
+	}
+	p := &ObservedProxy{ID: c.ID, IPs: map[string]string{}}
+	if c.State != nil {
+		p.Running, p.Status = c.State.Running, c.State.Status
+	}
+	if c.Config != nil {
+		p.Config = c.Config.Labels[LabelConfig]
+	}
+	if c.NetworkSettings != nil {
+		for name, ep := range c.NetworkSettings.Networks {
+			if ep != nil {
+				p.IPs[name] = ep.IPAddress
+			}
+		}
+	}
+	o.Proxy = p
+	return o, nil
+}
+
+// networkMatches reports whether a live network is the planned one.
+func networkMatches(n Network, o ObservedNetwork) bool {
+	return o.Owned && o.Internal == n.Internal && o.Subnet == n.Subnet.String() &&
+		o.Gateway == n.Gateway.String() && o.IPRange == n.IPRange.String()
+}
+
+// ProxyConfigHash identifies the proxy container's configuration; a live
+// container with another hash is replaced.
+func ProxyConfigHash(s Spec) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "v1\n%s\n%s\n%s\n%s\n%d\n%d\n%s\n", s.Proxy.Image, strings.Join(ProxyCommand(s), "\x00"),
+		s.Proxy.IP, s.Proxy.EgressIP, ProxyMemory, ProxyPids, ProxyUser)
+	for _, n := range s.Networks {
+		fmt.Fprintf(h, "%s %s\n", n.Name, n.Subnet)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// proxyConfigured reports whether the live proxy has the planned
+// configuration and attachments; a stopped container can have them (the
+// daemon keeps a stopped container's endpoints configuration but reports
+// no address), so addresses are only compared while it runs.
+func proxyConfigured(s Spec, p *ObservedProxy) bool {
+	if p == nil || p.Config != ProxyConfigHash(s) || len(p.IPs) != 2 {
+		return false
+	}
+	fetch, egress := s.Network(FetchNet).Name, s.Network(EgressNet).Name
+	if _, ok := p.IPs[fetch]; !ok {
+		return false
+	}
+	if _, ok := p.IPs[egress]; !ok {
+		return false
+	}
+	return !p.Running || (p.IPs[fetch] == s.Proxy.IP.String() && p.IPs[egress] == s.Proxy.EgressIP.String())
+}
+
+// proxyMatches reports whether the live proxy is the planned one and runs.
+func proxyMatches(s Spec, o Observed) bool {
+	return o.Proxy != nil && o.Proxy.Running && proxyConfigured(s, o.Proxy)
+}
+
+// Drift lists, in words, how Docker differs from spec; empty means in sync.
+func Drift(s Spec, o Observed) []string {
+	var out []string
+	for _, n := range s.Networks {
+		on, ok := o.Networks[n.Kind]
+		switch {
+		case !ok:
+			out = append(out, fmt.Sprintf("network %s is missing", n.Name))
+		case !on.Owned:
+			out = append(out, fmt.Sprintf("network %s exists but is not labelled as part of topology %q", n.Name, s.Name))
+		case !networkMatches(n, on):
+			out = append(out, fmt.Sprintf("network %s differs: subnet %s gateway %s internal %t, want %s %s %t",
+				n.Name, on.Subnet, on.Gateway, on.Internal, n.Subnet, n.Gateway, n.Internal))
+		}
+	}
+	p := o.Proxy
+	switch {
+	case p == nil:
+		out = append(out, fmt.Sprintf("proxy container %s is missing", s.Proxy.Name))
+	case !p.Running:
+		out = append(out, fmt.Sprintf("proxy container %s is not running (%s)", s.Proxy.Name, p.Status))
+	case !proxyMatches(s, o):
+		out = append(out, fmt.Sprintf("proxy container %s differs from the configuration (image, command, addresses or networks)", s.Proxy.Name))
+	}
+	return out
+}
+
+// Ensure brings Docker to spec: networks first, then firewall (so that no
+// container of the topology ever runs unprotected), then the proxy. Only
+// what differs is replaced. firewall may be nil.
+func Ensure(ctx context.Context, cli client.APIClient, s Spec, firewall func(context.Context) error) (Observed, error) {
+	o, err := Observe(ctx, cli, s)
+	if err != nil {
+		return o, err
+	}
+	var replace []Network
+	for _, n := range s.Networks {
+		on, ok := o.Networks[n.Kind]
+		if !ok {
+			continue
+		}
+		if !on.Owned {
+			return o, fmt.Errorf("network %s already exists and does not belong to topology %q (label %s); "+
+				"remove it or choose another name", n.Name, s.Name, LabelTopology)
+		}
+		if !networkMatches(n, on) {
+			if others := foreignEndpoints(on, o.Proxy); len(others) > 0 {
+				return o, fmt.Errorf("network %s must be recreated (subnet, gateway or internal flag changed) but containers "+
+					"are attached: %s; detach or destroy them first", n.Name, strings.Join(others, ", "))
+			}
+			replace = append(replace, n)
+		}
+	}
+	if o.Proxy != nil && (len(replace) > 0 || !proxyConfigured(s, o.Proxy)) {
+		if err := removeContainer(ctx, cli, o.Proxy.ID); err != nil {
+			return o, err
+		}
+		o.Proxy = nil
+	}
+	for _, n := range replace {
+		if err := removeNetwork(ctx, cli, o.Networks[n.Kind].ID); err != nil {
+			return o, err
+		}
+		delete(o.Networks, n.Kind)
+	}
+	for _, n := range s.Networks {
+		if _, ok := o.Networks[n.Kind]; ok {
+			continue
+		}
+		if err := createNetwork(ctx, cli, s, n); err != nil {
+			return o, err
+		}
+	}
+	if firewall != nil {
+		if err := firewall(ctx); err != nil {
+			return o, err
+		}
+	}
+	if o.Proxy != nil && !o.Proxy.Running {
+		// Same configuration, only stopped: start it again.
+		if err := startProxy(ctx, cli, o.Proxy.ID); err != nil {
+			return o, err
+		}
+	} else if o.Proxy == nil {
+		if err := createProxy(ctx, cli, s); err != nil {
+			return o, err
+		}
+	}
+	return Observe(ctx, cli, s)
+}
+
+func foreignEndpoints(on ObservedNetwork, proxy *ObservedProxy) []string {
+	var out []string
+	for id, name := range on.Containers {
+		if proxy != nil && id == proxy.ID {
+			continue
+		}
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func createNetwork(ctx context.Context, cli client.APIClient, s Spec, n Network) error {
+	_, err := cli.NetworkCreate(ctx, n.Name, network.CreateOptions{
+		Driver:   "bridge",
+		Internal: n.Internal,
+		IPAM: &network.IPAM{Driver: "default", Config: []network.IPAMConfig{{
+			Subnet: n.Subnet.String(), Gateway: n.Gateway.String(), IPRange: n.IPRange.String(),
+		}}},
+		Labels: engine.Labels("network", map[string]string{"threegate": s.Name, "threegate.kind": n.Kind}),
+	})
+	if err != nil {
+		if strings.Contains(err.Error(), "overlaps") {
+			return fmt.Errorf("network create %s: subnet %s overlaps an existing Docker network or host address range: %w; "+
+				"choose another %s_subnet", n.Name, n.Subnet, err, n.Kind)
+		}
+		return fmt.Errorf("network create %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// removeNetwork removes a network, retrying for a bounded time while Docker
+// still lists endpoints of containers it is removing.
+func removeNetwork(ctx context.Context, cli client.APIClient, id string) error {
+	deadline := time.Now().Add(NetworkRemoveWait)
+	for {
+		err := cli.NetworkRemove(ctx, id)
+		if err == nil || errdefs.IsNotFound(err) {
+			return nil
+		}
+		if !strings.Contains(err.Error(), "active endpoints") || time.Now().After(deadline) {
+			in, ierr := cli.NetworkInspect(ctx, id, network.InspectOptions{})
+			if ierr == nil && len(in.Containers) > 0 {
+				var names []string
+				for _, ep := range in.Containers {
+					names = append(names, ep.Name)
+				}
+				sort.Strings(names)
+				return fmt.Errorf("network remove %s: containers are still attached: %s; detach or destroy them first: %w",
+					in.Name, strings.Join(names, ", "), err)
+			}
+			return fmt.Errorf("network remove %s: %w", id, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func removeContainer(ctx context.Context, cli client.APIClient, id string) error {
+	err := cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
+	if err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("container remove %s: %w", id, err)
+	}
+	return nil
+}
+
+// ProxyCommand is the proxy container's command line; the proxy listens
+// only on its fetchnet address, so nothing on egressnet can use it.
+func ProxyCommand(s Spec) []string {
+	set := proxy.Settings{ListenIP: s.Proxy.IP.String(), Port: s.Proxy.Port, Audit: "-"}
+	for _, a := range s.Proxy.Allow {
+		set.Allow = append(set.Allow, a.String())
+	}
+	for _, d := range s.Proxy.DNS {
+		set.DNS = append(set.DNS, d.String())
+	}
+	for _, p := range s.Proxy.AllowPrivate {
+		set.AllowPrivate = append(set.AllowPrivate, p.String())
+	}
+	return append([]string{"/usr/local/bin/agent-runner"}, proxy.Args(set)...)
+}
+
+// ProxyHostConfig is the proxy's hardening: read-only rootfs, no
+// capabilities, no privilege escalation, memory (swap equal) and pids caps,
+// restarted by the daemon unless an operator stopped it.
+func ProxyHostConfig(fetchnet string) *container.HostConfig {
+	pids := int64(ProxyPids)
+	return &container.HostConfig{
+		NetworkMode:    container.NetworkMode(fetchnet),
+		ReadonlyRootfs: true,
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
+		Resources:      container.Resources{Memory: ProxyMemory, MemorySwap: ProxyMemory, PidsLimit: &pids},
+		Tmpfs:          map[string]string{"/tmp": "rw,noexec,nosuid,size=16m"},
+		LogConfig:      container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "10m", "max-file": "3"}},
+	}
+}
+
+func createProxy(ctx context.Context, cli client.APIClient, s Spec) error {
+	if _, err := cli.ImageInspect(ctx, s.Proxy.Image); err != nil {
+		if errdefs.IsNotFound(err) {
+			return fmt.Errorf("proxy image %s is not present on the daemon (nothing is pulled); build it first, "+
+				"e.g. with meepa_isolation_image", s.Proxy.Image)
+		}
+		return fmt.Errorf("image inspect %s: %w", s.Proxy.Image, err)
+	}
+	fetch, egress := s.Network(FetchNet), s.Network(EgressNet)
+	resp, err := cli.ContainerCreate(ctx, &container.Config{
+		Image:      s.Proxy.Image,
+		Entrypoint: ProxyCommand(s)[:1],
+		Cmd:        ProxyCommand(s)[1:],
+		User:       ProxyUser,
+		Labels:     engine.Labels("proxy", map[string]string{"threegate": s.Name, "threegate.config": ProxyConfigHash(s)}),
+	}, ProxyHostConfig(fetch.Name), &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
+		fetch.Name: {IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: s.Proxy.IP.String()}},
+	}}, nil, s.Proxy.Name)
+	if err != nil {
+		return fmt.Errorf("container create %s: %w", s.Proxy.Name, err)
+	}
+	// API 1.41 takes one network at create; the second is connected before start.
+	if err := cli.NetworkConnect(ctx, egress.Name, resp.ID, &network.EndpointSettings{
+		IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: s.Proxy.EgressIP.String()},
+	}); err != nil {
+		_ = removeContainer(ctx, cli, resp.ID)
+		return fmt.Errorf("network connect %s to %s: %w", s.Proxy.Name, egress.Name, err)
+	}
+	if err := startProxy(ctx, cli, resp.ID); err != nil {
+		return err
+	}
+	return nil
+}
+
+// startProxy starts the proxy and checks, for a bounded moment, that it
+// stays up; a proxy that exits at once (bad flag, missing binary) is an
+// error with its last log lines.
+func startProxy(ctx context.Context, cli client.APIClient, id string) error {
+	if err := cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+		return fmt.Errorf("container start proxy: %w", err)
+	}
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		c, err := cli.ContainerInspect(ctx, id)
+		if err != nil {
+			return fmt.Errorf("container inspect proxy: %w", err)
+		}
+		if c.State != nil && !c.State.Running {
+			return fmt.Errorf("proxy exited right after start (exit code %d): %s", c.State.ExitCode, tailLogs(ctx, cli, id))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return nil
+}
+
+func tailLogs(ctx context.Context, cli client.APIClient, id string) string {
+	rc, err := cli.ContainerLogs(ctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: "20"})
+	if err != nil {
+		return "(no logs: " + err.Error() + ")"
+	}
+	defer rc.Close()
+	var b strings.Builder
+	_, _ = stdcopy.StdCopy(&b, &b, io.LimitReader(rc, 8<<10))
+	return strings.TrimSpace(b.String())
+}
+
+// Destroy removes the proxy and the networks of a topology, and nothing
+// else. Networks with containers still attached are an error that names
+// them. Missing objects are fine.
+func Destroy(ctx context.Context, cli client.APIClient, s Spec) error {
+	o, err := Observe(ctx, cli, s)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	if o.Proxy != nil {
+		errs = append(errs, removeContainer(ctx, cli, o.Proxy.ID))
+	}
+	for _, n := range s.Networks {
+		on, ok := o.Networks[n.Kind]
+		if !ok || !on.Owned {
+			continue
+		}
+		errs = append(errs, removeNetwork(ctx, cli, on.ID))
+	}
+	return errors.Join(errs...)
+}
+
+// Conflicts reports planned subnets that overlap a Docker network that is
+// not part of this topology, or (when hostRoutes is set, i.e. the daemon
+// runs on this machine) a route of this host that Docker did not make.
+func Conflicts(ctx context.Context, cli client.APIClient, s Spec, hostRoutes bool) (Problems, error) {
+	var ps Problems
+	nets, err := cli.NetworkList(ctx, network.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("network list: %w", err)
+	}
+	dockerDevs := map[string]bool{"docker0": true}
+	for _, dn := range nets {
+		if len(dn.ID) >= 12 {
+			dockerDevs["br-"+dn.ID[:12]] = true
+		}
+		if dn.Labels[LabelTopology] == s.Name {
+			continue
+		}
+		for _, c := range dn.IPAM.Config {
+			p, err := netip.ParsePrefix(c.Subnet)
+			if err != nil {
+				continue
+			}
+			for _, n := range s.Networks {
+				if n.Subnet.Overlaps(p) {
+					ps.add(n.Kind+"_subnet", "", -1, "Subnet Overlaps A Docker Network",
+						"%s subnet %s overlaps Docker network %q (%s); choose a free range.", n.Kind, n.Subnet, dn.Name, p)
+				}
+			}
+		}
+	}
+	if !hostRoutes {
+		return ps, nil
+	}
+	routes, err := HostRoutes()
+	if err != nil {
+		return ps, err
+	}
+	for _, r := range routes {
+		if dockerDevs[r.Dev] || r.Prefix.Bits() == 0 {
+			continue
+		}
+		for _, n := range s.Networks {
+			if n.Subnet.Overlaps(r.Prefix) {
+				ps.add(n.Kind+"_subnet", "", -1, "Subnet Overlaps A Host Route",
+					"%s subnet %s overlaps the host route %s on %s; traffic to it would be ambiguous. Choose a free range.",
+					n.Kind, n.Subnet, r.Prefix, r.Dev)
+			}
+		}
+	}
+	return ps, nil
+}
+
+// Route is one IPv4 route of the host.
+type Route struct {
+	Dev    string
+	Prefix netip.Prefix
+}
+
+// HostRoutes reads the host's IPv4 routing table from /proc/net/route.
+func HostRoutes() ([]Route, error) {
+	f, err := os.Open("/proc/net/route")
+	if err != nil {
+		return nil, fmt.Errorf("read routes: %w", err)
+	}
+	defer f.Close()
+	var out []Route
+	sc := bufio.NewScanner(f)
+	sc.Scan() // header
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 8 {
+			continue
+		}
+		dst, err1 := strconv.ParseUint(fs[1], 16, 32)
+		mask, err2 := strconv.ParseUint(fs[7], 16, 32)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		// The file is in host byte order, which is little-endian on every
+		// architecture Docker runs this on.
+		d := [4]byte{byte(dst), byte(dst >> 8), byte(dst >> 16), byte(dst >> 24)}
+		m := uint32(mask)
+		bits := 0
+		for m != 0 {
+			bits += int(m & 1)
+			m >>= 1
+		}
+		out = append(out, Route{Dev: fs[0], Prefix: netip.PrefixFrom(netip.AddrFrom4(d), bits).Masked()})
+	}
+	return out, sc.Err()
+}
+
+// EngineLeaksDNS reports whether a Docker Engine version is one affected by
+// CVE-2024-29018 (DNS from internal networks forwarded through the host's
+// namespace): before 23.0.11, 24.x, and 25.0.x before 25.0.4. Fixed in
+// 26.0.0, 25.0.4 and 23.0.11. Distributions backport fixes, so callers warn.
+func EngineLeaksDNS(version string) bool {
+	v := version
+	if i := strings.IndexAny(v, "+-~"); i >= 0 {
+		v = v[:i]
+	}
+	parts := strings.SplitN(v, ".", 3)
+	num := func(i int) int {
+		if i >= len(parts) {
+			return 0
+		}
+		n, _ := strconv.Atoi(parts[i])
+		return n
+	}
+	major, minor, patch := num(0), num(1), num(2)
+	switch {
+	case major < 23:
+		return true
+	case major == 23:
+		return minor == 0 && patch < 11
+	case major == 24:
+		return true
+	case major == 25:
+		return minor == 0 && patch < 4
+	}
+	return false
+}
+
+// Members lists containers attached to any network of the topology, with
+// the networks each is on, for the membership check.
+func Members(ctx context.Context, cli client.APIClient, s Spec) ([]container.Summary, error) {
+	var out []container.Summary
+	seen := map[string]bool{}
+	for _, n := range s.Networks {
+		cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("network", n.Name))})
+		if err != nil {
+			return nil, fmt.Errorf("container list on %s: %w", n.Name, err)
+		}
+		for _, c := range cs {
+			if !seen[c.ID] {
+				seen[c.ID] = true
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
+}

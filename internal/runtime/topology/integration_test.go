@@ -1,0 +1,290 @@
+package topology
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/firewall"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/probe"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// freeInput picks a unique name and three free /24s in 10.213.0.0/16.
+func freeInput(t *testing.T, cli client.APIClient, prefix string) Input {
+	t.Helper()
+	for try := 0; try < 30; try++ {
+		a := 3 * rand.IntN(80)
+		in := Input{
+			Name: fmt.Sprintf("%s-%04x", prefix, rand.IntN(0xffff)),
+			Subnets: map[string]string{LLMNet: fmt.Sprintf("10.213.%d.0/24", a), FetchNet: fmt.Sprintf("10.213.%d.0/24", a+1),
+				EgressNet: fmt.Sprintf("10.213.%d.0/24", a+2)},
+			Proxy: ProxyInput{Image: "x"},
+		}
+		s, ps := Build(in)
+		if len(ps) > 0 {
+			t.Fatal(ps)
+		}
+		conflicts, err := Conflicts(context.Background(), cli, s, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(conflicts) == 0 {
+			return in
+		}
+	}
+	t.Fatal("no free subnets in 10.213.0.0/16")
+	return Input{}
+}
+
+// TestThreeGateIsolation builds a real topology and proves, with probe
+// containers in each role, what each can reach — first without the host
+// firewall (to show the holes the firewall closes, so the test can fail),
+// then with it.
+func TestThreeGateIsolation(t *testing.T) {
+	testutil.RequireDocker(t)
+	ctx := context.Background()
+	cli := testutil.Docker(t)
+	image := testutil.EnsureOwnRunnerImage(t, cli)
+	out := testutil.StartOutside(t, 443, 8443)
+	hostPort := testutil.HostService(t)
+
+	in := freeInput(t, cli, "meepa-test-tg")
+	in.Proxy = ProxyInput{Image: image, Allow: []string{out.Addr(443), "localhost:443"}, AllowPrivate: []string{out.Prefix}}
+	in.Firewall = Firewall{Enabled: true}
+	s, ps := Build(in)
+	if len(ps) > 0 {
+		t.Fatal(ps)
+	}
+	fw, err := firewall.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := Destroy(context.WithoutCancel(ctx), cli, s); err != nil {
+			t.Errorf("destroy: %v", err)
+		}
+		if err := fw.Remove(context.WithoutCancel(ctx), s.Rules()); err != nil {
+			t.Errorf("firewall remove: %v", err)
+		}
+	})
+
+	// 1. Docker's topology alone.
+	if _, err := Ensure(ctx, cli, s, nil); err != nil {
+		t.Fatal(err)
+	}
+	opts := VerifyOptions{Image: image, AllowedTarget: out.Addr(443), DeniedTarget: out.Addr(8443),
+		OutsideAddress: out.Addr(8443), HostPort: hostPort, Timeout: 2 * time.Second}
+	before, err := Verify(ctx, cli, s, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("without the host firewall:\n%s", before.Table())
+	if row := find(t, before, RoleCore, "host via llmnet gateway"); row.Observed != probe.Open {
+		t.Errorf("without the firewall CORE should reach the host service through its gateway (the hole this firewall closes); observed %s %s",
+			row.Observed, row.Detail)
+	}
+	rogue := runOn(t, cli, image, s.Network(EgressNet).Name, "tcp="+out.Addr(443))
+	if rogue.Observed != probe.Open {
+		t.Errorf("without the firewall a second container on egressnet should get out (Docker allows it); observed %s", rogue.Observed)
+	}
+
+	// 2. With the host firewall.
+	if err := fw.Apply(ctx, s.Rules()); err != nil {
+		t.Fatal(err)
+	}
+	if drift, err := fw.Check(ctx, s.Rules()); err != nil || len(drift) > 0 {
+		t.Fatalf("after apply: drift %v, err %v", drift, err)
+	}
+	after, err := Verify(ctx, cli, s, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("with the host firewall:\n%s", after.Table())
+	if !after.OK() {
+		t.Errorf("verification failed:\n%s", after.Table())
+	}
+	if row := find(t, after, RoleFetch, "allowed host via proxy"); row.Detail != "outside-443" {
+		t.Errorf("FETCH through the proxy should read the outside server's banner, got %q", row.Detail)
+	}
+	// The proxy refuses a private-range target even when the allowlist
+	// names it (localhost resolves to loopback inside the proxy).
+	priv := runOn(t, cli, image, s.Network(FetchNet).Name, "connect="+s.Proxy.URL()[len("http://"):]+"/localhost:443", s.Network(LLMNet).Name)
+	if priv.Observed != probe.Denied {
+		t.Errorf("proxy should refuse the loopback target localhost:443: %s %s", priv.Observed, priv.Detail)
+	}
+	// The proxy itself: out on 443, not on another port.
+	res := execProbe(t, cli, s.Proxy.Name, "tcp="+out.Addr(443), "tcp="+out.Addr(8443))
+	if res[0].Observed != probe.Open || res[0].Detail != "outside-443" {
+		t.Errorf("proxy -> outside:443: %+v", res[0])
+	}
+	if !probe.Blocked(res[1].Observed) {
+		t.Errorf("proxy -> outside:8443 should be dropped: %+v", res[1])
+	}
+	t.Logf("PROXY      outside:443 directly             open     %s", res[0].Observed)
+	t.Logf("PROXY      outside:8443 directly            blocked  %s", res[1].Observed)
+	rogue = runOn(t, cli, image, s.Network(EgressNet).Name, "tcp="+out.Addr(443))
+	if !probe.Blocked(rogue.Observed) {
+		t.Errorf("a second container on egressnet must not get out: %+v", rogue)
+	}
+	t.Logf("ROGUE@egressnet outside:443                blocked  %s", rogue.Observed)
+	if v, err := Violations(ctx, cli, s); err != nil || len(v) > 0 {
+		t.Errorf("violations %v, err %v", v, err)
+	}
+
+	// 3. Drift on our own rules only, each restored by the next apply.
+	set := s.Rules()
+	ipt := func(args ...string) {
+		t.Helper()
+		if b, err := exec.Command("iptables", args...).CombinedOutput(); err != nil {
+			t.Fatalf("iptables %v: %v %s", args, err, b)
+		}
+	}
+	jump := set.Jumps[0].Args()
+	for _, c := range []struct {
+		name   string
+		break_ func()
+		want   string
+	}{
+		{"deleted rule", func() { ipt(append([]string{"-D", set.Rules[3].Chain}, set.Rules[3].Args()...)...) }, "rule missing"},
+		{"jump removed", func() { ipt(append([]string{"-D", firewall.DockerUser}, jump...)...) }, "jump from DOCKER-USER to " + firewall.ForwardChain(s.Name) + " is missing"},
+		{"jump below RETURN", func() {
+			ipt(append([]string{"-D", firewall.DockerUser}, jump...)...)
+			ipt(append([]string{"-A", firewall.DockerUser}, jump...)...)
+		}, "below DOCKER-USER's RETURN"},
+		{"input chain emptied", func() { ipt("-F", firewall.InputChain(s.Name)) }, "rule missing"},
+	} {
+		c.break_()
+		drift, err := fw.Check(ctx, set)
+		if err != nil || len(drift) == 0 || !strings.Contains(strings.Join(drift, "\n"), c.want) {
+			t.Errorf("%s: drift %q (err %v), want it to mention %q", c.name, drift, err, c.want)
+		}
+		if err := fw.Apply(ctx, set); err != nil {
+			t.Fatal(err)
+		}
+		if drift, _ := fw.Check(ctx, set); len(drift) > 0 {
+			t.Errorf("%s: not restored: %v", c.name, drift)
+		}
+	}
+
+	// 4. Docker drift: a stopped proxy and a removed network come back.
+	if err := cli.ContainerStop(ctx, s.Proxy.Name, container.StopOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	o, _ := Observe(ctx, cli, s)
+	if d := Drift(s, o); len(d) != 1 || !strings.Contains(d[0], "not running") {
+		t.Errorf("stopped proxy drift = %v", d)
+	}
+	_ = cli.NetworkDisconnect(ctx, s.Network(EgressNet).Name, s.Proxy.Name, true)
+	if err := cli.NetworkRemove(ctx, s.Network(EgressNet).Name); err != nil {
+		t.Fatal(err)
+	}
+	o, _ = Observe(ctx, cli, s)
+	if d := strings.Join(Drift(s, o), "\n"); !strings.Contains(d, "network "+s.Network(EgressNet).Name+" is missing") {
+		t.Errorf("removed network drift = %v", d)
+	}
+	o, err = Ensure(ctx, cli, s, func(ctx context.Context) error { return fw.Apply(ctx, s.Rules()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := Drift(s, o); len(d) > 0 {
+		t.Errorf("not restored: %v", d)
+	}
+}
+
+func find(t *testing.T, r Report, role, what string) Probe {
+	t.Helper()
+	for _, p := range r.Probes {
+		if p.Role == role && p.What == what {
+			return p
+		}
+	}
+	t.Fatalf("no probe %s/%s", role, what)
+	return Probe{}
+}
+
+// runOn runs one probe check in a throwaway container on the given
+// networks.
+func runOn(t *testing.T, cli client.APIClient, image, net, check string, more ...string) probe.Result {
+	t.Helper()
+	ctx := context.Background()
+	pids := int64(32)
+	resp, err := cli.ContainerCreate(ctx, &container.Config{
+		Image: image, Entrypoint: []string{"/usr/local/bin/agent-runner"}, Cmd: []string{"probe", "--timeout", "2s", check},
+		User: ProxyUser, Labels: engine.Labels("probe", map[string]string{"test": t.Name()}),
+	}, &container.HostConfig{NetworkMode: container.NetworkMode(net), CapDrop: []string{"ALL"}, ReadonlyRootfs: true,
+		Resources: container.Resources{PidsLimit: &pids}}, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.ContainerRemove(ctx, resp.ID, container.RemoveOptions{Force: true})
+	for _, n := range more {
+		if err := cli.NetworkConnect(ctx, n, resp.ID, &network.EndpointSettings{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wc, ec := cli.ContainerWait(ctx, resp.ID, container.WaitConditionNotRunning)
+	select {
+	case <-wc:
+	case err := <-ec:
+		t.Fatal(err)
+	}
+	rc, err := cli.ContainerLogs(ctx, resp.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var stdout, stderr bytes.Buffer
+	_, _ = stdcopy.StdCopy(&stdout, &stderr, rc)
+	var r probe.Result
+	if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &r); err != nil {
+		t.Fatalf("probe %s output %q, stderr %q: %v", check, stdout.String(), stderr.String(), err)
+	}
+	return r
+}
+
+// execProbe runs agent-runner probe inside a running container.
+func execProbe(t *testing.T, cli client.APIClient, ctr string, checks ...string) []probe.Result {
+	t.Helper()
+	ctx := context.Background()
+	ex, err := cli.ContainerExecCreate(ctx, ctr, container.ExecOptions{
+		Cmd: append([]string{"/usr/local/bin/agent-runner", "probe", "--timeout", "2s"}, checks...), AttachStdout: true, AttachStderr: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hr.Close()
+	var stdout, stderr bytes.Buffer
+	_, _ = stdcopy.StdCopy(&stdout, &stderr, hr.Reader)
+	var out []probe.Result
+	for _, line := range strings.Split(strings.TrimSpace(stdout.String()), "\n") {
+		var r probe.Result
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("exec probe output %q (%s): %v", stdout.String(), stderr.String(), err)
+		}
+		out = append(out, r)
+	}
+	if len(out) != len(checks) {
+		t.Fatalf("exec probe: %d results for %d checks", len(out), len(checks))
+	}
+	return out
+}

@@ -1,0 +1,399 @@
+package topology
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/probe"
+)
+
+// VerifyOptions say what to probe. Targets left empty are not probed: the
+// verification never invents a destination, so nothing is sent anywhere
+// the operator did not name.
+type VerifyOptions struct {
+	// Image runs the probes; it must contain /usr/local/bin/agent-runner.
+	// Default: the proxy's image.
+	Image string
+	// AllowedTarget is a host:port the allowlist admits; FETCH must reach
+	// it through the proxy.
+	AllowedTarget string
+	// DeniedTarget is a host:port the allowlist does not admit; the proxy
+	// must refuse it.
+	DeniedTarget string
+	// OutsideAddress is an ip:port outside the topology; no member may
+	// reach it directly.
+	OutsideAddress string
+	// HostPort is a port tried on each bridge gateway (the host). Any
+	// answer, even a reset, means the host is reachable. Default 22.
+	HostPort int
+	// DNSName, when set, is resolved from CORE, which must fail. Note that
+	// on engines affected by CVE-2024-29018 the query itself leaves the host.
+	DNSName string
+	// Timeout per check; default 2s.
+	Timeout time.Duration
+}
+
+// Expectations.
+const (
+	ExpectBlocked = "blocked"
+	ExpectOpen    = "open"
+	ExpectAllowed = "allowed"
+	ExpectDenied  = "denied"
+	ExpectNoDNS   = "not-resolved"
+)
+
+// Probe is one row of the verification table.
+type Probe struct {
+	Role     string `json:"role"`
+	What     string `json:"what"`
+	Check    string `json:"check"`
+	Expected string `json:"expected"`
+	Observed string `json:"observed"`
+	Detail   string `json:"detail"`
+	Pass     bool   `json:"pass"`
+}
+
+// Report is the verification outcome.
+type Report struct {
+	Probes     []Probe
+	Violations []string // containers attached in a way the spec forbids
+}
+
+// OK reports whether every probe matched the spec and no attachment
+// violates it.
+func (r Report) OK() bool {
+	for _, p := range r.Probes {
+		if !p.Pass {
+			return false
+		}
+	}
+	return len(r.Violations) == 0
+}
+
+// Table renders the report for people.
+func (r Report) Table() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-10s %-32s %-9s %-12s %s\n", "ROLE", "WHAT", "EXPECTED", "OBSERVED", "PASS")
+	for _, p := range r.Probes {
+		fmt.Fprintf(&b, "%-10s %-32s %-9s %-12s %t\n", p.Role, p.What, p.Expected, p.Observed, p.Pass)
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
+	}
+	return b.String()
+}
+
+type roleProbe struct {
+	role     string
+	networks []string // network names; empty = network none
+	env      []string
+	rows     []Probe
+	checks   []probe.Check
+}
+
+func (rp *roleProbe) add(what, expected string, c probe.Check) {
+	rp.rows = append(rp.rows, Probe{Role: rp.role, What: what, Check: c.String(), Expected: expected})
+	rp.checks = append(rp.checks, c)
+}
+
+// Verify runs short-lived probe containers in each role and compares what
+// they reach with what the spec allows; it also checks every container
+// attached to the topology's networks against the membership rules.
+func Verify(ctx context.Context, cli client.APIClient, s Spec, o VerifyOptions) (Report, error) {
+	if o.Image == "" {
+		o.Image = s.Proxy.Image
+	}
+	if o.HostPort == 0 {
+		o.HostPort = 22
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 2 * time.Second
+	}
+	llm, fetch := s.Network(LLMNet), s.Network(FetchNet)
+	proxyAddr := netip.AddrPortFrom(s.Proxy.IP, uint16(s.Proxy.Port)).String()
+	gw := func(n Network) string { return netip.AddrPortFrom(n.Gateway, uint16(o.HostPort)).String() }
+	roles := s.Roles()
+
+	core := &roleProbe{role: RoleCore, networks: roles[RoleCore].Networks}
+	core.add("proxy", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
+	core.add("host via llmnet gateway", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(llm)})
+	if o.OutsideAddress != "" {
+		core.add("outside address", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
+	}
+	if o.DNSName != "" {
+		core.add("DNS "+o.DNSName, ExpectNoDNS, probe.Check{Kind: probe.DNS, Target: o.DNSName})
+	}
+
+	fe := &roleProbe{role: RoleFetch, networks: roles[RoleFetch].Networks}
+	for k, v := range roles[RoleFetch].Env {
+		fe.env = append(fe.env, k+"="+v)
+	}
+	fe.add("proxy", ExpectOpen, probe.Check{Kind: probe.TCP, Target: proxyAddr})
+	if o.AllowedTarget != "" {
+		fe.add("allowed host via proxy", ExpectAllowed, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.AllowedTarget})
+	}
+	if o.DeniedTarget != "" {
+		fe.add("disallowed host via proxy", ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.DeniedTarget})
+	}
+	if o.OutsideAddress != "" {
+		fe.add("outside address directly", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
+		fe.add("outside address via proxy", ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.OutsideAddress})
+	}
+	fe.add("host via fetchnet gateway", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(fetch)})
+
+	te := &roleProbe{role: RoleToolExec, networks: roles[RoleToolExec].Networks}
+	te.add("proxy", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
+	te.add("host via llmnet gateway", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(llm)})
+	sb := &roleProbe{role: RoleToolExec + "/sandbox"} // network none
+	sb.add("proxy", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
+	if o.OutsideAddress != "" {
+		sb.add("outside address", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
+	}
+
+	all := []*roleProbe{core, fe, te, sb}
+	var wg sync.WaitGroup
+	errs := make([]error, len(all))
+	for i, rp := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = runRole(ctx, cli, s, o, rp)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return Report{}, err
+	}
+	var rep Report
+	for _, rp := range all {
+		rep.Probes = append(rep.Probes, rp.rows...)
+	}
+	v, err := Violations(ctx, cli, s)
+	if err != nil {
+		return rep, err
+	}
+	rep.Violations = v
+	return rep, nil
+}
+
+func pass(expected, observed string) bool {
+	switch expected {
+	case ExpectBlocked:
+		return probe.Blocked(observed)
+	case ExpectOpen:
+		return observed == probe.Open
+	case ExpectAllowed:
+		return observed == probe.Allowed
+	case ExpectDenied:
+		return observed == probe.Denied
+	case ExpectNoDNS:
+		return observed == probe.NotResolved
+	}
+	return false
+}
+
+// runRole runs one probe container with the role's networks and fills the
+// observed column.
+func runRole(ctx context.Context, cli client.APIClient, s Spec, o VerifyOptions, rp *roleProbe) error {
+	args := []string{"probe", "--timeout", o.Timeout.String()}
+	for _, c := range rp.checks {
+		args = append(args, c.String())
+	}
+	mode := "none"
+	if len(rp.networks) > 0 {
+		mode = rp.networks[0]
+	}
+	pids := int64(32)
+	name := fmt.Sprintf("%s-probe-%s-%d", s.Name, strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(rp.role)), time.Now().UnixNano()%1e6)
+	resp, err := cli.ContainerCreate(ctx, &container.Config{
+		Image: o.Image, Entrypoint: []string{"/usr/local/bin/agent-runner"}, Cmd: args, Env: rp.env, User: ProxyUser,
+		Labels: engine.Labels("probe", map[string]string{"threegate": s.Name, "threegate.role": rp.role}),
+	}, &container.HostConfig{
+		NetworkMode: container.NetworkMode(mode), ReadonlyRootfs: true, CapDrop: []string{"ALL"},
+		SecurityOpt: []string{"no-new-privileges"},
+		Resources:   container.Resources{Memory: 64 << 20, MemorySwap: 64 << 20, PidsLimit: &pids},
+	}, nil, nil, name)
+	if err != nil {
+		return fmt.Errorf("probe %s: container create: %w", rp.role, err)
+	}
+	defer func() {
+		// A fresh context: the probe must go even when ctx was cancelled.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = removeContainer(rctx, cli, resp.ID)
+	}()
+	for _, n := range rp.networks[min(1, len(rp.networks)):] {
+		if err := cli.NetworkConnect(ctx, n, resp.ID, &network.EndpointSettings{}); err != nil {
+			return fmt.Errorf("probe %s: network connect %s: %w", rp.role, n, err)
+		}
+	}
+	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		return fmt.Errorf("probe %s: container start: %w", rp.role, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Duration(len(rp.checks)+5)*o.Timeout+10*time.Second)
+	defer cancel()
+	waitC, errC := cli.ContainerWait(wctx, resp.ID, container.WaitConditionNotRunning)
+	select {
+	case <-waitC:
+	case err := <-errC:
+		return fmt.Errorf("probe %s: wait: %w", rp.role, err)
+	}
+	rc, err := cli.ContainerLogs(ctx, resp.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		return fmt.Errorf("probe %s: logs: %w", rp.role, err)
+	}
+	defer rc.Close()
+	var stdout, stderr bytes.Buffer
+	if _, err := stdcopy.StdCopy(&stdout, &stderr, rc); err != nil {
+		return fmt.Errorf("probe %s: logs: %w", rp.role, err)
+	}
+	var results []probe.Result
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		var r probe.Result
+		if err := json.Unmarshal(sc.Bytes(), &r); err == nil {
+			results = append(results, r)
+		}
+	}
+	if len(results) != len(rp.rows) {
+		return fmt.Errorf("probe %s: %d results for %d checks (does %s contain agent-runner with the probe command?): %s",
+			rp.role, len(results), len(rp.rows), o.Image, strings.TrimSpace(stderr.String()))
+	}
+	for i, r := range results {
+		rp.rows[i].Observed, rp.rows[i].Detail = r.Observed, r.Detail
+		rp.rows[i].Pass = pass(rp.rows[i].Expected, r.Observed)
+	}
+	return nil
+}
+
+// Violations lists containers attached to the topology's networks in a way
+// the spec forbids: anything but the proxy on egressnet, the proxy on
+// llmnet, a container on fetchnet without llmnet (no role has that), and a
+// container labelled with a role on a network its role must not join.
+func Violations(ctx context.Context, cli client.APIClient, s Spec) ([]string, error) {
+	members, err := Members(ctx, cli, s)
+	if err != nil {
+		return nil, err
+	}
+	kindOf := map[string]string{}
+	for _, n := range s.Networks {
+		kindOf[n.Name] = n.Kind
+	}
+	var out []string
+	for _, c := range members {
+		if c.Labels[engine.LabelComponent] == "probe" {
+			continue
+		}
+		name := strings.TrimPrefix(firstOr(c.Names, c.ID), "/")
+		on := map[string]bool{}
+		if c.NetworkSettings != nil {
+			for n := range c.NetworkSettings.Networks {
+				if k, ok := kindOf[n]; ok {
+					on[k] = true
+				}
+			}
+		}
+		isProxy := name == s.Proxy.Name && c.Labels[LabelTopology] == s.Name
+		switch {
+		case on[EgressNet] && !isProxy:
+			out = append(out, fmt.Sprintf("%s is on %s; only the proxy may be", name, NetworkName(s.Name, EgressNet)))
+		case isProxy && on[LLMNet]:
+			out = append(out, fmt.Sprintf("the proxy %s is on %s; it must only join fetchnet and egressnet", name, NetworkName(s.Name, LLMNet)))
+		case !isProxy && on[FetchNet] && !on[LLMNet]:
+			out = append(out, fmt.Sprintf("%s is on fetchnet without llmnet, which no role allows", name))
+		}
+		if role := c.Labels[LabelRole]; role != "" && !isProxy {
+			allowed := map[string]bool{}
+			for _, k := range RoleNetworks[role] {
+				allowed[k] = true
+			}
+			var bad []string
+			for k := range on {
+				if !allowed[k] {
+					bad = append(bad, k)
+				}
+			}
+			sort.Strings(bad)
+			if len(bad) > 0 {
+				out = append(out, fmt.Sprintf("%s (role %s) is on %s, which %s must not join", name, role, strings.Join(bad, ", "), role))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func firstOr(s []string, def string) string {
+	if len(s) > 0 {
+		return s[0]
+	}
+	return def
+}
+
+// InputFromLive reconstructs a topology's Input from its live objects: the
+// subnets and gateways from the networks, the proxy settings from the
+// proxy container's command and addresses. The firewall settings are the
+// caller's to fill (they live in iptables).
+func InputFromLive(ctx context.Context, cli client.APIClient, name string) (Input, error) {
+	in := Input{Name: name, Subnets: map[string]string{}, Gateways: map[string]string{}}
+	c, err := cli.ContainerInspect(ctx, ProxyName(name))
+	if err != nil {
+		return in, fmt.Errorf("proxy container %s: %w", ProxyName(name), err)
+	}
+	if c.Config == nil || c.Config.Labels[LabelTopology] != name {
+		return in, fmt.Errorf("container %s is not the proxy of topology %q (label %s)", ProxyName(name), name, LabelTopology)
+	}
+	for _, k := range Kinds {
+		n, err := cli.NetworkInspect(ctx, NetworkName(name, k), network.InspectOptions{})
+		if err != nil {
+			return in, fmt.Errorf("network %s: %w", NetworkName(name, k), err)
+		}
+		if len(n.IPAM.Config) == 0 || n.Labels[LabelTopology] != name {
+			return in, fmt.Errorf("network %s is not part of topology %q", n.Name, name)
+		}
+		in.Subnets[k], in.Gateways[k] = n.IPAM.Config[0].Subnet, n.IPAM.Config[0].Gateway
+	}
+	in.Proxy.Image = c.Config.Image
+	args := c.Config.Cmd
+	for i := 0; i+1 < len(args); i++ {
+		switch args[i] {
+		case "--listen":
+			if ap, err := netip.ParseAddrPort(args[i+1]); err == nil {
+				in.Proxy.IP, in.Proxy.Port = ap.Addr().String(), int(ap.Port())
+			} else if _, p, ok := strings.Cut(args[i+1], ":"); ok {
+				in.Proxy.Port, _ = strconv.Atoi(p)
+			}
+		case "--allow":
+			in.Proxy.Allow = append(in.Proxy.Allow, args[i+1])
+		case "--allow-private":
+			in.Proxy.AllowPrivate = append(in.Proxy.AllowPrivate, args[i+1])
+		case "--dns":
+			in.Proxy.DNS = append(in.Proxy.DNS, args[i+1])
+		}
+	}
+	if c.NetworkSettings != nil {
+		if ep := c.NetworkSettings.Networks[NetworkName(name, EgressNet)]; ep != nil && ep.IPAMConfig != nil {
+			in.Proxy.EgressIP = ep.IPAMConfig.IPv4Address
+		}
+		if ep := c.NetworkSettings.Networks[NetworkName(name, FetchNet)]; ep != nil && ep.IPAMConfig != nil && in.Proxy.IP == "" {
+			in.Proxy.IP = ep.IPAMConfig.IPv4Address
+		}
+	}
+	return in, nil
+}

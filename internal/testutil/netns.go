@@ -1,0 +1,184 @@
+package testutil
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/docker/docker/client"
+	"golang.org/x/sys/unix"
+)
+
+// Outside is a stand-in for the internet that never leaves the machine: a
+// network namespace joined to the host by a veth pair, with addresses from
+// the benchmarking range 198.18.0.0/15 (RFC 2544), and TCP servers in it
+// that greet with a banner naming their port ("outside-443").
+type Outside struct {
+	NS       string // namespace name (ip netns)
+	HostIP   string // host end of the veth, e.g. 198.18.117.1
+	IP       string // the namespace's address, e.g. 198.18.117.2
+	Prefix   string // e.g. 198.18.117.0/24
+	HostVeth string
+}
+
+// Addr is ip:port of a server in the namespace.
+func (o *Outside) Addr(port int) string { return fmt.Sprintf("%s:%d", o.IP, port) }
+
+// StartOutside creates the namespace and veth, starts banner servers on the
+// given ports inside it, and removes everything in t.Cleanup. The /24 is
+// picked at random among 198.18.100–250 so parallel test processes do not
+// collide; a taken one is skipped.
+func StartOutside(t testing.TB, ports ...int) *Outside {
+	t.Helper()
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs iproute2 (ip)")
+	}
+	var o *Outside
+	for try := 0; try < 20 && o == nil; try++ {
+		n := 100 + rand.IntN(150)
+		suffix := fmt.Sprintf("%d%03d", os.Getpid()%1000, n)
+		cand := &Outside{
+			NS: "meepa-test-out-" + suffix, HostVeth: "mto" + suffix,
+			HostIP: fmt.Sprintf("198.18.%d.1", n), IP: fmt.Sprintf("198.18.%d.2", n), Prefix: fmt.Sprintf("198.18.%d.0/24", n),
+		}
+		if routeTaken(cand.Prefix) {
+			continue
+		}
+		o = cand
+	}
+	if o == nil {
+		t.Fatal("no free 198.18.x.0/24 for the outside namespace")
+	}
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	run("netns", "add", o.NS)
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "link", "del", o.HostVeth).Run()
+		_ = exec.Command("ip", "netns", "del", o.NS).Run()
+	})
+	peer := o.HostVeth + "p"
+	run("link", "add", o.HostVeth, "type", "veth", "peer", "name", peer)
+	run("link", "set", peer, "netns", o.NS)
+	run("addr", "add", o.HostIP+"/24", "dev", o.HostVeth)
+	run("link", "set", o.HostVeth, "up")
+	run("-n", o.NS, "addr", "add", o.IP+"/24", "dev", peer)
+	run("-n", o.NS, "link", "set", peer, "up")
+	run("-n", o.NS, "link", "set", "lo", "up")
+	run("-n", o.NS, "route", "add", "default", "via", o.HostIP)
+	for _, p := range ports {
+		ln, err := listenInNetns("/run/netns/"+o.NS, fmt.Sprintf("%s:%d", o.IP, p))
+		if err != nil {
+			t.Fatalf("listen in %s: %v", o.NS, err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		banner := fmt.Sprintf("outside-%d\n", p)
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				_, _ = c.Write([]byte(banner))
+				c.Close()
+			}
+		}()
+	}
+	return o
+}
+
+func routeTaken(prefix string) bool {
+	out, err := exec.Command("ip", "-4", "route", "show", prefix).Output()
+	return err != nil || len(strings.TrimSpace(string(out))) > 0
+}
+
+// listenInNetns opens a listener inside the namespace at nsPath. A socket
+// belongs to the namespace of the thread that created it, so the thread
+// switches in, listens and switches back; the listener then serves from any
+// goroutine.
+func listenInNetns(nsPath, addr string) (net.Listener, error) {
+	runtime.LockOSThread()
+	orig, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	defer orig.Close()
+	target, err := os.Open(nsPath)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	defer target.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return nil, fmt.Errorf("setns: %w", err)
+	}
+	ln, lerr := net.Listen("tcp", addr)
+	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+		// Leave the thread locked: it dies with this goroutine instead of
+		// running other goroutines in the wrong namespace.
+		return nil, fmt.Errorf("setns back: %w", err)
+	}
+	runtime.UnlockOSThread()
+	return ln, lerr
+}
+
+// HostService listens on all host addresses at a free port and accepts
+// connections; a container that reaches it through its bridge gateway
+// gets the banner "host-service". It returns the port.
+func HostService(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("host-service\n"))
+			c.Close()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// EnsureOwnRunnerImage is EnsureRunnerImage under a tag named by the
+// binary's content hash (meepa-test/runner:<sha12>). The shared RunnerImage
+// tag is rebuilt by every test process on this daemon, each with its own
+// branch's agent-runner; a content-addressed tag cannot be swapped under a
+// running test.
+func EnsureOwnRunnerImage(t testing.TB, cli *client.Client) string {
+	t.Helper()
+	EnsureBusybox(t, cli)
+	bin, err := os.ReadFile(RunnerBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(bin)
+	tag := "meepa-test/runner:" + hex.EncodeToString(sum[:])[:12]
+	imageMu.Lock()
+	defer imageMu.Unlock()
+	if exists(cli, tag) {
+		return tag
+	}
+	dockerfile := "FROM " + BusyboxImage + "\n" +
+		"COPY agent-runner /usr/local/bin/agent-runner\n" +
+		"ENV HOME=/workspace TMPDIR=/tmp\nWORKDIR /workspace\n"
+	buildImage(t, cli, tag, dockerfile, map[string][]byte{"agent-runner": bin})
+	return tag
+}
