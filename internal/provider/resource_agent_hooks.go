@@ -14,6 +14,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
@@ -72,10 +73,37 @@ func unjoin(err error) []error {
 	return []error{err}
 }
 
+// threegateRoleNames maps meepa_agent's role names onto the topology's.
+var threegateRoleNames = map[string]string{
+	"core": topology.RoleCore, "fetch": topology.RoleFetch, "tool_exec": topology.RoleToolExec,
+}
+
 // resolveThreegateRole returns the networks a role's members join and the
-// env they get, read from the threegate_network with the given id.
-func resolveThreegateRole(_ context.Context, _ client.APIClient, networkID, role string) ([]string, map[string]string, error) {
-	return nil, nil, fmt.Errorf("threegate_network %q: role %q cannot be resolved by this build", networkID, role)
+// env they get, from the live threegate_network whose id (its name) is
+// given: the same topology.Spec.Roles that the threegate_network's `roles`
+// attribute shows.
+func resolveThreegateRole(ctx context.Context, cli client.APIClient, networkID, role string) ([]string, map[string]string, error) {
+	name, ok := threegateRoleNames[role]
+	if !ok {
+		return nil, nil, fmt.Errorf("unknown role %q", role)
+	}
+	in, err := topology.InputFromLive(ctx, cli, networkID)
+	if err != nil {
+		return nil, nil, fmt.Errorf("threegate_network %q: %w (apply the threegate_network first, and give its id)", networkID, err)
+	}
+	spec, problems := topology.Build(in)
+	if len(problems) > 0 {
+		errs := make([]error, len(problems))
+		for i, p := range problems {
+			errs[i] = p
+		}
+		return nil, nil, fmt.Errorf("threegate_network %q: %w", networkID, errors.Join(errs...))
+	}
+	r, ok := spec.Roles()[name]
+	if !ok || len(r.Networks) == 0 {
+		return nil, nil, fmt.Errorf("threegate_network %q has no role %s", networkID, name)
+	}
+	return r.Networks, r.Env, nil
 }
 
 // hostModeSecurityOpt is what the runner container needs for Landlock host

@@ -339,6 +339,42 @@ func sendMessage(sock, token, text string) (agent.Reply, int, error) {
 // while it runs, reads that container from the daemon: every flag the spec
 // lists, the new memory limit, and no secret in its configuration.
 func checkMessageContainer(t *testing.T, cli client.APIClient, sock, token, id, ws string, memory int64) error {
+	return whileMessageRuns(cli, sock, token, id, func(ci container.InspectResponse, raw []byte) error {
+		hc := ci.HostConfig
+		switch {
+		case hc.Memory != memory || hc.MemorySwap != memory:
+			return fmt.Errorf("memory %d swap %d, want %d", hc.Memory, hc.MemorySwap, memory)
+		case !hc.ReadonlyRootfs:
+			return fmt.Errorf("rootfs writable")
+		case len(hc.CapDrop) != 1 || !strings.EqualFold(hc.CapDrop[0], "ALL") || len(hc.CapAdd) != 0:
+			return fmt.Errorf("caps drop %v add %v", hc.CapDrop, hc.CapAdd)
+		case !containsStr(hc.SecurityOpt, "no-new-privileges") && !containsStr(hc.SecurityOpt, "no-new-privileges:true"):
+			return fmt.Errorf("security opts %v", hc.SecurityOpt)
+		case !strings.Contains(hc.Tmpfs["/tmp"], "size=256m"):
+			return fmt.Errorf("tmpfs %v", hc.Tmpfs)
+		case hc.Privileged || hc.PidsLimit == nil || *hc.PidsLimit <= 0:
+			return fmt.Errorf("privileged %v pids %v", hc.Privileged, hc.PidsLimit)
+		case !containsStr(ci.Config.Env, "HOME=/workspace") || !containsStr(ci.Config.Env, "TMPDIR=/tmp"):
+			return fmt.Errorf("env %v", ci.Config.Env)
+		case ci.Config.WorkingDir != "/workspace":
+			return fmt.Errorf("workdir %q", ci.Config.WorkingDir)
+		case string(hc.NetworkMode) != "none":
+			return fmt.Errorf("network %q", hc.NetworkMode)
+		}
+		if len(ci.Mounts) != 1 || ci.Mounts[0].Source != ws || ci.Mounts[0].Destination != "/workspace" || !ci.Mounts[0].RW {
+			return fmt.Errorf("mounts %+v, want only %s at /workspace", ci.Mounts, ws)
+		}
+		if bytes.Contains(raw, []byte(testAPIKey)) || bytes.Contains(raw, []byte(testSecret)) {
+			return fmt.Errorf("a secret is in docker inspect of the message container")
+		}
+		return nil
+	})
+}
+
+// whileMessageRuns sends a message that keeps its container busy for a few
+// seconds, finds that container by its labels while it runs (a prestarted
+// one waits on stdin and runs no sleep), and hands its inspect to check.
+func whileMessageRuns(cli client.APIClient, sock, token, id string, check func(container.InspectResponse, []byte) error) error {
 	done := make(chan error, 1)
 	go func() {
 		reply, code, err := sendMessage(sock, token, "!sh sleep 4; echo slept")
@@ -349,6 +385,7 @@ func checkMessageContainer(t *testing.T, cli client.APIClient, sock, token, id, 
 	}()
 	ctx := context.Background()
 	seen := false
+	var checkErr error
 	deadline := time.Now().Add(30 * time.Second)
 	for !seen && time.Now().Before(deadline) {
 		list, err := cli.ContainerList(ctx, container.ListOptions{Filters: filters.NewArgs(
@@ -360,43 +397,17 @@ func checkMessageContainer(t *testing.T, cli client.APIClient, sock, token, id, 
 			return err
 		}
 		for _, c := range list {
-			// The busy one runs the sleep; a prestarted one waits on stdin.
 			top, err := cli.ContainerTop(ctx, c.ID, nil)
 			if err != nil || !strings.Contains(fmt.Sprint(top.Processes), "sleep") {
 				continue
 			}
-			seen = true
 			ci, raw, err := cli.ContainerInspectWithRaw(ctx, c.ID, false)
 			if err != nil {
 				return err
 			}
-			hc := ci.HostConfig
-			switch {
-			case hc.Memory != memory || hc.MemorySwap != memory:
-				return fmt.Errorf("memory %d swap %d, want %d", hc.Memory, hc.MemorySwap, memory)
-			case !hc.ReadonlyRootfs:
-				return fmt.Errorf("rootfs writable")
-			case len(hc.CapDrop) != 1 || !strings.EqualFold(hc.CapDrop[0], "ALL") || len(hc.CapAdd) != 0:
-				return fmt.Errorf("caps drop %v add %v", hc.CapDrop, hc.CapAdd)
-			case !containsStr(hc.SecurityOpt, "no-new-privileges") && !containsStr(hc.SecurityOpt, "no-new-privileges:true"):
-				return fmt.Errorf("security opts %v", hc.SecurityOpt)
-			case !strings.Contains(hc.Tmpfs["/tmp"], "size=256m"):
-				return fmt.Errorf("tmpfs %v", hc.Tmpfs)
-			case hc.Privileged || hc.PidsLimit == nil || *hc.PidsLimit <= 0:
-				return fmt.Errorf("privileged %v pids %v", hc.Privileged, hc.PidsLimit)
-			case !containsStr(ci.Config.Env, "HOME=/workspace") || !containsStr(ci.Config.Env, "TMPDIR=/tmp"):
-				return fmt.Errorf("env %v", ci.Config.Env)
-			case ci.Config.WorkingDir != "/workspace":
-				return fmt.Errorf("workdir %q", ci.Config.WorkingDir)
-			case string(hc.NetworkMode) != "none":
-				return fmt.Errorf("network %q", hc.NetworkMode)
-			}
-			if len(ci.Mounts) != 1 || ci.Mounts[0].Source != ws || ci.Mounts[0].Destination != "/workspace" || !ci.Mounts[0].RW {
-				return fmt.Errorf("mounts %+v, want only %s at /workspace", ci.Mounts, ws)
-			}
-			if bytes.Contains(raw, []byte(testAPIKey)) || bytes.Contains(raw, []byte(testSecret)) {
-				return fmt.Errorf("a secret is in docker inspect of the message container")
-			}
+			seen = true
+			checkErr = check(ci, raw)
+			break
 		}
 		if !seen {
 			time.Sleep(50 * time.Millisecond)
@@ -408,7 +419,7 @@ func checkMessageContainer(t *testing.T, cli client.APIClient, sock, token, id, 
 	if !seen {
 		return fmt.Errorf("no running message container seen for %s", id)
 	}
-	return nil
+	return checkErr
 }
 
 // checkNoSecrets: the API key and the secret are in no workspace file, not
