@@ -320,7 +320,15 @@ func (r *threegateNetworkResource) ModifyPlan(ctx context.Context, req resource.
 		state = &threegateNetworkModel{}
 		resp.Diagnostics.Append(req.State.Get(ctx, state)...)
 	}
-	in, known, diags := plan.toInput(ctx)
+	// The configuration, not the plan: in the plan every unset computed
+	// attribute is unknown, in the configuration it is null, which means
+	// "default", while unknown there means a value from elsewhere.
+	var cfg threegateNetworkModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &cfg)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	in, known, diags := cfg.toInput(ctx)
 	resp.Diagnostics.Append(diags...)
 	if !known || resp.Diagnostics.HasError() {
 		return
@@ -638,7 +646,7 @@ func (r *threegateNetworkResource) Read(ctx context.Context, req resource.ReadRe
 	if obs.Proxy != nil {
 		m.ProxyContainerID = types.StringValue(obs.Proxy.ID)
 	}
-	dv, d := types.ListValueFrom(ctx, types.StringType, drift)
+	dv, d := types.ListValueFrom(ctx, types.StringType, orEmpty(drift))
 	resp.Diagnostics.Append(d...)
 	m.Drift = dv
 	if len(drift) > 0 {

@@ -65,9 +65,10 @@ func newTGFixture(t *testing.T) *tgFixture {
 	return nil
 }
 
-func (f *tgFixture) config(extra string) string {
-	q := make([]string, len(f.allow))
-	for i, a := range f.allow {
+func (f *tgFixture) config(extra string, moreAllow ...string) string {
+	allow := append(append([]string{}, f.allow...), moreAllow...)
+	q := make([]string, len(allow))
+	for i, a := range allow {
 		q[i] = fmt.Sprintf("%q", a)
 	}
 	return fmt.Sprintf(`
@@ -260,8 +261,7 @@ func TestAccThreegateNetwork_lifecycle(t *testing.T) {
 			{
 				// Widening the allow list updates the proxy in place (a new
 				// container) and keeps the networks.
-				PreConfig: func() { f.allow = append(f.allow, f.outside.IP+":8443") },
-				Config:    f.config(""),
+				Config: f.config("", f.outside.IP+":8443"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
 					plancheck.ExpectUnknownValue(addr, tfjsonpath.New("proxy_container_id")),
@@ -283,7 +283,7 @@ func TestAccThreegateNetwork_lifecycle(t *testing.T) {
 					r := set.Rules[4]
 					mustRun(t, "iptables", append([]string{"-D", r.Chain}, r.Args()...)...)
 				},
-				Config: f.config(""), ConfigPlanChecks: expectUpdate, Check: f.checkLive(t),
+				Config: f.config("", f.outside.IP+":8443"), ConfigPlanChecks: expectUpdate, Check: f.checkLive(t),
 			},
 			{
 				// What a firewalld reload does. Foreign rules of DOCKER-USER
@@ -297,7 +297,7 @@ func TestAccThreegateNetwork_lifecycle(t *testing.T) {
 					}
 					mustRun(t, "iptables", "-F", firewall.DockerUser)
 				},
-				Config: f.config(""), ConfigPlanChecks: expectUpdate, Check: f.checkLive(t),
+				Config: f.config("", f.outside.IP+":8443"), ConfigPlanChecks: expectUpdate, Check: f.checkLive(t),
 			},
 			{
 				PreConfig: func() {
@@ -309,7 +309,7 @@ func TestAccThreegateNetwork_lifecycle(t *testing.T) {
 					}
 					mustRun(t, "iptables", append([]string{"-D", firewall.DockerUser}, set.Jumps[0].Args()...)...)
 				},
-				Config: f.config(""), ConfigPlanChecks: expectUpdate, Check: f.checkLive(t),
+				Config: f.config("", f.outside.IP+":8443"), ConfigPlanChecks: expectUpdate, Check: f.checkLive(t),
 			},
 			{
 				PreConfig: func() {
@@ -317,7 +317,7 @@ func TestAccThreegateNetwork_lifecycle(t *testing.T) {
 						t.Fatal(err)
 					}
 				},
-				Config: f.config(""), ConfigPlanChecks: expectUpdate, Check: f.checkLive(t),
+				Config: f.config("", f.outside.IP+":8443"), ConfigPlanChecks: expectUpdate, Check: f.checkLive(t),
 			},
 			{
 				PreConfig: func() {
@@ -328,7 +328,7 @@ func TestAccThreegateNetwork_lifecycle(t *testing.T) {
 						t.Fatal(err)
 					}
 				},
-				Config: f.config(""), ConfigPlanChecks: expectUpdate, Check: f.checkLive(t),
+				Config: f.config("", f.outside.IP+":8443"), ConfigPlanChecks: expectUpdate, Check: f.checkLive(t),
 			},
 		},
 	})
