@@ -131,6 +131,9 @@ func checkPresent(t *testing.T, cli *client.Client, attrs map[string]string, key
 func checkDestroyed(t *testing.T, cli *client.Client, attrSets ...map[string]string) resource.TestCheckFunc {
 	return func(*terraform.State) error {
 		for _, a := range attrSets {
+			if a["isolated_image"] == "" {
+				return fmt.Errorf("no image was recorded to check")
+			}
 			for _, k := range []string{"image", "isolated_image", "isolated_image_id"} {
 				if a[k] == "" || a[k] == bareBase {
 					continue
@@ -423,10 +426,11 @@ func TestAccIsolationImage_aptInstall(t *testing.T) {
 	testutil.RequireDocker(t)
 	cli := testutil.Docker(t)
 	base := ensureDebianBase(t, cli)
+	made := map[string]string{"image": "", "isolated_image": "", "isolated_image_id": ""}
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProviders,
-		CheckDestroy:             func(*terraform.State) error { return nil },
+		CheckDestroy:             checkDestroyed(t, cli, made),
 		Steps: []resource.TestStep{{
 			Config: fmt.Sprintf(`
 resource "meepa_isolation_image" "test" {
@@ -436,6 +440,7 @@ resource "meepa_isolation_image" "test" {
   pull            = "never"
 }`, base),
 			Check: resource.ComposeAggregateTestCheckFunc(
+				stateAttrs(made),
 				checkImagesInDocker(t, cli),
 				func(s *terraform.State) error {
 					a := s.RootModule().Resources[imgAddr].Primary.Attributes
@@ -451,6 +456,11 @@ resource "meepa_isolation_image" "test" {
 	})
 }
 
+// errRE matches across terraform's line wrapping: a space is any whitespace.
+func errRE(re string) *regexp.Regexp {
+	return regexp.MustCompile("(?s)" + strings.ReplaceAll(re, " ", `\s+`))
+}
+
 // TestAccIsolationImage_errors: bad input fails at plan time on its
 // attribute; build-time faults fail with a clear error.
 func TestAccIsolationImage_errors(t *testing.T) {
@@ -462,7 +472,7 @@ func TestAccIsolationImage_errors(t *testing.T) {
 		return fmt.Sprintf("resource \"meepa_isolation_image\" \"test\" {\n%s\n}\n", body)
 	}
 	planErr := func(body, re string) resource.TestStep {
-		return resource.TestStep{Config: cfg(body), PlanOnly: true, ExpectError: regexp.MustCompile(re)}
+		return resource.TestStep{Config: cfg(body), PlanOnly: true, ExpectError: errRE(re)}
 	}
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
@@ -474,36 +484,80 @@ func TestAccIsolationImage_errors(t *testing.T) {
 			planErr("packages = [\"jq\\ncurl\"]", `Invalid Package Name`),
 			planErr(`
   packages        = ["ImageMagick"]
-  package_manager = "apt"`, `(?s)packages\[0\].*not a valid apt package`),
+  package_manager = "apt"`, `Invalid Package Name.*"ImageMagick" is not a valid apt package`),
 			planErr(`
   packages        = ["jq"]
   package_manager = "none"`, `Packages Without A Package Manager`),
-			planErr(`package_manager = "pacman"`, `(?s)package_manager.*value must be one of`),
+			planErr(`package_manager = "pacman"`, `package_manager.*value must be one of`),
 			planErr(`env_vars = { "1BAD" = "x" }`, `Invalid Environment Variable Name`),
-			planErr(`env_vars = { HOME = "/root" }`, `(?s)HOME is set by the isolation image`),
+			planErr(`env_vars = { HOME = "/root" }`, `HOME is set by the isolation image`),
 			planErr("env_vars = { X = \"a\\nRUN touch /pwned\" }", `Invalid Environment Variable Value`),
 			planErr(`pull = "sometimes"`, `value must be one of`),
 			{
 				Config: cfg(`
   base_image = "meepa-test/tf-acc-does-not-exist:1"
   pull       = "never"`),
-				ExpectError: regexp.MustCompile(`(?s)not on the Docker daemon and pull is "never"`),
+				ExpectError: errRE(`not on the Docker daemon and pull is "never"`),
 			},
 			{
 				// Only loopback is ever contacted: nothing listens there.
 				Config:      cfg(`base_image = "127.0.0.1:1/meepa-test/nope:1"`),
-				ExpectError: regexp.MustCompile(`(?s)pull base image 127\.0\.0\.1:1/meepa-test/nope:1`),
+				ExpectError: errRE(`pull base image 127\.0\.0\.1:1/meepa-test/nope:1`),
 			},
 			{
 				Config: cfg(fmt.Sprintf(`
   base_image = %q
   packages   = ["jq", "broken"]`, fake)),
-				ExpectError: regexp.MustCompile(`(?s)Image Build Failed.*last lines of the build log.*unable to select packages`),
+				ExpectError: errRE(`Image Build Failed.*last lines of the build log.*unable to select packages`),
 			},
 			{
 				Config:      fmt.Sprintf("provider \"meepa\" {\n  runner_binary = %q\n}\n", foreign) + cfg(fmt.Sprintf(`base_image = %q`, fake)),
-				ExpectError: regexp.MustCompile(`(?s)agent-runner architecture does not match the Docker daemon.*exec format error`),
+				ExpectError: errRE(`agent-runner architecture does not match the Docker daemon.*exec format error`),
 			},
 		},
+	})
+}
+
+// TestAccIsolationImage_unknownBase takes base_image from a value known only
+// at apply: the plan leaves the computed attributes unknown, apply fills
+// them, and the next plan is empty.
+func TestAccIsolationImage_unknownBase(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	base := ensureFakeApkBase(t, cli)
+	made := map[string]string{"image": "", "isolated_image": "", "isolated_image_id": ""}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             checkDestroyed(t, cli, made),
+		Steps: []resource.TestStep{{
+			Config: fmt.Sprintf(`
+resource "terraform_data" "base" {
+  input = %q
+}
+
+resource "meepa_isolation_image" "test" {
+  base_image = terraform_data.base.output
+  packages   = ["jq"]
+}`, base),
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectUnknownValue(imgAddr, tfjsonpath.New("dockerfile")),
+					plancheck.ExpectUnknownValue(imgAddr, tfjsonpath.New("content_hash")),
+					plancheck.ExpectUnknownValue(imgAddr, tfjsonpath.New("isolated_image")),
+				},
+				PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+			},
+			ConfigStateChecks: []statecheck.StateCheck{
+				statecheck.ExpectKnownValue(imgAddr, tfjsonpath.New("isolated_image"), knownvalue.StringRegexp(isolatedTag)),
+				statecheck.ExpectKnownValue(imgAddr, tfjsonpath.New("dockerfile"), knownvalue.StringExact("FROM "+base+"\n"+
+					"RUN set -e; \\\n"+
+					"    if command -v apt-get >/dev/null 2>&1; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends jq && rm -rf /var/lib/apt/lists/*; \\\n"+
+					"    elif command -v apk >/dev/null 2>&1; then apk add --no-cache jq; \\\n"+
+					"    elif command -v dnf >/dev/null 2>&1; then dnf install -y --setopt=install_weak_deps=False jq && dnf clean all; \\\n"+
+					"    else echo 'meepa: no apt-get, apk or dnf in the base image; set package_manager' >&2; exit 1; fi\n")),
+			},
+			Check: resource.ComposeAggregateTestCheckFunc(stateAttrs(made), checkImagesInDocker(t, cli)),
+		}},
 	})
 }

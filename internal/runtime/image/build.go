@@ -197,16 +197,38 @@ func (b *Builder) Build(ctx context.Context, req Request) (Result, error) {
 	}
 	res.Names, res.BaseImageID, res.RunnerSHA256 = names, baseID, req.Runner.SHA256
 
+	// What this build made is removed again when a later step fails, so a
+	// failed apply leaves nothing behind that no state knows about.
+	var made []Target
+	var oldID string // the managed image the isolation tag named before
+	undo := func(err error) error {
+		cctx := context.WithoutCancel(ctx)
+		for i := len(made) - 1; i >= 0; i-- {
+			if derr := b.Delete(cctx, made[i]); derr != nil {
+				err = errors.Join(err, fmt.Errorf("cleaning up after the failed build: %w", derr))
+			}
+		}
+		if oldID != "" {
+			if terr := b.cli.ImageTag(cctx, oldID, names.Isolated); terr != nil {
+				err = errors.Join(err, fmt.Errorf("restoring %s: %w", names.Isolated, terr))
+			}
+		}
+		return err
+	}
+
 	res.ImageID = baseID
 	if req.Spec.HasContainerLayer() {
+		existed, _ := b.BaseID(ctx, names.Image)
 		id, err := b.containerImage(ctx, req.Spec, names, baseID, logf)
 		if err != nil {
 			return res, err
 		}
 		res.ImageID = id
+		if existed != id {
+			made = append(made, Target{Container: names.Image, ContainerID: id})
+		}
 	}
 
-	oldID := ""
 	if old, err := b.cli.ImageInspect(ctx, names.Isolated); err == nil && old.Config != nil &&
 		old.Config.Labels[engine.LabelManagedBy] == engine.ManagedByValue {
 		oldID = old.ID
@@ -218,7 +240,14 @@ func (b *Builder) Build(ctx context.Context, req Request) (Result, error) {
 	}
 	res.IsolatedID, err = b.build(ctx, names.Isolated, ctxTar, labels, logf)
 	if err != nil {
-		return res, fmt.Errorf("build isolation image %s: %w", names.Isolated, err)
+		return res, undo(fmt.Errorf("build isolation image %s: %w", names.Isolated, err))
+	}
+	if res.IsolatedID != oldID {
+		made = append(made, Target{Isolated: names.Isolated, IsolatedID: res.IsolatedID})
+	}
+	res.RunnerVersion, err = b.RunnerVersion(ctx, names.Isolated, req.Runner)
+	if err != nil {
+		return res, undo(err)
 	}
 	if oldID != "" && oldID != res.IsolatedID {
 		// A new runner binary (or template) for the same tag: the old image
@@ -226,10 +255,6 @@ func (b *Builder) Build(ctx context.Context, req Request) (Result, error) {
 		if err := b.removeID(ctx, oldID); err != nil {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("the previous isolation image %s was kept: %v", shortID(oldID), err))
 		}
-	}
-	res.RunnerVersion, err = b.RunnerVersion(ctx, res.IsolatedID, req.Runner)
-	if err != nil {
-		return res, err
 	}
 	return res, nil
 }
@@ -590,8 +615,10 @@ func (b *Builder) Delete(ctx context.Context, t Target) error {
 	if err := b.checkUnused(ctx, t.IsolatedID, t.ContainerID); err != nil {
 		return err
 	}
-	if err := b.removeTagged(ctx, t.Isolated, t.IsolatedID); err != nil {
-		return err
+	if t.Isolated != "" {
+		if err := b.removeTagged(ctx, t.Isolated, t.IsolatedID); err != nil {
+			return err
+		}
 	}
 	if t.Container == "" {
 		return nil

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The quickstart, end to end, on this machine:
+#   scripts/demo.sh up     build the local base image if missing, apply
+#                          examples/quickstart with the dev build, show what it
+#                          made, prove a second plan is empty, print timings
+#   scripts/demo.sh down   destroy what `up` made (the base image stays)
+# Run `make build` first (make demo does): it builds the provider and the
+# agent-runner into bin/ and writes bin/dev.tfrc with a dev_overrides block.
+#
+# Each stage is one function; `up` runs them in order. New parts of the
+# quickstart (networks, agents) add a stage and a line in `up`.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+QS="$ROOT/examples/quickstart"
+BASE_IMAGE=${MEEPA_QUICKSTART_BASE:-meepa-quickstart/base:latest}
+export TF_CLI_CONFIG_FILE="$ROOT/bin/dev.tfrc"
+# With dev_overrides terraform needs no `init`; it says so on every run.
+export TF_IN_AUTOMATION=1
+
+declare -a TIMINGS=()
+
+say() { printf '\n==> %s\n' "$*"; }
+now() { date +%s.%N; }
+# timed LABEL CMD...: runs CMD, records how long it took under LABEL.
+timed() {
+  local label=$1 start end rc=0
+  shift
+  start=$(now)
+  "$@" || rc=$?
+  end=$(now)
+  TIMINGS+=("$(awk -v l="$label" -v s="$start" -v e="$end" 'BEGIN { printf "%-26s %6.2fs", l, e - s }')")
+  return $rc
+}
+tf() { terraform -chdir="$QS" "$@"; }
+
+require_build() {
+  if [ ! -f "$TF_CLI_CONFIG_FILE" ] || [ ! -x "$ROOT/bin/terraform-provider-meepa" ]; then
+    echo "demo: no dev build in bin/; run \`make build\` first (or \`make demo\`)" >&2
+    exit 1
+  fi
+}
+
+# stage: a base image made here, FROM scratch with Debian's static busybox,
+# because no registry is needed (or reachable) for the quickstart.
+ensure_base() {
+  if docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+    say "base image $BASE_IMAGE is there"
+    return
+  fi
+  say "building base image $BASE_IMAGE from /bin/busybox"
+  [ -x /bin/busybox ] || { echo "demo: /bin/busybox missing (apt-get install busybox-static)" >&2; exit 1; }
+  local ctx
+  ctx=$(mktemp -d)
+  cp /bin/busybox "$ctx/busybox"
+  cat >"$ctx/Dockerfile" <<'EOF'
+FROM scratch
+COPY busybox /bin/busybox
+RUN ["/bin/busybox", "sh", "-c", "/bin/busybox --install -s /bin && mkdir -p /tmp /etc /workspace && echo 'root:x:0:0:root:/root:/bin/sh' > /etc/passwd && echo 'nobody:x:65534:65534:nobody:/nonexistent:/bin/sh' >> /etc/passwd"]
+ENV PATH=/usr/local/bin:/usr/bin:/bin
+LABEL io.meepa.managed-by=terraform-provider-meepa io.meepa.component=quickstart-base
+EOF
+  DOCKER_BUILDKIT=0 docker build -q -t "$BASE_IMAGE" "$ctx" 2> >(grep -v -i -E 'deprecated|buildkit|environment-variable' >&2)
+  rm -rf "$ctx"
+}
+
+# stage: the isolation image.
+apply() {
+  say "terraform apply (examples/quickstart)"
+  timed "first terraform apply" tf apply -auto-approve -input=false -var "base_image=$BASE_IMAGE"
+}
+
+show_image() {
+  say "outputs"
+  tf output
+  local img
+  img=$(tf output -raw isolated_image)
+  say "docker run --rm $img agent-runner version"
+  docker run --rm "$img" agent-runner version
+}
+
+# stage: nothing left to do. -detailed-exitcode: 0 empty, 2 changes, 1 error.
+check_no_change() {
+  say "terraform plan -detailed-exitcode (must be empty)"
+  local rc=0
+  timed "no-change terraform plan" tf plan -detailed-exitcode -input=false -var "base_image=$BASE_IMAGE" || rc=$?
+  case $rc in
+    0) echo "plan is empty" ;;
+    2) echo "demo: the second plan is not empty" >&2; exit 1 ;;
+    *) exit "$rc" ;;
+  esac
+}
+
+report() {
+  say "timings"
+  printf '%s\n' "${TIMINGS[@]}"
+}
+
+up() {
+  require_build
+  ensure_base
+  apply
+  show_image
+  check_no_change
+  report
+}
+
+down() {
+  require_build
+  say "terraform destroy (examples/quickstart)"
+  tf destroy -auto-approve -input=false -var "base_image=$BASE_IMAGE"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  *) echo "usage: $0 up|down" >&2; exit 2 ;;
+esac
