@@ -58,9 +58,12 @@ resource "threegate_network" "tg" {
 # read-only rootfs, no capabilities, 256m of memory and no network.
 resource "meepa_agent" "helper" {
   agent_id = "qs-helper"
-  soul     = "You are the quickstart helper. Be brief."
-  memory   = "Nothing remembered yet."
-  llm      = { provider = "offline" }
+  # A demo cleans up after itself; real agents keep their workspace on
+  # destroy (the default, false).
+  force_destroy_workspace = true
+  soul                    = "You are the quickstart helper. Be brief."
+  memory                  = "Nothing remembered yet."
+  llm                     = { provider = "offline" }
   container_mode = {
     enabled      = true
     image        = meepa_isolation_image.agents.isolated_image
@@ -73,9 +76,10 @@ resource "meepa_agent" "helper" {
 # it has no route to the internet and cannot reach the proxy; an LLM gateway
 # on llmnet would answer it (here the offline provider stands in).
 resource "meepa_agent" "core" {
-  agent_id = "qs-core"
-  soul     = "You are CORE. You never browse; FETCH does that."
-  llm      = { provider = "offline" }
+  agent_id                = "qs-core"
+  force_destroy_workspace = true
+  soul                    = "You are CORE. You never browse; FETCH does that."
+  llm                     = { provider = "offline" }
   container_mode = {
     enabled = true
     image   = meepa_isolation_image.agents.isolated_image
