@@ -1,0 +1,96 @@
+package provider
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+	"github.com/hashicorp/terraform-plugin-testing/tfversion"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// TestAccAgent_hostMode: container mode off, so the runner container runs
+// each message as a Landlock-restricted child. The allow_read path is
+// mounted into the runner at the same path and readable, not writable;
+// what is not allowed is not readable; the runner's Landlock ABI shows in
+// landlock_abi.
+func TestAccAgent_hostMode(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	image := testutil.EnsureRunnerImage(t, cli)
+	stateDir := t.TempDir()
+	data := t.TempDir()
+	if err := os.WriteFile(filepath.Join(data, "doc.txt"), []byte("readable doc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := "tf-acc-agent-host"
+	layout := deploy.LayoutFor(stateDir, id)
+	t.Cleanup(func() { cleanupAgent(cli, id) })
+	cfg := fmt.Sprintf(`
+provider "meepa" {
+  state_dir = %[1]q
+}
+
+resource "meepa_agent" "h" {
+  agent_id = %[2]q
+  llm      = { provider = "offline" }
+  runner   = { image = %[3]q }
+  file_access = {
+    allow_read    = [%[4]q]
+    allow_network = false
+  }
+}
+`, stateDir, id, image, data)
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: cfg,
+			ConfigStateChecks: []statecheck.StateCheck{
+				statecheck.ExpectKnownValue("meepa_agent.h", tfjsonpath.New("runner_status"), knownvalue.StringExact("running")),
+				statecheck.ExpectKnownValue("meepa_agent.h", tfjsonpath.New("landlock_abi"), knownvalue.NotNull()),
+			},
+			Check: func(s *terraform.State) error {
+				a := s.RootModule().Resources["meepa_agent.h"].Primary.Attributes
+				if a["landlock_abi"] == "0" {
+					return fmt.Errorf("landlock_abi 0: the runner container sees no Landlock")
+				}
+				tok := a["token"]
+				probe := func(cmd string) (string, error) {
+					r, code, err := sendMessage(layout.Socket, tok, "!sh "+cmd)
+					if err != nil || code != 200 {
+						return "", fmt.Errorf("%q: %d %v %+v", cmd, code, err, r)
+					}
+					return r.Reply, nil
+				}
+				out, err := probe("cat " + filepath.Join(data, "doc.txt"))
+				if err != nil || !strings.Contains(out, "readable doc") {
+					return fmt.Errorf("allow_read not readable: %q %v", out, err)
+				}
+				out, err = probe("echo x > " + filepath.Join(data, "new.txt") + " && echo WROTE")
+				if err != nil || strings.Contains(out, "WROTE") {
+					return fmt.Errorf("allow_read was writable: %q %v", out, err)
+				}
+				out, err = probe("cat " + layout.ConfigFile + " && echo READ")
+				if err != nil || strings.Contains(out, "READ") {
+					return fmt.Errorf("the runner's own config was readable: %q %v", out, err)
+				}
+				out, err = probe("echo ok > note.txt && cat note.txt")
+				if err != nil || !strings.Contains(out, "ok") {
+					return fmt.Errorf("workspace not writable: %q %v", out, err)
+				}
+				return nil
+			},
+		}},
+	})
+}
