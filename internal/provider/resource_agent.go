@@ -464,7 +464,10 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 		return
 	}
 	if deployment != "external" {
-		if plan.ConfigHash.IsUnknown() || !plan.ConfigHash.Equal(state.ConfigHash) || !plan.RunnerStatus.Equal(state.RunnerStatus) {
+		// A workspace made again is a new directory: containers the runner
+		// prestarted still hold the old one's bind mount, so it is replaced.
+		if plan.ConfigHash.IsUnknown() || !plan.ConfigHash.Equal(state.ConfigHash) || !plan.RunnerStatus.Equal(state.RunnerStatus) ||
+			!plan.WorkspacePath.Equal(state.WorkspacePath) {
 			plan.RunnerContainerID = types.StringUnknown()
 			plan.LandlockABI = types.Int64Unknown()
 		} else {

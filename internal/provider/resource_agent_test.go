@@ -247,8 +247,8 @@ func TestAccAgent_lifecycle(t *testing.T) {
 	})
 }
 
-// TestAccAgent_forceDestroyWorkspace: with force_destroy_workspace the
-// workspace goes with the agent.
+// TestAccAgent_forceDestroyWorkspace: manage_soul and workspace drift, and
+// with force_destroy_workspace the workspace goes with the agent.
 func TestAccAgent_forceDestroyWorkspace(t *testing.T) {
 	testutil.RequireDocker(t)
 	cli := testutil.Docker(t)
@@ -271,9 +271,55 @@ func TestAccAgent_forceDestroyWorkspace(t *testing.T) {
 			return nil
 		},
 		Steps: []resource.TestStep{{
-			Config: agentAccConfig(stateDir, id, image, "512m", "force_destroy_workspace = true"),
+			Config: agentAccConfig(stateDir, id, image, "512m", "force_destroy_workspace = true\n  manage_soul = true"),
 			Check: func(*terraform.State) error {
 				return checkWorkspace(wsPath)
+			},
+		}, {
+			// With manage_soul the agent's edit of SOUL.md is drift, and
+			// the apply writes the configured soul back.
+			PreConfig: func() {
+				if err := os.WriteFile(filepath.Join(wsPath, "SOUL.md"), []byte("I rewrote myself."), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Config: agentAccConfig(stateDir, id, image, "512m", "force_destroy_workspace = true\n  manage_soul = true"),
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction("meepa_agent.t", plancheck.ResourceActionUpdate)},
+			},
+			Check: func(*terraform.State) error {
+				return checkWorkspace(wsPath)
+			},
+		}, {
+			// The workspace removed out of band is drift too: it comes
+			// back (with a warning that its contents were lost).
+			PreConfig: func() {
+				if err := os.RemoveAll(wsPath); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Config: agentAccConfig(stateDir, id, image, "512m", "force_destroy_workspace = true\n  manage_soul = true"),
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("meepa_agent.t", plancheck.ResourceActionUpdate),
+					plancheck.ExpectUnknownValue("meepa_agent.t", tfjsonpath.New("runner_container_id")),
+				},
+			},
+			Check: func(s *terraform.State) error {
+				if err := checkWorkspace(wsPath); err != nil {
+					return err
+				}
+				// The next message writes into the new directory, not into
+				// the one a prestarted container still had mounted.
+				tok := s.RootModule().Resources["meepa_agent.t"].Primary.Attributes["token"]
+				sock := deploy.LayoutFor(stateDir, id).Socket
+				if _, code, err := sendMessage(sock, tok, "!sh echo after > after.txt"); err != nil || code != 200 {
+					return fmt.Errorf("message: %d %v", code, err)
+				}
+				if raw, err := os.ReadFile(filepath.Join(wsPath, "after.txt")); err != nil || string(raw) != "after\n" {
+					return fmt.Errorf("message wrote elsewhere: %q %v", raw, err)
+				}
+				return nil
 			},
 		}},
 	})
