@@ -16,7 +16,6 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
-	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -39,11 +38,10 @@ import (
 )
 
 var (
-	_ resource.ResourceWithConfigure        = (*agentResource)(nil)
-	_ resource.ResourceWithImportState      = (*agentResource)(nil)
-	_ resource.ResourceWithModifyPlan       = (*agentResource)(nil)
-	_ resource.ResourceWithValidateConfig   = (*agentResource)(nil)
-	_ resource.ResourceWithConfigValidators = (*agentResource)(nil)
+	_ resource.ResourceWithConfigure      = (*agentResource)(nil)
+	_ resource.ResourceWithImportState    = (*agentResource)(nil)
+	_ resource.ResourceWithModifyPlan     = (*agentResource)(nil)
+	_ resource.ResourceWithValidateConfig = (*agentResource)(nil)
 )
 
 // healthTimeout bounds the wait for a new runner's /healthz.
@@ -322,8 +320,6 @@ func agentSchema() schema.Schema {
 func (r *agentResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
 	r.data = configureData(req.ProviderData, &resp.Diagnostics)
 }
-
-func (r *agentResource) ConfigValidators(context.Context) []resource.ConfigValidator { return nil }
 
 // ValidateConfig checks what spans attributes. Every error names the
 // attribute to change.
@@ -1024,5 +1020,3 @@ func readMeta(l deploy.Layout) (agentMeta, error) {
 	}
 	return m, json.Unmarshal(raw, &m)
 }
-
-var _ = attr.Value(nil)

@@ -3,8 +3,6 @@ package provider
 import (
 	"context"
 	"os"
-	"sort"
-	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -354,14 +352,4 @@ type agentMeta struct {
 	RunnerImage           string `json:"runner_image"`
 	ThreegateNetwork      string `json:"threegate_network,omitempty"`
 	ThreegateRole         string `json:"threegate_role,omitempty"`
-}
-
-// sortedKeys lists a map's keys in order, for stable messages.
-func sortedKeys[V any](m map[string]V) string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return strings.Join(ks, ", ")
 }

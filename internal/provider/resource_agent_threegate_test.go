@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -111,5 +110,4 @@ resource "meepa_agent" "fetch" {
 			PlanOnly: true,
 		}},
 	})
-	_ = context.Background
 }

@@ -13,7 +13,8 @@ import (
 )
 
 // TestAccAgent_invalidInput: every bad input of the issue is a plan-time
-// error on the right attribute, and nothing is created. No daemon needed:
+// error on the right attribute, and nothing is created. No daemon needed
+// (it runs under TF_ACC because it drives the terraform CLI):
 // validation and planning never reach Docker.
 func TestAccAgent_invalidInput(t *testing.T) {
 	stateDir := t.TempDir()
@@ -47,7 +48,7 @@ func TestAccAgent_invalidInput(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := agentConfigWith(stateDir, tc.body)
-			resource.UnitTest(t, resource.TestCase{
+			resource.Test(t, resource.TestCase{
 				TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
 				ProtoV6ProviderFactories: testAccProviders,
 				Steps: []resource.TestStep{{
