@@ -29,7 +29,7 @@ timed() {
   start=$(now)
   "$@" || rc=$?
   end=$(now)
-  TIMINGS+=("$(awk -v l="$label" -v s="$start" -v e="$end" 'BEGIN { printf "%-26s %6.2fs", l, e - s }')")
+  TIMINGS+=("$(awk -v l="$label" -v s="$start" -v e="$end" 'BEGIN { printf "%-30s %6.2fs", l, e - s }')")
   return $rc
 }
 tf() { terraform -chdir="$QS" "$@"; }
