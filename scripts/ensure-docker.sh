@@ -7,7 +7,7 @@
 set -euo pipefail
 
 need=()
-for pkg in docker.io iptables busybox-static debootstrap iproute2; do
+for pkg in docker.io iptables busybox-static debootstrap iproute2 jq curl; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

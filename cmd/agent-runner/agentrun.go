@@ -15,6 +15,13 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 )
 
+// agent-run is what every per-message sandbox runs: a container from the
+// agent's image (workspace at /workspace, HOME=/workspace) or, in host mode,
+// a Landlock-restricted child whose HOME and cwd are the workspace. It reads
+// one agent.Request on stdin until EOF, touching nothing in the workspace
+// before then (so a prestarted sandbox can wait on stdin while the previous
+// message still owns memory.db), and writes one agent.Reply line on stdout.
+// Logs are JSON lines on stderr, without message text or secrets.
 func init() {
 	register("agent-run", "run the agent loop on one JSON request from stdin, reply JSON on stdout", runAgent)
 }

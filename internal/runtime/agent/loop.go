@@ -22,6 +22,8 @@ const (
 	DefaultMaxSteps = 8
 	// MaxMaxSteps bounds what a request may ask for.
 	MaxMaxSteps = 100
+	// maxToolCallsPerStep bounds how many tool calls of one model turn run.
+	maxToolCallsPerStep = 16
 	// MaxRequestBytes bounds the stdin request.
 	MaxRequestBytes = 8 << 20
 	// DefaultConversation keys messages that carry no conversation id.
@@ -180,9 +182,16 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 		}
 		msgs = append(msgs, ChatMessage{Role: RoleAssistant, Text: ans.Text, ToolCalls: ans.ToolCalls})
 		results := make([]ToolResult, 0, len(ans.ToolCalls))
-		for _, use := range ans.ToolCalls {
+		for i, use := range ans.ToolCalls {
 			t0 := time.Now()
-			res := tb.Run(ctx, use)
+			var res ToolResult
+			if i < maxToolCallsPerStep {
+				res = tb.Run(ctx, use)
+			} else {
+				// Every call still needs a result: the APIs reject a turn
+				// that leaves one unanswered.
+				res = ToolResult{ID: use.ID, Name: use.Name, Error: fmt.Sprintf("not run: at most %d tool calls per step", maxToolCallsPerStep)}
+			}
 			log.Debug("tool", "name", use.Name, "error", res.IsError(), "duration_ms", time.Since(t0).Milliseconds())
 			st.ToolCalls = append(st.ToolCalls, ToolCall{
 				Name: use.Name, Input: string(use.Input), Output: res.Content, ExitCode: res.ExitCode, Error: res.Error,

@@ -17,6 +17,9 @@ const MemoryFile = "memory.db"
 // conversation go to a real model with each new message.
 const historyMessages = 12
 
+// maxHistoryText bounds each history message sent back to the model.
+const maxHistoryText = 8 << 10
+
 // Memory is the conversation log in <workspace>/memory.db. The rollback
 // journal lives in memory (journal_mode=MEMORY) and temporary tables too
 // (temp_store=MEMORY): the sandbox's rootfs is read-only, /tmp is a small
@@ -82,6 +85,9 @@ func (m *Memory) History(ctx context.Context, conversation string, limit int) ([
 		var cm ChatMessage
 		if err := rows.Scan(&cm.Role, &cm.Text); err != nil {
 			return nil, fmt.Errorf("read history: %w", err)
+		}
+		if len(cm.Text) > maxHistoryText {
+			cm.Text = cm.Text[:maxHistoryText] + "\n[cut]"
 		}
 		out = append(out, cm)
 	}

@@ -186,7 +186,8 @@ func decodeInput(raw json.RawMessage, v any) error {
 
 // Shell runs command with `sh -c` in the workspace, with the toolbox's
 // environment, stdin from /dev/null, and its own process group so a timeout
-// kills everything it started. It returns the combined output (cut at
+// kills everything it started; background processes left when the shell
+// exits are killed too. It returns the combined output (cut at
 // OutputCap), the exit code (128+signal when killed by a signal,
 // ExitTimeout on timeout) and an error only when the command could not run
 // or timed out.
@@ -202,9 +203,14 @@ func (t *Toolbox) Shell(ctx context.Context, command string, timeout time.Durati
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	// Background children that keep the output pipe open must not hold the
-	// loop past the timeout.
-	cmd.WaitDelay = 2 * time.Second
+	// loop: give them a moment to finish writing, then stop reading.
+	cmd.WaitDelay = time.Second
 	err := cmd.Run()
+	if cmd.Process != nil {
+		// Nothing a command started outlives it (in host mode there is no
+		// container to take stragglers down); ESRCH means none were left.
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 	if ctx.Err() == context.DeadlineExceeded {
 		return out.String(), ExitTimeout, fmt.Errorf("command timed out after %s and was killed", timeout)
 	}

@@ -176,3 +176,51 @@ func TestSystemPrompt(t *testing.T) {
 		t.Error("skills are not sorted by name")
 	}
 }
+
+func TestShellKillsLeftoverProcesses(t *testing.T) {
+	tb, _ := newToolbox(t)
+	out, code, err := tb.Shell(context.Background(), "sleep 60 >/dev/null 2>&1 & echo $!", time.Minute)
+	if err != nil || code != 0 {
+		t.Fatalf("%q %d %v", out, code, err)
+	}
+	pid := strings.TrimSpace(out)
+	for i := 0; ; i++ {
+		stat, err := os.ReadFile("/proc/" + pid + "/stat")
+		// Gone, or a zombie waiting for its new parent to reap it.
+		if err != nil || strings.Contains(string(stat), ") Z ") {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("background sleep %s still runs after the command: %s", pid, stat)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// A child that holds the output pipe does not hold the loop either.
+	out, code, err = tb.Shell(context.Background(), "sleep 60 & echo bg", time.Minute)
+	if err != nil || code != 0 || out != "bg\n" {
+		t.Errorf("pipe-holding child: %q %d %v", out, code, err)
+	}
+}
+
+func TestToolCallsPerStepBound(t *testing.T) {
+	ws := t.TempDir()
+	var uses []ToolUse
+	for i := range maxToolCallsPerStep + 2 {
+		uses = append(uses, ToolUse{ID: "c" + string(rune('a'+i)), Name: ToolListFiles, Input: json.RawMessage(`{}`)})
+	}
+	c := &scripted{next: func(n int, _ Completion) (Answer, error) {
+		if n == 1 {
+			return Answer{ToolCalls: uses}, nil
+		}
+		return Answer{Text: "ok"}, nil
+	}}
+	req := offlineReq("many")
+	rep := Run(context.Background(), &req, Options{Workspace: ws, Client: c})
+	results := c.calls[1].Messages[len(c.calls[1].Messages)-1].ToolResults
+	if rep.Reply != "ok" || len(results) != len(uses) {
+		t.Fatalf("reply %q, %d results for %d calls", rep.Reply, len(results), len(uses))
+	}
+	if results[maxToolCallsPerStep-1].IsError() || !strings.Contains(results[maxToolCallsPerStep].Error, "not run") {
+		t.Errorf("results around the bound: %+v %+v", results[maxToolCallsPerStep-1], results[maxToolCallsPerStep])
+	}
+}

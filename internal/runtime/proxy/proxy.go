@@ -27,6 +27,7 @@ const (
 	defaultMaxHeaderBytes  = 64 << 10
 	defaultHTTPTargetPort  = 80
 	deniedConnLingerPeriod = time.Second
+	maxRejecting           = 32
 )
 
 // Resolver looks names up. *net.Resolver satisfies it.
@@ -126,7 +127,7 @@ func New(opts Options) (*Server, error) {
 // Serve accepts connections on ln until Shutdown. It returns
 // http.ErrServerClosed after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	lim := &limitListener{Listener: ln, sem: make(chan struct{}, s.opts.MaxConns), s: s}
+	lim := &limitListener{Listener: ln, sem: make(chan struct{}, s.opts.MaxConns), rejecting: make(chan struct{}, maxRejecting), s: s}
 	return s.http.Serve(lim)
 }
 
@@ -295,16 +296,21 @@ func (s *Server) connect(ctx context.Context, t Target) (net.Conn, string, error
 		// The Control hook vetted the address before connect; check the
 		// connected socket's peer as well, so a dialer that somehow went
 		// elsewhere is caught.
+		var peer netip.Addr
 		if tcp, ok := conn.RemoteAddr().(*net.TCPAddr); ok {
-			peer := tcp.AddrPort().Addr().Unmap().WithZone("")
-			if peer != a {
-				conn.Close()
-				return nil, peer.String(), &refusal{status: http.StatusForbidden, reason: "connected to an unvetted address " + peer.String(), ip: peer.String()}
-			}
+			peer = tcp.AddrPort().Addr().Unmap().WithZone("")
+		}
+		if peer != a {
+			conn.Close()
+			return nil, peer.String(), &refusal{status: http.StatusForbidden, reason: "connected to an unvetted address " + peer.String(), ip: peer.String()}
 		}
 		return conn, a.String(), nil
 	}
-	return nil, permitted[0].String(), fmt.Errorf("upstream unreachable: %w", errors.Join(errs...))
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return nil, permitted[0].String(), fmt.Errorf("upstream unreachable: %s", strings.Join(msgs, "; "))
 }
 
 // refusedRange says why a is refused, or "" if it may be dialed.
@@ -444,12 +450,16 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *AuditRecor
 	out.URL.Scheme = "http"
 	removeHopHeaders(out.Header)
 	rc := http.NewResponseController(w)
-	body := &countingReader{r: r.Body, before: func() { rc.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout)) }}
+	var body *countingReader
 	if r.Body != nil && r.Body != http.NoBody {
+		body = newCountingReader(r.Body, func() { rc.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout)) })
 		out.Body = body
+		defer func() {
+			upstream.Close() // ends a body write the upstream stopped reading
+			rec.BytesUp = body.final(s.opts.IdleTimeout)
+		}()
 	}
 	resp, err := tr.RoundTrip(out)
-	rec.BytesUp = body.n
 	if err != nil {
 		s.refuse(w, rec, &refusal{status: http.StatusBadGateway, reason: "upstream: " + err.Error()}, rec.Host)
 		return
@@ -604,20 +614,44 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
+// countingReader counts a forwarded request body. The Transport writes
+// and closes it on its own goroutine, possibly after RoundTrip returned;
+// closed tells when the count is final.
 type countingReader struct {
 	r      io.ReadCloser
-	n      int64
+	n      atomic.Int64
 	before func()
+	once   sync.Once
+	closed chan struct{}
+}
+
+func newCountingReader(r io.ReadCloser, before func()) *countingReader {
+	return &countingReader{r: r, before: before, closed: make(chan struct{})}
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	c.before()
 	n, err := c.r.Read(p)
-	c.n += int64(n)
+	c.n.Add(int64(n))
 	return n, err
 }
 
-func (c *countingReader) Close() error { return c.r.Close() }
+func (c *countingReader) Close() error {
+	err := c.r.Close()
+	c.once.Do(func() { close(c.closed) })
+	return err
+}
+
+// final waits (bounded) until the Transport is done with the body.
+func (c *countingReader) final(wait time.Duration) int64 {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-c.closed:
+	case <-t.C:
+	}
+	return c.n.Load()
+}
 
 // deadlineWriter extends the client connection's write deadline before
 // every write of a forwarded response.
@@ -636,8 +670,9 @@ func (d deadlineWriter) Write(p []byte) (int, error) {
 // an immediate 503 instead of waiting unseen in the accept queue.
 type limitListener struct {
 	net.Listener
-	sem chan struct{}
-	s   *Server
+	sem       chan struct{}
+	rejecting chan struct{}
+	s         *Server
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -650,7 +685,17 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		case l.sem <- struct{}{}:
 			return &limitedConn{Conn: c, release: func() { <-l.sem }}, nil
 		default:
-			go l.reject(c)
+		}
+		// Answering takes a goroutine each; under a flood, beyond a small
+		// bound, drop the connection without an answer.
+		select {
+		case l.rejecting <- struct{}{}:
+			go func() {
+				defer func() { <-l.rejecting }()
+				l.reject(c)
+			}()
+		default:
+			c.Close()
 		}
 	}
 }
