@@ -461,6 +461,7 @@ func (r *isolationImageResource) Create(ctx context.Context, req resource.Create
 		Version: r.data.version,
 		Runner:  bin,
 		OnLog:   func(line string) { tflog.Info(ctx, "docker: "+line) },
+		KeepOld: plan.KeepLocally.ValueBool(),
 	})
 	if err != nil {
 		summary := "Image Build Failed"

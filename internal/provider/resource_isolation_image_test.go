@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 	"github.com/hashicorp/terraform-plugin-testing/compare"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
@@ -53,10 +54,11 @@ resource "meepa_isolation_image" "test" {
   %s
   env_vars = {
     GREETING = "hello \"quoted\" $HOME world"
+    RUN_ID   = %q
   }
   keep_locally = %t
 }
-`, base, pk, keep)
+`, base, pk, runID, keep)
 }
 
 func quoteList(l []string) string {
@@ -135,7 +137,7 @@ func checkDestroyed(t *testing.T, cli *client.Client, attrSets ...map[string]str
 				return fmt.Errorf("no image was recorded to check")
 			}
 			for _, k := range []string{"image", "isolated_image", "isolated_image_id"} {
-				if a[k] == "" || a[k] == bareBase {
+				if a[k] == "" || strings.HasPrefix(a[k], bareBase) {
 					continue
 				}
 				if id := imageID(t, cli, a[k]); id != "" {
@@ -161,6 +163,7 @@ func TestAccIsolationImage_lifecycle(t *testing.T) {
 	kept := map[string]string{"image": "", "isolated_image": "", "isolated_image_id": ""}
 	beforeRunner := map[string]string{"image": "", "isolated_image": "", "isolated_image_id": ""}
 	final := map[string]string{"image": "", "isolated_image": "", "isolated_image_id": ""}
+	cur := map[string]string{"isolated_image": ""}
 	t.Cleanup(func() {
 		for _, a := range []map[string]string{kept} {
 			removeImage(cli, a["isolated_image"])
@@ -191,7 +194,8 @@ func TestAccIsolationImage_lifecycle(t *testing.T) {
 							"    elif command -v apk >/dev/null 2>&1; then apk add --no-cache jq; \\\n"+
 							"    elif command -v dnf >/dev/null 2>&1; then dnf install -y --setopt=install_weak_deps=False jq && dnf clean all; \\\n"+
 							"    else echo 'meepa: no apt-get, apk or dnf in the base image; set package_manager' >&2; exit 1; fi\n"+
-							`ENV GREETING="hello \"quoted\" \$HOME world"`+"\n")),
+							`ENV GREETING="hello \"quoted\" \$HOME world" \`+"\n"+
+							`    RUN_ID="`+runID+`"`+"\n")),
 					plancheck.ExpectKnownValue(imgAddr, tfjsonpath.New("image"), knownvalue.StringRegexp(sandboxTag)),
 					plancheck.ExpectUnknownValue(imgAddr, tfjsonpath.New("isolated_image_id")),
 				}},
@@ -275,13 +279,14 @@ func TestAccIsolationImage_lifecycle(t *testing.T) {
 					keptTag.AddStateValue(imgAddr, tfjsonpath.New("image")),
 				},
 				Check: resource.ComposeAggregateTestCheckFunc(
+					stateAttrs(cur),
 					checkPresent(t, cli, kept, "image", "isolated_image", "isolated_image_id"),
 					checkImagesInDocker(t, cli),
 				),
 			},
 			{
 				// The isolation image removed out of band: the plan rebuilds it.
-				PreConfig: func() { removeImage(cli, currentTag(t)) },
+				PreConfig: func() { removeImage(cli, cur["isolated_image"]) },
 				Config:    imageConfig(base, []string{"jq", "curl", "git"}, false),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction(imgAddr, plancheck.ResourceActionCreate),
@@ -291,7 +296,7 @@ func TestAccIsolationImage_lifecycle(t *testing.T) {
 			{
 				// The tag moved to another image out of band: drift, replaced.
 				PreConfig: func() {
-					if err := cli.ImageTag(context.Background(), testutil.BusyboxImage, currentTag(t)); err != nil {
+					if err := cli.ImageTag(context.Background(), testutil.BusyboxImage, cur["isolated_image"]); err != nil {
 						t.Fatal(err)
 					}
 				},
@@ -338,20 +343,6 @@ func TestAccIsolationImage_lifecycle(t *testing.T) {
 	})
 }
 
-// currentTag is the isolation tag the lifecycle test works on: its inputs
-// are fixed, so it can be derived without state.
-func currentTag(t *testing.T) string {
-	t.Helper()
-	cli := testutil.Docker(t)
-	spec := image.Spec{BaseImage: fakeApkBase, Manager: image.ManagerAuto, Packages: []string{"jq", "curl", "git"},
-		Env: map[string]string{"GREETING": `hello "quoted" $HOME world`}}
-	n, err := image.Plan(spec, "0.1.0-test", imageID(t, cli, fakeApkBase))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n.Isolated
-}
-
 // TestAccIsolationImage_noPackages layers the runner straight onto the base
 // and measures what that layer adds.
 func TestAccIsolationImage_noPackages(t *testing.T) {
@@ -359,7 +350,10 @@ func TestAccIsolationImage_noPackages(t *testing.T) {
 	cli := testutil.Docker(t)
 	base := ensureBareBase(t, cli)
 	baseID := imageID(t, cli, base)
-	const tag = "meepagateway-isolated:0.1.0-test-meepa-test-tf-acc-image-bare-latest"
+	tag := image.IsolatedTag("0.1.0-test", base)
+	if want := "meepagateway-isolated:0.1.0-test-meepa-test-tf-acc-image-bare-" + runID + "-latest"; tag != want {
+		t.Fatalf("tag scheme: %s, want %s", tag, want)
+	}
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProviders,
@@ -438,7 +432,8 @@ resource "meepa_isolation_image" "test" {
   packages        = ["jq"]
   package_manager = "apt"
   pull            = "never"
-}`, base),
+  env_vars        = { RUN_ID = %q }
+}`, base, runID),
 			Check: resource.ComposeAggregateTestCheckFunc(
 				stateAttrs(made),
 				checkImagesInDocker(t, cli),
@@ -539,7 +534,8 @@ resource "terraform_data" "base" {
 resource "meepa_isolation_image" "test" {
   base_image = terraform_data.base.output
   packages   = ["jq"]
-}`, base),
+  env_vars   = { RUN_ID = %q }
+}`, base, runID),
 			ConfigPlanChecks: resource.ConfigPlanChecks{
 				PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectUnknownValue(imgAddr, tfjsonpath.New("dockerfile")),
@@ -555,9 +551,53 @@ resource "meepa_isolation_image" "test" {
 					"    if command -v apt-get >/dev/null 2>&1; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends jq && rm -rf /var/lib/apt/lists/*; \\\n"+
 					"    elif command -v apk >/dev/null 2>&1; then apk add --no-cache jq; \\\n"+
 					"    elif command -v dnf >/dev/null 2>&1; then dnf install -y --setopt=install_weak_deps=False jq && dnf clean all; \\\n"+
-					"    else echo 'meepa: no apt-get, apk or dnf in the base image; set package_manager' >&2; exit 1; fi\n")),
+					"    else echo 'meepa: no apt-get, apk or dnf in the base image; set package_manager' >&2; exit 1; fi\n"+
+					`ENV RUN_ID="`+runID+`"`+"\n")),
 			},
 			Check: resource.ComposeAggregateTestCheckFunc(stateAttrs(made), checkImagesInDocker(t, cli)),
 		}},
+	})
+}
+
+// TestAccIsolationImage_destroyInUse: destroy refuses, naming the container,
+// while a container uses the image; once it is gone destroy removes it.
+func TestAccIsolationImage_destroyInUse(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	base := ensureBareBase(t, cli)
+	made := map[string]string{"image": "", "isolated_image": "", "isolated_image_id": ""}
+	name := "tf-acc-image-user-" + runID
+	config := fmt.Sprintf(`
+resource "meepa_isolation_image" "test" {
+  base_image = %q
+  env_vars   = { RUN_ID = %q }
+}`, base, runID)
+	removeUser := func() {
+		_ = cli.ContainerRemove(context.Background(), name, container.RemoveOptions{Force: true})
+	}
+	t.Cleanup(removeUser)
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             checkDestroyed(t, cli, made),
+		Steps: []resource.TestStep{
+			{Config: config, Check: stateAttrs(made)},
+			{
+				PreConfig: func() {
+					if _, err := cli.ContainerCreate(context.Background(), &container.Config{Image: made["isolated_image"], Cmd: []string{"true"}},
+						nil, nil, nil, name); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config:      config,
+				Destroy:     true,
+				ExpectError: errRE(`Isolation Image In Use.*used by container\(s\) ` + name),
+			},
+			{
+				PreConfig: removeUser,
+				Config:    config,
+				Check:     checkPresent(t, cli, made, "image", "isolated_image"),
+			},
+		},
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -28,8 +29,9 @@ import (
 // the isolation tags derived from them never collide with other packages'
 // tests on the shared daemon.
 const (
-	// bareBase is the busybox test image under another name.
-	bareBase = "meepa-test/tf-acc-image-bare:latest"
+	// bareBase prefixes the busybox test image under a name of this test
+	// process (see ensureBareBase).
+	bareBase = "meepa-test/tf-acc-image-bare"
 	// fakeApkBase is busybox with an `apk` that records what it was asked
 	// to install in /var/lib/fake-apk/installed, and fails, as apk does,
 	// for a package named "broken". The real package manager is exercised
@@ -53,15 +55,22 @@ done
 
 var fixtureMu sync.Mutex
 
+// runID makes the images of one test process its own: it goes into env
+// vars (so into content hashes) and base names, so that two runs of these
+// tests on the shared daemon (two worktrees) never touch each other's tags.
+var runID = strconv.Itoa(os.Getpid())
+
+// ensureBareBase tags the busybox test image as bareBase-<runID>:latest; the
+// tag goes away with the test.
 func ensureBareBase(t *testing.T, cli *client.Client) string {
 	t.Helper()
 	testutil.EnsureBusybox(t, cli)
-	fixtureMu.Lock()
-	defer fixtureMu.Unlock()
-	if err := cli.ImageTag(context.Background(), testutil.BusyboxImage, bareBase); err != nil {
-		t.Fatalf("tag %s: %v", bareBase, err)
+	ref := bareBase + "-" + runID + ":latest"
+	if err := cli.ImageTag(context.Background(), testutil.BusyboxImage, ref); err != nil {
+		t.Fatalf("tag %s: %v", ref, err)
 	}
-	return bareBase
+	t.Cleanup(func() { removeImage(cli, ref) })
+	return ref
 }
 
 func ensureFakeApkBase(t *testing.T, cli *client.Client) string {

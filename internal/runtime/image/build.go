@@ -120,6 +120,9 @@ type Request struct {
 	Runner  Binary
 	// OnLog receives each line of pull and build output as it streams.
 	OnLog func(line string)
+	// KeepOld leaves an older image of ours that the isolation tag named
+	// (keep_locally); by default it is removed once the new one runs.
+	KeepOld bool
 }
 
 // Result is what a build made.
@@ -249,7 +252,7 @@ func (b *Builder) Build(ctx context.Context, req Request) (Result, error) {
 	if err != nil {
 		return res, undo(err)
 	}
-	if oldID != "" && oldID != res.IsolatedID {
+	if oldID != "" && oldID != res.IsolatedID && !req.KeepOld {
 		// A new runner binary (or template) for the same tag: the old image
 		// is now untagged and would linger as <none> forever.
 		if err := b.removeID(ctx, oldID); err != nil {

@@ -25,7 +25,8 @@ const rtVersion = "0.0.0-rt"
 func rtBase(t *testing.T, cli *client.Client, name string) string {
 	t.Helper()
 	testutil.EnsureBusybox(t, cli)
-	ref := "meepa-test/image-rt-" + name + ":latest"
+	// The pid keeps concurrent runs (two worktrees, one daemon) apart.
+	ref := fmt.Sprintf("meepa-test/image-rt-%s-%d:latest", name, os.Getpid())
 	if err := cli.ImageTag(context.Background(), testutil.BusyboxImage, ref); err != nil {
 		t.Fatal(err)
 	}
