@@ -59,11 +59,25 @@ type Docker struct {
 	opts DockerOptions
 	log  hclog.Logger
 
+	// instance labels this backend's containers; any other container of
+	// the agent belongs to a runner that is gone.
+	instance string
+	stop     chan struct{} // ends the janitor
+
 	mu     sync.Mutex
 	next   *pending // the prestarted container, possibly still starting
 	closed bool
 	bg     sync.WaitGroup // replacements being started, containers being removed
 }
+
+// LabelInstance names the backend instance (one runner process) that made
+// a per-message container.
+const LabelInstance = engine.LabelPrefix + "runner-instance"
+
+// janitorEvery is how often containers of a dead runner are looked for
+// after start-up. A runner killed in the middle of a create leaves a
+// container that the daemon finishes after the start-up sweep.
+const janitorEvery = 30 * time.Second
 
 // pending is a prestarted container; done closes when it is ready or failed.
 type pending struct {
@@ -91,7 +105,9 @@ func NewDocker(ctx context.Context, cli client.APIClient, o DockerOptions) (*Doc
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	d := &Docker{cli: cli, opts: o, log: log.Named("docker")}
+	var inst [8]byte
+	_, _ = rand.Read(inst[:])
+	d := &Docker{cli: cli, opts: o, log: log.Named("docker"), instance: hex.EncodeToString(inst[:]), stop: make(chan struct{})}
 	if o.ChownWorkspace {
 		if err := chownTree(o.Spec); err != nil {
 			return nil, err
@@ -102,14 +118,51 @@ func NewDocker(ctx context.Context, cli client.APIClient, o DockerOptions) (*Doc
 		return nil, err
 	}
 	if n > 0 {
-		d.log.Info("removed orphan containers", "agent_id", o.Spec.AgentID, "count", n)
+		d.log.Info("removed orphan containers", "count", n)
 	}
 	if o.Prestart {
 		d.mu.Lock()
 		d.refillLocked(context.WithoutCancel(ctx))
 		d.mu.Unlock()
 	}
+	d.bg.Add(1)
+	go d.janitor()
 	return d, nil
+}
+
+// janitor removes containers of this agent that another (dead) runner
+// instance made: soon after start, then every janitorEvery.
+func (d *Docker) janitor() {
+	defer d.bg.Done()
+	t := time.NewTimer(3 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+		}
+		d.sweepForeign()
+		t.Reset(janitorEvery)
+	}
+}
+
+// sweepForeign force-removes the agent's containers not made by this
+// instance.
+func (d *Docker) sweepForeign() {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	list, err := d.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: OrphanFilter(d.opts.Spec.AgentID)})
+	if err != nil {
+		d.log.Warn("list orphan containers", "error", err)
+		return
+	}
+	for _, c := range list {
+		if c.Labels[LabelInstance] != d.instance {
+			d.log.Info("removing orphan container", "container_id", short(c.ID))
+			_ = d.remove(c.ID)
+		}
+	}
 }
 
 // chownTree gives the workspace to the container user. Files the provider
@@ -144,19 +197,24 @@ func OrphanFilter(agentID string) filters.Args {
 }
 
 // RemoveOrphans force-removes every per-message container of agentID and
-// returns how many there were.
+// returns how many it removed.
 func RemoveOrphans(ctx context.Context, cli client.APIClient, agentID string) (int, error) {
 	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: OrphanFilter(agentID)})
 	if err != nil {
 		return 0, fmt.Errorf("list orphan containers: %w", err)
 	}
 	var errs []error
+	removed := 0
 	for _, c := range list {
-		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		switch {
+		case err == nil:
+			removed++
+		case !cerrdefs.IsNotFound(err):
 			errs = append(errs, fmt.Errorf("remove orphan container %s: %w", c.ID[:12], err))
 		}
 	}
-	return len(list), errors.Join(errs...)
+	return removed, errors.Join(errs...)
 }
 
 // Ready reports whether a prestarted container is waiting.
@@ -179,10 +237,14 @@ func (d *Docker) Ready() bool {
 // and removals to finish.
 func (d *Docker) Close(ctx context.Context) error {
 	d.mu.Lock()
+	if !d.closed {
+		close(d.stop)
+	}
 	d.closed = true
 	p := d.next
 	d.next = nil
 	d.mu.Unlock()
+	defer d.sweepForeign()
 	var err error
 	if p != nil {
 		select {
@@ -313,6 +375,7 @@ func (d *Docker) startContainer(ctx context.Context, messageID string) (_ *attac
 	if err != nil {
 		return nil, err
 	}
+	cfg.Labels[LabelInstance] = d.instance
 	name := containerName(d.opts.Spec.AgentID)
 	created, err := d.cli.ContainerCreate(ctx, cfg, hc, nc, nil, name)
 	if err != nil {

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// `agent-runner serve` killed with SIGKILL mid-message leaves that
+// message's container behind; started again, it removes it (found by
+// label) and the next message works. SIGTERM then stops it cleanly, with
+// no container left.
+func TestServeKilledMidMessageRestartsClean(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	bin := testutil.RunnerBinary(t)
+	sockDir, err := os.MkdirTemp("", "meepa-serve-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sockDir)
+	ws := t.TempDir()
+	cfg := &runner.Config{
+		AgentID:   "tf-acc-serve-kill",
+		Workspace: ws,
+		Listen:    "unix://" + filepath.Join(sockDir, "r.sock"),
+		Token:     "serve-test-token",
+		Container: runner.ContainerMode{Enabled: true, Image: testutil.EnsureRunnerImage(t, cli), TimeoutSeconds: 120, Network: "none", Prestart: true},
+		LLM:       agent.LLMConfig{Provider: "offline"},
+	}
+	cfgPath := filepath.Join(sockDir, "runner.json")
+	if err := runner.WriteConfig(cfgPath, cfg); err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", strings.TrimPrefix(cfg.Listen, "unix://"))
+	}}}
+	agentContainers := func() map[string]string {
+		list, err := cli.ContainerList(context.Background(), container.ListOptions{All: true, Filters: sandbox.OrphanFilter(cfg.AgentID)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := map[string]string{}
+		for _, c := range list {
+			ids[c.ID] = c.Labels[sandbox.LabelMessage] + " " + c.State + " " + c.Status
+		}
+		return ids
+	}
+	t.Cleanup(func() { sandbox.RemoveOrphans(context.Background(), cli, cfg.AgentID) })
+
+	serve := func() *exec.Cmd {
+		cmd := exec.Command(bin, "serve", "--config", cfgPath)
+		var logs bytes.Buffer
+		cmd.Stderr = &logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+			if t.Failed() {
+				t.Logf("serve logs:\n%s", logs.String())
+			}
+		})
+		// Up when healthz says a prestarted container waits.
+		for deadline := time.Now().Add(90 * time.Second); ; {
+			resp, err := client.Get("http://r/healthz")
+			if err == nil {
+				var h runner.Health
+				json.NewDecoder(resp.Body).Decode(&h)
+				resp.Body.Close()
+				if h.Ready {
+					return cmd
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("serve not ready: %v\n%s", err, logs.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	send := func(text string) (int, string) {
+		body, _ := json.Marshal(runner.MessageRequest{Text: text})
+		req, _ := http.NewRequest(http.MethodPost, "http://r/v1/messages", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+cfg.Token)
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(raw)
+	}
+
+	first := serve()
+	go send("!sh touch /workspace/started; sleep 100")
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the message never started")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	first.Wait()
+	before := agentContainers()
+	if len(before) == 0 {
+		t.Fatal("no container survived the runner; the test proves nothing")
+	}
+
+	second := serve()
+	// A create that the daemon was still finishing for the killed runner can
+	// slip past the start-up sweep; the janitor's first pass (3s) takes it.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		after, left := agentContainers(), []string{}
+		for id := range before {
+			if after[id] != "" {
+				left = append(left, id[:12]+" "+after[id])
+			}
+		}
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("orphans survived the restart: %v", left)
+		}
+	}
+	if code, body := send("!sh echo again"); code != 200 || !strings.Contains(body, `exit 0\nagain`) {
+		t.Fatalf("next message: %d %s", code, body)
+	}
+	if err := second.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Wait(); err != nil {
+		t.Errorf("serve after SIGTERM: %v", err)
+	}
+	// Removal of the last message's container runs just after its reply;
+	// the SIGTERM path waits for it and discards the prestarted one.
+	if left := agentContainers(); len(left) != 0 {
+		t.Errorf("containers left after SIGTERM: %v", left)
+	}
+}
