@@ -117,5 +117,7 @@ func (p *meepaProvider) Resources(context.Context) []func() resource.Resource {
 }
 
 func (p *meepaProvider) DataSources(context.Context) []func() datasource.DataSource {
-	return []func() datasource.DataSource{}
+	return []func() datasource.DataSource{
+		NewThreegateVerifyDataSource,
+	}
 }

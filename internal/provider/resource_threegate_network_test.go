@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
@@ -40,6 +41,10 @@ func newTGFixture(t *testing.T) *tgFixture {
 	// names (bogpad/meepa), not the default hashicorp/meepa.
 	t.Setenv("TF_ACC_PROVIDER_NAMESPACE", "bogpad")
 	cli := testutil.Docker(t)
+	// Leftovers of crashed runs (an hour old: never a concurrent run's).
+	if swept, err := topology.SweepStale(context.Background(), cli, "tf-acc-tg-", time.Hour); err != nil || len(swept) > 0 {
+		t.Logf("swept stale test topologies %v (err %v)", swept, err)
+	}
 	f := &tgFixture{image: testutil.EnsureOwnRunnerImage(t, cli)}
 	for try := 0; try < 30; try++ {
 		a := 3 * rand.IntN(80)
@@ -66,6 +71,11 @@ func newTGFixture(t *testing.T) *tgFixture {
 }
 
 func (f *tgFixture) config(extra string, moreAllow ...string) string {
+	return f.configInner("", extra, moreAllow...)
+}
+
+// configInner adds inner inside the resource block and extra after it.
+func (f *tgFixture) configInner(inner, extra string, moreAllow ...string) string {
 	allow := append(append([]string{}, f.allow...), moreAllow...)
 	q := make([]string, len(allow))
 	for i, a := range allow {
@@ -91,8 +101,9 @@ resource "threegate_network" "test" {
     allow         = [%s]
     allow_private = [%q]
   }
+%s
 }
-%s`, f.name, f.llm, f.fetch, f.egress, f.image, strings.Join(q, ", "), f.outside.Prefix, extra)
+%s`, f.name, f.llm, f.fetch, f.egress, f.image, strings.Join(q, ", "), f.outside.Prefix, inner, extra)
 }
 
 func (f *tgFixture) spec(t *testing.T) topology.Spec {
@@ -371,4 +382,20 @@ resource "threegate_network" "bad" {
 		steps = append(steps, resource.TestStep{Config: cfg(c.body), PlanOnly: true, ExpectError: regexp.MustCompile(c.want)})
 	}
 	resource.Test(t, resource.TestCase{ProtoV6ProviderFactories: testAccProviders, Steps: steps})
+}
+
+// TestAccThreegateNetwork_overlapAtPlan: overlap with a host route is known
+// at plan time (ModifyPlan reads the routes), so plan fails on the attribute.
+func TestAccThreegateNetwork_overlapAtPlan(t *testing.T) {
+	testutil.RequireDocker(t)
+	f := newTGFixture(t)
+	f.llm = f.outside.Prefix
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: f.config(""), PlanOnly: true,
+			ExpectError: regexp.MustCompile(`(?s)Subnet Overlaps A Host Route.*llmnet_subnet.*` + regexp.QuoteMeta(f.outside.Prefix)),
+		}},
+	})
 }

@@ -297,7 +297,7 @@ func removeNetwork(ctx context.Context, cli client.APIClient, id string) error {
 		if err == nil || errdefs.IsNotFound(err) {
 			return nil
 		}
-		if !strings.Contains(err.Error(), "active endpoints") || time.Now().After(deadline) {
+		if !strings.Contains(err.Error(), "active endpoints") || time.Now().After(deadline) || endpointsLive(ctx, cli, id) {
 			in, ierr := cli.NetworkInspect(ctx, id, network.InspectOptions{})
 			if ierr == nil && len(in.Containers) > 0 {
 				var names []string
@@ -316,6 +316,21 @@ func removeNetwork(ctx context.Context, cli client.APIClient, id string) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// endpointsLive reports whether a container attached to the network still
+// exists; only endpoints of containers already removed are worth waiting for.
+func endpointsLive(ctx context.Context, cli client.APIClient, id string) bool {
+	in, err := cli.NetworkInspect(ctx, id, network.InspectOptions{})
+	if err != nil {
+		return false
+	}
+	for cid := range in.Containers {
+		if _, err := cli.ContainerInspect(ctx, cid); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 func removeContainer(ctx context.Context, cli client.APIClient, id string) error {
@@ -432,6 +447,19 @@ func Destroy(ctx context.Context, cli client.APIClient, s Spec) error {
 	o, err := Observe(ctx, cli, s)
 	if err != nil {
 		return err
+	}
+	// Refuse before removing anything, so a refused destroy leaves the
+	// topology (and its firewall) whole for the members still on it.
+	var attached []string
+	for _, n := range s.Networks {
+		if on, ok := o.Networks[n.Kind]; ok && on.Owned {
+			for _, c := range foreignEndpoints(on, o.Proxy) {
+				attached = append(attached, c+" (on "+n.Name+")")
+			}
+		}
+	}
+	if len(attached) > 0 {
+		return fmt.Errorf("topology %s still has members attached: %s; detach or destroy them first", s.Name, strings.Join(attached, ", "))
 	}
 	var errs []error
 	if o.Proxy != nil {

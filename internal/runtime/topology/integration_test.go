@@ -25,6 +25,9 @@ import (
 // freeInput picks a unique name and three free /24s in 10.213.0.0/16.
 func freeInput(t *testing.T, cli client.APIClient, prefix string) Input {
 	t.Helper()
+	if swept, err := SweepStale(context.Background(), cli, "meepa-test-tg", time.Hour); err != nil || len(swept) > 0 {
+		t.Logf("swept stale test topologies %v (err %v)", swept, err)
+	}
 	for try := 0; try < 30; try++ {
 		a := 3 * rand.IntN(80)
 		in := Input{
@@ -287,4 +290,118 @@ func execProbe(t *testing.T, cli client.APIClient, ctr string, checks ...string)
 		t.Fatalf("exec probe: %d results for %d checks", len(out), len(checks))
 	}
 	return out
+}
+
+// TestNetworkWithEndpoints: a network that must go while a foreign
+// container is attached is a clear error naming it, not a hang.
+func TestNetworkWithEndpoints(t *testing.T) {
+	testutil.RequireDocker(t)
+	ctx := context.Background()
+	cli := testutil.Docker(t)
+	image := testutil.EnsureOwnRunnerImage(t, cli)
+	in := freeInput(t, cli, "meepa-test-tgep")
+	in.Proxy = ProxyInput{Image: image, Allow: []string{"example.com"}}
+	s, _ := Build(in)
+	t.Cleanup(func() { _ = Destroy(context.WithoutCancel(ctx), cli, s) })
+	if _, err := Ensure(ctx, cli, s, nil); err != nil {
+		t.Fatal(err)
+	}
+	member := "meepa-test-tgep-member-" + s.Name[len(s.Name)-4:]
+	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: image, Entrypoint: []string{"/bin/sleep"}, Cmd: []string{"60"},
+		Labels: engine.Labels("test", nil)},
+		&container.HostConfig{NetworkMode: container.NetworkMode(s.Network(LLMNet).Name)}, nil, nil, member)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
+	})
+	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = Destroy(ctx, cli, s)
+	if err == nil || !strings.Contains(err.Error(), member) || !strings.Contains(err.Error(), "detach or destroy") {
+		t.Fatalf("destroy with a member attached = %v, want an error naming %s", err, member)
+	}
+	t.Logf("destroy refused after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	if o, _ := Observe(ctx, cli, s); o.Proxy == nil || len(o.Networks) != 3 {
+		t.Errorf("a refused destroy removed something: proxy %v, %d networks", o.Proxy, len(o.Networks))
+	}
+
+	// Changing the subnet of a network with a member: refused before
+	// anything is removed.
+	in.Subnets[LLMNet] = strings.Replace(in.Subnets[LLMNet], ".0/24", ".0/25", 1)
+	s2, ps := Build(in)
+	if len(ps) > 0 {
+		t.Fatal(ps)
+	}
+	if _, err := Ensure(ctx, cli, s2, nil); err == nil || !strings.Contains(err.Error(), member) {
+		t.Fatalf("ensure with a changed subnet and a member attached = %v", err)
+	}
+}
+
+// TestConflicts: a subnet overlapping a host route or a Docker network of
+// another topology is found before anything is created.
+func TestConflicts(t *testing.T) {
+	testutil.RequireDocker(t)
+	ctx := context.Background()
+	cli := testutil.Docker(t)
+	out := testutil.StartOutside(t) // a veth route 198.18.x.0/24, nothing listening
+	in := freeInput(t, cli, "meepa-test-tgcf")
+	in.Proxy = ProxyInput{Image: "x"}
+	in.Subnets[FetchNet] = out.Prefix
+	s, _ := Build(in)
+	ps, err := Conflicts(ctx, cli, s, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 || ps[0].Field != "fetchnet_subnet" || ps[0].Summary != "Subnet Overlaps A Host Route" {
+		t.Fatalf("host route overlap: %v", ps)
+	}
+
+	// Another topology's network.
+	other := freeInput(t, cli, "meepa-test-tgcf")
+	other.Proxy = ProxyInput{Image: "x"}
+	os, _ := Build(other)
+	n := os.Network(LLMNet)
+	if err := createNetwork(ctx, cli, os, n); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.NetworkRemove(context.WithoutCancel(ctx), n.Name) })
+	in = freeInput(t, cli, "meepa-test-tgcf")
+	in.Proxy = ProxyInput{Image: "x"}
+	in.Subnets[EgressNet] = n.Subnet.String()
+	s, _ = Build(in)
+	if ps, err = Conflicts(ctx, cli, s, true); err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 1 || ps[0].Field != "egressnet_subnet" || !strings.Contains(ps[0].Detail, n.Name) {
+		t.Fatalf("docker network overlap: %v", ps)
+	}
+	// Its own networks are no conflict for a topology.
+	if ps, _ := Conflicts(ctx, cli, os, true); len(ps) != 0 {
+		t.Errorf("own network reported as conflict: %v", ps)
+	}
+}
+
+func TestSweepStale(t *testing.T) {
+	testutil.RequireDocker(t)
+	ctx := context.Background()
+	cli := testutil.Docker(t)
+	in := freeInput(t, cli, "meepa-test-tgsw")
+	s, _ := Build(in)
+	if err := createNetwork(ctx, cli, s, s.Network(LLMNet)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.NetworkRemove(context.WithoutCancel(ctx), s.Network(LLMNet).Name) })
+	if swept, err := SweepStale(ctx, cli, s.Name, time.Hour); err != nil || len(swept) != 0 {
+		t.Fatalf("a fresh topology was swept: %v %v", swept, err)
+	}
+	if swept, err := SweepStale(ctx, cli, s.Name, 0); err != nil || len(swept) != 1 {
+		t.Fatalf("sweep = %v, %v", swept, err)
+	}
+	if o, _ := Observe(ctx, cli, s); len(o.Networks) != 0 {
+		t.Errorf("network survived the sweep")
+	}
 }

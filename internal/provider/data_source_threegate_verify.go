@@ -1,0 +1,152 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+)
+
+var _ datasource.DataSourceWithConfigure = (*threegateVerifyDataSource)(nil)
+
+// NewThreegateVerifyDataSource is the threegate_verify data source.
+func NewThreegateVerifyDataSource() datasource.DataSource { return &threegateVerifyDataSource{} }
+
+type threegateVerifyDataSource struct {
+	data *providerData
+}
+
+type threegateVerifyModel struct {
+	ID             types.String `tfsdk:"id"`
+	Name           types.String `tfsdk:"name"`
+	ProbeImage     types.String `tfsdk:"probe_image"`
+	AllowedTarget  types.String `tfsdk:"allowed_target"`
+	DeniedTarget   types.String `tfsdk:"denied_target"`
+	OutsideAddress types.String `tfsdk:"outside_address"`
+	DNSName        types.String `tfsdk:"dns_name"`
+	HostPort       types.Int64  `tfsdk:"host_port"`
+	TimeoutSeconds types.Int64  `tfsdk:"timeout_seconds"`
+	Probes         types.List   `tfsdk:"probes"`
+	Violations     types.List   `tfsdk:"violations"`
+	Table          types.String `tfsdk:"table"`
+	Passed         types.Bool   `tfsdk:"passed"`
+}
+
+var probeObjectType = types.ObjectType{AttrTypes: map[string]attr.Type{
+	"role": types.StringType, "what": types.StringType, "check": types.StringType, "expected": types.StringType,
+	"observed": types.StringType, "detail": types.StringType, "pass": types.BoolType,
+}}
+
+func (d *threegateVerifyDataSource) Metadata(_ context.Context, _ datasource.MetadataRequest, resp *datasource.MetadataResponse) {
+	resp.TypeName = "threegate_verify"
+}
+
+func (d *threegateVerifyDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, resp *datasource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "Proves a ThreeGate topology isolates: runs short-lived, hardened probe containers in each role " +
+			"(CORE on llmnet; FETCH on llmnet and fetchnet with the proxy env; TOOL_EXEC on llmnet; TOOL_EXEC's sandbox with " +
+			"network `none`) and reports what each can reach — the proxy, an allowed host through the proxy, a disallowed host, " +
+			"an address outside the topology, the host through each bridge gateway, DNS — against what the spec allows. It also " +
+			"lists containers attached in a way the spec forbids (anything but the proxy on egressnet, a container on fetchnet " +
+			"without llmnet, a container labelled `io.meepa.threegate.role` on a network its role must not join). Reading " +
+			"fails when any probe differs or any attachment is forbidden. Served by provider `meepa`: write `provider = meepa`, " +
+			"and `depends_on` the `threegate_network`. Targets left out are not probed: nothing is sent anywhere unnamed.",
+		Attributes: map[string]schema.Attribute{
+			"name": schema.StringAttribute{Required: true, MarkdownDescription: "Name of the `threegate_network` topology."},
+			"probe_image": schema.StringAttribute{Optional: true,
+				MarkdownDescription: "Image to run the probes in; it must contain `/usr/local/bin/agent-runner`. Defaults to the proxy's image."},
+			"allowed_target": schema.StringAttribute{Optional: true,
+				MarkdownDescription: "A `host:port` the allowlist admits: FETCH must get a tunnel to it through the proxy."},
+			"denied_target": schema.StringAttribute{Optional: true,
+				MarkdownDescription: "A `host:port` the allowlist does not admit: the proxy must answer 403."},
+			"outside_address": schema.StringAttribute{Optional: true,
+				MarkdownDescription: "An `ip:port` outside the topology, not in the allowlist: no member may reach it directly, and the proxy must refuse it."},
+			"dns_name": schema.StringAttribute{Optional: true,
+				MarkdownDescription: "A name CORE must fail to resolve. On engines affected by CVE-2024-29018 the query itself leaves the host, so it is off by default."},
+			"host_port": schema.Int64Attribute{Optional: true,
+				MarkdownDescription: "Port tried on each bridge gateway (the host); any answer, even a reset, counts as reachable. Defaults to 22."},
+			"timeout_seconds": schema.Int64Attribute{Optional: true,
+				MarkdownDescription: "Seconds allowed per check; a check that times out counts as blocked. Defaults to 2."},
+
+			"id": schema.StringAttribute{Computed: true, MarkdownDescription: "The topology name."},
+			"probes": schema.ListAttribute{Computed: true, ElementType: probeObjectType,
+				MarkdownDescription: "One row per check: `role`, `what`, `check` (the probe command), `expected` " +
+					"(`blocked`, `open`, `allowed`, `denied`, `not-resolved`), `observed` (`open`, `refused`, `timeout`, " +
+					"`unreachable`, `allowed`, `denied`, …), `detail` and `pass`."},
+			"violations": schema.ListAttribute{Computed: true, ElementType: types.StringType,
+				MarkdownDescription: "Containers attached in a way the spec forbids."},
+			"table":  schema.StringAttribute{Computed: true, MarkdownDescription: "The probes as a text table."},
+			"passed": schema.BoolAttribute{Computed: true, MarkdownDescription: "Every probe passed and nothing is attached wrongly (always true when reading succeeds)."},
+		},
+	}
+}
+
+func (d *threegateVerifyDataSource) Configure(_ context.Context, req datasource.ConfigureRequest, resp *datasource.ConfigureResponse) {
+	d.data = configureData(req.ProviderData, &resp.Diagnostics)
+}
+
+func (d *threegateVerifyDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
+	var m threegateVerifyModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() || d.data == nil {
+		return
+	}
+	cli := d.data.dockerClient(ctx, &resp.Diagnostics)
+	if cli == nil {
+		return
+	}
+	name := m.Name.ValueString()
+	in, err := topology.InputFromLive(ctx, cli, name)
+	if err != nil {
+		addRuntimeError(&resp.Diagnostics, "ThreeGate Topology Not Found", "reading topology "+name+" from Docker", err)
+		return
+	}
+	spec, ps := topology.Build(in)
+	if len(ps) > 0 {
+		resp.Diagnostics.AddError("ThreeGate Topology Invalid", fmt.Sprintf("topology %q as found is not valid: %v", name, ps[0]))
+		return
+	}
+	opts := topology.VerifyOptions{
+		Image: m.ProbeImage.ValueString(), AllowedTarget: m.AllowedTarget.ValueString(), DeniedTarget: m.DeniedTarget.ValueString(),
+		OutsideAddress: m.OutsideAddress.ValueString(), DNSName: m.DNSName.ValueString(), HostPort: int(m.HostPort.ValueInt64()),
+		Timeout: time.Duration(m.TimeoutSeconds.ValueInt64()) * time.Second,
+	}
+	tflog.Debug(ctx, "verifying threegate topology", map[string]any{"name": name})
+	rep, err := topology.Verify(ctx, cli, spec, opts)
+	if err != nil {
+		addRuntimeError(&resp.Diagnostics, "ThreeGate Verification Failed", "running probe containers for "+name, err)
+		return
+	}
+	if !rep.OK() {
+		resp.Diagnostics.AddError("ThreeGate Isolation Differs From The Spec",
+			fmt.Sprintf("Topology %q does not isolate as the spec requires:\n\n%s", name, rep.Table()))
+		return
+	}
+	type probeModel struct {
+		Role     string `tfsdk:"role"`
+		What     string `tfsdk:"what"`
+		Check    string `tfsdk:"check"`
+		Expected string `tfsdk:"expected"`
+		Observed string `tfsdk:"observed"`
+		Detail   string `tfsdk:"detail"`
+		Pass     bool   `tfsdk:"pass"`
+	}
+	rows := make([]probeModel, 0, len(rep.Probes))
+	for _, p := range rep.Probes {
+		rows = append(rows, probeModel(p))
+	}
+	var d1, d2 diag.Diagnostics
+	m.Probes, d1 = types.ListValueFrom(ctx, probeObjectType, rows)
+	m.Violations, d2 = types.ListValueFrom(ctx, types.StringType, orEmpty(rep.Violations))
+	resp.Diagnostics.Append(append(d1, d2...)...)
+	m.ID, m.Table, m.Passed = types.StringValue(name), types.StringValue(rep.Table()), types.BoolValue(true)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}

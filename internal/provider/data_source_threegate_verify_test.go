@@ -1,0 +1,67 @@
+package provider
+
+import (
+	"fmt"
+	"regexp"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// TestAccThreegateVerify runs the verification against a real topology:
+// with the firewall every probe matches the spec; with it disabled, the
+// host service behind the bridge gateways is reachable and the data source
+// fails, naming the probes that differ.
+func TestAccThreegateVerify(t *testing.T) {
+	testutil.RequireDocker(t)
+	f := newTGFixture(t)
+	hostPort := testutil.HostService(t)
+	verify := fmt.Sprintf(`
+data "threegate_verify" "test" {
+  provider        = meepa
+  name            = threegate_network.test.name
+  allowed_target  = %q
+  denied_target   = %q
+  outside_address = %q
+  host_port       = %d
+  depends_on      = [threegate_network.test]
+}
+`, f.outside.Addr(443), f.outside.Addr(8443), f.outside.Addr(8443), hostPort)
+	ds := "data.threegate_verify.test"
+	row := func(i int, role, what, observed string) statecheck.StateCheck {
+		return statecheck.ExpectKnownValue(ds, tfjsonpath.New("probes").AtSliceIndex(i), knownvalue.ObjectPartial(map[string]knownvalue.Check{
+			"role": knownvalue.StringExact(role), "what": knownvalue.StringExact(what),
+			"observed": knownvalue.StringExact(observed), "pass": knownvalue.Bool(true),
+		}))
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             f.checkDestroyed(t),
+		Steps: []resource.TestStep{
+			{
+				Config: f.config(verify),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(ds, tfjsonpath.New("passed"), knownvalue.Bool(true)),
+					statecheck.ExpectKnownValue(ds, tfjsonpath.New("violations"), knownvalue.ListSizeExact(0)),
+					statecheck.ExpectKnownValue(ds, tfjsonpath.New("probes"), knownvalue.ListSizeExact(13)),
+					row(0, "CORE", "proxy", "timeout"),
+					row(1, "CORE", "host via llmnet gateway", "timeout"),
+					row(4, "FETCH", "allowed host via proxy", "allowed"),
+					row(5, "FETCH", "disallowed host via proxy", "denied"),
+				},
+			},
+			{
+				Config: f.configInner("  firewall = { enabled = false }", verify),
+				// Same topology with the firewall disabled: the gateway
+				// path to the host service opens and verification fails.
+				ExpectError: regexp.MustCompile(`(?s)Isolation Differs From The Spec.*host via llmnet gateway\s+blocked\s+open\s+false`),
+			},
+		},
+	})
+}

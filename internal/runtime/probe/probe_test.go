@@ -1,0 +1,94 @@
+package probe
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+func TestTCP(t *testing.T) {
+	ln := listen(t)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("hello\n"))
+			c.Close()
+		}
+	}()
+	r := Run(context.Background(), Check{Kind: TCP, Target: ln.Addr().String()}, time.Second)
+	if r.Observed != Open || r.Detail != "hello" {
+		t.Errorf("open port: %+v", r)
+	}
+	closed := listen(t)
+	addr := closed.Addr().String()
+	closed.Close()
+	if r := Run(context.Background(), Check{Kind: TCP, Target: addr}, time.Second); r.Observed != Refused || Blocked(r.Observed) {
+		t.Errorf("closed port must be refused (reachable), got %+v", r)
+	}
+}
+
+// fakeProxy answers CONNECT with 200 and a banner for allowed.test, 403
+// otherwise.
+func fakeProxy(t *testing.T) string {
+	ln := listen(t)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn) {
+				defer c.Close()
+				buf := make([]byte, 512)
+				n, _ := c.Read(buf)
+				if strings.Contains(string(buf[:n]), "CONNECT allowed.test:443") {
+					c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\nbanner"))
+					return
+				}
+				c.Write([]byte("HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n"))
+			}(c)
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func TestConnect(t *testing.T) {
+	via := fakeProxy(t)
+	r := Run(context.Background(), Check{Kind: Connect, Via: via, Target: "allowed.test:443"}, time.Second)
+	if r.Observed != Allowed || r.Detail != "banner" {
+		t.Errorf("allowed: %+v", r)
+	}
+	r = Run(context.Background(), Check{Kind: Connect, Via: via, Target: "other.test:443"}, time.Second)
+	if r.Observed != Denied || !strings.Contains(r.Detail, "403") {
+		t.Errorf("denied: %+v", r)
+	}
+}
+
+func TestParseRoundTrip(t *testing.T) {
+	for _, s := range []string{"tcp=10.0.0.1:22", "connect=10.0.0.2:3128/example.com:443", "dns=example.com"} {
+		c, err := Parse(s)
+		if err != nil || c.String() != s {
+			t.Errorf("Parse(%q) = %+v, %v", s, c, err)
+		}
+	}
+	for _, bad := range []string{"tcp", "udp=1.2.3.4:5", "connect=1.2.3.4:5"} {
+		if _, err := Parse(bad); err == nil {
+			t.Errorf("Parse(%q) accepted", bad)
+		}
+	}
+}
