@@ -15,7 +15,9 @@ require (
 	github.com/hashicorp/terraform-plugin-log v0.11.0
 	github.com/hashicorp/terraform-plugin-testing v1.16.0
 	github.com/landlock-lsm/go-landlock v0.11.2
+	github.com/moby/profiles/seccomp v0.3.0
 	github.com/openai/openai-go v1.12.0
+	github.com/opencontainers/runtime-spec v1.2.1
 	golang.org/x/sys v0.49.0
 	modernc.org/sqlite v1.62.0
 )

@@ -45,3 +45,10 @@ func runLandlockExec(args []string) int {
 	}
 	return fail(landlock.ExecRestricted(cfg, []string{exe, "agent-run"}))
 }
+
+func init() {
+	register("landlock-abi", "print the Landlock ABI this process sees (0: none, e.g. blocked by seccomp)", func([]string) int {
+		fmt.Println(landlock.DetectABI())
+		return 0
+	})
+}

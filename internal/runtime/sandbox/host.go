@@ -24,6 +24,13 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
+// MinHostMemory is the least memory_limit host mode accepts: measured, the
+// agent loop dies at start under RLIMIT_DATA of 64 MiB and runs under 96 MiB.
+const (
+	MinHostMemory     = 128 << 20
+	MinHostMemoryText = "128m"
+)
+
 // HostOptions configure the host backend. Zero values are the documented
 // defaults.
 type HostOptions struct {
@@ -95,6 +102,10 @@ func NewHost(o HostOptions) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host backend: %w", err)
 	}
+	if mem < MinHostMemory {
+		return nil, fmt.Errorf("host backend: memory_limit %q is below %s, the least the agent loop starts with in host mode "+
+			"(RLIMIT_DATA also counts the Go runtime's reserved bookkeeping, about 64 MiB)", o.MemoryLimit, MinHostMemoryText)
+	}
 	pids := o.PidsLimit
 	if pids <= 0 {
 		pids = DefaultPidsLimit
@@ -109,6 +120,14 @@ func NewHost(o HostOptions) (*Host, error) {
 		home, _ = os.UserHomeDir()
 	}
 	h := &Host{opts: o, log: o.Logger, memBytes: mem, pids: pids, home: home}
+	if !o.FileAccess.Unrestricted {
+		// A contradiction in the rules (a deny over the workspace) is a
+		// config error: say so at start, not only at the first message.
+		if _, err := h.Ruleset(o.TmpRoot); err != nil {
+			return nil, fmt.Errorf("host backend: landlock rules: %w", err)
+		}
+	}
+	sweepPidsCgroups(o.AgentID)
 	if o.FileAccess.Unrestricted {
 		h.log.Warn("host mode UNRESTRICTED: agents run without Landlock file access rules (file_access.unrestricted or serve --unrestricted)",
 			"workspace", o.Workspace)
@@ -235,7 +254,11 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	errW.Close()
 	cfgR.Close()
 	if err := cg.add(pid); err != nil {
-		h.log.Warn("pids cgroup", "error", err)
+		// Without the cgroup the process limit would not hold: fail
+		// closed rather than run unbounded.
+		killGroup(pid)
+		_ = cmd.Wait()
+		return out, fmt.Errorf("pids cgroup: %w", err)
 	}
 	// The child waits for its config before it does anything, so the
 	// cgroup above holds it before it can fork.
@@ -291,9 +314,10 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 			return out, fmt.Errorf("sandbox setup failed, nothing ran: %s", msg)
 		}
 	}
-	// RLIMIT_DATA ends a Go agent loop with this runtime error; it is the
-	// host backend's OOM.
-	if out.ExitCode != 0 && bytes.Contains(out.StderrTail, []byte("runtime: out of memory")) {
+	// RLIMIT_DATA ends a Go agent loop with "fatal error: runtime: out of
+	// memory" (or "out of memory allocating ..."): the host backend's OOM.
+	// Tool output never reaches this stderr, so a tool cannot fake it.
+	if out.ExitCode != 0 && bytes.Contains(out.StderrTail, []byte("fatal error: ")) && bytes.Contains(out.StderrTail, []byte("out of memory")) {
 		out.OOMKilled = true
 	}
 	if stdout.over {
@@ -393,6 +417,19 @@ func pidsCgroupParent() string {
 		}
 	}
 	return ""
+}
+
+// sweepPidsCgroups removes the empty per-message cgroups a crashed runner of
+// this agent left behind (a cgroup with tasks in it refuses rmdir).
+func sweepPidsCgroups(agentID string) {
+	parent := pidsCgroupParent()
+	if parent == "" {
+		return
+	}
+	left, _ := filepath.Glob(filepath.Join(parent, "meepa-"+safeName(agentID)+"-*"))
+	for _, dir := range left {
+		_ = os.Remove(dir)
+	}
 }
 
 func (c *pidsCgroup) add(pid int) error {

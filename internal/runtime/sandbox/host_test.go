@@ -247,3 +247,95 @@ func TestHostFailsClosedOnLowABI(t *testing.T) {
 		t.Fatalf("Run with no Landlock = %v, want ErrUnsupported naming it", err)
 	}
 }
+
+func runJob(t *testing.T, h *Host, text string, timeout time.Duration) (Outcome, agent.Reply) {
+	t.Helper()
+	req, _ := json.Marshal(agent.Request{
+		Message: agent.Message{ID: "m", Text: text},
+		LLM:     agent.LLMConfig{Provider: agent.ProviderOffline},
+	})
+	out, err := h.Run(context.Background(), Job{MessageID: "m", Stdin: req, Timeout: timeout})
+	if err != nil {
+		t.Fatalf("run %q: %v", text, err)
+	}
+	var r agent.Reply
+	_ = json.Unmarshal(out.Stdout, &r)
+	return out, r
+}
+
+func TestHostTimeoutKillsTheGroup(t *testing.T) {
+	requireLandlock(t, landlock.MinFSABI)
+	h, ws := newHost(t, landlock.FileAccess{AllowNetwork: true})
+	// The background sleep writes its pid; the foreground one outlives the
+	// timeout.
+	out, _ := runJob(t, h, "!sh sleep 60 & echo $! > bg.pid; sleep 60", 2*time.Second)
+	if !out.TimedOut {
+		t.Fatalf("outcome %+v, want TimedOut", out)
+	}
+	raw, err := os.ReadFile(filepath.Join(ws, "bg.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	fmt.Sscan(string(raw), &pid)
+	if pid <= 0 {
+		t.Fatalf("bg.pid = %q", raw)
+	}
+	// Reaped or at least killed: a zombie has no cmdline left.
+	if cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && len(cmdline) > 0 {
+		t.Errorf("background process %d (%q) survived the timeout", pid, cmdline)
+	}
+}
+
+func TestHostMemoryAndPidsLimits(t *testing.T) {
+	requireLandlock(t, landlock.MinFSABI)
+	ws := mkdir(t, t.TempDir(), "workspace")
+	newLimited := func(mem string, pids int64) *Host {
+		h, err := NewHost(HostOptions{AgentID: "tf-acc-limits", Workspace: ws, FileAccess: landlock.FileAccess{AllowNetwork: true},
+			RunnerBinary: testutil.RunnerBinary(t), MemoryLimit: mem, PidsLimit: pids})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	// A 96 MiB shell variable: fine under 512m, refused under 128m (the
+	// shell needs room for the string and its copies).
+	const grow = `x=$(head -c 100663296 /dev/zero | tr '\0' a); echo len=${#x}`
+	if code, out := shell(t, newLimited("512m", 0), grow); code != 0 || !strings.Contains(out, "len=100663296") {
+		t.Fatalf("512m: exit %d %q", code, out)
+	}
+	if code, out := shell(t, newLimited("128m", 0), grow); code == 0 || strings.Contains(out, "len=100663296") {
+		t.Errorf("128m: exit %d %q; want the allocation refused", code, out)
+	}
+	if _, err := NewHost(HostOptions{Workspace: ws, MemoryLimit: "64m", RunnerBinary: testutil.RunnerBinary(t)}); err == nil || !strings.Contains(err.Error(), "below 128m") {
+		t.Errorf("NewHost with 64m = %v, want the floor named", err)
+	}
+	// 40 background processes under a limit of 24 tasks (the agent loop
+	// has a few threads of its own): some forks must fail.
+	const fork = `i=0; while [ $i -lt 40 ]; do sleep 5 >/dev/null 2>&1 & i=$((i+1)); done; echo forked`
+	limited := newLimited("", 24)
+	if limited.Health()["process_limit"] == "rlimit" && os.Geteuid() == 0 {
+		t.Skip("root without a writable pids cgroup: RLIMIT_NPROC does not bind uid 0")
+	}
+	if code, out := shell(t, limited, fork); code == 0 || !strings.Contains(strings.ToLower(out), "fork") {
+		t.Errorf("pids 24: exit %d %q; want forks refused", code, out)
+	}
+	if code, out := shell(t, newLimited("", 256), fork); code != 0 || !strings.Contains(out, "forked") {
+		t.Errorf("pids 256: exit %d %q", code, out)
+	}
+}
+
+func TestNewHostRefusesContradictoryRules(t *testing.T) {
+	ws := mkdir(t, t.TempDir(), "workspace")
+	_, err := NewHost(HostOptions{Workspace: ws, RunnerBinary: testutil.RunnerBinary(t),
+		FileAccess: landlock.FileAccess{Deny: []string{filepath.Dir(ws)}}})
+	if err == nil || !strings.Contains(err.Error(), "always read-write") {
+		t.Errorf("NewHost with a deny over the workspace = %v", err)
+	}
+	_, err = NewHost(HostOptions{Workspace: ws, RunnerBinary: testutil.RunnerBinary(t),
+		FileAccess: landlock.FileAccess{AllowRead: []string{"relative/path"}}})
+	var fe *landlock.FieldError
+	if !errors.As(err, &fe) || fe.Field != "allow_read" {
+		t.Errorf("NewHost with a relative path = %v, want a FieldError on allow_read", err)
+	}
+}

@@ -21,6 +21,19 @@ import (
 // exec'ing thread's.
 func ExecRestricted(c *ChildConfig, argv []string) error {
 	runtime.LockOSThread()
+	if c.Ruleset != nil {
+		if err := DropCapabilities(); err != nil {
+			return err
+		}
+		if err := c.Ruleset.Restrict(DetectABI()); err != nil {
+			return err
+		}
+		if err := InstallSocketFilter(c.Ruleset.DenyTCP); err != nil {
+			return err
+		}
+	}
+	// The limits come last, right before exec, so that they bound the
+	// agent loop and not this setup.
 	if c.DataLimit > 0 {
 		if err := unix.Setrlimit(unix.RLIMIT_DATA, &unix.Rlimit{Cur: c.DataLimit, Max: c.DataLimit}); err != nil {
 			return fmt.Errorf("setrlimit data: %w", err)
@@ -34,17 +47,6 @@ func ExecRestricted(c *ChildConfig, argv []string) error {
 	// No core dumps: a dump of the agent loop would hold the API key.
 	if err := unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{}); err != nil {
 		return fmt.Errorf("setrlimit core: %w", err)
-	}
-	if c.Ruleset != nil {
-		if err := DropCapabilities(); err != nil {
-			return err
-		}
-		if err := c.Ruleset.Restrict(DetectABI()); err != nil {
-			return err
-		}
-		if err := InstallSocketFilter(c.Ruleset.DenyTCP); err != nil {
-			return err
-		}
 	}
 	err := syscall.Exec(argv[0], argv, os.Environ())
 	return fmt.Errorf("exec %s: %w", argv[0], err)

@@ -270,6 +270,13 @@ func Compile(s Spec) (*Ruleset, error) {
 			return nil, fmt.Errorf("file_access.deny %q: %w", p, err)
 		}
 		c.deny = append(c.deny, r)
+		// The path as written is denied too: when it goes through a
+		// symlink inside an allowed tree, its parents are then expanded
+		// and lose their write rights, so the agent cannot repoint the
+		// link and make the deny miss its target at the next message.
+		if lex := filepath.Clean(p); lex != r {
+			c.deny = append(c.deny, lex)
+		}
 	}
 	if !s.FileAccess.AllowHomeDotfiles && s.Home != "" {
 		h, err := resolveMaybeMissing(s.Home)
@@ -323,6 +330,18 @@ func Compile(s Spec) (*Ruleset, error) {
 		}
 		grants = append(grants, grant{path: r, access: sp.Access, why: "system"})
 	}
+	// Trees the agent can write: a symlink in one of them is the agent's to
+	// repoint between messages, so no rule may be made through it.
+	for _, g := range grants {
+		if g.access == ReadWrite {
+			c.writable = append(c.writable, g.path)
+		}
+	}
+	for _, p := range s.FileAccess.AllowReadWrite {
+		if r, err := resolveExisting(p); err == nil {
+			c.writable = append(c.writable, r)
+		}
+	}
 	for _, l := range []struct {
 		field  string
 		paths  []string
@@ -337,6 +356,10 @@ func Compile(s Spec) (*Ruleset, error) {
 			}
 			if err != nil {
 				return nil, fmt.Errorf("file_access.%s %q: %w", l.field, p, err)
+			}
+			if link, ok := c.swappableLink(p); ok {
+				c.note("%s %q is dropped: it goes through the symlink %s, which the agent can change", l.field, p, link)
+				continue
 			}
 			grants = append(grants, grant{path: r, access: l.access, why: l.field, userAllow: true})
 		}
@@ -354,10 +377,41 @@ func Compile(s Spec) (*Ruleset, error) {
 type compiler struct {
 	rs   *Ruleset
 	deny []string
+	// writable are the roots of the trees the agent may write.
+	writable []string
 	// home is the resolved home directory whose dotfiles are denied to user
 	// allows; empty when dotfiles are allowed.
 	home  string
 	rules map[string]Rule
+}
+
+// swappableLink finds a symlink on p's path (as written) that lies in a
+// tree the agent can write.
+func (c *compiler) swappableLink(p string) (string, bool) {
+	cur := "/"
+	for _, part := range strings.Split(filepath.Clean(p), "/") {
+		if part == "" {
+			continue
+		}
+		next := filepath.Join(cur, part)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return "", false
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		for _, w := range c.writable {
+			if within(cur, w) {
+				return next, true
+			}
+		}
+		if cur, err = filepath.EvalSymlinks(next); err != nil {
+			return "", false
+		}
+	}
+	return "", false
 }
 
 func (c *compiler) note(format string, args ...any) {

@@ -16,6 +16,7 @@ import (
 //	b/file.txt  b/.hidden  b/other/z  b/secret/key  b/alias -> secret
 //	home/.ssh/id  home/.bashrc  home/docs/d.txt
 //	link -> a   blink -> b/secret
+//	ws/to-a -> ../a   b/other/to-secret -> ../secret
 //	ws/  tmp/  bin/agent-runner
 func tree(t *testing.T) string {
 	t.Helper()
@@ -34,7 +35,8 @@ func tree(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	for link, target := range map[string]string{"link": "a", "blink": "b/secret", "b/alias": "secret"} {
+	for link, target := range map[string]string{"link": "a", "blink": "b/secret", "b/alias": "secret",
+		"ws/to-a": "../a", "b/other/to-secret": "../secret"} {
 		if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
 			t.Fatal(err)
 		}
@@ -171,6 +173,25 @@ func TestCompile(t *testing.T) {
 			fa:       FileAccess{AllowRead: []string{R("missing")}},
 			want:     nil,
 			wantNote: "does not exist",
+		},
+		{
+			name:     "an allow through a symlink the agent can change (in its workspace) is dropped",
+			fa:       FileAccess{AllowRead: []string{R("ws/to-a")}},
+			want:     nil,
+			wantNote: "which the agent can change",
+		},
+		{
+			name:     "an allow through a symlink in an allow_read_write tree is dropped",
+			fa:       FileAccess{AllowReadWrite: []string{R("b/other")}, AllowRead: []string{R("b/other/to-secret")}},
+			want:     []string{"b/other rw"},
+			wantNote: "which the agent can change",
+		},
+		{
+			name: "a deny through a symlink in a read-write tree freezes the link's directory too",
+			fa:   FileAccess{AllowReadWrite: []string{R("b")}, Deny: []string{R("b/other/to-secret")}},
+			// b/other is expanded for the link (its parent loses write
+			// rights, so the link cannot be repointed), b for the target.
+			want: []string{"b/.hidden rw file", "b/file.txt rw file", "b/other/z rw file"},
 		},
 		{
 			name:    "deny covering the workspace is refused",
