@@ -737,7 +737,6 @@ func (r *agentResource) deployment(ri runtimeInputs, layout deploy.Layout, l dep
 		for _, p := range c.FileAccess.AllowReadWrite {
 			d.HostPaths = append(d.HostPaths, deploy.HostPath{Path: p})
 		}
-		d.SecurityOpt = hostModeSecurityOpt(c)
 	}
 	return d, nil
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
@@ -105,7 +104,3 @@ func resolveThreegateRole(ctx context.Context, cli client.APIClient, networkID, 
 	}
 	return r.Networks, r.Env, nil
 }
-
-// hostModeSecurityOpt is what the runner container needs for Landlock host
-// mode beyond the defaults.
-func hostModeSecurityOpt(_ runner.Config) []string { return nil }
