@@ -2,6 +2,7 @@ package provider
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,7 +23,8 @@ import (
 // each message as a Landlock-restricted child. The allow_read path is
 // mounted into the runner at the same path and readable, not writable;
 // what is not allowed is not readable; the runner's Landlock ABI shows in
-// landlock_abi.
+// landlock_abi. It listens on a loopback TCP port, published by the runner
+// container on the host's 127.0.0.1 only.
 func TestAccAgent_hostMode(t *testing.T) {
 	testutil.RequireDocker(t)
 	cli := testutil.Docker(t)
@@ -33,7 +35,7 @@ func TestAccAgent_hostMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := "tf-acc-agent-host"
-	layout := deploy.LayoutFor(stateDir, id)
+	port := freePort(t)
 	t.Cleanup(func() { cleanupAgent(cli, id) })
 	cfg := fmt.Sprintf(`
 provider "meepa" {
@@ -43,13 +45,16 @@ provider "meepa" {
 resource "meepa_agent" "h" {
   agent_id = %[2]q
   llm      = { provider = "offline" }
-  runner   = { image = %[3]q }
+  runner = {
+    image  = %[3]q
+    listen = "127.0.0.1:%[5]d"
+  }
   file_access = {
     allow_read    = [%[4]q]
     allow_network = false
   }
 }
-`, stateDir, id, image, data)
+`, stateDir, id, image, data, port)
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
@@ -59,6 +64,7 @@ resource "meepa_agent" "h" {
 			ConfigStateChecks: []statecheck.StateCheck{
 				statecheck.ExpectKnownValue("meepa_agent.h", tfjsonpath.New("runner_status"), knownvalue.StringExact("running")),
 				statecheck.ExpectKnownValue("meepa_agent.h", tfjsonpath.New("landlock_abi"), knownvalue.NotNull()),
+				statecheck.ExpectKnownValue("meepa_agent.h", tfjsonpath.New("endpoint"), knownvalue.StringExact(fmt.Sprintf("http://127.0.0.1:%d", port))),
 			},
 			Check: func(s *terraform.State) error {
 				a := s.RootModule().Resources["meepa_agent.h"].Primary.Attributes
@@ -67,7 +73,7 @@ resource "meepa_agent" "h" {
 				}
 				tok := a["token"]
 				probe := func(cmd string) (string, error) {
-					r, code, err := sendMessage(layout.Socket, tok, "!sh "+cmd)
+					r, code, err := sendTo(deploy.Listener{Port: port}, tok, "!sh "+cmd)
 					if err != nil || code != 200 {
 						return "", fmt.Errorf("%q: %d %v %+v", cmd, code, err, r)
 					}
@@ -81,7 +87,7 @@ resource "meepa_agent" "h" {
 				if err != nil || strings.Contains(out, "WROTE") {
 					return fmt.Errorf("allow_read was writable: %q %v", out, err)
 				}
-				out, err = probe("cat " + layout.ConfigFile + " && echo READ")
+				out, err = probe("cat " + deploy.LayoutFor(stateDir, id).ConfigFile + " && echo READ")
 				if err != nil || strings.Contains(out, "READ") {
 					return fmt.Errorf("the runner's own config was readable: %q %v", out, err)
 				}
@@ -93,4 +99,15 @@ resource "meepa_agent" "h" {
 			},
 		}},
 	})
+}
+
+// freePort asks the kernel for a loopback port that is free right now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }

@@ -238,6 +238,26 @@ func TestAccAgent_lifecycle(t *testing.T) {
 				},
 			},
 			{
+				// A runner stopped out of band (restart unless-stopped keeps
+				// it down) is drift as well.
+				PreConfig: func() {
+					timeout := 10
+					if err := cli.ContainerStop(context.Background(), deploy.ContainerName(id), container.StopOptions{Timeout: &timeout}); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: agentAccConfig(stateDir, id, image, "256m", ""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction("meepa_agent.t", plancheck.ResourceActionUpdate),
+						plancheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("runner_status"), knownvalue.StringExact("running")),
+					},
+				},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("runner_status"), knownvalue.StringExact("running")),
+				},
+			},
+			{
 				Config: agentAccConfig(stateDir, id, image, "256m", ""),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
@@ -359,8 +379,13 @@ func checkFileMode(p string, want os.FileMode) error {
 // sendMessage posts a message over the runner's unix socket; token "" sends
 // no Authorization header.
 func sendMessage(sock, token, text string) (agent.Reply, int, error) {
+	return sendTo(deploy.Listener{Unix: sock}, token, text)
+}
+
+// sendTo posts a message to a runner's listener (unix socket or TCP).
+func sendTo(l deploy.Listener, token, text string) (agent.Reply, int, error) {
 	var r agent.Reply
-	hc, base := deploy.Listener{Unix: sock}.Client(2 * time.Minute)
+	hc, base := l.Client(2 * time.Minute)
 	body, _ := json.Marshal(map[string]string{"text": text})
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/messages", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
