@@ -661,14 +661,29 @@ func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan *
 		return diags
 	}
 	tflog.Info(ctx, "deploying runner", map[string]any{"agent_id": id, "image": dep.Image, "container": deploy.ContainerName(id)})
+	// A runner that failed is removed: with its restart policy it would
+	// crash-loop; and a failed create leaves no state that would ever remove
+	// its config, so the secrets in it go too.
+	failed := func() {
+		if rerr := deploy.Remove(context.WithoutCancel(ctx), cli, id, time.Second); rerr != nil {
+			addRuntimeError(&diags, "Runner Remove Failed", "removing the failed "+deploy.ContainerName(id), rerr)
+		}
+		if prior == nil {
+			if rerr := deploy.RemoveFiles(layout); rerr != nil {
+				addRuntimeError(&diags, "Runner Files Remove Failed", "removing the runner's files", rerr)
+			}
+		}
+	}
 	cid, err := deploy.Deploy(ctx, cli, dep)
 	if err != nil {
 		addRuntimeError(&diags, "Runner Deploy Failed", "starting "+deploy.ContainerName(id)+" from "+dep.Image, err)
+		failed()
 		return diags
 	}
 	health, err := deploy.WaitHealthy(ctx, cli, cid, listener, healthTimeout)
 	if err != nil {
 		addRuntimeError(&diags, "Runner Unhealthy", deploy.ContainerName(id)+" did not become healthy", err)
+		failed()
 		return diags
 	}
 	plan.RunnerContainerID = types.StringValue(cid)

@@ -544,3 +544,47 @@ func containsStr(ss []string, s string) bool {
 func cleanupAgent(cli client.APIClient, id string) {
 	_ = deploy.Remove(context.Background(), cli, id, time.Second)
 }
+
+// TestAccAgent_runnerFails: an image without agent-runner gives a clear
+// error with the runner's log, and leaves no crash-looping container and no
+// config with secrets behind.
+func TestAccAgent_runnerFails(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	bad := testutil.EnsureBusybox(t, cli)
+	stateDir := t.TempDir()
+	id := "tf-acc-agent-fail"
+	t.Cleanup(func() { cleanupAgent(cli, id) })
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config:      agentAccConfig(stateDir, id, bad, "512m", ""),
+			ExpectError: regexp.MustCompile(`(?s)Runner (Deploy Failed|Unhealthy).*agent-runner`),
+		}, {
+			// Checked here, before the test framework's destroy: the
+			// failed create must itself have cleaned up.
+			PreConfig: func() {
+				if st, _ := deploy.Inspect(context.Background(), cli, id); st.State != "missing" {
+					t.Fatalf("a failed runner was left: %+v", st)
+				}
+				if _, err := os.Stat(deploy.LayoutFor(stateDir, id).ConfigFile); !os.IsNotExist(err) {
+					t.Fatalf("the config with secrets was left: %v", err)
+				}
+			},
+			Config:             agentAccConfig(stateDir, id, bad, "512m", ""),
+			PlanOnly:           true,
+			ExpectNonEmptyPlan: true,
+		}},
+		CheckDestroy: func(*terraform.State) error {
+			if st, _ := deploy.Inspect(context.Background(), cli, id); st.State != "missing" {
+				return fmt.Errorf("a failed runner was left: %+v", st)
+			}
+			if _, err := os.Stat(deploy.LayoutFor(stateDir, id).ConfigFile); !os.IsNotExist(err) {
+				return fmt.Errorf("the config with secrets was left: %v", err)
+			}
+			return nil
+		},
+	})
+}
