@@ -22,6 +22,8 @@ require (
 	modernc.org/sqlite v1.62.0
 )
 
+require golang.org/x/tools v0.52.0 // indirect
+
 require (
 	github.com/agext/levenshtein v1.2.3 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
@@ -129,7 +131,6 @@ require (
 	golang.org/x/mod v0.42.0 // indirect
 	golang.org/x/net v0.61.0
 	golang.org/x/text v0.43.0 // indirect
-	golang.org/x/tools v0.52.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect

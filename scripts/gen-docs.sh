@@ -14,7 +14,11 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# tfplugindocs joins its directory flags onto the provider directory, so the
+# second run's templates and output must live inside the repository.
+work=.docs-work
+rm -rf "$work"
+trap 'rm -rf "$tmp" "$work"' EXIT
 
 CGO_ENABLED=0 go build -o "$tmp/bin/terraform-provider-meepa" .
 cat >"$tmp/tfrc" <<RC
@@ -54,19 +58,19 @@ go tool tfplugindocs generate --provider-name meepa --rendered-provider-name mee
 
 # Second run: its templates are the threegate_* ones, with the prefix taken
 # off the file names the way tfplugindocs expects them.
-mkdir -p "$tmp/tpl-threegate"
+mkdir -p "$work/tpl-threegate"
 for kind in resources data-sources; do
   for f in templates/$kind/threegate_*.md.tmpl; do
     [ -e "$f" ] || continue
-    mkdir -p "$tmp/tpl-threegate/$kind"
-    cp "$f" "$tmp/tpl-threegate/$kind/$(basename "$f" | sed 's/^threegate_//')"
+    mkdir -p "$work/tpl-threegate/$kind"
+    cp "$f" "$work/tpl-threegate/$kind/$(basename "$f" | sed 's/^threegate_//')"
   done
 done
 go tool tfplugindocs generate --provider-name threegate --rendered-provider-name meepa \
-  --providers-schema "$tmp/threegate.json" --website-source-dir "$tmp/tpl-threegate" \
-  --website-temp-dir "$tmp/web-threegate" --rendered-website-dir "$tmp/out-threegate" >/dev/null
+  --providers-schema "$tmp/threegate.json" --website-source-dir "$work/tpl-threegate" \
+  --website-temp-dir "$tmp/web-threegate" --rendered-website-dir "$work/out-threegate" >/dev/null
 for kind in resources data-sources; do
-  for f in "$tmp/out-threegate/$kind"/*.md; do
+  for f in "$work/out-threegate/$kind"/*.md; do
     [ -e "$f" ] || continue
     mkdir -p "docs/$kind"
     cp "$f" "docs/$kind/threegate_$(basename "$f")"

@@ -110,9 +110,9 @@ func (p *meepaProvider) Configure(ctx context.Context, req provider.ConfigureReq
 
 func (p *meepaProvider) Resources(context.Context) []func() resource.Resource {
 	return []func() resource.Resource{
+		NewThreegateNetworkResource,
 		NewIsolationImageResource,
 		NewAgentResource,
-		NewThreegateNetworkResource,
 	}
 }
 

@@ -353,7 +353,7 @@ func (r *threegateNetworkResource) ModifyPlan(ctx context.Context, req resource.
 	rules, restore := firewallValues(spec)
 	set(path.Root("firewall_rules"), rules)
 	set(path.Root("iptables_restore"), types.StringValue(restore))
-	roles, d := rolesValue(spec)
+	roles, d := rolesValue(ctx, spec)
 	resp.Diagnostics.Append(d...)
 	set(path.Root("roles"), roles)
 	set(path.Root("drift"), types.ListValueMust(types.StringType, []attr.Value{}))
@@ -449,7 +449,7 @@ func firewallValues(spec topology.Spec) (types.List, string) {
 	return types.ListValueMust(types.StringType, vals), set.RestoreText()
 }
 
-func rolesValue(spec topology.Spec) (types.Map, diag.Diagnostics) {
+func rolesValue(ctx context.Context, spec topology.Spec) (types.Map, diag.Diagnostics) {
 	type roleModel struct {
 		Networks       []string          `tfsdk:"networks"`
 		Env            map[string]string `tfsdk:"env"`
@@ -459,10 +459,10 @@ func rolesValue(spec topology.Spec) (types.Map, diag.Diagnostics) {
 	for name, r := range spec.Roles() {
 		out[name] = roleModel{Networks: r.Networks, Env: r.Env, SandboxNetwork: r.SandboxNetwork}
 	}
-	return types.MapValueFrom(context.Background(), roleObjectType, out)
+	return types.MapValueFrom(ctx, roleObjectType, out)
 }
 
-func networksValue(spec topology.Spec, o topology.Observed) (types.Map, diag.Diagnostics) {
+func networksValue(ctx context.Context, spec topology.Spec, o topology.Observed) (types.Map, diag.Diagnostics) {
 	type netModel struct {
 		ID       string `tfsdk:"id"`
 		Name     string `tfsdk:"name"`
@@ -478,7 +478,7 @@ func networksValue(spec topology.Spec, o topology.Observed) (types.Map, diag.Dia
 		}
 		out[n.Kind] = netModel{ID: on.ID, Name: on.Name, Subnet: on.Subnet, Gateway: on.Gateway, Internal: on.Internal}
 	}
-	return types.MapValueFrom(context.Background(), networkObjectType, out)
+	return types.MapValueFrom(ctx, networkObjectType, out)
 }
 
 func (r *threegateNetworkResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
@@ -575,7 +575,7 @@ func (r *threegateNetworkResource) apply(ctx context.Context, m *threegateNetwor
 	if len(drift) > 0 {
 		diags.AddError("ThreeGate Apply Did Not Converge", "after apply, the host still differs:\n- "+strings.Join(drift, "\n- "))
 	}
-	nets, d := networksValue(spec, obs)
+	nets, d := networksValue(ctx, spec, obs)
 	diags.Append(d...)
 	m.Networks = nets
 	m.ProxyContainerID = types.StringValue("")
@@ -639,7 +639,7 @@ func (r *threegateNetworkResource) Read(ctx context.Context, req resource.ReadRe
 		resp.State.RemoveResource(ctx)
 		return
 	}
-	nets, d := networksValue(spec, obs)
+	nets, d := networksValue(ctx, spec, obs)
 	resp.Diagnostics.Append(d...)
 	m.Networks = nets
 	m.ProxyContainerID = types.StringValue("")
@@ -704,7 +704,7 @@ func (r *threegateNetworkResource) importFromLive(ctx context.Context, m *threeg
 	m.ProxyURL = types.StringValue(spec.Proxy.URL())
 	rules, restore := firewallValues(spec)
 	m.FirewallRules, m.IptablesRestore = rules, types.StringValue(restore)
-	roles, d := rolesValue(spec)
+	roles, d := rolesValue(ctx, spec)
 	diags.Append(d...)
 	m.Roles = roles
 	tflog.Debug(ctx, "imported threegate topology", map[string]any{"name": name, "allow_entries": len(in.Proxy.Allow)})

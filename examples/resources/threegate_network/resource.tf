@@ -18,7 +18,7 @@ resource "threegate_network" "agents" {
 
   proxy = {
     # An isolation image containing /usr/local/bin/agent-runner,
-    # e.g. meepa_isolation_image.base.tag.
+    # e.g. meepa_isolation_image.base.isolated_image.
     image = "meepagateway-isolated:0.1.0-meepa-sandbox-3f9a1c2b"
     allow = [
       "api.github.com",  # port 443

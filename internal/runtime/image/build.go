@@ -382,7 +382,10 @@ const tailLines = 20
 func readStream(r io.Reader, logf func(string)) (string, error) {
 	var tail []string
 	keep := func(line string) {
-		line = ansi.ReplaceAllString(line, "")
+		line = strings.TrimRight(ansi.ReplaceAllString(line, ""), " \r")
+		if strings.TrimSpace(line) == "" {
+			return
+		}
 		logf(line)
 		tail = append(tail, line)
 		if len(tail) > tailLines {
@@ -404,10 +407,8 @@ func readStream(r io.Reader, logf func(string)) (string, error) {
 		} else if err != nil {
 			return "", fail(fmt.Errorf("read build output: %w", err))
 		}
-		for _, line := range strings.Split(strings.TrimRight(m.Stream, "\n"), "\n") {
-			if strings.TrimSpace(line) != "" {
-				keep(line)
-			}
+		for _, line := range strings.Split(m.Stream, "\n") {
+			keep(line)
 		}
 		if m.Status != "" {
 			keep(strings.TrimSpace(m.ID + " " + m.Status))

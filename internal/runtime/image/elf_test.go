@@ -86,11 +86,18 @@ func TestInspectBinaryNotELF(t *testing.T) {
 func TestInspectBinaryStaticAndDynamic(t *testing.T) {
 	// busybox-static is what the test images are built from; /bin/ls is a
 	// typical dynamically linked binary.
-	if b, err := InspectBinary("/bin/busybox"); err == nil && b.Interp != "" {
-		t.Errorf("/bin/busybox reported interpreter %q", b.Interp)
-	}
-	if b, err := InspectBinary("/bin/ls"); err == nil && b.Interp == "" {
-		t.Errorf("/bin/ls reported no interpreter")
+	for p, wantInterp := range map[string]bool{"/bin/busybox": false, "/bin/ls": true} {
+		if _, err := os.Stat(p); err != nil {
+			t.Logf("skipping %s: %v", p, err)
+			continue
+		}
+		b, err := InspectBinary(p)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if (b.Interp != "") != wantInterp {
+			t.Errorf("%s: interpreter %q, want one: %v", p, b.Interp, wantInterp)
+		}
 	}
 }
 

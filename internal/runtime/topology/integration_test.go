@@ -182,6 +182,20 @@ func TestThreeGateIsolation(t *testing.T) {
 		}
 	}
 
+	// The operator's boot-time text, loaded into a host without our rules,
+	// is exactly the wanted set.
+	if err := fw.Remove(ctx, set); err != nil {
+		t.Fatal(err)
+	}
+	restore := exec.Command("iptables-restore", "--noflush", "-w", "10")
+	restore.Stdin = strings.NewReader(set.RestoreText())
+	if b, err := restore.CombinedOutput(); err != nil {
+		t.Fatalf("loading RestoreText: %v %s", err, b)
+	}
+	if drift, err := fw.Check(ctx, set); err != nil || len(drift) > 0 {
+		t.Errorf("after loading RestoreText: drift %v, err %v", drift, err)
+	}
+
 	// 4. Docker drift: a stopped proxy and a removed network come back.
 	if err := cli.ContainerStop(ctx, s.Proxy.Name, container.StopOptions{}); err != nil {
 		t.Fatal(err)

@@ -89,9 +89,9 @@ func (r Report) OK() bool {
 // Table renders the report for people.
 func (r Report) Table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-10s %-32s %-9s %-12s %s\n", "ROLE", "WHAT", "EXPECTED", "OBSERVED", "PASS")
+	fmt.Fprintf(&b, "%-17s %-27s %-9s %-12s %s\n", "ROLE", "WHAT", "EXPECTED", "OBSERVED", "PASS")
 	for _, p := range r.Probes {
-		fmt.Fprintf(&b, "%-10s %-32s %-9s %-12s %t\n", p.Role, p.What, p.Expected, p.Observed, p.Pass)
+		fmt.Fprintf(&b, "%-17s %-27s %-9s %-12s %t\n", p.Role, p.What, p.Expected, p.Observed, p.Pass)
 	}
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
