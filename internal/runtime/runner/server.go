@@ -194,7 +194,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.RLock()
 	b := s.backend
 	s.mu.RUnlock()
-	return errors.Join(err, b.Close(ctx))
+	// The prestarted sandbox is discarded even when the message in flight
+	// used up ctx.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	return errors.Join(err, b.Close(cctx))
 }
 
 // Reload applies a changed config: it waits for the message in flight,

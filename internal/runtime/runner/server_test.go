@@ -307,3 +307,42 @@ func TestHostModeFailsClosed(t *testing.T) {
 		t.Fatalf("container mode off ran in mode %q", mode)
 	}
 }
+
+// Reload waits for the turn, closes the old backend (discarding its
+// prestarted sandbox) and runs the next message on the new config.
+func TestReloadSwapsBackend(t *testing.T) {
+	old := &scripted{answer: func(agent.Request) (sandbox.Outcome, error) { return replyOutcome(agent.Reply{Reply: "old"}) }}
+	next := &scripted{answer: func(agent.Request) (sandbox.Outcome, error) { return replyOutcome(agent.Reply{Reply: "new"}) }}
+	backends := []*scripted{old, next}
+	s, err := New(context.Background(), testConfig(), Options{
+		Logger: hclog.NewNullLogger(),
+		NewBackend: func(context.Context, *Config, hclog.Logger) (sandbox.Backend, string, error) {
+			b := backends[0]
+			backends = backends[1:]
+			return b, ModeContainer, nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	if _, m := post(t, ts.URL, "tok-123", `{"text":"a"}`); m["reply"] != "old" {
+		t.Fatalf("before reload: %v", m)
+	}
+	cfg := testConfig()
+	cfg.Token = "tok-456"
+	cfg.LLM.Model = "m2"
+	if err := s.Reload(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !old.closed {
+		t.Error("old backend not closed")
+	}
+	if code, _ := post(t, ts.URL, "tok-123", `{"text":"b"}`); code != 401 {
+		t.Errorf("old token after reload: %d", code)
+	}
+	if _, m := post(t, ts.URL, "tok-456", `{"text":"c"}`); m["reply"] != "new" || next.jobs[0].LLM.Model != "m2" {
+		t.Errorf("after reload: %v", m)
+	}
+}

@@ -67,7 +67,9 @@ type Docker struct {
 	mu     sync.Mutex
 	next   *pending // the prestarted container, possibly still starting
 	closed bool
-	bg     sync.WaitGroup // replacements being started, containers being removed
+	// removing closes when the last cold-started container is removed.
+	removing <-chan struct{}
+	bg       sync.WaitGroup // replacements being started, containers being removed
 }
 
 // LabelInstance names the backend instance (one runner process) that made
@@ -78,6 +80,10 @@ const LabelInstance = engine.LabelPrefix + "runner-instance"
 // after start-up. A runner killed in the middle of a create leaves a
 // container that the daemon finishes after the start-up sweep.
 const janitorEvery = 30 * time.Second
+
+// refillHeadStart is how long a message runs before its replacement
+// container starts, unless it finishes sooner.
+const refillHeadStart = 250 * time.Millisecond
 
 // pending is a prestarted container; done closes when it is ready or failed.
 type pending struct {
@@ -335,9 +341,27 @@ func (d *Docker) Run(ctx context.Context, job Job) (Outcome, error) {
 		if c, err = d.take(ctx); err != nil {
 			return Outcome{}, fmt.Errorf("wait for prestarted container: %w", err)
 		}
+		// A container that waited a long time may have died meanwhile
+		// (killed by an operator, the daemon restarted); then start afresh.
+		if c != nil && !d.stillWaiting(ctx, c) {
+			_ = d.discard(c)
+			c = nil
+		}
 		prestarted = c != nil
 	}
 	if c == nil {
+		// The previous message's container is removed before this one is
+		// made: side by side the daemon does both slower.
+		d.mu.Lock()
+		removing := d.removing
+		d.mu.Unlock()
+		if removing != nil {
+			select {
+			case <-removing:
+			case <-ctx.Done():
+				return Outcome{}, ctx.Err()
+			}
+		}
 		var err error
 		c, err = d.startContainer(ctx, job.MessageID)
 		if err != nil {
@@ -355,12 +379,47 @@ func (d *Docker) Run(ctx context.Context, job Job) (Outcome, error) {
 		out.StartLatency = time.Since(begin)
 	}
 	if d.opts.Prestart {
-		d.mu.Lock()
-		d.refillLocked(context.WithoutCancel(ctx))
-		d.mu.Unlock()
+		// The replacement starts once the message has had a head start or
+		// has finished, whichever comes first: starting a container is
+		// CPU work for the daemon, and on a small host it would otherwise
+		// slow a short message's own reply and exit. A long message (an
+		// LLM conversation) still leaves the next one a ready container.
+		refill := sync.OnceFunc(func() {
+			d.mu.Lock()
+			d.refillLocked(context.WithoutCancel(ctx))
+			d.mu.Unlock()
+		})
+		timer := time.AfterFunc(refillHeadStart, refill)
+		err := d.exchange(ctx, c, job, &out)
+		if timer.Stop() {
+			// Remove first, then start the replacement: the daemon does
+			// the two faster one after the other than side by side.
+			d.bg.Add(1)
+			go func() {
+				defer d.bg.Done()
+				_ = d.remove(c.id)
+				refill()
+			}()
+		} else {
+			d.removeAsync(c.id)
+		}
+		return out, err
 	}
 	err := d.exchange(ctx, c, job, &out)
+	d.mu.Lock()
+	d.removing = d.removeAsync(c.id)
+	d.mu.Unlock()
 	return out, err
+}
+
+// stillWaiting says whether a prestarted container still runs.
+func (d *Docker) stillWaiting(ctx context.Context, c *attached) bool {
+	ins, err := d.cli.ContainerInspect(ctx, c.id)
+	if err != nil || ins.State == nil || !ins.State.Running {
+		d.log.Warn("prestarted container is gone; starting a fresh one", "container_id", short(c.id))
+		return false
+	}
+	return true
 }
 
 // startContainer creates, attaches and starts one container. Docker only
@@ -425,9 +484,8 @@ func containerName(agentID string) string {
 
 // exchange writes the request, reads the reply until the container closes
 // its output, and collects the exit state. It kills the container at the
-// timeout or when ctx ends, and always removes it.
+// timeout or when ctx ends; Run removes it after.
 func (d *Docker) exchange(ctx context.Context, c *attached, job Job, out *Outcome) error {
-	defer d.removeAsync(c.id)
 	timeout := job.Timeout
 	if timeout <= 0 {
 		timeout = 300 * time.Second
@@ -453,6 +511,14 @@ func (d *Docker) exchange(ctx context.Context, c *attached, job Job, out *Outcom
 		}
 	}()
 
+	t0 := time.Now()
+	var tEOF, tWait time.Time
+	defer func() {
+		if !tWait.IsZero() {
+			d.log.Debug("exchange timings", "container_id", short(c.id), "reply_ms", tEOF.Sub(t0).Milliseconds(),
+				"wait_ms", tWait.Sub(tEOF).Milliseconds(), "inspect_ms", time.Since(tWait).Milliseconds())
+		}
+	}()
 	var copyErr error
 	select {
 	case copyErr = <-copied:
@@ -467,6 +533,7 @@ func (d *Docker) exchange(ctx context.Context, c *attached, job Job, out *Outcom
 		<-copied
 	}
 	c.hijack.Close()
+	tEOF = time.Now()
 	out.Stdout = stdout.buf
 	out.StderrTail = stderr.bytes()
 
@@ -481,6 +548,7 @@ func (d *Docker) exchange(ctx context.Context, c *attached, job Job, out *Outcom
 	case err := <-errC:
 		return fmt.Errorf("container wait: %w", err)
 	}
+	tWait = time.Now()
 	ins, err := d.cli.ContainerInspect(sctx, c.id)
 	if err != nil {
 		return fmt.Errorf("container inspect: %w", err)
@@ -525,12 +593,15 @@ func (d *Docker) remove(id string) error {
 
 // removeAsync removes an exited container off the reply's path; Close waits
 // for it, and a crash in between leaves an orphan that start-up removes.
-func (d *Docker) removeAsync(id string) {
+func (d *Docker) removeAsync(id string) <-chan struct{} {
+	done := make(chan struct{})
 	d.bg.Add(1)
 	go func() {
 		defer d.bg.Done()
+		defer close(done)
 		_ = d.remove(id)
 	}()
+	return done
 }
 
 func short(id string) string {

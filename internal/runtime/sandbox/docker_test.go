@@ -163,3 +163,31 @@ func TestDockerRemovesOrphansAtStart(t *testing.T) {
 		t.Errorf("another agent's container was touched: %+v", left)
 	}
 }
+
+// A prestarted container that died while it waited (killed out of band) is
+// not handed a message; a fresh one answers instead.
+func TestDockerDeadPrestartedContainerIsReplaced(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	d, spec := newBackend(t, cli, []string{"cat"}, true)
+	ctx := context.Background()
+	for deadline := time.Now().Add(60 * time.Second); !d.Ready(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("prestarted container never became ready")
+		}
+	}
+	list := agentContainers(t, cli, spec.AgentID)
+	if len(list) != 1 {
+		t.Fatalf("want one prestarted container, got %+v", list)
+	}
+	if err := cli.ContainerKill(ctx, list[0].ID, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := d.Run(ctx, Job{MessageID: "m-2", Stdin: []byte("still here"), Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.SandboxID == list[0].ID || string(out.Stdout) != "still here" || out.ExitCode != 0 {
+		t.Fatalf("outcome %+v stdout %q: want a fresh container's answer", out, out.Stdout)
+	}
+}
