@@ -18,6 +18,7 @@ require (
 	github.com/moby/profiles/seccomp v0.3.0
 	github.com/openai/openai-go v1.12.0
 	github.com/opencontainers/runtime-spec v1.2.1
+	golang.org/x/net v0.61.0
 	golang.org/x/sys v0.49.0
 	modernc.org/sqlite v1.62.0
 )
@@ -129,7 +130,6 @@ require (
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/exp v0.0.0-20230626212559-97b1e661b5df // indirect
 	golang.org/x/mod v0.42.0 // indirect
-	golang.org/x/net v0.61.0
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/grpc v1.83.2 // indirect

@@ -9,7 +9,9 @@
 //	(d) the same with prestart on, each message sent when /healthz says the
 //	    next container is ready (the pace of a chat);
 //	(e) back-to-back messages to one agent, prestart on (and off, to compare);
-//	and throughput with 1, 2 and 4 agents in parallel (prestart on).
+//	and throughput with 1, 2 and 4 agents in parallel (prestart on);
+//	(h) the host-mode (Landlock) runner round trip for the same message,
+//	    against the container-mode one (prestart off) in the same rounds.
 //
 // a, b, c and d run interleaved, round by round, so that load from other
 // work on the machine falls on all of them alike. It prints medians and, as
@@ -171,6 +173,14 @@ func run(rounds, burst, perAgent, reps int) error {
 	fmt.Printf("(b) docker run --rm -i                          median %7.1f ms\n", ms(median(b)))
 	fmt.Printf("(c) runner HTTP round trip, prestart off        median %7.1f ms\n", ms(median(c)))
 	fmt.Printf("(d) runner HTTP round trip, prestart on, idle   median %7.1f ms\n", ms(median(d)))
+	// (h) host mode (Landlock, issue 6): cmd/meepa-bench/hostmode.go.
+	hostRT, ctrRT, err := benchHostMode(ctx, tmp, rounds, cold.send, cold.waitIdle)
+	if err != nil {
+		return fmt.Errorf("(h): %w", err)
+	}
+	fmt.Printf("(h) runner HTTP round trip, host mode (Landlock) median %7.1f ms (container mode, prestart off, same rounds: %.1f ms)\n", ms(hostRT), ms(ctrRT))
+	fmt.Printf("bench-host: host/container=%.3f host/c=%.3f host/d=%.3f\n",
+		float64(hostRT)/float64(ctrRT), float64(hostRT)/float64(median(c)), float64(hostRT)/float64(median(d)))
 
 	// (e) and the throughput runs repeat, interleaved, and report medians:
 	// other load on a small machine drifts over seconds, and interleaving

@@ -145,6 +145,14 @@ func TestHostSocketFilter(t *testing.T) {
 	if code, out := shell(t, h2, fmt.Sprintf("%s meepa-probe unix %s", exe, sock)); code != 13 {
 		t.Errorf("allow_network = true, unix probe: exit %d, want 13 (unix sockets are always refused); output: %s", code, out)
 	}
+	// The Docker daemon's socket, when this machine has one: the runner
+	// container mounts it, and it is root on the host.
+	if c, err := net.Dial("unix", "/var/run/docker.sock"); err == nil {
+		c.Close()
+		if code, out := shell(t, h2, exe+" meepa-probe unix /var/run/docker.sock"); code != 13 {
+			t.Errorf("docker.sock from the sandbox: exit %d, want 13; output: %s", code, out)
+		}
+	}
 }
 
 func TestHostDropsCapabilities(t *testing.T) {

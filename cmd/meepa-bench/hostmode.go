@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
+)
+
+// benchHostMode measures the host-mode (Landlock) runner round trip over
+// HTTP for the trivial offline message, interleaved round by round with
+// containerSend (a container-mode runner's round trip for the same
+// message), and returns both medians. settle runs after each round so the
+// container runner is idle before the next. The host runner is the same
+// runner.Server, with the host backend and a freshly built agent-runner as
+// the per-message child.
+func benchHostMode(ctx context.Context, dir string, rounds int, containerSend, settle func() error) (host, ctr time.Duration, err error) {
+	if abi := landlock.DetectABI(); abi < landlock.MinFSABI {
+		return 0, 0, fmt.Errorf("host mode: kernel Landlock ABI %d < %d", abi, landlock.MinFSABI)
+	}
+	bin := filepath.Join(dir, "agent-runner-host")
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/agent-runner")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	if out, err := build.CombinedOutput(); err != nil {
+		return 0, 0, fmt.Errorf("go build agent-runner: %v\n%s", err, out)
+	}
+	ws := filepath.Join(dir, "host-workspace")
+	if err := os.Mkdir(ws, 0o700); err != nil {
+		return 0, 0, err
+	}
+	cfg := &runner.Config{
+		AgentID:    "meepa-bench-host",
+		Workspace:  ws,
+		Listen:     "unix://" + filepath.Join(dir, "host.sock"),
+		Token:      "bench-host",
+		Container:  runner.ContainerMode{TimeoutSeconds: 60},
+		FileAccess: runner.FileAccess{AllowNetwork: true},
+		LLM:        agent.LLMConfig{Provider: "offline"},
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "runner", Level: hclog.LevelFromString(envOr("MEEPA_LOG_LEVEL", "warn")), Output: os.Stderr})
+	srv, err := runner.New(ctx, cfg, runner.Options{Logger: log, NewBackend: func(_ context.Context, cfg *runner.Config, log hclog.Logger) (sandbox.Backend, string, error) {
+		o := runner.HostOptions(cfg, log)
+		o.RunnerBinary = bin
+		h, err := sandbox.NewHost(o)
+		return h, runner.ModeHost, err
+	}})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer srv.Shutdown(context.WithoutCancel(ctx))
+	ln, err := runner.Listen(cfg.Listen)
+	if err != nil {
+		return 0, 0, err
+	}
+	go srv.Serve(ln)
+	path := strings.TrimPrefix(cfg.Listen, "unix://")
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", path)
+	}}}
+	send := func() error {
+		req, _ := http.NewRequest(http.MethodPost, "http://runner/v1/messages", strings.NewReader(`{"text":"`+benchText+`"}`))
+		req.Header.Set("Authorization", "Bearer "+cfg.Token)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d: %s", resp.StatusCode, body)
+		}
+		return checkReply(body)
+	}
+
+	var hs, cs []time.Duration
+	for i := 0; i <= rounds; i++ {
+		th, err := timed(send)
+		if err != nil {
+			return 0, 0, fmt.Errorf("host mode: %w", err)
+		}
+		tc, err := timed(containerSend)
+		if err != nil {
+			return 0, 0, fmt.Errorf("container mode: %w", err)
+		}
+		if err := settle(); err != nil {
+			return 0, 0, err
+		}
+		// As in the main rounds: let the used container's removal settle.
+		time.Sleep(150 * time.Millisecond)
+		if i == 0 {
+			continue // warm-up
+		}
+		hs, cs = append(hs, th), append(cs, tc)
+	}
+	return median(hs), median(cs), nil
+}

@@ -1,0 +1,79 @@
+//go:build linux && (amd64 || arm64)
+
+package landlock
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// run executes the socket filter in x/net/bpf's classic-BPF VM. The VM
+// loads big-endian words, so seccomp_data is laid out big-endian here; the
+// offsets are the kernel's.
+func run(t *testing.T, prog []unix.SockFilter, arch uint32, nr uint32, args ...uint32) uint32 {
+	t.Helper()
+	ins := make([]bpf.Instruction, len(prog))
+	for i, f := range prog {
+		ins[i] = bpf.RawInstruction{Op: f.Code, Jt: f.Jt, Jf: f.Jf, K: f.K}.Disassemble()
+	}
+	vm, err := bpf.NewVM(ins)
+	if err != nil {
+		t.Fatalf("filter does not assemble: %v", err)
+	}
+	data := make([]byte, 64)
+	binary.BigEndian.PutUint32(data[offNr:], nr)
+	binary.BigEndian.PutUint32(data[offArch:], arch)
+	for i, a := range args {
+		binary.BigEndian.PutUint32(data[offArg0+8*i:], a)
+	}
+	ret, err := vm.Run(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint32(ret)
+}
+
+func TestSocketFilter(t *testing.T) {
+	allow := uint32(unix.SECCOMP_RET_ALLOW)
+	eacces := uint32(unix.SECCOMP_RET_ERRNO) | uint32(unix.EACCES)
+	eperm := uint32(unix.SECCOMP_RET_ERRNO) | uint32(unix.EPERM)
+	const stream, dgram, nonblock = unix.SOCK_STREAM, unix.SOCK_DGRAM, unix.SOCK_NONBLOCK | unix.SOCK_CLOEXEC
+	for _, tc := range []struct {
+		name    string
+		denyNet bool
+		arch    uint32
+		nr      uint32
+		args    []uint32
+		want    uint32
+	}{
+		{"read is allowed", true, auditArch, unix.SYS_READ, nil, allow},
+		{"socketpair is allowed", true, auditArch, unix.SYS_SOCKETPAIR, []uint32{unix.AF_UNIX, stream}, allow},
+		{"unix socket refused", false, auditArch, unix.SYS_SOCKET, []uint32{unix.AF_UNIX, stream | nonblock, 0}, eacces},
+		{"unix socket refused, network denied", true, auditArch, unix.SYS_SOCKET, []uint32{unix.AF_UNIX, dgram, 0}, eacces},
+		{"tcp allowed with network", false, auditArch, unix.SYS_SOCKET, []uint32{unix.AF_INET, stream | nonblock, 0}, allow},
+		{"udp allowed with network", false, auditArch, unix.SYS_SOCKET, []uint32{unix.AF_INET6, dgram, 0}, allow},
+		{"tcp left to Landlock without network", true, auditArch, unix.SYS_SOCKET, []uint32{unix.AF_INET, stream | nonblock, unix.IPPROTO_TCP}, allow},
+		{"tcp6 left to Landlock without network", true, auditArch, unix.SYS_SOCKET, []uint32{unix.AF_INET6, stream, 0}, allow},
+		{"udp refused without network", true, auditArch, unix.SYS_SOCKET, []uint32{unix.AF_INET, dgram | nonblock, 0}, eacces},
+		{"raw refused without network", true, auditArch, unix.SYS_SOCKET, []uint32{unix.AF_INET, unix.SOCK_RAW, 1}, eacces},
+		{"mptcp refused without network", true, auditArch, unix.SYS_SOCKET, []uint32{unix.AF_INET, stream, unix.IPPROTO_MPTCP}, eacces},
+		{"netlink refused without network", true, auditArch, unix.SYS_SOCKET, []uint32{unix.AF_NETLINK, dgram, 0}, eacces},
+		{"vsock refused without network", true, auditArch, unix.SYS_SOCKET, []uint32{unix.AF_VSOCK, stream, 0}, eacces},
+		{"io_uring refused", false, auditArch, unix.SYS_IO_URING_SETUP, nil, eperm},
+		{"another arch refused", false, auditArch ^ 1, unix.SYS_READ, nil, eperm},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := run(t, socketFilter(tc.denyNet), tc.arch, tc.nr, tc.args...); got != tc.want {
+				t.Errorf("filter(deny_net=%v) = %#x, want %#x", tc.denyNet, got, tc.want)
+			}
+		})
+	}
+	if x32Bit != 0 {
+		if got := run(t, socketFilter(false), auditArch, x32Bit|unix.SYS_SOCKET, unix.AF_UNIX); got != eperm {
+			t.Errorf("x32 socket = %#x, want EPERM", got)
+		}
+	}
+}
