@@ -34,6 +34,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
@@ -751,6 +752,16 @@ func (r *agentResource) deployment(ri runtimeInputs, layout deploy.Layout, l dep
 		}
 		for _, p := range c.FileAccess.AllowReadWrite {
 			d.HostPaths = append(d.HostPaths, deploy.HostPath{Path: p})
+		}
+		if !c.FileAccess.Unrestricted {
+			// Docker's default profile, with Landlock's syscalls allowed on
+			// engines whose default denies them (the runner would fail
+			// closed there).
+			prof, err := sandbox.RunnerSeccompProfile()
+			if err != nil {
+				return d, err
+			}
+			d.SecurityOpt = []string{"seccomp=" + string(prof)}
 		}
 	}
 	return d, nil

@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -70,6 +71,21 @@ resource "meepa_agent" "h" {
 				a := s.RootModule().Resources["meepa_agent.h"].Primary.Attributes
 				if a["landlock_abi"] == "0" {
 					return fmt.Errorf("landlock_abi 0: the runner container sees no Landlock")
+				}
+				// The runner runs with the Landlock-enabling seccomp profile,
+				// never unconfined.
+				ci, err := cli.ContainerInspect(context.Background(), deploy.ContainerName(id))
+				if err != nil {
+					return err
+				}
+				seccomp := ""
+				for _, o := range ci.HostConfig.SecurityOpt {
+					if strings.HasPrefix(o, "seccomp=") {
+						seccomp = o
+					}
+				}
+				if !strings.Contains(seccomp, "landlock_create_ruleset") || strings.Contains(seccomp, "unconfined") {
+					return fmt.Errorf("runner seccomp option %.80q", seccomp)
 				}
 				tok := a["token"]
 				probe := func(cmd string) (string, error) {
