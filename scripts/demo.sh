@@ -29,7 +29,7 @@ timed() {
   start=$(now)
   "$@" || rc=$?
   end=$(now)
-  TIMINGS+=("$(awk -v l="$label" -v s="$start" -v e="$end" 'BEGIN { printf "%-26s %6.2fs", l, e - s }')")
+  TIMINGS+=("$(awk -v l="$label" -v s="$start" -v e="$end" 'BEGIN { printf "%-30s %6.2fs", l, e - s }')")
   return $rc
 }
 tf() { terraform -chdir="$QS" "$@"; }
@@ -71,12 +71,58 @@ apply() {
 }
 
 show_image() {
-  say "outputs"
-  tf output
   local img
   img=$(tf output -raw isolated_image)
   say "docker run --rm $img agent-runner version"
   docker run --rm "$img" agent-runner version
+}
+
+# send AGENT TEXT [LABEL]: posts a message to an agent's endpoint with its
+# token and prints the reply (curl --unix-socket for a unix endpoint). With
+# LABEL, the curl round trip alone is recorded in the timings.
+send() {
+  local agent=$1 text=$2 label=${3:-} endpoint token body
+  endpoint=$(tf output -raw "${agent}_endpoint")
+  token=$(tf output -raw "${agent}_token")
+  text=${text//\\/\\\\}
+  text=${text//\"/\\\"}
+  body=$(printf '{"text": "%s"}' "$text")
+  local -a where
+  case $endpoint in
+    unix://*) where=(--unix-socket "${endpoint#unix://}" http://localhost/v1/messages) ;;
+    *) where=("$endpoint/v1/messages") ;;
+  esac
+  echo "\$ curl ${where[*]} -H 'Authorization: Bearer ***' -d '$body'"
+  local out
+  local -a cmd=(curl -sS --fail-with-body -o "$WORK/reply.json" -H "Authorization: Bearer $token"
+    -H 'Content-Type: application/json' -d "$body" "${where[@]}")
+  if [ -n "$label" ]; then timed "$label" "${cmd[@]}"; else "${cmd[@]}"; fi
+  out=$(cat "$WORK/reply.json")
+  if command -v jq >/dev/null; then
+    printf '%s\n' "$out" | jq -r '"reply: " + .reply + "   (" + (.duration_ms|tostring) + " ms in the agent loop)"'
+  else
+    printf '%s\n' "$out"
+  fi
+}
+
+# stage: a message to each agent through its endpoint.
+messages() {
+  WORK=$(mktemp -d)
+  trap 'rm -rf "$WORK"' RETURN
+  local proxy
+  proxy=$(tf output -raw proxy_url)
+  say "a message to each agent"
+  send helper "hello from the quickstart" "message round trip (helper)"
+  send helper '!sh id; touch /etc/x; cat SOUL.md'
+  send core "hello CORE" "message round trip (core)"
+  # CORE must not reach the proxy (only FETCH may); nothing leaves the host.
+  local hp=${proxy#http://}
+  send core "!sh ip -4 -o addr show | cut -d' ' -f2,7; if nc -w 2 ${hp%:*} ${hp##*:} </dev/null; then echo proxy REACHABLE; else echo proxy $hp unreachable from CORE; fi"
+  say "CORE joins only: $(tf output -json core_networks)"
+  say "a request without the token (expect 401)"
+  local endpoint
+  endpoint=$(tf output -raw helper_endpoint)
+  curl -sS -o /dev/null -w 'HTTP %{http_code}\n' --unix-socket "${endpoint#unix://}" -d '{"text":"x"}' http://localhost/v1/messages
 }
 
 # stage: nothing left to do. -detailed-exitcode: 0 empty, 2 changes, 1 error.
@@ -101,6 +147,7 @@ up() {
   ensure_base
   apply
   show_image
+  messages
   check_no_change
   report
 }

@@ -1,6 +1,12 @@
-# The quickstart: one isolation image built from a base image made on this
+# The quickstart: an isolation image built from a base image made on this
 # machine (scripts/demo.sh builds it FROM scratch with a static busybox, so
-# nothing is pulled). Run it with `make demo`.
+# nothing is pulled), a ThreeGate topology, and two agents on the embedded
+# offline provider (no API key, no network needed):
+#   - "helper": container mode, one fresh hardened container per message,
+#     no network;
+#   - "core":   container mode in the ThreeGate CORE role: its containers
+#     join llmnet only (no internet, no proxy).
+# Run it with `make demo`; `./scripts/demo.sh down` removes it all.
 terraform {
   required_providers {
     meepa = {
@@ -28,6 +34,91 @@ resource "meepa_isolation_image" "agents" {
     LANG        = "C.UTF-8"
     MEEPA_STAGE = "quickstart"
   }
+}
+
+variable "topology_name" {
+  description = "Prefix of the ThreeGate networks and proxy."
+  type        = string
+  default     = "qs-threegate"
+}
+
+# The ThreeGate topology: llmnet and fetchnet (internal), egressnet, the
+# egress proxy (agent-runner proxy from the isolation image) and the host
+# firewall that enforces it.
+resource "threegate_network" "tg" {
+  provider = meepa
+  name     = var.topology_name
+  proxy = {
+    image = meepa_isolation_image.agents.isolated_image
+    allow = ["api.openai.com", "api.anthropic.com"]
+  }
+}
+
+# An agent in container mode: every message runs in a fresh container with a
+# read-only rootfs, no capabilities, 256m of memory and no network.
+resource "meepa_agent" "helper" {
+  agent_id = "qs-helper"
+  # A demo cleans up after itself; real agents keep their workspace on
+  # destroy (the default, false).
+  force_destroy_workspace = true
+  soul                    = "You are the quickstart helper. Be brief."
+  memory                  = "Nothing remembered yet."
+  llm                     = { provider = "offline" }
+  container_mode = {
+    enabled      = true
+    image        = meepa_isolation_image.agents.isolated_image
+    memory_limit = "256m"
+    network      = "none"
+  }
+}
+
+# The CORE of ThreeGate: the component most exposed to hostile prompts, so
+# it has no route to the internet and cannot reach the proxy; an LLM gateway
+# on llmnet would answer it (here the offline provider stands in).
+resource "meepa_agent" "core" {
+  agent_id                = "qs-core"
+  force_destroy_workspace = true
+  soul                    = "You are CORE. You never browse; FETCH does that."
+  llm                     = { provider = "offline" }
+  container_mode = {
+    enabled = true
+    image   = meepa_isolation_image.agents.isolated_image
+  }
+  threegate = {
+    network = threegate_network.tg.id
+    role    = "core"
+  }
+}
+
+output "helper_endpoint" {
+  value = meepa_agent.helper.endpoint
+}
+
+output "helper_token" {
+  value     = meepa_agent.helper.token
+  sensitive = true
+}
+
+output "core_endpoint" {
+  value = meepa_agent.core.endpoint
+}
+
+output "core_token" {
+  value     = meepa_agent.core.token
+  sensitive = true
+}
+
+output "core_networks" {
+  description = "What the CORE role joins, as threegate_network computes it."
+  value       = threegate_network.tg.roles["CORE"].networks
+}
+
+output "proxy_url" {
+  value = threegate_network.tg.proxy_url
+}
+
+output "workspaces" {
+  value = [meepa_agent.helper.workspace_path, meepa_agent.core.workspace_path]
 }
 
 output "image" {

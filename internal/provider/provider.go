@@ -112,6 +112,7 @@ func (p *meepaProvider) Resources(context.Context) []func() resource.Resource {
 	return []func() resource.Resource{
 		NewThreegateNetworkResource,
 		NewIsolationImageResource,
+		NewAgentResource,
 	}
 }
 

@@ -1,0 +1,355 @@
+package provider
+
+import (
+	"context"
+	"os"
+
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+)
+
+// Lists that build both validators and descriptions, so docs never drift
+// from validation.
+var (
+	llmProviders      = []string{"openai", "anthropic", "offline"}
+	containerNetworks = []string{"bridge", "none"}
+	containerRuntimes = []string{"runc", "crun", "runsc"}
+	threegateRoles    = []string{"core", "fetch", "tool_exec"}
+	deploymentModes   = []string{"container", "external"}
+)
+
+// Defaults of the spec's container_mode and file_access, and of the extras.
+const (
+	defaultMemoryLimit    = "512m"
+	defaultTimeoutSeconds = 300
+	defaultNetwork        = "bridge"
+	defaultPidsLimit      = 256
+	defaultUser           = "65534:65534"
+	defaultRuntime        = "runc"
+	defaultMaxSteps       = 8
+	defaultDeployment     = "container"
+)
+
+type agentModel struct {
+	ID                    types.String `tfsdk:"id"`
+	AgentID               types.String `tfsdk:"agent_id"`
+	Soul                  types.String `tfsdk:"soul"`
+	Memory                types.String `tfsdk:"memory"`
+	ManageSoul            types.Bool   `tfsdk:"manage_soul"`
+	LLM                   types.Object `tfsdk:"llm"`
+	Secrets               types.Map    `tfsdk:"secrets"`
+	InjectCredentialsEnv  types.Bool   `tfsdk:"inject_credentials_env"`
+	InjectSecretsEnv      types.Bool   `tfsdk:"inject_secrets_env"`
+	RedactSecrets         types.Bool   `tfsdk:"redact_secrets"`
+	ContainerMode         types.Object `tfsdk:"container_mode"`
+	FileAccess            types.Object `tfsdk:"file_access"`
+	Threegate             types.Object `tfsdk:"threegate"`
+	Runner                types.Object `tfsdk:"runner"`
+	ForceDestroyWorkspace types.Bool   `tfsdk:"force_destroy_workspace"`
+
+	WorkspacePath     types.String `tfsdk:"workspace_path"`
+	Endpoint          types.String `tfsdk:"endpoint"`
+	Token             types.String `tfsdk:"token"`
+	RunnerContainerID types.String `tfsdk:"runner_container_id"`
+	RunnerStatus      types.String `tfsdk:"runner_status"`
+	ConfigHash        types.String `tfsdk:"config_hash"`
+	LandlockABI       types.Int64  `tfsdk:"landlock_abi"`
+}
+
+type llmModel struct {
+	Provider types.String `tfsdk:"provider"`
+	Model    types.String `tfsdk:"model"`
+	BaseURL  types.String `tfsdk:"base_url"`
+	APIKey   types.String `tfsdk:"api_key"`
+	MaxSteps types.Int64  `tfsdk:"max_steps"`
+}
+
+type containerModeModel struct {
+	Enabled        types.Bool   `tfsdk:"enabled"`
+	Image          types.String `tfsdk:"image"`
+	MemoryLimit    types.String `tfsdk:"memory_limit"`
+	TimeoutSeconds types.Int64  `tfsdk:"timeout_seconds"`
+	Network        types.String `tfsdk:"network"`
+	PidsLimit      types.Int64  `tfsdk:"pids_limit"`
+	User           types.String `tfsdk:"user"`
+	Runtime        types.String `tfsdk:"runtime"`
+	Prestart       types.Bool   `tfsdk:"prestart"`
+}
+
+type fileAccessModel struct {
+	Unrestricted      types.Bool `tfsdk:"unrestricted"`
+	AllowRead         types.List `tfsdk:"allow_read"`
+	AllowReadWrite    types.List `tfsdk:"allow_read_write"`
+	Deny              types.List `tfsdk:"deny"`
+	AllowHomeDotfiles types.Bool `tfsdk:"allow_home_dotfiles"`
+	AllowNetwork      types.Bool `tfsdk:"allow_network"`
+}
+
+type threegateModel struct {
+	Network types.String `tfsdk:"network"`
+	Role    types.String `tfsdk:"role"`
+}
+
+type runnerModel struct {
+	Listen     types.String `tfsdk:"listen"`
+	Deployment types.String `tfsdk:"deployment"`
+	Image      types.String `tfsdk:"image"`
+}
+
+var (
+	llmAttrTypes = map[string]attr.Type{
+		"provider": types.StringType, "model": types.StringType, "base_url": types.StringType,
+		"api_key": types.StringType, "max_steps": types.Int64Type,
+	}
+	containerModeAttrTypes = map[string]attr.Type{
+		"enabled": types.BoolType, "image": types.StringType, "memory_limit": types.StringType,
+		"timeout_seconds": types.Int64Type, "network": types.StringType, "pids_limit": types.Int64Type,
+		"user": types.StringType, "runtime": types.StringType, "prestart": types.BoolType,
+	}
+	fileAccessAttrTypes = map[string]attr.Type{
+		"unrestricted": types.BoolType, "allow_read": types.ListType{ElemType: types.StringType},
+		"allow_read_write": types.ListType{ElemType: types.StringType}, "deny": types.ListType{ElemType: types.StringType},
+		"allow_home_dotfiles": types.BoolType, "allow_network": types.BoolType,
+	}
+	threegateAttrTypes = map[string]attr.Type{"network": types.StringType, "role": types.StringType}
+	runnerAttrTypes    = map[string]attr.Type{"listen": types.StringType, "deployment": types.StringType, "image": types.StringType}
+)
+
+func emptyStringList() types.List { return types.ListValueMust(types.StringType, []attr.Value{}) }
+
+// defaultContainerMode is the spec's container_mode with its defaults.
+func defaultContainerMode() types.Object {
+	return types.ObjectValueMust(containerModeAttrTypes, map[string]attr.Value{
+		"enabled": types.BoolValue(false), "image": types.StringValue(""),
+		"memory_limit": types.StringValue(defaultMemoryLimit), "timeout_seconds": types.Int64Value(defaultTimeoutSeconds),
+		"network": types.StringValue(defaultNetwork), "pids_limit": types.Int64Value(defaultPidsLimit),
+		"user": types.StringValue(defaultUser), "runtime": types.StringValue(defaultRuntime), "prestart": types.BoolValue(true),
+	})
+}
+
+// defaultFileAccess is the spec's file_access with its defaults.
+func defaultFileAccess() types.Object {
+	return types.ObjectValueMust(fileAccessAttrTypes, map[string]attr.Value{
+		"unrestricted": types.BoolValue(false), "allow_read": emptyStringList(), "allow_read_write": emptyStringList(),
+		"deny": emptyStringList(), "allow_home_dotfiles": types.BoolValue(false), "allow_network": types.BoolValue(true),
+	})
+}
+
+func defaultRunner() types.Object {
+	return types.ObjectValueMust(runnerAttrTypes, map[string]attr.Value{
+		"listen": types.StringNull(), "deployment": types.StringValue(defaultDeployment), "image": types.StringValue(""),
+	})
+}
+
+// objectAs decodes an object into a struct; a null or unknown object leaves
+// the struct zero and reports false.
+func objectAs[T any](ctx context.Context, o types.Object, diags *diag.Diagnostics) (T, bool) {
+	var v T
+	if o.IsNull() || o.IsUnknown() {
+		return v, false
+	}
+	diags.Append(o.As(ctx, &v, basetypes.ObjectAsOptions{})...)
+	return v, !diags.HasError()
+}
+
+func stringList(ctx context.Context, l types.List, diags *diag.Diagnostics) []string {
+	if l.IsNull() || l.IsUnknown() {
+		return nil
+	}
+	var out []string
+	diags.Append(l.ElementsAs(ctx, &out, false)...)
+	return out
+}
+
+func listOf(ss []string) types.List {
+	vals := make([]attr.Value, len(ss))
+	for i, s := range ss {
+		vals[i] = types.StringValue(s)
+	}
+	return types.ListValueMust(types.StringType, vals)
+}
+
+// runtimeInputs is what the model says the runner must be, in runtime terms.
+type runtimeInputs struct {
+	Config     runner.Config
+	Deployment string
+	// RunnerImage runs `agent-runner serve`; container_mode.image unless
+	// runner.image is set.
+	RunnerImage string
+	Threegate   *threegateModel
+}
+
+// toRuntime converts the model (plan or state) into the runner's config.
+// The token and the API key are passed in: the token lives in state, the
+// API key only in the configuration (write-only). known is false when some
+// input is not yet known (then the result must not be used).
+func toRuntime(ctx context.Context, m agentModel, workspace, listen, token, apiKey string, diags *diag.Diagnostics) (ri runtimeInputs, known bool) {
+	llm, ok1 := objectAs[llmModel](ctx, m.LLM, diags)
+	cm, ok2 := objectAs[containerModeModel](ctx, m.ContainerMode, diags)
+	fa, ok3 := objectAs[fileAccessModel](ctx, m.FileAccess, diags)
+	rn, ok4 := objectAs[runnerModel](ctx, m.Runner, diags)
+	if !ok1 || !ok2 || !ok3 || !ok4 || diags.HasError() {
+		return ri, false
+	}
+	if !m.Threegate.IsNull() {
+		tg, ok := objectAs[threegateModel](ctx, m.Threegate, diags)
+		if !ok || tg.Network.IsUnknown() || tg.Role.IsUnknown() {
+			return ri, false
+		}
+		ri.Threegate = &tg
+	}
+	var secrets map[string]string
+	if m.Secrets.IsUnknown() {
+		return ri, false
+	}
+	if !m.Secrets.IsNull() {
+		diags.Append(m.Secrets.ElementsAs(ctx, &secrets, false)...)
+	}
+	for _, v := range []attr.Value{
+		m.AgentID, m.InjectCredentialsEnv, m.InjectSecretsEnv, m.RedactSecrets,
+		llm.Provider, llm.Model, llm.BaseURL, llm.MaxSteps,
+		cm.Enabled, cm.Image, cm.MemoryLimit, cm.TimeoutSeconds, cm.Network, cm.PidsLimit, cm.User, cm.Runtime, cm.Prestart,
+		fa.Unrestricted, fa.AllowRead, fa.AllowReadWrite, fa.Deny, fa.AllowHomeDotfiles, fa.AllowNetwork,
+		rn.Deployment, rn.Image,
+	} {
+		if v.IsUnknown() {
+			return ri, false
+		}
+	}
+	ri.Config = runner.Config{
+		AgentID:   m.AgentID.ValueString(),
+		Workspace: workspace,
+		Listen:    listen,
+		Token:     token,
+		Container: runner.ContainerMode{
+			Enabled:        cm.Enabled.ValueBool(),
+			Image:          cm.Image.ValueString(),
+			MemoryLimit:    cm.MemoryLimit.ValueString(),
+			TimeoutSeconds: int(cm.TimeoutSeconds.ValueInt64()),
+			Network:        cm.Network.ValueString(),
+			PidsLimit:      cm.PidsLimit.ValueInt64(),
+			User:           cm.User.ValueString(),
+			Runtime:        cm.Runtime.ValueString(),
+			Prestart:       cm.Prestart.ValueBool(),
+		},
+		FileAccess: runner.FileAccess{
+			Unrestricted:      fa.Unrestricted.ValueBool(),
+			AllowRead:         stringList(ctx, fa.AllowRead, diags),
+			AllowReadWrite:    stringList(ctx, fa.AllowReadWrite, diags),
+			Deny:              stringList(ctx, fa.Deny, diags),
+			AllowHomeDotfiles: fa.AllowHomeDotfiles.ValueBool(),
+			AllowNetwork:      fa.AllowNetwork.ValueBool(),
+			// allow_home_dotfiles means the dotfiles of the host user who
+			// runs Terraform, not of whoever the runner runs as.
+			HomeDir: hostHome(),
+		},
+		LLM: agent.LLMConfig{
+			Provider: llm.Provider.ValueString(),
+			Model:    llm.Model.ValueString(),
+			BaseURL:  llm.BaseURL.ValueString(),
+			APIKey:   apiKey,
+		},
+		Secrets:              secrets,
+		InjectCredentialsEnv: m.InjectCredentialsEnv.ValueBool(),
+		InjectSecretsEnv:     m.InjectSecretsEnv.ValueBool(),
+		RedactSecrets:        m.RedactSecrets.ValueBool(),
+		MaxSteps:             int(llm.MaxSteps.ValueInt64()),
+	}
+	if ri.Threegate != nil {
+		// The role's networks and env are resolved at apply; the plan keys
+		// on the threegate network id and role instead (in Settings).
+		ri.Config.Container.Network = ""
+	}
+	ri.Deployment = rn.Deployment.ValueString()
+	ri.RunnerImage = rn.Image.ValueString()
+	if ri.RunnerImage == "" {
+		ri.RunnerImage = cm.Image.ValueString()
+	}
+	return ri, !diags.HasError()
+}
+
+// fromRuntime fills the model from a runner config read back from disk (for
+// import): everything but the write-only API key, which state never holds.
+func fromRuntime(m *agentModel, c *runner.Config, meta agentMeta) {
+	m.ID = types.StringValue(c.AgentID)
+	m.AgentID = types.StringValue(c.AgentID)
+	m.LLM = types.ObjectValueMust(llmAttrTypes, map[string]attr.Value{
+		"provider": types.StringValue(c.LLM.Provider), "model": types.StringValue(c.LLM.Model),
+		"base_url": types.StringValue(c.LLM.BaseURL), "api_key": types.StringNull(),
+		"max_steps": types.Int64Value(int64(orDefault(c.MaxSteps, defaultMaxSteps))),
+	})
+	if len(c.Secrets) == 0 {
+		m.Secrets = types.MapNull(types.StringType)
+	} else {
+		vals := map[string]attr.Value{}
+		for k, v := range c.Secrets {
+			vals[k] = types.StringValue(v)
+		}
+		m.Secrets = types.MapValueMust(types.StringType, vals)
+	}
+	m.InjectCredentialsEnv = types.BoolValue(c.InjectCredentialsEnv)
+	m.InjectSecretsEnv = types.BoolValue(c.InjectSecretsEnv)
+	m.RedactSecrets = types.BoolValue(c.RedactSecrets)
+	network := types.StringValue(c.Container.Network)
+	if meta.ThreegateNetwork != "" {
+		network = types.StringNull()
+	}
+	m.ContainerMode = types.ObjectValueMust(containerModeAttrTypes, map[string]attr.Value{
+		"enabled": types.BoolValue(c.Container.Enabled), "image": types.StringValue(c.Container.Image),
+		"memory_limit": types.StringValue(c.Container.MemoryLimit), "timeout_seconds": types.Int64Value(int64(c.Container.TimeoutSeconds)),
+		"network": network, "pids_limit": types.Int64Value(c.Container.PidsLimit),
+		"user": types.StringValue(c.Container.User), "runtime": types.StringValue(c.Container.Runtime),
+		"prestart": types.BoolValue(c.Container.Prestart),
+	})
+	m.FileAccess = types.ObjectValueMust(fileAccessAttrTypes, map[string]attr.Value{
+		"unrestricted": types.BoolValue(c.FileAccess.Unrestricted), "allow_read": listOf(c.FileAccess.AllowRead),
+		"allow_read_write": listOf(c.FileAccess.AllowReadWrite), "deny": listOf(c.FileAccess.Deny),
+		"allow_home_dotfiles": types.BoolValue(c.FileAccess.AllowHomeDotfiles), "allow_network": types.BoolValue(c.FileAccess.AllowNetwork),
+	})
+	if meta.ThreegateNetwork != "" {
+		m.Threegate = types.ObjectValueMust(threegateAttrTypes, map[string]attr.Value{
+			"network": types.StringValue(meta.ThreegateNetwork), "role": types.StringValue(meta.ThreegateRole),
+		})
+	} else {
+		m.Threegate = types.ObjectNull(threegateAttrTypes)
+	}
+	m.Runner = types.ObjectValueMust(runnerAttrTypes, map[string]attr.Value{
+		"listen": types.StringValue(c.Listen), "deployment": types.StringValue(meta.Deployment),
+		"image": types.StringValue(meta.RunnerImage),
+	})
+	m.Soul = types.StringValue(meta.Soul)
+	m.Memory = types.StringValue(meta.Memory)
+	m.ManageSoul = types.BoolValue(meta.ManageSoul)
+	m.ForceDestroyWorkspace = types.BoolValue(meta.ForceDestroyWorkspace)
+	m.Token = types.StringValue(c.Token)
+}
+
+func hostHome() string {
+	h, _ := os.UserHomeDir()
+	return h
+}
+
+func orDefault(v, d int) int {
+	if v == 0 {
+		return d
+	}
+	return v
+}
+
+// agentMeta is what the model holds beyond runner.Config, kept beside the
+// config (no secrets in it) so that import can restore the whole resource.
+type agentMeta struct {
+	Soul                  string `json:"soul"`
+	Memory                string `json:"memory"`
+	ManageSoul            bool   `json:"manage_soul"`
+	ForceDestroyWorkspace bool   `json:"force_destroy_workspace"`
+	Deployment            string `json:"deployment"`
+	RunnerImage           string `json:"runner_image"`
+	ThreegateNetwork      string `json:"threegate_network,omitempty"`
+	ThreegateRole         string `json:"threegate_role,omitempty"`
+}

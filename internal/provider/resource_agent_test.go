@@ -1,0 +1,590 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+	"github.com/hashicorp/terraform-plugin-testing/tfversion"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// Values that must never leave the runner's 0600 config and the agent
+// loop's stdin.
+const (
+	testAPIKey = "sk-tfacc-4c0ffee-never-leaks"
+	testSecret = "tfacc-secret-9d1e-never-leaks"
+)
+
+func agentAccConfig(stateDir, id, image, memory string, extra string) string {
+	return agentAccConfigKey(stateDir, id, image, memory, testAPIKey, extra)
+}
+
+func agentAccConfigKey(stateDir, id, image, memory, apiKey, extra string) string {
+	return fmt.Sprintf(`
+provider "meepa" {
+  state_dir = %[1]q
+}
+
+resource "meepa_agent" "t" {
+  agent_id = %[2]q
+  soul     = "You are a test agent."
+  memory   = "Nothing yet."
+  llm = {
+    provider = "offline"
+    api_key  = %[5]q
+  }
+  secrets = { TOOL_TOKEN = %[6]q }
+  container_mode = {
+    enabled      = true
+    image        = %[3]q
+    memory_limit = %[4]q
+    network      = "none"
+  }
+  %[7]s
+}
+`, stateDir, id, image, memory, apiKey, testSecret, extra)
+}
+
+// TestAccAgent_lifecycle walks the issue's scenario with real terraform and
+// the real daemon: create, message, empty plan, import, update, drift,
+// destroy that keeps the workspace.
+func TestAccAgent_lifecycle(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	image := testutil.EnsureRunnerImage(t, cli)
+	stateDir := t.TempDir()
+	id := "tf-acc-agent-life"
+	wsPath := filepath.Join(stateDir, "agents", id)
+	layout := deploy.LayoutFor(stateDir, id)
+	t.Cleanup(func() { cleanupAgent(cli, id) })
+	var firstRunner, prevHash string
+	marker := filepath.Join(wsPath, "skills", "agent-note.md")
+
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy: func(*terraform.State) error {
+			// Destroy removes the runner and its secret-holding files,
+			// and keeps the workspace.
+			if st, err := deploy.Inspect(context.Background(), cli, id); err != nil || st.State != "missing" {
+				return fmt.Errorf("runner after destroy: %+v %v", st, err)
+			}
+			if _, err := os.Stat(layout.ConfigFile); !os.IsNotExist(err) {
+				return fmt.Errorf("runner config left after destroy: %v", err)
+			}
+			if raw, err := os.ReadFile(marker); err != nil || string(raw) != "mine" {
+				return fmt.Errorf("workspace not kept on destroy: %v", err)
+			}
+			return nil
+		},
+		Steps: []resource.TestStep{
+			{
+				Config: agentAccConfig(stateDir, id, image, "512m", ""),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("workspace_path"), knownvalue.StringExact(wsPath)),
+					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("endpoint"), knownvalue.StringExact("unix://"+layout.Socket)),
+					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("runner_status"), knownvalue.StringExact("running")),
+					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("token"), knownvalue.StringRegexp(hex64)),
+					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("config_hash"), knownvalue.StringRegexp(hex64)),
+					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("llm").AtMapKey("api_key"), knownvalue.Null()),
+					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("container_mode").AtMapKey("timeout_seconds"), knownvalue.Int64Exact(300)),
+					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("file_access").AtMapKey("allow_network"), knownvalue.Bool(true)),
+				},
+				Check: func(s *terraform.State) error {
+					a := s.RootModule().Resources["meepa_agent.t"].Primary.Attributes
+					firstRunner = a["runner_container_id"]
+					if err := checkWorkspace(wsPath); err != nil {
+						return err
+					}
+					if err := os.WriteFile(marker, []byte("mine"), 0o600); err != nil {
+						return err
+					}
+					if err := checkFileMode(layout.ConfigFile, 0o600); err != nil {
+						return err
+					}
+					st, err := deploy.Inspect(context.Background(), cli, id)
+					if err != nil || st.State != "running" || st.ID != firstRunner {
+						return fmt.Errorf("runner: %+v %v (state says %s)", st, err, firstRunner)
+					}
+					tok := a["token"]
+					reply, code, err := sendMessage(layout.Socket, tok, "hello")
+					if err != nil || code != 200 {
+						return fmt.Errorf("message: %d %v", code, err)
+					}
+					if reply.Reply != agent.OfflineAnswer("hello") {
+						return fmt.Errorf("reply %q", reply.Reply)
+					}
+					if _, code, err := sendMessage(layout.Socket, "", "hello"); err != nil || code != http.StatusUnauthorized {
+						return fmt.Errorf("without token: %d %v, want 401", code, err)
+					}
+					if _, code, err := sendMessage(layout.Socket, strings.Repeat("0", 64), "hello"); err != nil || code != http.StatusUnauthorized {
+						return fmt.Errorf("wrong token: %d %v, want 401", code, err)
+					}
+					return nil
+				},
+			},
+			{
+				// A second plan is empty.
+				Config: agentAccConfig(stateDir, id, image, "512m", ""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+			},
+			{
+				ResourceName:                         "meepa_agent.t",
+				ImportState:                          true,
+				ImportStateId:                        id,
+				ImportStateVerify:                    true,
+				ImportStateVerifyIdentifierAttribute: "agent_id",
+				// The API key is write-only: never in state, so never read back.
+				ImportStateVerifyIgnore: []string{"llm.api_key"},
+			},
+			{
+				// A new memory limit replaces the runner and leaves the
+				// workspace alone; the next message's container has it.
+				Config: agentAccConfig(stateDir, id, image, "256m", ""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction("meepa_agent.t", plancheck.ResourceActionUpdate),
+						plancheck.ExpectUnknownValue("meepa_agent.t", tfjsonpath.New("runner_container_id")),
+					},
+				},
+				Check: func(s *terraform.State) error {
+					a := s.RootModule().Resources["meepa_agent.t"].Primary.Attributes
+					prevHash = a["config_hash"]
+					if a["runner_container_id"] == firstRunner {
+						return fmt.Errorf("runner not replaced")
+					}
+					if raw, err := os.ReadFile(marker); err != nil || string(raw) != "mine" {
+						return fmt.Errorf("workspace touched by the update: %v", err)
+					}
+					if raw, _ := os.ReadFile(filepath.Join(wsPath, "SOUL.md")); string(raw) != "You are a test agent." {
+						return fmt.Errorf("SOUL.md changed: %q", raw)
+					}
+					return checkMessageContainer(t, cli, layout.Socket, a["token"], id, wsPath, 256<<20)
+				},
+			},
+			{
+				// A new write-only API key is seen through config_hash and
+				// replaces the runner, though state never held the key.
+				Config: agentAccConfigKey(stateDir, id, image, "256m", testAPIKey+"-rotated", ""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction("meepa_agent.t", plancheck.ResourceActionUpdate),
+						plancheck.ExpectUnknownValue("meepa_agent.t", tfjsonpath.New("runner_container_id")),
+					},
+				},
+				Check: func(s *terraform.State) error {
+					if s.RootModule().Resources["meepa_agent.t"].Primary.Attributes["config_hash"] == prevHash {
+						return fmt.Errorf("config_hash unchanged by a new API key")
+					}
+					c, err := runner.LoadConfig(layout.ConfigFile)
+					if err != nil || c.LLM.APIKey != testAPIKey+"-rotated" {
+						return fmt.Errorf("runner config not rewritten with the new key: %v", err)
+					}
+					return nil
+				},
+			},
+			{
+				// The runner removed out of band is drift; apply restores it.
+				PreConfig: func() {
+					if err := cli.ContainerRemove(context.Background(), deploy.ContainerName(id), container.RemoveOptions{Force: true}); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: agentAccConfig(stateDir, id, image, "256m", ""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction("meepa_agent.t", plancheck.ResourceActionUpdate),
+						plancheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("runner_status"), knownvalue.StringExact("running")),
+					},
+				},
+				Check: func(s *terraform.State) error {
+					a := s.RootModule().Resources["meepa_agent.t"].Primary.Attributes
+					reply, code, err := sendMessage(layout.Socket, a["token"], "again")
+					if err != nil || code != 200 || reply.Reply != agent.OfflineAnswer("again") {
+						return fmt.Errorf("message after restore: %d %v %+v", code, err, reply)
+					}
+					if raw, err := os.ReadFile(marker); err != nil || string(raw) != "mine" {
+						return fmt.Errorf("workspace touched by the restore: %v", err)
+					}
+					return checkNoSecrets(cli, id, wsPath)
+				},
+			},
+			{
+				// A runner stopped out of band (restart unless-stopped keeps
+				// it down) is drift as well.
+				PreConfig: func() {
+					timeout := 10
+					if err := cli.ContainerStop(context.Background(), deploy.ContainerName(id), container.StopOptions{Timeout: &timeout}); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: agentAccConfig(stateDir, id, image, "256m", ""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction("meepa_agent.t", plancheck.ResourceActionUpdate),
+						plancheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("runner_status"), knownvalue.StringExact("running")),
+					},
+				},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("runner_status"), knownvalue.StringExact("running")),
+				},
+			},
+			{
+				Config: agentAccConfig(stateDir, id, image, "256m", ""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+			},
+		},
+	})
+}
+
+// TestAccAgent_forceDestroyWorkspace: manage_soul and workspace drift, and
+// with force_destroy_workspace the workspace goes with the agent.
+func TestAccAgent_forceDestroyWorkspace(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	image := testutil.EnsureRunnerImage(t, cli)
+	stateDir := t.TempDir()
+	id := "tf-acc-agent-force"
+	wsPath := filepath.Join(stateDir, "agents", id)
+	t.Cleanup(func() { cleanupAgent(cli, id) })
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy: func(*terraform.State) error {
+			if _, err := os.Stat(wsPath); !os.IsNotExist(err) {
+				return fmt.Errorf("workspace kept despite force_destroy_workspace: %v", err)
+			}
+			if st, _ := deploy.Inspect(context.Background(), cli, id); st.State != "missing" {
+				return fmt.Errorf("runner left: %+v", st)
+			}
+			return nil
+		},
+		Steps: []resource.TestStep{{
+			Config: agentAccConfig(stateDir, id, image, "512m", "force_destroy_workspace = true\n  manage_soul = true"),
+			Check: func(*terraform.State) error {
+				return checkWorkspace(wsPath)
+			},
+		}, {
+			// With manage_soul the agent's edit of SOUL.md is drift, and
+			// the apply writes the configured soul back.
+			PreConfig: func() {
+				if err := os.WriteFile(filepath.Join(wsPath, "SOUL.md"), []byte("I rewrote myself."), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Config: agentAccConfig(stateDir, id, image, "512m", "force_destroy_workspace = true\n  manage_soul = true"),
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction("meepa_agent.t", plancheck.ResourceActionUpdate)},
+			},
+			Check: func(*terraform.State) error {
+				return checkWorkspace(wsPath)
+			},
+		}, {
+			// The workspace removed out of band is drift too: it comes
+			// back (with a warning that its contents were lost).
+			PreConfig: func() {
+				if err := os.RemoveAll(wsPath); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Config: agentAccConfig(stateDir, id, image, "512m", "force_destroy_workspace = true\n  manage_soul = true"),
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("meepa_agent.t", plancheck.ResourceActionUpdate),
+					plancheck.ExpectUnknownValue("meepa_agent.t", tfjsonpath.New("runner_container_id")),
+				},
+			},
+			Check: func(s *terraform.State) error {
+				if err := checkWorkspace(wsPath); err != nil {
+					return err
+				}
+				// The next message writes into the new directory, not into
+				// the one a prestarted container still had mounted.
+				tok := s.RootModule().Resources["meepa_agent.t"].Primary.Attributes["token"]
+				sock := deploy.LayoutFor(stateDir, id).Socket
+				if _, code, err := sendMessage(sock, tok, "!sh echo after > after.txt"); err != nil || code != 200 {
+					return fmt.Errorf("message: %d %v", code, err)
+				}
+				if raw, err := os.ReadFile(filepath.Join(wsPath, "after.txt")); err != nil || string(raw) != "after\n" {
+					return fmt.Errorf("message wrote elsewhere: %q %v", raw, err)
+				}
+				return nil
+			},
+		}},
+	})
+}
+
+var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func checkWorkspace(ws string) error {
+	if err := checkFileMode(ws, 0o700|os.ModeDir); err != nil {
+		return err
+	}
+	if err := checkFileMode(filepath.Join(ws, "skills"), 0o700|os.ModeDir); err != nil {
+		return err
+	}
+	soul, err := os.ReadFile(filepath.Join(ws, "SOUL.md"))
+	if err != nil || string(soul) != "You are a test agent." {
+		return fmt.Errorf("SOUL.md: %q %v", soul, err)
+	}
+	mem, err := os.ReadFile(filepath.Join(ws, "MEMORY.md"))
+	if err != nil || string(mem) != "Nothing yet." {
+		return fmt.Errorf("MEMORY.md: %q %v", mem, err)
+	}
+	return nil
+}
+
+func checkFileMode(p string, want os.FileMode) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if got := st.Mode() & (os.ModeDir | os.ModePerm); got != want {
+		return fmt.Errorf("%s: mode %v, want %v", p, got, want)
+	}
+	return nil
+}
+
+// sendMessage posts a message over the runner's unix socket; token "" sends
+// no Authorization header.
+func sendMessage(sock, token, text string) (agent.Reply, int, error) {
+	return sendTo(deploy.Listener{Unix: sock}, token, text)
+}
+
+// sendTo posts a message to a runner's listener (unix socket or TCP).
+func sendTo(l deploy.Listener, token, text string) (agent.Reply, int, error) {
+	var r agent.Reply
+	hc, base := l.Client(2 * time.Minute)
+	body, _ := json.Marshal(map[string]string{"text": text})
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/messages", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return r, 0, err
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == 200 {
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return r, resp.StatusCode, fmt.Errorf("reply %q: %w", raw, err)
+		}
+	}
+	return r, resp.StatusCode, nil
+}
+
+// checkMessageContainer sends a message that keeps its container busy and,
+// while it runs, reads that container from the daemon: every flag the spec
+// lists, the new memory limit, and no secret in its configuration.
+func checkMessageContainer(t *testing.T, cli client.APIClient, sock, token, id, ws string, memory int64) error {
+	return whileMessageRuns(cli, sock, token, id, func(ci container.InspectResponse, raw []byte) error {
+		hc := ci.HostConfig
+		switch {
+		case hc.Memory != memory || hc.MemorySwap != memory:
+			return fmt.Errorf("memory %d swap %d, want %d", hc.Memory, hc.MemorySwap, memory)
+		case !hc.ReadonlyRootfs:
+			return fmt.Errorf("rootfs writable")
+		case len(hc.CapDrop) != 1 || !strings.EqualFold(hc.CapDrop[0], "ALL") || len(hc.CapAdd) != 0:
+			return fmt.Errorf("caps drop %v add %v", hc.CapDrop, hc.CapAdd)
+		case !containsStr(hc.SecurityOpt, "no-new-privileges") && !containsStr(hc.SecurityOpt, "no-new-privileges:true"):
+			return fmt.Errorf("security opts %v", hc.SecurityOpt)
+		case !strings.Contains(hc.Tmpfs["/tmp"], "size=256m"):
+			return fmt.Errorf("tmpfs %v", hc.Tmpfs)
+		case hc.Privileged || hc.PidsLimit == nil || *hc.PidsLimit <= 0:
+			return fmt.Errorf("privileged %v pids %v", hc.Privileged, hc.PidsLimit)
+		case !containsStr(ci.Config.Env, "HOME=/workspace") || !containsStr(ci.Config.Env, "TMPDIR=/tmp"):
+			return fmt.Errorf("env %v", ci.Config.Env)
+		case ci.Config.WorkingDir != "/workspace":
+			return fmt.Errorf("workdir %q", ci.Config.WorkingDir)
+		case string(hc.NetworkMode) != "none":
+			return fmt.Errorf("network %q", hc.NetworkMode)
+		}
+		if len(ci.Mounts) != 1 || ci.Mounts[0].Source != ws || ci.Mounts[0].Destination != "/workspace" || !ci.Mounts[0].RW {
+			return fmt.Errorf("mounts %+v, want only %s at /workspace", ci.Mounts, ws)
+		}
+		if bytes.Contains(raw, []byte(testAPIKey)) || bytes.Contains(raw, []byte(testSecret)) {
+			return fmt.Errorf("a secret is in docker inspect of the message container")
+		}
+		return nil
+	})
+}
+
+// whileMessageRuns sends a message that keeps its container busy for a few
+// seconds, finds that container by its labels while it runs (a prestarted
+// one waits on stdin and runs no sleep), and hands its inspect to check.
+func whileMessageRuns(cli client.APIClient, sock, token, id string, check func(container.InspectResponse, []byte) error) error {
+	done := make(chan error, 1)
+	go func() {
+		reply, code, err := sendMessage(sock, token, "!sh sleep 4; echo slept")
+		if err == nil && (code != 200 || !strings.Contains(reply.Reply, "slept")) {
+			err = fmt.Errorf("sleep message: %d %+v", code, reply)
+		}
+		done <- err
+	}()
+	ctx := context.Background()
+	seen := false
+	var checkErr error
+	deadline := time.Now().Add(30 * time.Second)
+	for !seen && time.Now().Before(deadline) {
+		list, err := cli.ContainerList(ctx, container.ListOptions{Filters: filters.NewArgs(
+			filters.Arg("label", engine.LabelManagedBy+"="+engine.ManagedByValue),
+			filters.Arg("label", engine.LabelComponent+"="+sandbox.Component),
+			filters.Arg("label", sandbox.LabelAgent+"="+id),
+		)})
+		if err != nil {
+			return err
+		}
+		for _, c := range list {
+			top, err := cli.ContainerTop(ctx, c.ID, nil)
+			if err != nil || !strings.Contains(fmt.Sprint(top.Processes), "sleep") {
+				continue
+			}
+			ci, raw, err := cli.ContainerInspectWithRaw(ctx, c.ID, false)
+			if err != nil {
+				return err
+			}
+			seen = true
+			checkErr = check(ci, raw)
+			break
+		}
+		if !seen {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if err := <-done; err != nil {
+		return err
+	}
+	if !seen {
+		return fmt.Errorf("no running message container seen for %s", id)
+	}
+	return checkErr
+}
+
+// checkNoSecrets: the API key and the secret are in no workspace file, not
+// in the runner's logs and not in its docker inspect.
+func checkNoSecrets(cli client.APIClient, id, ws string) error {
+	err := filepath.WalkDir(ws, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if bytes.Contains(raw, []byte(testAPIKey)) || bytes.Contains(raw, []byte(testSecret)) {
+			return fmt.Errorf("a secret is in workspace file %s", p)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	logs := deploy.LogTail(ctx, cli, deploy.ContainerName(id), 10000)
+	if strings.Contains(logs, testAPIKey) || strings.Contains(logs, testSecret) {
+		return fmt.Errorf("a secret is in the runner's logs")
+	}
+	if logs == "" {
+		return fmt.Errorf("the runner logged nothing; the check would prove nothing")
+	}
+	_, raw, err := cli.ContainerInspectWithRaw(ctx, deploy.ContainerName(id), false)
+	if err != nil {
+		return err
+	}
+	if bytes.Contains(raw, []byte(testAPIKey)) || bytes.Contains(raw, []byte(testSecret)) {
+		return fmt.Errorf("a secret is in docker inspect of the runner")
+	}
+	return nil
+}
+
+func containsStr(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// cleanupAgent removes what a failed test may leave: the runner and the
+// agent's message containers.
+func cleanupAgent(cli client.APIClient, id string) {
+	_ = deploy.Remove(context.Background(), cli, id, time.Second)
+}
+
+// TestAccAgent_runnerFails: an image without agent-runner gives a clear
+// error with the runner's log, and leaves no crash-looping container and no
+// config with secrets behind.
+func TestAccAgent_runnerFails(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	bad := testutil.EnsureBusybox(t, cli)
+	stateDir := t.TempDir()
+	id := "tf-acc-agent-fail"
+	t.Cleanup(func() { cleanupAgent(cli, id) })
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config:      agentAccConfig(stateDir, id, bad, "512m", ""),
+			ExpectError: regexp.MustCompile(`(?s)Runner (Deploy Failed|Unhealthy).*agent-runner`),
+		}, {
+			// Checked here, before the test framework's destroy: the
+			// failed create must itself have cleaned up.
+			PreConfig: func() {
+				if st, _ := deploy.Inspect(context.Background(), cli, id); st.State != "missing" {
+					t.Fatalf("a failed runner was left: %+v", st)
+				}
+				if _, err := os.Stat(deploy.LayoutFor(stateDir, id).ConfigFile); !os.IsNotExist(err) {
+					t.Fatalf("the config with secrets was left: %v", err)
+				}
+			},
+			Config:             agentAccConfig(stateDir, id, bad, "512m", ""),
+			PlanOnly:           true,
+			ExpectNonEmptyPlan: true,
+		}},
+		CheckDestroy: func(*terraform.State) error {
+			if st, _ := deploy.Inspect(context.Background(), cli, id); st.State != "missing" {
+				return fmt.Errorf("a failed runner was left: %+v", st)
+			}
+			if _, err := os.Stat(deploy.LayoutFor(stateDir, id).ConfigFile); !os.IsNotExist(err) {
+				return fmt.Errorf("the config with secrets was left: %v", err)
+			}
+			return nil
+		},
+	})
+}

@@ -1,0 +1,119 @@
+package provider
+
+import (
+	"fmt"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+	"github.com/hashicorp/terraform-plugin-testing/tfversion"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// TestAccAgent_threegate: an agent in the FETCH role of a real ThreeGate
+// topology. Its message containers join exactly the role's networks
+// (llmnet and fetchnet) and get the proxy env; container_mode.network is
+// null.
+func TestAccAgent_threegate(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	image := testutil.EnsureRunnerImage(t, cli)
+	stateDir := t.TempDir()
+	tg := "tf-acc-agtg"
+	id := "tf-acc-agent-fetch"
+	layout := deploy.LayoutFor(stateDir, id)
+	t.Cleanup(func() { cleanupAgent(cli, id) })
+	cfg := fmt.Sprintf(`
+provider "meepa" {
+  state_dir = %[1]q
+}
+
+resource "threegate_network" "tg" {
+  provider         = meepa
+  name             = %[2]q
+  llmnet_subnet    = "10.231.10.0/24"
+  fetchnet_subnet  = "10.231.11.0/24"
+  egressnet_subnet = "10.231.12.0/24"
+  proxy = {
+    image = %[3]q
+    allow = ["example.com"]
+  }
+}
+
+resource "meepa_agent" "fetch" {
+  agent_id = %[4]q
+  llm      = { provider = "offline" }
+  container_mode = {
+    enabled = true
+    image   = %[3]q
+  }
+  threegate = {
+    network = threegate_network.tg.id
+    role    = "fetch"
+  }
+}
+`, stateDir, tg, image, id)
+
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: cfg,
+			ConfigStateChecks: []statecheck.StateCheck{
+				statecheck.ExpectKnownValue("meepa_agent.fetch", tfjsonpath.New("container_mode").AtMapKey("network"), knownvalue.Null()),
+				statecheck.ExpectKnownValue("meepa_agent.fetch", tfjsonpath.New("runner_status"), knownvalue.StringExact("running")),
+			},
+			Check: func(s *terraform.State) error {
+				a := s.RootModule().Resources["meepa_agent.fetch"].Primary.Attributes
+				r, code, err := sendMessage(layout.Socket, a["token"], "hi")
+				if err != nil || code != 200 || r.Reply != agent.OfflineAnswer("hi") {
+					return fmt.Errorf("message: %d %v %+v", code, err, r)
+				}
+				return whileMessageRuns(cli, layout.Socket, a["token"], id, func(ci container.InspectResponse, _ []byte) error {
+					var nets []string
+					for n := range ci.NetworkSettings.Networks {
+						nets = append(nets, n)
+					}
+					sort.Strings(nets)
+					want := []string{tg + "-fetchnet", tg + "-llmnet"}
+					if strings.Join(nets, ",") != strings.Join(want, ",") {
+						return fmt.Errorf("networks %v, want exactly %v", nets, want)
+					}
+					proxyEnv := 0
+					for _, e := range ci.Config.Env {
+						if strings.HasPrefix(e, "http_proxy=http://") || strings.HasPrefix(e, "https_proxy=http://") {
+							proxyEnv++
+						}
+					}
+					if proxyEnv != 2 {
+						return fmt.Errorf("proxy env missing: %v", ci.Config.Env)
+					}
+					if filepath.Base(ci.Mounts[0].Source) != id {
+						return fmt.Errorf("mounts %+v", ci.Mounts)
+					}
+					return nil
+				})
+			},
+		}, {
+			// The agent's second plan is empty. (The topology's host
+			// firewall is shared with every other test on this host; its
+			// own drift is threegate_network's tests' business.)
+			Config: cfg,
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction("meepa_agent.fetch", plancheck.ResourceActionNoop)},
+			},
+		}},
+	})
+}

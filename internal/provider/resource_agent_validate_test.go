@@ -1,0 +1,111 @@
+package provider
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/tfversion"
+)
+
+// TestAccAgent_invalidInput: every bad input of the issue is a plan-time
+// error on the right attribute, and nothing is created. No daemon needed
+// (it runs under TF_ACC because it drives the terraform CLI):
+// validation and planning never reach Docker.
+func TestAccAgent_invalidInput(t *testing.T) {
+	stateDir := t.TempDir()
+	long := strings.Repeat("a", 100)
+	cases := []struct {
+		name, body, attr, want string
+	}{
+		{"id dotdot", `agent_id = "../x"`, "agent_id", `must be 1-63 characters`},
+		{"id space", `agent_id = "A B"`, "agent_id", `must be 1-63 characters`},
+		{"id empty", `agent_id = ""`, "agent_id", `must be 1-63 characters`},
+		{"id long", `agent_id = "` + long + `"`, "agent_id", `must be 1-63 characters`},
+		{"memory unit", `container_mode = { memory_limit = "512x" }`, "container_mode.memory_limit", `Invalid Memory Limit`},
+		{"memory zero", `container_mode = { memory_limit = "0" }`, "container_mode.memory_limit", `must be positive`},
+		{"memory negative", `container_mode = { memory_limit = "-1m" }`, "container_mode.memory_limit", `Invalid Memory Limit`},
+		{"timeout zero", `container_mode = { timeout_seconds = 0 }`, "container_mode.timeout_seconds", `between 1 and 86400`},
+		{"timeout huge", `container_mode = { timeout_seconds = 100000 }`, "container_mode.timeout_seconds", `between 1 and 86400`},
+		{"network host", `container_mode = { network = "host" }`, "container_mode.network", `host's network namespace`},
+		{"relative allow_read", `file_access = { allow_read = ["data"] }`, "file_access.allow_read", `must be absolute`},
+		{"relative rw", `file_access = { allow_read_write = ["./x"] }`, "file_access.allow_read_write", `must be absolute`},
+		{"relative deny", `file_access = { deny = ["secret"] }`, "file_access.deny", `must be absolute`},
+		{"unclean path", `file_access = { allow_read = ["/srv/../etc"] }`, "file_access.allow_read", `must be clean`},
+		{"deny with unrestricted", `file_access = { unrestricted = true, deny = ["/srv/secret"] }`, "file_access.deny", `no effect with unrestricted`},
+		{"threegate role without network", `threegate = { role = "core" }`, "threegate", `"network" is\s+required`},
+		{"threegate bad role", `threegate = { network = "n", role = "boss" }`, "threegate.role", `value must be one of`},
+		{"threegate with network", `container_mode = { network = "none" }
+  threegate = { network = "n", role = "core" }`, "container_mode.network", `Network With ThreeGate`},
+		{"listen public", `runner = { listen = "0.0.0.0:8080" }`, "runner.listen", `only 127.0.0.1`},
+		{"no image", `image = ""`, "container_mode.image", `Missing Image`},
+		{"user name", `container_mode = { user = "nobody" }`, "container_mode.user", `numeric uid`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := agentConfigWith(stateDir, tc.body)
+			resource.Test(t, resource.TestCase{
+				TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+				ProtoV6ProviderFactories: testAccProviders,
+				Steps: []resource.TestStep{{
+					Config:      cfg,
+					PlanOnly:    true,
+					ExpectError: errorOn(tc.attr, tc.want),
+				}},
+			})
+		})
+	}
+	// Nothing was created by any of them.
+	entries, _ := os.ReadDir(stateDir)
+	if len(entries) != 0 {
+		t.Fatalf("state dir not empty after plan-time errors: %v", entries)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, "agents")); !os.IsNotExist(err) {
+		t.Fatal("agents dir created")
+	}
+}
+
+// errorOn matches an error message (a regexp) and, when attr is set, the
+// attribute's path, which every attribute-scoped error of this resource
+// names in its detail.
+func errorOn(attr, want string) *regexp.Regexp {
+	if attr == "" {
+		return regexp.MustCompile(`(?s)` + want)
+	}
+	name := regexp.QuoteMeta(attr)
+	return regexp.MustCompile(`(?s)(` + want + `.*\b` + name + `\b|\b` + name + `\b.*` + want + `)`)
+}
+
+// agentConfigWith is a minimal valid agent with one override: an
+// "agent_id = " body replaces the id, an "image = " body replaces the image,
+// anything else is added.
+func agentConfigWith(stateDir, body string) string {
+	id := `agent_id = "tf-acc-bad"`
+	image := `container_mode = { image = "meepa-test/runner:latest" }`
+	extra := body
+	switch {
+	case strings.HasPrefix(body, "agent_id"):
+		id, extra = body, ""
+	case strings.HasPrefix(body, "image = "):
+		image, extra = "", ""
+	case strings.HasPrefix(body, "container_mode"):
+		image = ""
+		extra = strings.Replace(body, "container_mode = { ", `container_mode = { image = "meepa-test/runner:latest", `, 1)
+	}
+	return fmt.Sprintf(`
+provider "meepa" {
+  state_dir = %q
+}
+
+resource "meepa_agent" "t" {
+  %s
+  llm = { provider = "offline" }
+  %s
+  %s
+}
+`, stateDir, id, image, extra)
+}

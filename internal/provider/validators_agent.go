@@ -1,0 +1,144 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/docker/go-units"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+)
+
+// minMemoryBytes is Docker's own lower bound for a container memory limit.
+const minMemoryBytes = 6 << 20
+
+// memoryLimitPattern is the spec's size form: a positive integer and an
+// optional b/k/m/g unit ("512m", "1g"). Docker accepts more (fractions,
+// "MiB"), but the spec's form is what the docs promise, and one form keeps
+// config_hash stable.
+var memoryLimitPattern = regexp.MustCompile(`^[0-9]+[bkmgBKMG]?$`)
+
+// ParseMemoryLimit returns the bytes of a memory_limit or an error that says
+// what is accepted.
+func ParseMemoryLimit(s string) (int64, error) {
+	if !memoryLimitPattern.MatchString(s) {
+		return 0, fmt.Errorf("%q is not a size: write a positive number with an optional unit b, k, m or g, e.g. \"512m\" or \"1g\"", s)
+	}
+	n, err := units.RAMInBytes(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a size: %v", s, err)
+	}
+	if n <= 0 {
+		return 0, fmt.Errorf("%q: the limit must be positive, e.g. \"512m\"", s)
+	}
+	if n < minMemoryBytes {
+		return 0, fmt.Errorf("%q is below Docker's minimum of 6m", s)
+	}
+	return n, nil
+}
+
+type memoryLimitValidator struct{}
+
+func (memoryLimitValidator) Description(context.Context) string {
+	return "a positive size with an optional unit b, k, m or g (e.g. `512m`, `1g`), at least `6m`"
+}
+func (v memoryLimitValidator) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
+func (memoryLimitValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	if _, err := ParseMemoryLimit(req.ConfigValue.ValueString()); err != nil {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid Memory Limit", err.Error())
+	}
+}
+
+// containerNetworkValidator accepts the spec's two modes and explains why
+// "host" is refused, instead of a bare "must be one of".
+type containerNetworkValidator struct{}
+
+func (containerNetworkValidator) Description(context.Context) string {
+	return "one of " + codeList(containerNetworks)
+}
+func (v containerNetworkValidator) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
+func (containerNetworkValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	v := req.ConfigValue.ValueString()
+	for _, n := range containerNetworks {
+		if v == n {
+			return
+		}
+	}
+	detail := fmt.Sprintf("%q is not a container network mode; use one of %s.", v, codeList(containerNetworks))
+	if v == "host" {
+		detail = "\"host\" would put the per-message container in the host's network namespace: the agent could " +
+			"reach every service listening on the host (including ones bound to 127.0.0.1) and its traffic would " +
+			"bypass Docker's and ThreeGate's isolation. Use \"bridge\" for outbound access, \"none\" for no network, " +
+			"or a threegate block for the ThreeGate topology."
+	}
+	resp.Diagnostics.AddAttributeError(req.Path, "Invalid Container Network", detail)
+}
+
+type listenValidator struct{}
+
+func (listenValidator) Description(context.Context) string {
+	return "`unix:///<absolute path>` or `127.0.0.1:<port>`"
+}
+func (v listenValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+func (listenValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	if _, err := deploy.ParseListen(req.ConfigValue.ValueString()); err != nil {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid Listen Address", err.Error())
+	}
+}
+
+// userPattern is a numeric uid or uid:gid: the provider must chown the
+// workspace to it, and a name would mean something different in every image.
+var userPattern = regexp.MustCompile(`^[0-9]{1,10}(:[0-9]{1,10})?$`)
+
+func codeList(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = "`" + s + "`"
+	}
+	return strings.Join(q, ", ")
+}
+
+// scoped wraps a string validator so that each error's detail starts with
+// the attribute's path. Terraform's text output shows only the resource for
+// an error inside a nested attribute; the path in the detail tells the user
+// (and tests) which value is at fault.
+func scoped(v validator.String) validator.String { return scopedValidator{v} }
+
+type scopedValidator struct{ inner validator.String }
+
+func (s scopedValidator) Description(ctx context.Context) string { return s.inner.Description(ctx) }
+func (s scopedValidator) MarkdownDescription(ctx context.Context) string {
+	return s.inner.MarkdownDescription(ctx)
+}
+func (s scopedValidator) ValidateString(ctx context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	var inner validator.StringResponse
+	s.inner.ValidateString(ctx, req, &inner)
+	for _, d := range inner.Diagnostics {
+		detail := d.Detail()
+		if !strings.Contains(detail, req.Path.String()) {
+			detail = req.Path.String() + ": " + detail
+		}
+		if d.Severity() == diag.SeverityError {
+			resp.Diagnostics.AddAttributeError(req.Path, d.Summary(), detail)
+		} else {
+			resp.Diagnostics.AddAttributeWarning(req.Path, d.Summary(), detail)
+		}
+	}
+}

@@ -1,0 +1,174 @@
+// Package deploy runs an agent's `agent-runner serve` service: its files
+// under the state directory (the 0600 config, the socket directory, a hash
+// key) and its service container. Exactly one runner exists per agent: the
+// container's name is derived from the agent id, and Docker refuses a second
+// container of the same name, so two runners of one agent cannot coexist even
+// while one replaces the other.
+package deploy
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+)
+
+// Layout is where a runner's files live: outside the agent's workspace, so
+// the agent (which can write its whole workspace) never sees its own config,
+// token or keys.
+type Layout struct {
+	// Dir is <state_dir>/runners/<agent_id>, mode 0700.
+	Dir string
+	// ConfigFile is Dir/config.json, mode 0600: the runner.Config with the
+	// token, the API key and the secrets.
+	ConfigFile string
+	// SocketDir is Dir/run, where the unix listener lives by default; it is
+	// the only directory of the runner's that its container may write.
+	SocketDir string
+	// Socket is the default unix socket, SocketDir/runner.sock.
+	Socket string
+	// HashKeyFile keys the hash of the secrets inside config_hash (see
+	// ConfigHash), so the hash in Terraform state cannot be used to guess a
+	// secret.
+	HashKeyFile string
+}
+
+// LayoutFor is the layout of an agent's runner under a state directory.
+func LayoutFor(stateDir, agentID string) Layout {
+	dir := filepath.Join(stateDir, "runners", agentID)
+	return Layout{
+		Dir:         dir,
+		ConfigFile:  filepath.Join(dir, "config.json"),
+		SocketDir:   filepath.Join(dir, "run"),
+		Socket:      filepath.Join(dir, "run", "runner.sock"),
+		HashKeyFile: filepath.Join(dir, "hash.key"),
+	}
+}
+
+// NewToken returns a fresh bearer token: 32 random bytes, hex.
+func NewToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("token: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// Prepare makes the runner's directories (0700) and its hash key when
+// missing, and returns the key.
+func Prepare(l Layout) ([]byte, error) {
+	for _, d := range []string{filepath.Dir(l.Dir), l.Dir, l.SocketDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("runner dir: %w", err)
+		}
+		if err := os.Chmod(d, 0o700); err != nil {
+			return nil, fmt.Errorf("runner dir: %w", err)
+		}
+	}
+	key, err := ReadHashKey(l)
+	if err == nil {
+		return key, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	key = make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("hash key: %w", err)
+	}
+	if err := os.WriteFile(l.HashKeyFile, []byte(hex.EncodeToString(key)), 0o600); err != nil {
+		return nil, fmt.Errorf("hash key: %w", err)
+	}
+	return key, nil
+}
+
+// ReadHashKey reads the key Prepare made; fs.ErrNotExist when there is none.
+func ReadHashKey(l Layout) ([]byte, error) {
+	raw, err := os.ReadFile(l.HashKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("hash key: %w", err)
+	}
+	key, err := hex.DecodeString(string(raw))
+	if err != nil || len(key) < 16 {
+		return nil, fmt.Errorf("hash key %s: malformed", l.HashKeyFile)
+	}
+	return key, nil
+}
+
+// WriteConfig writes the runner's config file, 0600, atomically.
+func WriteConfig(l Layout, c *runner.Config) error {
+	return runner.WriteConfig(l.ConfigFile, c)
+}
+
+// RemoveFiles deletes the runner's directory: config, key, socket.
+func RemoveFiles(l Layout) error {
+	if filepath.Base(filepath.Dir(l.Dir)) != "runners" {
+		return fmt.Errorf("runner files: refusing to remove %q", l.Dir)
+	}
+	if err := os.RemoveAll(l.Dir); err != nil {
+		return fmt.Errorf("runner files: %w", err)
+	}
+	return nil
+}
+
+// ConfigHash identifies everything that makes a runner what it is: the
+// config without its secrets, the deployment settings, and a keyed hash of
+// the secrets (token, API key, secret values). It is stored in Terraform
+// state and as a label on the runner container, so a change of any input —
+// including a write-only API key that state never holds — shows up as a
+// changed hash, while neither state nor `docker inspect` can be used to test
+// guesses of a secret without the key file.
+func ConfigHash(c runner.Config, d Settings, key []byte) string {
+	secret := struct {
+		Token   string            `json:"token"`
+		APIKey  string            `json:"api_key"`
+		Secrets map[string]string `json:"secrets"`
+	}{c.Token, c.LLM.APIKey, c.Secrets}
+	c.Token, c.LLM.APIKey = "", ""
+	// Secret names are not secret, but keep them out of the plain part so
+	// the one place secrets are hashed is the keyed part.
+	names := make([]string, 0, len(c.Secrets))
+	for k := range c.Secrets {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	c.Secrets = nil
+	plain, _ := json.Marshal(struct {
+		Config      runner.Config `json:"config"`
+		SecretNames []string      `json:"secret_names"`
+		Deployment  Settings      `json:"deployment"`
+	}{c, names, d})
+	sj, _ := json.Marshal(secret) // map keys are sorted by encoding/json
+	mac := hmac.New(sha256.New, key)
+	mac.Write(sj)
+	h := sha256.New()
+	h.Write(plain)
+	h.Write([]byte{0})
+	h.Write(mac.Sum(nil))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Settings are the deployment choices that are not in runner.Config but
+// change the runner container.
+type Settings struct {
+	// Mode is "container" or "external".
+	Mode string `json:"mode"`
+	// Image runs `agent-runner serve` (deployment "container").
+	Image string `json:"image,omitempty"`
+	// Version of the provider that made the deployment: a new provider may
+	// make a different container.
+	Version string `json:"version,omitempty"`
+	// ThreegateNetwork and ThreegateRole stand for the role's networks and
+	// env, which are resolved only at apply.
+	ThreegateNetwork string `json:"threegate_network,omitempty"`
+	ThreegateRole    string `json:"threegate_role,omitempty"`
+}

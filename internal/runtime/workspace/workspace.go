@@ -1,0 +1,244 @@
+// Package workspace manages an agent's persistent workspace on the host,
+// <state_dir>/agents/<agent_id>/: SOUL.md, MEMORY.md, skills/, and whatever
+// the agent writes there (memory.db, files). The agent owns its contents:
+// this package creates what is missing and otherwise leaves the agent's edits
+// alone, except SOUL.md when the caller manages it.
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+)
+
+// File and directory names inside a workspace.
+const (
+	SoulFile   = "SOUL.md"
+	MemoryFile = "MEMORY.md"
+	SkillsDir  = "skills"
+)
+
+// DirMode is the workspace's mode: only its owner (the agent's sandbox user,
+// or the provider's user) may enter it.
+const DirMode fs.FileMode = 0o700
+
+// fileMode is the mode of the files this package writes.
+const fileMode fs.FileMode = 0o600
+
+// idPattern is what an agent id may look like: it becomes a directory name
+// and part of container names, so no separators, no dots, no upper case.
+var idPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// IDPattern is idPattern's source, for validators and docs.
+const IDPattern = `^[a-z0-9][a-z0-9_-]{0,62}$`
+
+// ValidID reports whether id can name an agent.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// Path is the workspace directory of an agent under a state directory.
+func Path(stateDir, agentID string) string {
+	return filepath.Join(stateDir, "agents", agentID)
+}
+
+// Spec says what a workspace should hold.
+type Spec struct {
+	// Dir is the workspace directory (see Path).
+	Dir string
+	// Soul and Memory are the initial SOUL.md and MEMORY.md.
+	Soul   string
+	Memory string
+	// ManageSoul keeps SOUL.md equal to Soul, overwriting the agent's edits.
+	// Without it SOUL.md is written only when missing.
+	ManageSoul bool
+	// Owner, when set, is the uid:gid that must be able to write the
+	// workspace (the per-message sandbox's user). It is applied to what this
+	// package creates; it needs the right to chown, so it is skipped with an
+	// error when the caller lacks it.
+	Owner *Owner
+}
+
+// Owner is a numeric user and group.
+type Owner struct{ UID, GID int }
+
+// Result says what Ensure did.
+type Result struct {
+	// Created is true when the workspace directory did not exist before.
+	Created bool
+	// SoulWritten is true when SOUL.md was (re)written.
+	SoulWritten bool
+}
+
+// Ensure makes the workspace hold what s says without destroying the agent's
+// work: the directory (mode 0700, parents 0700 too, so other users cannot
+// list agents), SOUL.md and MEMORY.md when missing, skills/ when missing;
+// SOUL.md is rewritten only with ManageSoul and only when it differs.
+func Ensure(s Spec) (Result, error) {
+	var r Result
+	if s.Dir == "" || !filepath.IsAbs(s.Dir) {
+		return r, fmt.Errorf("workspace: %q is not an absolute path", s.Dir)
+	}
+	if _, err := os.Lstat(s.Dir); errors.Is(err, fs.ErrNotExist) {
+		r.Created = true
+	} else if err != nil {
+		return r, fmt.Errorf("workspace: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(s.Dir), DirMode); err != nil {
+		return r, fmt.Errorf("workspace parent: %w", err)
+	}
+	if err := os.Mkdir(s.Dir, DirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return r, fmt.Errorf("workspace: %w", err)
+	}
+	st, err := os.Lstat(s.Dir)
+	if err != nil {
+		return r, fmt.Errorf("workspace: %w", err)
+	}
+	// A symlink here could point the agent's bind mount anywhere on the host.
+	if !st.IsDir() {
+		return r, fmt.Errorf("workspace: %s exists and is not a directory", s.Dir)
+	}
+	if st.Mode().Perm() != DirMode {
+		if err := os.Chmod(s.Dir, DirMode); err != nil {
+			return r, fmt.Errorf("workspace chmod: %w", err)
+		}
+	}
+	var created []string
+	if r.Created {
+		created = append(created, s.Dir)
+	}
+
+	wrote, err := writeIfMissing(filepath.Join(s.Dir, SoulFile), s.Soul)
+	if err != nil {
+		return r, err
+	}
+	r.SoulWritten = wrote
+	if wrote {
+		created = append(created, filepath.Join(s.Dir, SoulFile))
+	} else if s.ManageSoul {
+		cur, err := os.ReadFile(filepath.Join(s.Dir, SoulFile))
+		if err != nil {
+			return r, fmt.Errorf("workspace: %w", err)
+		}
+		if string(cur) != s.Soul {
+			if err := writeAtomic(filepath.Join(s.Dir, SoulFile), s.Soul); err != nil {
+				return r, err
+			}
+			r.SoulWritten = true
+			created = append(created, filepath.Join(s.Dir, SoulFile))
+		}
+	}
+	if wrote, err := writeIfMissing(filepath.Join(s.Dir, MemoryFile), s.Memory); err != nil {
+		return r, err
+	} else if wrote {
+		created = append(created, filepath.Join(s.Dir, MemoryFile))
+	}
+	skills := filepath.Join(s.Dir, SkillsDir)
+	if err := os.Mkdir(skills, DirMode); err == nil {
+		created = append(created, skills)
+	} else if !errors.Is(err, fs.ErrExist) {
+		return r, fmt.Errorf("workspace skills: %w", err)
+	}
+
+	if s.Owner != nil {
+		// The top directory always, so a changed sandbox user can still
+		// enter it; below it only what was made now, never the agent's own
+		// files (it may have chosen their owners).
+		if !r.Created {
+			created = append(created, s.Dir)
+		}
+		for _, p := range created {
+			if err := os.Lchown(p, s.Owner.UID, s.Owner.GID); err != nil {
+				return r, fmt.Errorf("workspace chown %s to %d:%d: %w", p, s.Owner.UID, s.Owner.GID, err)
+			}
+		}
+	}
+	return r, nil
+}
+
+func writeIfMissing(p, content string) (bool, error) {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fileMode)
+	if errors.Is(err, fs.ErrExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("workspace: %w", err)
+	}
+	_, werr := f.WriteString(content)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return false, fmt.Errorf("workspace write %s: %w", filepath.Base(p), werr)
+	}
+	return true, nil
+}
+
+// writeAtomic replaces p, keeping its owner, so the agent never reads a
+// half-written SOUL.md.
+func writeAtomic(p, content string) error {
+	tmp := p + ".meepa-tmp"
+	if err := os.WriteFile(tmp, []byte(content), fileMode); err != nil {
+		return fmt.Errorf("workspace write %s: %w", filepath.Base(p), err)
+	}
+	if st, err := os.Stat(p); err == nil {
+		if sys, ok := statOwner(st); ok {
+			_ = os.Lchown(tmp, sys.UID, sys.GID)
+		}
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("workspace write %s: %w", filepath.Base(p), err)
+	}
+	return nil
+}
+
+// State is what Inspect found.
+type State struct {
+	Exists bool
+	// Mode is the directory's permission bits.
+	Mode fs.FileMode
+	// Soul is SOUL.md's content; SoulPresent tells whether it exists.
+	Soul        string
+	SoulPresent bool
+}
+
+// Inspect reads a workspace's state; a missing workspace is not an error.
+func Inspect(dir string) (State, error) {
+	var s State
+	st, err := os.Lstat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return s, nil
+	}
+	if err != nil {
+		return s, fmt.Errorf("workspace: %w", err)
+	}
+	if !st.IsDir() {
+		return s, fmt.Errorf("workspace: %s is not a directory", dir)
+	}
+	s.Exists = true
+	s.Mode = st.Mode().Perm()
+	raw, err := os.ReadFile(filepath.Join(dir, SoulFile))
+	switch {
+	case err == nil:
+		s.Soul, s.SoulPresent = string(raw), true
+	case errors.Is(err, fs.ErrNotExist):
+	default:
+		return s, fmt.Errorf("workspace: %w", err)
+	}
+	return s, nil
+}
+
+// Remove deletes a workspace and everything in it; a missing one is done.
+// It refuses a path that is not a directory named like an agent under an
+// "agents" directory, so a bad state can never make it delete elsewhere.
+func Remove(dir string) error {
+	if !ValidID(filepath.Base(dir)) || filepath.Base(filepath.Dir(dir)) != "agents" || !filepath.IsAbs(dir) {
+		return fmt.Errorf("workspace remove: refusing %q: not <state_dir>/agents/<agent_id>", dir)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("workspace remove: %w", err)
+	}
+	return nil
+}
