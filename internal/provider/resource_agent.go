@@ -706,22 +706,24 @@ type tfConfigGetter interface {
 func (r *agentResource) deployment(ri runtimeInputs, layout deploy.Layout, l deploy.Listener, wsPath, hash string) (deploy.Deployment, error) {
 	c := ri.Config
 	d := deploy.Deployment{
-		AgentID:      c.AgentID,
-		Image:        ri.RunnerImage,
-		Layout:       layout,
-		Listener:     l,
-		Workspace:    wsPath,
-		DockerSocket: r.dockerSocket(),
-		User:         fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()),
-		StopTimeout:  stopTimeout(c),
-		ConfigHash:   hash,
-	}
-	if st, err := os.Stat(d.DockerSocket); err == nil {
-		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-			d.GroupAdd = []string{strconv.Itoa(int(sys.Gid))}
-		}
+		AgentID:     c.AgentID,
+		Image:       ri.RunnerImage,
+		Layout:      layout,
+		Listener:    l,
+		Workspace:   wsPath,
+		User:        fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()),
+		StopTimeout: stopTimeout(c),
+		ConfigHash:  hash,
 	}
 	hostMode := !c.Container.Enabled
+	if !hostMode {
+		d.DockerSocket = r.dockerSocket()
+		if st, err := os.Stat(d.DockerSocket); err == nil {
+			if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+				d.GroupAdd = []string{strconv.Itoa(int(sys.Gid))}
+			}
+		}
+	}
 	if !hostMode && os.Getuid() == 0 {
 		// The runner gives the workspace to the sandbox user at start-up.
 		d.CapAdd = []string{"CHOWN", "DAC_READ_SEARCH"}

@@ -48,8 +48,8 @@ type HostPath struct {
 
 // Deployment is one runner service container.
 //
-// Defaults: Memory 256 MiB, PidsLimit 256, StopTimeout 30 s, DockerSocket
-// DefaultDockerSocket, Network "none".
+// Defaults: Memory 256 MiB, PidsLimit 256, StopTimeout 30 s, Network "none".
+// An empty DockerSocket mounts no socket (host mode needs none).
 type Deployment struct {
 	AgentID string
 	// Image has agent-runner on its PATH (an isolation image).
@@ -66,7 +66,10 @@ type Deployment struct {
 	Workspace string
 	// HostPaths are extra mounts at the same path (host mode).
 	HostPaths []HostPath
-	// DockerSocket is the daemon's socket on the host.
+	// DockerSocket is the daemon's socket on the host, mounted only when set:
+	// container mode needs it to start the per-message containers; host
+	// mode runs its agents as children and must not hand them a
+	// root-equivalent socket, even one they are filtered away from.
 	DockerSocket string
 	// User is "uid:gid" for the service; GroupAdd lets it use the Docker
 	// socket without being root.
@@ -105,9 +108,6 @@ func (d Deployment) withDefaults() Deployment {
 	if d.StopTimeout == 0 {
 		d.StopTimeout = 30 * time.Second
 	}
-	if d.DockerSocket == "" {
-		d.DockerSocket = DefaultDockerSocket
-	}
 	if d.Network == "" {
 		d.Network = "none"
 		if len(d.Networks) > 0 {
@@ -133,7 +133,7 @@ func Spec(d Deployment) (*container.Config, *container.HostConfig, *network.Netw
 		Entrypoint: []string{"agent-runner"},
 		Cmd:        []string{"serve", "--config", d.Layout.ConfigFile},
 		User:       d.User,
-		Env:        append([]string{"DOCKER_HOST=unix://" + DefaultDockerSocket, "TMPDIR=/tmp"}, d.Env...),
+		Env:        append([]string{"TMPDIR=/tmp"}, d.Env...),
 		WorkingDir: "/",
 		Labels: engine.Labels(ComponentRunner, map[string]string{
 			LabelAgentID:    d.AgentID,
@@ -142,10 +142,13 @@ func Spec(d Deployment) (*container.Config, *container.HostConfig, *network.Netw
 		StopTimeout: &stopSecs,
 	}
 	mounts := []mount.Mount{
-		{Type: mount.TypeBind, Source: d.DockerSocket, Target: DefaultDockerSocket},
 		{Type: mount.TypeBind, Source: d.Layout.Dir, Target: d.Layout.Dir, ReadOnly: true},
 		{Type: mount.TypeBind, Source: d.Layout.SocketDir, Target: d.Layout.SocketDir},
 		{Type: mount.TypeBind, Source: d.Workspace, Target: d.Workspace},
+	}
+	if d.DockerSocket != "" {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: d.DockerSocket, Target: DefaultDockerSocket})
+		cfg.Env = append(cfg.Env, "DOCKER_HOST=unix://"+DefaultDockerSocket)
 	}
 	if d.Listener.Unix != "" && !strings.HasPrefix(d.Listener.Unix, d.Layout.SocketDir+"/") {
 		// A socket placed by the user elsewhere: its directory is mounted.

@@ -132,7 +132,7 @@ func TestSpecHardening(t *testing.T) {
 	d := Deployment{
 		AgentID: "a1", Image: "img:1", Layout: l, Listener: Listener{Unix: l.Socket},
 		Workspace: filepath.Join(state, "agents", "a1"), User: "1000:1000", GroupAdd: []string{"998"},
-		ConfigHash: "h1", StopTimeout: 40 * time.Second,
+		ConfigHash: "h1", StopTimeout: 40 * time.Second, DockerSocket: "/var/run/docker.sock",
 	}
 	cfg, hc, _ := Spec(d)
 	if hc.Privileged {
@@ -186,10 +186,10 @@ func TestSpecHardening(t *testing.T) {
 		got = append(got, m{mt.Source, mt.Target, mt.ReadOnly})
 	}
 	want := []m{
-		{"/var/run/docker.sock", "/var/run/docker.sock", false},
 		{l.Dir, l.Dir, true},
 		{l.SocketDir, l.SocketDir, false},
 		{d.Workspace, d.Workspace, false},
+		{"/var/run/docker.sock", "/var/run/docker.sock", false},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("mounts\n got %v\nwant %v", got, want)
@@ -202,7 +202,8 @@ func TestSpecHardening(t *testing.T) {
 	}
 
 	// TCP: published on the host's loopback only; host mode paths at the
-	// same path, read-only for allow_read.
+	// same path, read-only for allow_read, and no Docker socket.
+	d.DockerSocket = ""
 	d.Listener = Listener{Port: 8123}
 	d.Network = "bridge"
 	d.HostPaths = []HostPath{{Path: "/srv/ro", ReadOnly: true}, {Path: "/srv/rw"}}
@@ -214,6 +215,11 @@ func TestSpecHardening(t *testing.T) {
 	n := len(hc.Mounts)
 	if hc.Mounts[n-2].Target != "/srv/ro" || !hc.Mounts[n-2].ReadOnly || hc.Mounts[n-1].Target != "/srv/rw" || hc.Mounts[n-1].ReadOnly {
 		t.Errorf("host paths %v", hc.Mounts[n-2:])
+	}
+	for _, mt := range hc.Mounts {
+		if strings.HasSuffix(mt.Source, "docker.sock") {
+			t.Errorf("host mode mounts the Docker socket: %v", mt)
+		}
 	}
 }
 
