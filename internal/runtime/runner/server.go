@@ -2,6 +2,24 @@
 // HTTP API that takes messages, runs each in a fresh sandbox one at a time
 // (the spec's per-agent mutex) with a bounded queue, and answers the agent's
 // reply or a typed error.
+//
+// The API, on Config.Listen ("unix:///path" or "127.0.0.1:PORT"):
+//
+//	POST /v1/messages   Authorization: Bearer <Config.Token>
+//	                    body MessageRequest {"text", "sender", "channel", "conversation_id"}
+//	  200  agent.Reply JSON (reply, steps, usage, duration_ms, message_id)
+//	  400 bad_request, 401 unauthorized, 413 too_large, 429 queue_full,
+//	  503 shutting_down, 504 timeout, 500 with the agent's error kind
+//	  (oom, exit, protocol, sandbox, llm, steps, request, internal), all as
+//	  ErrorBody {"error": {"kind", "message"}, "message_id"}.
+//	  Every answer to a message that ran carries X-Message-Id.
+//	GET /healthz        Health JSON: ok, agent_id, mode, ready (a prestarted
+//	                    sandbox waits), prestart, queued, busy, plus backend
+//	                    fields (landlock_abi); 503 while shutting down.
+//	GET /metrics        Prometheus text, meepa_runner_* metrics.
+//
+// A waiting request whose client goes away leaves the queue; a running one
+// finishes (the agent may be writing its memory) within timeout_seconds.
 package runner
 
 import (

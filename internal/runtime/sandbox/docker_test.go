@@ -8,7 +8,10 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -189,5 +192,37 @@ func TestDockerDeadPrestartedContainerIsReplaced(t *testing.T) {
 	}
 	if out.SandboxID == list[0].ID || string(out.Stdout) != "still here" || out.ExitCode != 0 {
 		t.Fatalf("outcome %+v stdout %q: want a fresh container's answer", out, out.Stdout)
+	}
+}
+
+// Named networks: the first is joined at create, the rest before start, so
+// the agent sees all of them from its first instruction.
+func TestDockerNamedNetworks(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	ctx := context.Background()
+	var names []string
+	for _, n := range []string{"tf-acc-sbx-net-a", "tf-acc-sbx-net-b"} {
+		cli.NetworkRemove(ctx, n)
+		if _, err := cli.NetworkCreate(ctx, n, network.CreateOptions{Internal: true, Labels: engine.Labels("test-network", nil)}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.NetworkRemove(context.Background(), n) })
+		names = append(names, n)
+	}
+	ws := t.TempDir()
+	spec := Spec{AgentID: "tf-acc-sbx-nets", Workspace: ws, Image: testutil.EnsureBusybox(t, cli), Networks: names,
+		Command: []string{"sh", "-c", "cat >/dev/null; ls /sys/class/net | tr '\\n' ' '"}}
+	d, err := NewDocker(ctx, cli, DockerOptions{Spec: spec, ChownWorkspace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(ctx)
+	out, err := d.Run(ctx, Job{MessageID: "m", Stdin: []byte("x"), Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(out.Stdout)); got != "eth0 eth1 lo" {
+		t.Errorf("interfaces %q, want eth0 eth1 lo", got)
 	}
 }
