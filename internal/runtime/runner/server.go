@@ -233,19 +233,27 @@ func (s *Server) Reload(ctx context.Context, cfg *Config) error {
 	}
 	defer func() { <-s.turn }()
 	s.mu.RLock()
-	old := s.backend
-	oldListen := s.cfg.Listen
+	old, oldCfg := s.backend, s.cfg
 	s.mu.RUnlock()
-	if cfg.Listen != oldListen {
-		s.log.Warn("listen address changed; it takes effect at the next restart", "listen", oldListen)
+	if cfg.Listen != oldCfg.Listen {
+		s.log.Warn("listen address changed; it takes effect at the next restart", "listen", oldCfg.Listen)
 	}
-	// Close first: the new backend's orphan sweep must not race the old one.
+	// Close first: each backend removes the agent's sandboxes that are not
+	// its own, so the two must not overlap.
 	if err := old.Close(ctx); err != nil {
 		s.log.Warn("close old backend", "error", err)
 	}
 	b, mode, err := s.newBackend(ctx, cfg, s.log)
 	if err != nil {
-		return err
+		// Keep serving the old config rather than nothing.
+		var rerr error
+		if b, mode, rerr = s.newBackend(ctx, oldCfg, s.log); rerr != nil {
+			return errors.Join(fmt.Errorf("reload: %w", err), fmt.Errorf("restore the old config: %w", rerr))
+		}
+		s.mu.Lock()
+		s.backend, s.mode = b, mode
+		s.mu.Unlock()
+		return fmt.Errorf("reload (still serving the old config): %w", err)
 	}
 	s.mu.Lock()
 	s.cfg, s.backend, s.mode, s.token = cfg, b, mode, sha256.Sum256([]byte(cfg.Token))
