@@ -40,7 +40,8 @@ type Config struct {
 	InjectSecretsEnv     bool `json:"inject_secrets_env"`
 	RedactSecrets        bool `json:"redact_secrets"`
 	// Env is extra environment for the agent loop (e.g. a ThreeGate role's
-	// http_proxy / https_proxy / no_proxy).
+	// http_proxy / https_proxy / no_proxy). It is set on the per-message
+	// container, where `docker inspect` shows it, so it must hold no secret.
 	Env map[string]string `json:"env,omitempty"`
 	// MaxSteps bounds the agent loop's LLM/tool steps; zero means 8.
 	MaxSteps int `json:"max_steps,omitempty"`
