@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -38,7 +39,7 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 	defer os.RemoveAll(sockDir)
 	ws := t.TempDir()
 	cfg := &runner.Config{
-		AgentID:   "tf-acc-serve-kill",
+		AgentID:   "tf-acc-serve-kill-" + fmt.Sprint(os.Getpid()),
 		Workspace: ws,
 		Listen:    "unix://" + filepath.Join(sockDir, "r.sock"),
 		Token:     "serve-test-token",

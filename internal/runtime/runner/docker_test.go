@@ -29,6 +29,11 @@ import (
 
 const testAPIKey = "sk-meepa-test-4f1c9e2a77"
 
+// runToken keeps agent ids apart when several checkouts run these tests on
+// one daemon at once: a runner removes every container of its agent id
+// that it did not make.
+var runToken = newMessageID()[4:10]
+
 // DefaultPidsLimitForTest is the pids limit the test agents get (the default).
 const DefaultPidsLimitForTest = sandbox.DefaultPidsLimit
 
@@ -48,7 +53,7 @@ func testAgentConfig(t *testing.T, cli *client.Client, id string) *Config {
 	}
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
 	return &Config{
-		AgentID:   "tf-acc-" + id,
+		AgentID:   "tf-acc-" + id + "-" + runToken,
 		Workspace: t.TempDir(),
 		Listen:    "unix://" + filepath.Join(sockDir, "runner.sock"),
 		Token:     "test-token-" + id,

@@ -563,7 +563,12 @@ func (d *Docker) exchange(ctx context.Context, c *attached, job Job, out *Outcom
 	}
 	tWait = time.Now()
 	ins, err := d.cli.ContainerInspect(sctx, c.id)
-	if err != nil {
+	switch {
+	case cerrdefs.IsNotFound(err):
+		// Removed out of band after it exited: the reply and the exit code
+		// are in hand; only the OOM flag is lost.
+		d.log.Warn("container removed before inspect; OOM state unknown", "container_id", short(c.id))
+	case err != nil:
 		return fmt.Errorf("container inspect: %w", err)
 	}
 	out.ImageID = ins.Image
