@@ -395,3 +395,31 @@ func TestPerAgentSerializationAgentsInParallel(t *testing.T) {
 		t.Errorf("no message of agent b ran while one of agent a did: a=%v b=%v", spans[a], spans[b])
 	}
 }
+
+// With credential and secret injection the tools see the key, yet it is in
+// no reply (redacted) and still not in `docker inspect`: injection happens
+// inside the agent loop, from stdin, never through the container config.
+func TestInjectedCredentialsRedactedAndNotInInspect(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	cfg := testAgentConfig(t, cli, "inject")
+	cfg.InjectCredentialsEnv, cfg.InjectSecretsEnv = true, true
+	a := startAgent(t, cfg)
+	code, out := a.sh(t, `test "$MEEPA_LLM_API_KEY" = "`+testAPIKey+`" && echo key-present; env`)
+	if code != 0 || !strings.Contains(out, "key-present") {
+		t.Fatalf("the tool did not get the injected key: exit %d %q", code, out)
+	}
+	if strings.Contains(out, testAPIKey) || strings.Contains(out, "xsecret-0d9b1f") || !strings.Contains(out, "[REDACTED]") {
+		t.Errorf("reply not redacted: %q", out)
+	}
+	a.waitReady(t)
+	for _, c := range containersOf(t, cli, cfg.AgentID) {
+		_, raw, err := cli.ContainerInspectWithRaw(context.Background(), c.ID, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(raw, []byte(testAPIKey)) || bytes.Contains(raw, []byte("xsecret-0d9b1f")) {
+			t.Errorf("secret in docker inspect of %s", c.ID[:12])
+		}
+	}
+}
