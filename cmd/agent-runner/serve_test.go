@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -25,8 +26,8 @@ import (
 
 // `agent-runner serve` killed with SIGKILL mid-message leaves that
 // message's container behind; started again, it removes it (found by
-// label) and the next message works. SIGTERM then stops it cleanly, with
-// no container left.
+// label) and the next message works. SIGTERM in the middle of a message
+// lets it finish, then stops with no container left.
 func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 	testutil.RequireDocker(t)
 	cli := testutil.Docker(t)
@@ -38,7 +39,7 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 	defer os.RemoveAll(sockDir)
 	ws := t.TempDir()
 	cfg := &runner.Config{
-		AgentID:   "tf-acc-serve-kill",
+		AgentID:   "tf-acc-serve-kill-" + fmt.Sprint(os.Getpid()),
 		Workspace: ws,
 		Listen:    "unix://" + filepath.Join(sockDir, "r.sock"),
 		Token:     "serve-test-token",
@@ -149,8 +150,30 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 	if code, body := send("!sh echo again"); code != 200 || !strings.Contains(body, `exit 0\nagain`) {
 		t.Fatalf("next message: %d %s", code, body)
 	}
+	// SIGTERM while a message runs: that message still gets its reply.
+	os.Remove(filepath.Join(ws, "started"))
+	type result struct {
+		code int
+		body string
+	}
+	inflight := make(chan result, 1)
+	go func() {
+		code, body := send("!sh touch /workspace/started; sleep 2; echo finished")
+		inflight <- result{code, body}
+	}()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the message never started")
+		}
+	}
 	if err := second.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
+	}
+	if r := <-inflight; r.code != 200 || !strings.Contains(r.body, `exit 0\nfinished`) {
+		t.Errorf("message in flight at SIGTERM: %d %s", r.code, r.body)
 	}
 	if err := second.Wait(); err != nil {
 		t.Errorf("serve after SIGTERM: %v", err)

@@ -27,6 +27,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -43,6 +45,7 @@ import (
 
 	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/jsonmessage"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -55,10 +58,25 @@ import (
 )
 
 const (
-	baseImage   = "meepa-bench/busybox:latest"
-	runnerImage = "meepa-bench/runner:latest"
-	benchText   = "hello"
+	baseImage = "meepa-bench/busybox:latest"
+	benchText = "hello"
 )
+
+// runID keeps concurrent bench runs (several worktrees share one daemon)
+// apart: each runner removes its agent's containers that it did not make,
+// so two runs with the same agent ids would break each other's messages.
+var (
+	runID       = randomHex(3)
+	runnerImage = "meepa-bench/runner:" + runID
+)
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func agentName(role string) string { return "meepa-bench-" + runID + "-" + role }
 
 func main() {
 	rounds := flag.Int("rounds", 15, "rounds of a, b, c and d (after one warm-up round)")
@@ -82,6 +100,8 @@ func run(rounds, burst, perAgent, reps int) error {
 	if err := buildImages(ctx, cli); err != nil {
 		return err
 	}
+	// Only this run's tag goes; the layers stay in the build cache.
+	defer cli.ImageRemove(context.WithoutCancel(ctx), runnerImage, image.RemoveOptions{})
 	tmp, err := os.MkdirTemp("", "meepa-bench-")
 	if err != nil {
 		return err
@@ -99,7 +119,7 @@ func run(rounds, burst, perAgent, reps int) error {
 	if err != nil {
 		return err
 	}
-	spec := sandbox.Spec{AgentID: "meepa-bench-bare", Workspace: wsA, Image: runnerImage}
+	spec := sandbox.Spec{AgentID: agentName("bare"), Workspace: wsA, Image: runnerImage}
 	request, _ := json.Marshal(agent.Request{AgentID: spec.AgentID, Message: agent.Message{ID: "bench", Text: benchText}, LLM: agent.LLMConfig{Provider: "offline"}})
 	dockerArgs, err := dockerRunArgs(spec)
 	if err != nil {
@@ -123,11 +143,11 @@ func run(rounds, burst, perAgent, reps int) error {
 		}
 		return r, err
 	}
-	cold, err := newRunner("meepa-bench-cold", false)
+	cold, err := newRunner(agentName("cold"), false)
 	if err != nil {
 		return err
 	}
-	warm, err := newRunner("meepa-bench-warm", true)
+	warm, err := newRunner(agentName("warm"), true)
 	if err != nil {
 		return err
 	}
@@ -206,7 +226,7 @@ func run(rounds, burst, perAgent, reps int) error {
 	thr := map[int][]float64{}
 	pool := []*benchRunner{warm}
 	for len(pool) < 4 {
-		r, err := newRunner(fmt.Sprintf("meepa-bench-thr%d", len(pool)), true)
+		r, err := newRunner(agentName(fmt.Sprintf("thr%d", len(pool))), true)
 		if err != nil {
 			return err
 		}

@@ -40,7 +40,8 @@ type Config struct {
 	InjectSecretsEnv     bool `json:"inject_secrets_env"`
 	RedactSecrets        bool `json:"redact_secrets"`
 	// Env is extra environment for the agent loop (e.g. a ThreeGate role's
-	// http_proxy / https_proxy / no_proxy).
+	// http_proxy / https_proxy / no_proxy). It is set on the per-message
+	// container, where `docker inspect` shows it, so it must hold no secret.
 	Env map[string]string `json:"env,omitempty"`
 	// MaxSteps bounds the agent loop's LLM/tool steps; zero means 8.
 	MaxSteps int `json:"max_steps,omitempty"`
@@ -57,13 +58,19 @@ type ContainerMode struct {
 	// MemoryLimit is a Docker size such as "512m"; swap equals memory.
 	MemoryLimit    string `json:"memory_limit"`
 	TimeoutSeconds int    `json:"timeout_seconds"`
-	// Network is "none", "bridge", or empty when Networks is set.
+	// Network is "none", "bridge", or empty when Networks is set. Empty
+	// without Networks means "none" (fail closed); the provider writes the
+	// spec's default ("bridge") explicitly.
 	Network string `json:"network,omitempty"`
 	// Networks are named networks to join (a ThreeGate role's networks);
 	// the first is attached at create, the rest before start.
-	Networks  []string `json:"networks,omitempty"`
-	PidsLimit int64    `json:"pids_limit"`
-	// User is "uid:gid" for the agent loop; empty means 65534:65534.
+	Networks []string `json:"networks,omitempty"`
+	// PidsLimit bounds processes and threads; zero means 256.
+	PidsLimit int64 `json:"pids_limit"`
+	// User is "uid:gid" for the agent loop; empty means 65534:65534. Root is
+	// refused. The runner chowns the workspace to it at start when it sees
+	// the workspace at this path and runs as root; otherwise the workspace
+	// must already be writable by this user.
 	User string `json:"user,omitempty"`
 	// Runtime is the OCI runtime ("runc", "crun", "runsc"); empty: daemon default.
 	Runtime string `json:"runtime,omitempty"`

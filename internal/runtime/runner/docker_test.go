@@ -29,6 +29,11 @@ import (
 
 const testAPIKey = "sk-meepa-test-4f1c9e2a77"
 
+// runToken keeps agent ids apart when several checkouts run these tests on
+// one daemon at once: a runner removes every container of its agent id
+// that it did not make.
+var runToken = newMessageID()[4:10]
+
 // DefaultPidsLimitForTest is the pids limit the test agents get (the default).
 const DefaultPidsLimitForTest = sandbox.DefaultPidsLimit
 
@@ -48,7 +53,7 @@ func testAgentConfig(t *testing.T, cli *client.Client, id string) *Config {
 	}
 	t.Cleanup(func() { os.RemoveAll(sockDir) })
 	return &Config{
-		AgentID:   "tf-acc-" + id,
+		AgentID:   "tf-acc-" + id + "-" + runToken,
 		Workspace: t.TempDir(),
 		Listen:    "unix://" + filepath.Join(sockDir, "runner.sock"),
 		Token:     "test-token-" + id,
@@ -388,5 +393,33 @@ func TestPerAgentSerializationAgentsInParallel(t *testing.T) {
 	}
 	if across == 0 {
 		t.Errorf("no message of agent b ran while one of agent a did: a=%v b=%v", spans[a], spans[b])
+	}
+}
+
+// With credential and secret injection the tools see the key, yet it is in
+// no reply (redacted) and still not in `docker inspect`: injection happens
+// inside the agent loop, from stdin, never through the container config.
+func TestInjectedCredentialsRedactedAndNotInInspect(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	cfg := testAgentConfig(t, cli, "inject")
+	cfg.InjectCredentialsEnv, cfg.InjectSecretsEnv = true, true
+	a := startAgent(t, cfg)
+	code, out := a.sh(t, `test "$MEEPA_LLM_API_KEY" = "`+testAPIKey+`" && echo key-present; env`)
+	if code != 0 || !strings.Contains(out, "key-present") {
+		t.Fatalf("the tool did not get the injected key: exit %d %q", code, out)
+	}
+	if strings.Contains(out, testAPIKey) || strings.Contains(out, "xsecret-0d9b1f") || !strings.Contains(out, "[REDACTED]") {
+		t.Errorf("reply not redacted: %q", out)
+	}
+	a.waitReady(t)
+	for _, c := range containersOf(t, cli, cfg.AgentID) {
+		_, raw, err := cli.ContainerInspectWithRaw(context.Background(), c.ID, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(raw, []byte(testAPIKey)) || bytes.Contains(raw, []byte("xsecret-0d9b1f")) {
+			t.Errorf("secret in docker inspect of %s", c.ID[:12])
+		}
 	}
 }

@@ -2,6 +2,24 @@
 // HTTP API that takes messages, runs each in a fresh sandbox one at a time
 // (the spec's per-agent mutex) with a bounded queue, and answers the agent's
 // reply or a typed error.
+//
+// The API, on Config.Listen ("unix:///path" or "127.0.0.1:PORT"):
+//
+//	POST /v1/messages   Authorization: Bearer <Config.Token>
+//	                    body MessageRequest {"text", "sender", "channel", "conversation_id"}
+//	  200  agent.Reply JSON (reply, steps, usage, duration_ms, message_id)
+//	  400 bad_request, 401 unauthorized, 413 too_large, 429 queue_full,
+//	  503 shutting_down, 504 timeout, 500 with the agent's error kind
+//	  (oom, exit, protocol, sandbox, llm, steps, request, internal), all as
+//	  ErrorBody {"error": {"kind", "message"}, "message_id"}.
+//	  Every answer to a message that ran carries X-Message-Id.
+//	GET /healthz        Health JSON: ok, agent_id, mode, ready (a prestarted
+//	                    sandbox waits), prestart, queued, busy, plus backend
+//	                    fields (landlock_abi); 503 while shutting down.
+//	GET /metrics        Prometheus text, meepa_runner_* metrics.
+//
+// A waiting request whose client goes away leaves the queue; a running one
+// finishes (the agent may be writing its memory) within timeout_seconds.
 package runner
 
 import (
@@ -215,19 +233,27 @@ func (s *Server) Reload(ctx context.Context, cfg *Config) error {
 	}
 	defer func() { <-s.turn }()
 	s.mu.RLock()
-	old := s.backend
-	oldListen := s.cfg.Listen
+	old, oldCfg := s.backend, s.cfg
 	s.mu.RUnlock()
-	if cfg.Listen != oldListen {
-		s.log.Warn("listen address changed; it takes effect at the next restart", "listen", oldListen)
+	if cfg.Listen != oldCfg.Listen {
+		s.log.Warn("listen address changed; it takes effect at the next restart", "listen", oldCfg.Listen)
 	}
-	// Close first: the new backend's orphan sweep must not race the old one.
+	// Close first: each backend removes the agent's sandboxes that are not
+	// its own, so the two must not overlap.
 	if err := old.Close(ctx); err != nil {
 		s.log.Warn("close old backend", "error", err)
 	}
 	b, mode, err := s.newBackend(ctx, cfg, s.log)
 	if err != nil {
-		return err
+		// Keep serving the old config rather than nothing.
+		var rerr error
+		if b, mode, rerr = s.newBackend(ctx, oldCfg, s.log); rerr != nil {
+			return errors.Join(fmt.Errorf("reload: %w", err), fmt.Errorf("restore the old config: %w", rerr))
+		}
+		s.mu.Lock()
+		s.backend, s.mode = b, mode
+		s.mu.Unlock()
+		return fmt.Errorf("reload (still serving the old config): %w", err)
 	}
 	s.mu.Lock()
 	s.cfg, s.backend, s.mode, s.token = cfg, b, mode, sha256.Sum256([]byte(cfg.Token))

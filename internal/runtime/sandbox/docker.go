@@ -334,11 +334,23 @@ func (d *Docker) discardPending(p *pending) {
 // always removed.
 func (d *Docker) Run(ctx context.Context, job Job) (Outcome, error) {
 	begin := time.Now()
+	if job.Timeout <= 0 {
+		job.Timeout = 300 * time.Second
+	}
+	// The timeout covers the whole message, a slow start included.
+	ctx, cancel := context.WithTimeout(ctx, job.Timeout)
+	defer cancel()
+	timedOut := func(err error) bool {
+		return errors.Is(err, context.DeadlineExceeded) && errors.Is(ctx.Err(), context.DeadlineExceeded)
+	}
 	var c *attached
 	prestarted := false
 	if d.opts.Prestart {
 		var err error
 		if c, err = d.take(ctx); err != nil {
+			if timedOut(err) {
+				return Outcome{TimedOut: true}, nil
+			}
 			return Outcome{}, fmt.Errorf("wait for prestarted container: %w", err)
 		}
 		// A container that waited a long time may have died meanwhile
@@ -359,12 +371,18 @@ func (d *Docker) Run(ctx context.Context, job Job) (Outcome, error) {
 			select {
 			case <-removing:
 			case <-ctx.Done():
+				if timedOut(ctx.Err()) {
+					return Outcome{TimedOut: true}, nil
+				}
 				return Outcome{}, ctx.Err()
 			}
 		}
 		var err error
 		c, err = d.startContainer(ctx, job.MessageID)
 		if err != nil {
+			if timedOut(err) {
+				return Outcome{TimedOut: true, StartLatency: time.Since(begin)}, nil
+			}
 			return Outcome{}, err
 		}
 	}
@@ -486,12 +504,7 @@ func containerName(agentID string) string {
 // its output, and collects the exit state. It kills the container at the
 // timeout or when ctx ends; Run removes it after.
 func (d *Docker) exchange(ctx context.Context, c *attached, job Job, out *Outcome) error {
-	timeout := job.Timeout
-	if timeout <= 0 {
-		timeout = 300 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	// ctx carries the message's deadline (set in Run).
 
 	stdout := &capped{max: MaxStdout}
 	stderr := &tail{max: StderrTailLen}
@@ -550,7 +563,12 @@ func (d *Docker) exchange(ctx context.Context, c *attached, job Job, out *Outcom
 	}
 	tWait = time.Now()
 	ins, err := d.cli.ContainerInspect(sctx, c.id)
-	if err != nil {
+	switch {
+	case cerrdefs.IsNotFound(err):
+		// Removed out of band after it exited: the reply and the exit code
+		// are in hand; only the OOM flag is lost.
+		d.log.Warn("container removed before inspect; OOM state unknown", "container_id", short(c.id))
+	case err != nil:
 		return fmt.Errorf("container inspect: %w", err)
 	}
 	out.ImageID = ins.Image

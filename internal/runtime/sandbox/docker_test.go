@@ -2,16 +2,32 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
+
+// runToken keeps names apart when several checkouts run these tests on one
+// daemon at once: a backend removes every container of its agent id that it
+// did not make.
+var runToken = func() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}()
+
+func uniq(name string) string { return name + "-" + runToken }
 
 func newBackend(t *testing.T, cli *client.Client, cmd []string, prestart bool) (*Docker, Spec) {
 	t.Helper()
@@ -20,7 +36,7 @@ func newBackend(t *testing.T, cli *client.Client, cmd []string, prestart bool) (
 		t.Fatal(err)
 	}
 	spec := Spec{
-		AgentID:   "tf-acc-sbx-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")),
+		AgentID:   uniq("tf-acc-sbx-" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))),
 		Workspace: ws,
 		Image:     testutil.EnsureBusybox(t, cli),
 		Command:   cmd,
@@ -147,19 +163,20 @@ func TestDockerRemovesOrphansAtStart(t *testing.T) {
 		}
 		return c.ID
 	}
-	mk("tf-acc-orphan-a")
-	other := mk("tf-acc-orphan-b")
+	agentA, agentB := uniq("tf-acc-orphan-a"), uniq("tf-acc-orphan-b")
+	mk(agentA)
+	other := mk(agentB)
 	t.Cleanup(func() { cli.ContainerRemove(ctx, other, container.RemoveOptions{Force: true}) })
 
-	d, err := NewDocker(ctx, cli, DockerOptions{Spec: Spec{AgentID: "tf-acc-orphan-a", Workspace: ws, Image: testutil.BusyboxImage}})
+	d, err := NewDocker(ctx, cli, DockerOptions{Spec: Spec{AgentID: agentA, Workspace: ws, Image: testutil.BusyboxImage}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close(ctx)
-	if left := agentContainers(t, cli, "tf-acc-orphan-a"); len(left) != 0 {
+	if left := agentContainers(t, cli, agentA); len(left) != 0 {
 		t.Errorf("orphan left: %+v", left)
 	}
-	if left := agentContainers(t, cli, "tf-acc-orphan-b"); len(left) != 1 {
+	if left := agentContainers(t, cli, agentB); len(left) != 1 {
 		t.Errorf("another agent's container was touched: %+v", left)
 	}
 }
@@ -189,5 +206,37 @@ func TestDockerDeadPrestartedContainerIsReplaced(t *testing.T) {
 	}
 	if out.SandboxID == list[0].ID || string(out.Stdout) != "still here" || out.ExitCode != 0 {
 		t.Fatalf("outcome %+v stdout %q: want a fresh container's answer", out, out.Stdout)
+	}
+}
+
+// Named networks: the first is joined at create, the rest before start, so
+// the agent sees all of them from its first instruction.
+func TestDockerNamedNetworks(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	ctx := context.Background()
+	var names []string
+	for _, n := range []string{uniq("tf-acc-sbx-net-a"), uniq("tf-acc-sbx-net-b")} {
+		cli.NetworkRemove(ctx, n)
+		if _, err := cli.NetworkCreate(ctx, n, network.CreateOptions{Internal: true, Labels: engine.Labels("test-network", nil)}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.NetworkRemove(context.Background(), n) })
+		names = append(names, n)
+	}
+	ws := t.TempDir()
+	spec := Spec{AgentID: uniq("tf-acc-sbx-nets"), Workspace: ws, Image: testutil.EnsureBusybox(t, cli), Networks: names,
+		Command: []string{"sh", "-c", "cat >/dev/null; ls /sys/class/net | tr '\\n' ' '"}}
+	d, err := NewDocker(ctx, cli, DockerOptions{Spec: spec, ChownWorkspace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close(ctx)
+	out, err := d.Run(ctx, Job{MessageID: "m", Stdin: []byte("x"), Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(out.Stdout)); got != "eth0 eth1 lo" {
+		t.Errorf("interfaces %q, want eth0 eth1 lo", got)
 	}
 }
