@@ -45,7 +45,7 @@ func TestOneRunnerPerAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := Deployment{AgentID: id, Image: image, Layout: l, Listener: Listener{Unix: l.Socket}, Workspace: ws,
-		User: "0:0", CapAdd: []string{"CHOWN", "DAC_READ_SEARCH"}, StopTimeout: 5 * time.Second}
+		User: "0:0", CapAdd: []string{"CHOWN", "DAC_READ_SEARCH"}, StopTimeout: 5 * time.Second, DockerSocket: DefaultDockerSocket}
 	t.Cleanup(func() { _ = Remove(context.Background(), cli, id, time.Second) })
 
 	// Count the agent's runner containers as often as the daemon answers.
