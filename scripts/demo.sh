@@ -32,7 +32,17 @@ timed() {
   TIMINGS+=("$(awk -v l="$label" -v s="$start" -v e="$end" 'BEGIN { printf "%-30s %6.2fs", l, e - s }')")
   return $rc
 }
-tf() { terraform -chdir="$QS" "$@"; }
+# tf SUBCOMMAND ARGS...: terraform in the quickstart directory, without
+# colour codes when the output is not a terminal (CI logs, `| tee`).
+tf() {
+  local sub=$1
+  shift
+  if [ -t 1 ]; then
+    terraform -chdir="$QS" "$sub" "$@"
+  else
+    terraform -chdir="$QS" "$sub" -no-color "$@"
+  fi
+}
 
 require_build() {
   if [ ! -f "$TF_CLI_CONFIG_FILE" ] || [ ! -x "$ROOT/bin/terraform-provider-meepa" ]; then
