@@ -80,8 +80,13 @@ func InputChain(name string) string { return "TGI-" + name }
 // TG-<name> (from DOCKER-USER, forwarded traffic):
 //  1. replies (ESTABLISHED,RELATED) to and from the ThreeGate subnets;
 //  2. traffic inside one ThreeGate network (bridge-netfilter sends it here);
-//  3. the proxy's egress address: new tcp/443 and DNS (udp, tcp 53);
-//  4. [LOG] and DROP of everything else from or to the three subnets.
+//  3. DROP of everything else into the three subnets: new connections
+//     from outside, and (before 4, on purpose) from the proxy's egress
+//     address into llmnet or fetchnet, which would otherwise meet the
+//     tcp/443 and DNS accepts and skip Docker's own isolation of internal
+//     networks (an ACCEPT in DOCKER-USER ends the FORWARD chain);
+//  4. the proxy's egress address: new tcp/443 and DNS (udp, tcp 53);
+//  5. [LOG] and DROP of everything else from the three subnets.
 //
 // TGI-<name> (from INPUT, traffic to the host itself, e.g. a service on
 // the bridge gateway): replies to host-initiated connections, then [LOG]
@@ -109,6 +114,9 @@ func Build(p Params) Set {
 	for _, n := range subnets {
 		add(fwd, "-s %s -d %s -j ACCEPT", n, n)
 	}
+	for _, n := range subnets {
+		add(fwd, "-d %s -j DROP", n)
+	}
 	proxy := netip.PrefixFrom(p.ProxyIP, 32)
 	add(fwd, "-s %s -p tcp -m tcp --dport 443 -m conntrack --ctstate NEW -j ACCEPT", proxy)
 	if len(p.DNS) == 0 {
@@ -124,9 +132,6 @@ func Build(p Params) Set {
 			add(fwd, "-s %s -j LOG --log-prefix %q", n, logPrefix(p.Name, "fwd"))
 		}
 		add(fwd, "-s %s -j DROP", n)
-	}
-	for _, n := range subnets {
-		add(fwd, "-d %s -j DROP", n)
 	}
 
 	for _, n := range subnets {

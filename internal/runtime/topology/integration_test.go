@@ -138,6 +138,14 @@ func TestThreeGateIsolation(t *testing.T) {
 	}
 	t.Logf("PROXY      outside:443 directly             open     %s", res[0].Observed)
 	t.Logf("PROXY      outside:8443 directly            blocked  %s", res[1].Observed)
+	// The proxy's tcp/443 accept must not carry it into llmnet by routing
+	// (egressnet gateway -> llmnet bridge): Docker isolates internal
+	// networks, and an ACCEPT in DOCKER-USER would skip that isolation. A
+	// refused connection would mean the member was reached.
+	member := startMember(t, cli, image, s.Network(LLMNet).Name)
+	if r := execProbe(t, cli, s.Proxy.Name, "tcp="+member+":443")[0]; !probe.Blocked(r.Observed) {
+		t.Errorf("proxy -> llmnet member %s:443 should be dropped; observed %s %s", member, r.Observed, r.Detail)
+	}
 	rogue = runOn(t, cli, image, s.Network(EgressNet).Name, "tcp="+out.Addr(443))
 	if !probe.Blocked(rogue.Observed) {
 		t.Errorf("a second container on egressnet must not get out: %+v", rogue)
@@ -273,6 +281,34 @@ func runOn(t *testing.T, cli client.APIClient, image, net, check string, more ..
 		t.Fatalf("probe %s output %q, stderr %q: %v", check, stdout.String(), stderr.String(), err)
 	}
 	return r
+}
+
+// startMember runs an idle container on net, removed at cleanup, and
+// returns its address there.
+func startMember(t *testing.T, cli client.APIClient, image, net string) string {
+	t.Helper()
+	ctx := context.Background()
+	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: image, Entrypoint: []string{"/bin/sleep"}, Cmd: []string{"300"},
+		Labels: engine.Labels("test", map[string]string{"test": t.Name()})},
+		&container.HostConfig{NetworkMode: container.NetworkMode(net)}, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
+	})
+	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := cli.ContainerInspect(ctx, resp.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := info.NetworkSettings.Networks[net]
+	if ep == nil || ep.IPAddress == "" {
+		t.Fatalf("member has no address on %s", net)
+	}
+	return ep.IPAddress
 }
 
 // execProbe runs agent-runner probe inside a running container.
