@@ -74,17 +74,19 @@ func ForwardChain(name string) string { return "TG-" + name }
 // InputChain names the chain for traffic addressed to the host.
 func InputChain(name string) string { return "TGI-" + name }
 
-// Build returns the rule set of a topology. The order is the security
-// argument, so it is spelled out here:
+// Build returns the rule set of a topology. The chains only ever take
+// away: what they let through they RETURN, never ACCEPT, so Docker's own
+// chains (the isolation of internal networks, inter-container
+// communication settings) and the host's INPUT rules still judge it, and
+// a mistake here can narrow connectivity but never open more than Docker
+// alone would. The order is the security argument, so it is spelled out:
 //
 // TG-<name> (from DOCKER-USER, forwarded traffic):
 //  1. replies (ESTABLISHED,RELATED) to and from the ThreeGate subnets;
 //  2. traffic inside one ThreeGate network (bridge-netfilter sends it here);
 //  3. DROP of everything else into the three subnets: new connections
 //     from outside, and (before 4, on purpose) from the proxy's egress
-//     address into llmnet or fetchnet, which would otherwise meet the
-//     tcp/443 and DNS accepts and skip Docker's own isolation of internal
-//     networks (an ACCEPT in DOCKER-USER ends the FORWARD chain);
+//     address into llmnet or fetchnet by routing;
 //  4. the proxy's egress address: new tcp/443 and DNS (udp, tcp 53);
 //  5. [LOG] and DROP of everything else from the three subnets.
 //
@@ -106,26 +108,26 @@ func Build(p Params) Set {
 	}
 	const est = "-m conntrack --ctstate RELATED,ESTABLISHED"
 	for _, n := range subnets {
-		add(fwd, "-d %s %s -j ACCEPT", n, est)
+		add(fwd, "-d %s %s -j RETURN", n, est)
 	}
 	for _, n := range subnets {
-		add(fwd, "-s %s %s -j ACCEPT", n, est)
+		add(fwd, "-s %s %s -j RETURN", n, est)
 	}
 	for _, n := range subnets {
-		add(fwd, "-s %s -d %s -j ACCEPT", n, n)
+		add(fwd, "-s %s -d %s -j RETURN", n, n)
 	}
 	for _, n := range subnets {
 		add(fwd, "-d %s -j DROP", n)
 	}
 	proxy := netip.PrefixFrom(p.ProxyIP, 32)
-	add(fwd, "-s %s -p tcp -m tcp --dport 443 -m conntrack --ctstate NEW -j ACCEPT", proxy)
+	add(fwd, "-s %s -p tcp -m tcp --dport 443 -m conntrack --ctstate NEW -j RETURN", proxy)
 	if len(p.DNS) == 0 {
-		add(fwd, "-s %s -p udp -m udp --dport 53 -j ACCEPT", proxy)
-		add(fwd, "-s %s -p tcp -m tcp --dport 53 -m conntrack --ctstate NEW -j ACCEPT", proxy)
+		add(fwd, "-s %s -p udp -m udp --dport 53 -j RETURN", proxy)
+		add(fwd, "-s %s -p tcp -m tcp --dport 53 -m conntrack --ctstate NEW -j RETURN", proxy)
 	}
 	for _, d := range p.DNS {
-		add(fwd, "-s %s -d %s -p udp -m udp --dport 53 -j ACCEPT", proxy, netip.PrefixFrom(d, 32))
-		add(fwd, "-s %s -d %s -p tcp -m tcp --dport 53 -m conntrack --ctstate NEW -j ACCEPT", proxy, netip.PrefixFrom(d, 32))
+		add(fwd, "-s %s -d %s -p udp -m udp --dport 53 -j RETURN", proxy, netip.PrefixFrom(d, 32))
+		add(fwd, "-s %s -d %s -p tcp -m tcp --dport 53 -m conntrack --ctstate NEW -j RETURN", proxy, netip.PrefixFrom(d, 32))
 	}
 	for _, n := range subnets {
 		if p.LogDenied {
@@ -135,7 +137,7 @@ func Build(p Params) Set {
 	}
 
 	for _, n := range subnets {
-		add(in, "-s %s %s -j ACCEPT", n, est)
+		add(in, "-s %s %s -j RETURN", n, est)
 	}
 	for _, n := range subnets {
 		if p.LogDenied {

@@ -83,8 +83,13 @@ func TestRuleOrder(t *testing.T) {
 		if !strings.Contains(r.Spec, `-m comment --comment "threegate:tg"`) {
 			t.Errorf("rule without owner comment: %s", r.Line())
 		}
-		if strings.Contains(r.Spec, "ACCEPT") && !strings.Contains(r.Spec, "10.213.") {
-			t.Errorf("ACCEPT rule not scoped to the topology's subnets: %s", r.Line())
+		// An ACCEPT would end FORWARD or INPUT and skip Docker's and the
+		// host's own rules; the owned chains only drop or return.
+		if !strings.HasSuffix(r.Spec, "-j RETURN") && !strings.HasSuffix(r.Spec, "-j DROP") && !strings.Contains(r.Spec, "-j LOG ") {
+			t.Errorf("rule neither returns, drops nor logs: %s", r.Line())
+		}
+		if strings.HasSuffix(r.Spec, "-j RETURN") && !strings.Contains(r.Spec, "10.213.") {
+			t.Errorf("RETURN rule not scoped to the topology's subnets: %s", r.Line())
 		}
 	}
 	// Only the proxy's egress address gets new connections out.
@@ -94,8 +99,8 @@ func TestRuleOrder(t *testing.T) {
 		}
 	}
 	for _, r := range s.Rules {
-		if r.Chain == "TGI-tg" && strings.HasSuffix(r.Spec, "ACCEPT") && !strings.Contains(r.Spec, "ESTABLISHED") {
-			t.Errorf("INPUT chain accepts new connections: %s", r.Line())
+		if r.Chain == "TGI-tg" && strings.HasSuffix(r.Spec, "RETURN") && !strings.Contains(r.Spec, "ESTABLISHED") {
+			t.Errorf("INPUT chain lets new connections by: %s", r.Line())
 		}
 	}
 }
@@ -281,7 +286,7 @@ func TestVerdicts(t *testing.T) {
 		proxy, rogue     = "10.213.3.2", "10.213.3.9"
 		outside, foreign = "198.51.100.7", "172.17.0.2"
 	)
-	denied, passes := "DROP", "" // passes: ACCEPT or back to Docker's chains
+	denied, passes := "DROP", "" // passes: RETURN or off the end, back to Docker's chains
 	for _, c := range []struct {
 		name  string
 		chain string
@@ -308,6 +313,9 @@ func TestVerdicts(t *testing.T) {
 		{"foreign traffic to the host", "TGI-tg", packet{foreign, "172.17.0.1", "tcp", 22, "NEW"}, passes},
 	} {
 		got := verdict(t, s, c.chain, c.p)
+		if got == "ACCEPT" {
+			t.Errorf("%s: ACCEPT skips Docker's and the host's own rules", c.name)
+		}
 		if (c.want == denied) != (got == "DROP") {
 			t.Errorf("%s: verdict %q, want %s", c.name, got, map[bool]string{true: "DROP", false: "no DROP"}[c.want == denied])
 		}
