@@ -41,14 +41,12 @@ type Rule struct {
 func (r Rule) Line() string { return "-A " + r.Chain + " " + r.Spec }
 
 // Jump is the single rule in a parent chain that sends packets to an owned
-// chain.
+// chain. It must come before any rule of the parent that ends it for every
+// packet (Docker ends DOCKER-USER with an unconditional RETURN).
 type Jump struct {
-	Parent string
-	Target string
-	// BeforeReturn requires the jump to precede the parent's first
-	// unconditional RETURN (Docker ends DOCKER-USER with one).
-	BeforeReturn bool
-	comment      string
+	Parent  string
+	Target  string
+	comment string
 }
 
 // Spec is the jump's rule spec, as iptables -S prints it.
@@ -146,7 +144,7 @@ func Build(p Params) Set {
 		add(in, "-s %s -j DROP", n)
 	}
 	s.Jumps = []Jump{
-		{Parent: DockerUser, Target: fwd, BeforeReturn: true, comment: c},
+		{Parent: DockerUser, Target: fwd, comment: c},
 		{Parent: Input, Target: in, comment: c},
 	}
 	return s

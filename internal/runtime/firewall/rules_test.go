@@ -144,6 +144,13 @@ func TestDiff(t *testing.T) {
 		{"jump below RETURN", func(l *Live) {
 			l.Parents[DockerUser] = []string{"-A DOCKER-USER -j RETURN", want.Jumps[0].Line()}
 		}, []string{"below DOCKER-USER's RETURN"}},
+		{"foreign unconditional ACCEPT above the INPUT jump", func(l *Live) {
+			l.Parents[Input] = []string{`-A INPUT -m comment --comment "allow all" -j ACCEPT`, want.Jumps[1].Line()}
+		}, []string{"below INPUT's ACCEPT"}},
+		{"foreign conditional rules above the jumps", func(l *Live) {
+			l.Parents[DockerUser] = append([]string{"-A DOCKER-USER -i eth9 -j RETURN", "-A DOCKER-USER -s 192.0.2.0/24 -j ACCEPT"}, l.Parents[DockerUser]...)
+			l.Parents[Input] = append([]string{"-A INPUT -m comment --comment keep -p tcp -j ACCEPT"}, l.Parents[Input]...)
+		}, nil},
 		{"duplicate jump", func(l *Live) {
 			l.Parents[DockerUser] = append([]string{want.Jumps[0].Line()}, l.Parents[DockerUser]...)
 		}, []string{"appears 2 times"}},
@@ -184,6 +191,13 @@ func TestApplyText(t *testing.T) {
 	text = ApplyText(want, l)
 	if !strings.Contains(text, "-D DOCKER-USER "+jump+"\n-I DOCKER-USER 1 "+jump+"\n") {
 		t.Errorf("jump below RETURN not moved:\n%s", text)
+	}
+	// Shadowed by a foreign ACCEPT in INPUT: moved above it.
+	l = liveFrom(want)
+	l.Parents[Input] = []string{"-A INPUT -j ACCEPT", want.Jumps[1].Line()}
+	text = ApplyText(want, l)
+	if !strings.Contains(text, "-D INPUT "+want.Jumps[1].Spec()+"\n-I INPUT 1 "+want.Jumps[1].Spec()+"\n") {
+		t.Errorf("jump below INPUT's ACCEPT not moved:\n%s", text)
 	}
 	// Flushed: inserted once.
 	l.Parents[DockerUser] = nil
