@@ -211,13 +211,7 @@ func diffLines(chain string, want, got []string) []string {
 // legacy: one table replace), so no packet meets a half-applied set.
 func ApplyText(want Set, live Live) string {
 	var b strings.Builder
-	b.WriteString("*filter\n")
-	for _, c := range want.Chains {
-		fmt.Fprintf(&b, ":%s - [0:0]\n", c)
-	}
-	for _, r := range want.Rules {
-		b.WriteString(r.Line() + "\n")
-	}
+	want.writeChains(&b)
 	for _, j := range want.Jumps {
 		pos, end, n := jumpPosition(j, live.Parents[j.Parent])
 		ok := n == 1 && !(end >= 0 && pos > end)

@@ -142,7 +142,7 @@ func TestThreeGateIsolation(t *testing.T) {
 	// (egressnet gateway -> llmnet bridge): Docker isolates internal
 	// networks, and an ACCEPT in DOCKER-USER would skip that isolation. A
 	// refused connection would mean the member was reached.
-	member := startMember(t, cli, image, s.Network(LLMNet).Name)
+	member := startMember(t, cli, image, s.Network(LLMNet).Name, "")
 	if r := execProbe(t, cli, s.Proxy.Name, "tcp="+member+":443")[0]; !probe.Blocked(r.Observed) {
 		t.Errorf("proxy -> llmnet member %s:443 should be dropped; observed %s %s", member, r.Observed, r.Detail)
 	}
@@ -283,14 +283,14 @@ func runOn(t *testing.T, cli client.APIClient, image, net, check string, more ..
 	return r
 }
 
-// startMember runs an idle container on net, removed at cleanup, and
-// returns its address there.
-func startMember(t *testing.T, cli client.APIClient, image, net string) string {
+// startMember runs an idle container on net (named name, or by Docker when
+// empty), removed at cleanup, and returns its address there.
+func startMember(t *testing.T, cli client.APIClient, image, net, name string) string {
 	t.Helper()
 	ctx := context.Background()
 	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: image, Entrypoint: []string{"/bin/sleep"}, Cmd: []string{"300"},
 		Labels: engine.Labels("test", map[string]string{"test": t.Name()})},
-		&container.HostConfig{NetworkMode: container.NetworkMode(net)}, nil, nil, "")
+		&container.HostConfig{NetworkMode: container.NetworkMode(net)}, nil, nil, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,20 +357,9 @@ func TestNetworkWithEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	member := "meepa-test-tgep-member-" + s.Name[len(s.Name)-4:]
-	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: image, Entrypoint: []string{"/bin/sleep"}, Cmd: []string{"60"},
-		Labels: engine.Labels("test", nil)},
-		&container.HostConfig{NetworkMode: container.NetworkMode(s.Network(LLMNet).Name)}, nil, nil, member)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
-	})
-	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	startMember(t, cli, image, s.Network(LLMNet).Name, member)
 	start := time.Now()
-	err = Destroy(ctx, cli, s)
+	err := Destroy(ctx, cli, s)
 	if err == nil || !strings.Contains(err.Error(), member) || !strings.Contains(err.Error(), "detach or destroy") {
 		t.Fatalf("destroy with a member attached = %v, want an error naming %s", err, member)
 	}
