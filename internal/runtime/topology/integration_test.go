@@ -154,6 +154,15 @@ func TestThreeGateIsolation(t *testing.T) {
 	if v, err := Violations(ctx, cli, s); err != nil || len(v) > 0 {
 		t.Errorf("violations %v, err %v", v, err)
 	}
+	// A container on egressnet is a violation even when it wears the
+	// labels of a verification probe.
+	disguised := "meepa-test-tgprobe-" + s.Name[len(s.Name)-4:]
+	startMember(t, cli, image, s.Network(EgressNet).Name, disguised,
+		engine.Labels("probe", map[string]string{"threegate": s.Name, "threegate.role": RoleFetch}))
+	if v, err := Violations(ctx, cli, s); err != nil || !strings.Contains(strings.Join(v, "\n"), disguised+" is on "+s.Network(EgressNet).Name) {
+		t.Errorf("a probe-labelled container on egressnet is not reported: violations %v, err %v", v, err)
+	}
+	removeMember(t, cli, disguised)
 
 	// 3. Drift on our own rules only, each restored by the next apply.
 	set := s.Rules()
@@ -284,12 +293,17 @@ func runOn(t *testing.T, cli client.APIClient, image, net, check string, more ..
 }
 
 // startMember runs an idle container on net (named name, or by Docker when
-// empty), removed at cleanup, and returns its address there.
-func startMember(t *testing.T, cli client.APIClient, image, net, name string) string {
+// empty; labelled as a test object unless labels are given), removed at
+// cleanup, and returns its address there.
+func startMember(t *testing.T, cli client.APIClient, image, net, name string, labels ...map[string]string) string {
 	t.Helper()
 	ctx := context.Background()
+	lbl := engine.Labels("test", map[string]string{"test": t.Name()})
+	if len(labels) > 0 {
+		lbl = labels[0]
+	}
 	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: image, Entrypoint: []string{"/bin/sleep"}, Cmd: []string{"300"},
-		Labels: engine.Labels("test", map[string]string{"test": t.Name()})},
+		Labels: lbl},
 		&container.HostConfig{NetworkMode: container.NetworkMode(net)}, nil, nil, name)
 	if err != nil {
 		t.Fatal(err)
@@ -309,6 +323,15 @@ func startMember(t *testing.T, cli client.APIClient, image, net, name string) st
 		t.Fatalf("member has no address on %s", net)
 	}
 	return ep.IPAddress
+}
+
+// removeMember removes a member before the test's end, so later steps
+// (drift, destroy) see the topology without it.
+func removeMember(t *testing.T, cli client.APIClient, name string) {
+	t.Helper()
+	if err := cli.ContainerRemove(context.Background(), name, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // execProbe runs agent-runner probe inside a running container.

@@ -296,10 +296,10 @@ func Violations(ctx context.Context, cli client.APIClient, s Spec) ([]string, er
 		kindOf[n.Name] = n.Kind
 	}
 	var out []string
+	// Probe containers are judged like any other: they keep to their role's
+	// networks, and exempting a label anyone can set would let a container
+	// hide on egressnet by wearing it.
 	for _, c := range members {
-		if c.Labels[engine.LabelComponent] == "probe" {
-			continue
-		}
 		name := strings.TrimPrefix(firstOr(c.Names, c.ID), "/")
 		on := map[string]bool{}
 		if c.NetworkSettings != nil {
