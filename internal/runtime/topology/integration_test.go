@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
@@ -151,6 +152,13 @@ func TestThreeGateIsolation(t *testing.T) {
 		t.Errorf("a second container on egressnet must not get out: %+v", rogue)
 	}
 	t.Logf("ROGUE@egressnet outside:443                blocked  %s", rogue.Observed)
+	// The proxy listens on its fetchnet address only: from egressnet its
+	// port answers with a reset (reachable, nothing listening), so it is
+	// no open proxy for whatever else lands there.
+	egressPort := netip.AddrPortFrom(s.Proxy.EgressIP, uint16(s.Proxy.Port)).String()
+	if r := runOn(t, cli, image, s.Network(EgressNet).Name, "tcp="+egressPort); r.Observed != probe.Refused {
+		t.Errorf("proxy port on its egressnet address %s: observed %s %s, want refused", egressPort, r.Observed, r.Detail)
+	}
 	if v, err := Violations(ctx, cli, s); err != nil || len(v) > 0 {
 		t.Errorf("violations %v, err %v", v, err)
 	}
