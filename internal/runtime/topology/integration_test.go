@@ -143,7 +143,7 @@ func TestThreeGateIsolation(t *testing.T) {
 	// (egressnet gateway -> llmnet bridge): Docker isolates internal
 	// networks, and an ACCEPT in DOCKER-USER would skip that isolation. A
 	// refused connection would mean the member was reached.
-	member := startMember(t, cli, image, s.Network(LLMNet).Name, "")
+	member := startMember(t, cli, image, s.Network(LLMNet).Name, memberOpts{})
 	if r := execProbe(t, cli, s.Proxy.Name, "tcp="+member+":443")[0]; !probe.Blocked(r.Observed) {
 		t.Errorf("proxy -> llmnet member %s:443 should be dropped; observed %s %s", member, r.Observed, r.Detail)
 	}
@@ -165,12 +165,22 @@ func TestThreeGateIsolation(t *testing.T) {
 	// A container on egressnet is a violation even when it wears the
 	// labels of a verification probe.
 	disguised := "meepa-test-tgprobe-" + s.Name[len(s.Name)-4:]
-	startMember(t, cli, image, s.Network(EgressNet).Name, disguised,
-		engine.Labels("probe", map[string]string{"threegate": s.Name, "threegate.role": RoleFetch}))
+	startMember(t, cli, image, s.Network(EgressNet).Name, memberOpts{name: disguised,
+		labels: engine.Labels("probe", map[string]string{"threegate": s.Name, "threegate.role": RoleFetch})})
 	if v, err := Violations(ctx, cli, s); err != nil || !strings.Contains(strings.Join(v, "\n"), disguised+" is on "+s.Network(EgressNet).Name) {
 		t.Errorf("a probe-labelled container on egressnet is not reported: violations %v, err %v", v, err)
 	}
 	removeMember(t, cli, disguised)
+	// A member that turns IPv6 back on (Docker disables it in containers of
+	// networks without IPv6) reaches the host over the bridge's link-local
+	// address, a path the IPv4 firewall does not see: reported.
+	v6 := "meepa-test-tgv6-" + s.Name[len(s.Name)-4:]
+	startMember(t, cli, image, s.Network(LLMNet).Name, memberOpts{name: v6,
+		sysctls: map[string]string{"net.ipv6.conf.all.disable_ipv6": "0"}})
+	if v, err := Violations(ctx, cli, s); err != nil || !strings.Contains(strings.Join(v, "\n"), v6+" enables IPv6") {
+		t.Errorf("a member with IPv6 enabled is not reported: violations %v, err %v", v, err)
+	}
+	removeMember(t, cli, v6)
 
 	// 3. Drift on our own rules only, each restored by the next apply.
 	set := s.Rules()
@@ -300,19 +310,25 @@ func runOn(t *testing.T, cli client.APIClient, image, net, check string, more ..
 	return r
 }
 
-// startMember runs an idle container on net (named name, or by Docker when
-// empty; labelled as a test object unless labels are given), removed at
-// cleanup, and returns its address there.
-func startMember(t *testing.T, cli client.APIClient, image, net, name string, labels ...map[string]string) string {
+// memberOpts shape a member container; the zero value is an unnamed,
+// test-labelled container with Docker's defaults.
+type memberOpts struct {
+	name    string
+	labels  map[string]string
+	sysctls map[string]string
+}
+
+// startMember runs an idle container on net, removed at cleanup, and
+// returns its address there.
+func startMember(t *testing.T, cli client.APIClient, image, net string, o memberOpts) string {
 	t.Helper()
 	ctx := context.Background()
-	lbl := engine.Labels("test", map[string]string{"test": t.Name()})
-	if len(labels) > 0 {
-		lbl = labels[0]
+	if o.labels == nil {
+		o.labels = engine.Labels("test", map[string]string{"test": t.Name()})
 	}
 	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: image, Entrypoint: []string{"/bin/sleep"}, Cmd: []string{"300"},
-		Labels: lbl},
-		&container.HostConfig{NetworkMode: container.NetworkMode(net)}, nil, nil, name)
+		Labels: o.labels},
+		&container.HostConfig{NetworkMode: container.NetworkMode(net), Sysctls: o.sysctls}, nil, nil, o.name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +404,7 @@ func TestNetworkWithEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	member := "meepa-test-tgep-member-" + s.Name[len(s.Name)-4:]
-	startMember(t, cli, image, s.Network(LLMNet).Name, member)
+	startMember(t, cli, image, s.Network(LLMNet).Name, memberOpts{name: member})
 	start := time.Now()
 	err := Destroy(ctx, cli, s)
 	if err == nil || !strings.Contains(err.Error(), member) || !strings.Contains(err.Error(), "detach or destroy") {
