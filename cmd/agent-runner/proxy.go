@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -33,18 +32,8 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 func runProxy(args []string) int {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
-	var allow, allowFiles, dns, allowPrivate stringList
-	listen := fs.String("listen", ":"+strconv.Itoa(proxy.DefaultPort), "address to listen on")
-	fs.Var(&allow, "allow", "allowed destination pattern: host | host:port | *.domain[:port] | IP | [IPv6]:port (repeatable; bare host means port 443)")
-	fs.Var(&allowFiles, "allow-file", "file with one allow pattern per line; '#' starts a comment (repeatable)")
-	fs.Var(&dns, "dns", "DNS server ip[:port] to resolve with, tried in order (repeatable; default: the system resolver)")
-	fs.Var(&allowPrivate, "allow-private", "CIDR exempt from the private/special-range refusal (repeatable)")
-	audit := fs.String("audit", "-", "audit log destination: - for stdout, or a file path (appended)")
-	maxConns := fs.Int("max-conns", proxy.DefaultMaxConns, "maximum concurrent client connections")
-	dialTimeout := fs.Duration("dial-timeout", proxy.DefaultDialTimeout, "timeout for resolving and connecting upstream")
-	idleTimeout := fs.Duration("idle-timeout", proxy.DefaultIdleTimeout, "close tunnels and connections idle this long")
-	grace := fs.Duration("shutdown-grace", 8*time.Second, "on SIGTERM, how long open tunnels may finish")
-	logLevel := fs.String("log-level", "info", "operational log level on stderr (trace, debug, info, warn, error)")
+	var f proxyFlags
+	f.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -55,72 +44,103 @@ func runProxy(args []string) int {
 		fmt.Fprintf(os.Stderr, "proxy: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	log := hclog.New(&hclog.LoggerOptions{Name: "proxy", Level: hclog.LevelFromString(*logLevel), Output: os.Stderr, JSONFormat: true})
+	log := hclog.New(&hclog.LoggerOptions{Name: "proxy", Level: hclog.LevelFromString(f.logLevel), Output: os.Stderr, JSONFormat: true})
 
-	entries := append([]string(nil), allow...)
-	for _, f := range allowFiles {
-		lines, err := readAllowFile(f)
+	opts, err := f.options(log)
+	if err != nil {
+		log.Error("invalid configuration", "error", err)
+		return 2
+	}
+	opts.Audit = os.Stdout
+	if f.audit != "-" {
+		af, err := os.OpenFile(f.audit, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
-			log.Error("reading allow file", "error", err)
-			return 2
+			log.Error("opening audit log", "error", err)
+			return 1
+		}
+		defer af.Close()
+		opts.Audit = af
+	}
+	srv, err := proxy.New(opts)
+	if err != nil {
+		log.Error("proxy setup", "error", err)
+		return 2
+	}
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		log.Error("listen", "address", f.listen, "error", err)
+		return 1
+	}
+	if len(opts.Allow) == 0 {
+		log.Warn("the allowlist is empty: every request will be refused")
+	}
+	log.Info("proxy listening", "address", ln.Addr().String(), "allow", opts.Allow.Strings(),
+		"allow_private", []string(f.allowPrivate), "dns", []string(f.dns))
+	return serveUntilSignal(srv, ln, f.grace, log)
+}
+
+// proxyFlags is the proxy's command line.
+type proxyFlags struct {
+	allow, allowFiles, dns, allowPrivate stringList
+	listen, audit, logLevel              string
+	maxConns                             int
+	dialTimeout, idleTimeout, grace      time.Duration
+}
+
+func (f *proxyFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.listen, "listen", ":"+strconv.Itoa(proxy.DefaultPort), "address to listen on")
+	fs.Var(&f.allow, "allow", "allowed destination pattern: host | host:port | *.domain[:port] | IP | [IPv6]:port (repeatable; bare host means port 443)")
+	fs.Var(&f.allowFiles, "allow-file", "file with one allow pattern per line; '#' starts a comment (repeatable)")
+	fs.Var(&f.dns, "dns", "DNS server ip[:port] to resolve with, tried in order (repeatable; default: the system resolver)")
+	fs.Var(&f.allowPrivate, "allow-private", "CIDR exempt from the private/special-range refusal (repeatable)")
+	fs.StringVar(&f.audit, "audit", "-", "audit log destination: - for stdout, or a file path (appended)")
+	fs.IntVar(&f.maxConns, "max-conns", proxy.DefaultMaxConns, "maximum concurrent client connections")
+	fs.DurationVar(&f.dialTimeout, "dial-timeout", proxy.DefaultDialTimeout, "timeout for resolving and connecting upstream")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "close tunnels and connections idle this long")
+	fs.DurationVar(&f.grace, "shutdown-grace", 8*time.Second, "on SIGTERM, how long open tunnels may finish")
+	fs.StringVar(&f.logLevel, "log-level", "info", "operational log level on stderr (trace, debug, info, warn, error)")
+}
+
+// options turns the policy flags into proxy.Options (all but Audit).
+func (f *proxyFlags) options(log hclog.Logger) (proxy.Options, error) {
+	entries := append([]string(nil), f.allow...)
+	for _, file := range f.allowFiles {
+		lines, err := readAllowFile(file)
+		if err != nil {
+			return proxy.Options{}, err
 		}
 		entries = append(entries, lines...)
 	}
 	list, err := proxy.ParseAllowlist(entries)
 	if err != nil {
-		log.Error("invalid allowlist", "error", err)
-		return 2
+		return proxy.Options{}, fmt.Errorf("allowlist: %w", err)
 	}
-	prefixes, err := proxy.ParsePrefixes(allowPrivate)
+	prefixes, err := proxy.ParsePrefixes(f.allowPrivate)
 	if err != nil {
-		log.Error("invalid --allow-private", "error", err)
-		return 2
+		return proxy.Options{}, fmt.Errorf("--allow-private: %w", err)
 	}
 	var servers []netip.AddrPort
-	for _, d := range dns {
+	for _, d := range f.dns {
 		ap, err := proxy.ParseDNSServer(d)
 		if err != nil {
-			log.Error("invalid --dns", "error", err)
-			return 2
+			return proxy.Options{}, fmt.Errorf("--dns: %w", err)
 		}
 		servers = append(servers, ap)
 	}
-
-	var auditW io.Writer = os.Stdout
-	if *audit != "-" {
-		f, err := os.OpenFile(*audit, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		if err != nil {
-			log.Error("opening audit log", "error", err)
-			return 1
-		}
-		defer f.Close()
-		auditW = f
-	}
-
-	srv, err := proxy.New(proxy.Options{
+	return proxy.Options{
 		Allow:        list,
 		AllowPrivate: prefixes,
 		Resolver:     proxy.NewDNSResolver(servers),
-		DialTimeout:  *dialTimeout,
-		IdleTimeout:  *idleTimeout,
-		MaxConns:     *maxConns,
-		Audit:        auditW,
+		DialTimeout:  f.dialTimeout,
+		IdleTimeout:  f.idleTimeout,
+		MaxConns:     f.maxConns,
 		Logger:       log,
-	})
-	if err != nil {
-		log.Error("proxy setup", "error", err)
-		return 2
-	}
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		log.Error("listen", "address", *listen, "error", err)
-		return 1
-	}
-	if len(list) == 0 {
-		log.Warn("the allowlist is empty: every request will be refused")
-	}
-	log.Info("proxy listening", "address", ln.Addr().String(), "allow", list.Strings(), "allow_private", allowPrivate, "dns", []string(dns))
+	}, nil
+}
 
+// serveUntilSignal serves until SIGTERM or SIGINT, then lets open tunnels
+// finish for up to grace. It returns the process exit code.
+func serveUntilSignal(srv *proxy.Server, ln net.Listener, grace time.Duration, log hclog.Logger) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	errc := make(chan error, 1)
@@ -132,7 +152,7 @@ func runProxy(args []string) int {
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "grace", grace.String())
-	sctx, cancel := context.WithTimeout(context.Background(), *grace)
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Error("shutdown", "error", err)

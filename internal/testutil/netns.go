@@ -103,35 +103,53 @@ func routeTaken(prefix string) bool {
 }
 
 // listenInNetns opens a listener inside the namespace at nsPath. A socket
-// belongs to the namespace of the thread that created it, so the thread
-// switches in, listens and switches back; the listener then serves from any
-// goroutine.
+// belongs to the namespace of the thread that created it, so a goroutine of
+// its own locks a thread, switches in, listens and switches back; the
+// listener then serves from any goroutine. If switching back fails, that
+// goroutine exits with its thread still locked, so the runtime discards the
+// thread instead of running the caller (or anyone) in the wrong namespace.
 func listenInNetns(nsPath, addr string) (net.Listener, error) {
-	runtime.LockOSThread()
+	type result struct {
+		ln  net.Listener
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		ln, home, err := listenOnLockedThread(nsPath, addr)
+		if home {
+			runtime.UnlockOSThread()
+		}
+		done <- result{ln, err}
+	}()
+	r := <-done
+	return r.ln, r.err
+}
+
+// listenOnLockedThread does the switching for listenInNetns; home reports
+// whether the thread is back in its own namespace.
+func listenOnLockedThread(nsPath, addr string) (ln net.Listener, home bool, err error) {
 	orig, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
-		runtime.UnlockOSThread()
-		return nil, err
+		return nil, true, err
 	}
 	defer orig.Close()
 	target, err := os.Open(nsPath)
 	if err != nil {
-		runtime.UnlockOSThread()
-		return nil, err
+		return nil, true, err
 	}
 	defer target.Close()
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("setns: %w", err)
+		return nil, true, fmt.Errorf("setns: %w", err)
 	}
-	ln, lerr := net.Listen("tcp", addr)
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		// Leave the thread locked: it dies with this goroutine instead of
-		// running other goroutines in the wrong namespace.
-		return nil, fmt.Errorf("setns back: %w", err)
+	ln, err = net.Listen("tcp", addr)
+	if berr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); berr != nil {
+		if ln != nil {
+			ln.Close()
+		}
+		return nil, false, fmt.Errorf("setns back: %w", berr)
 	}
-	runtime.UnlockOSThread()
-	return ln, lerr
+	return ln, true, err
 }
 
 // HostService listens on all host addresses at a free port and accepts

@@ -122,13 +122,14 @@ func Diff(want Set, live Live) []string {
 			out = append(out, fmt.Sprintf("chain %s is missing, so the jump to %s is missing", j.Parent, j.Target))
 			continue
 		}
-		pos, ret, n := jumpPosition(j, lines)
+		pos, end, n := jumpPosition(j, lines)
 		switch {
 		case n == 0:
 			out = append(out, fmt.Sprintf("the jump from %s to %s is missing", j.Parent, j.Target))
-		case j.BeforeReturn && ret >= 0 && pos > ret:
-			out = append(out, fmt.Sprintf("the jump from %s to %s is below %s's RETURN (rule %d after RETURN at %d), so it never runs",
-				j.Parent, j.Target, j.Parent, pos+1, ret+1))
+		case end >= 0 && pos > end:
+			verdict := lines[end][strings.LastIndex(lines[end], " ")+1:]
+			out = append(out, fmt.Sprintf("the jump from %s to %s is below %s's %s (rule %d after the unconditional %s at %d), so it never runs",
+				j.Parent, j.Target, j.Parent, verdict, pos+1, verdict, end+1))
 		}
 		if n > 1 {
 			out = append(out, fmt.Sprintf("the jump from %s to %s appears %d times", j.Parent, j.Target, n))
@@ -138,9 +139,12 @@ func Diff(want Set, live Live) []string {
 }
 
 // jumpPosition returns the index of the first jump, the index of the first
-// unconditional RETURN (-1 if none) and how many jumps there are.
-func jumpPosition(j Jump, lines []string) (pos, ret, n int) {
-	pos, ret = -1, -1
+// rule that ends the parent for every packet (-1 if none) and how many
+// jumps there are. Docker ends DOCKER-USER with "-j RETURN"; a foreign
+// unconditional ACCEPT or RETURN above the jump (in either parent) would
+// shadow it just the same.
+func jumpPosition(j Jump, lines []string) (pos, end, n int) {
+	pos, end = -1, -1
 	for i, ln := range lines {
 		if ln == j.Line() {
 			if pos < 0 {
@@ -148,11 +152,32 @@ func jumpPosition(j Jump, lines []string) (pos, ret, n int) {
 			}
 			n++
 		}
-		if ret < 0 && ln == "-A "+j.Parent+" -j RETURN" {
-			ret = i
+		if end < 0 && endsChain(j.Parent, ln) {
+			end = i
 		}
 	}
-	return pos, ret, n
+	return pos, end, n
+}
+
+// endsChain reports whether the rule, as iptables -S prints it, matches
+// every packet and stops the chain: no match but (at most) a comment, and
+// a RETURN or ACCEPT target.
+func endsChain(parent, line string) bool {
+	rest, ok := strings.CutPrefix(line, "-A "+parent+" ")
+	if !ok {
+		return false
+	}
+	if c, ok := strings.CutPrefix(rest, "-m comment --comment "); ok {
+		// The comment is one word or a quoted string without quotes inside.
+		if strings.HasPrefix(c, `"`) {
+			if i := strings.Index(c[1:], `"`); i >= 0 {
+				rest = strings.TrimSpace(c[i+2:])
+			}
+		} else if _, after, ok := strings.Cut(c, " "); ok {
+			rest = after
+		}
+	}
+	return rest == "-j RETURN" || rest == "-j ACCEPT"
 }
 
 func diffLines(chain string, want, got []string) []string {
@@ -186,16 +211,10 @@ func diffLines(chain string, want, got []string) []string {
 // legacy: one table replace), so no packet meets a half-applied set.
 func ApplyText(want Set, live Live) string {
 	var b strings.Builder
-	b.WriteString("*filter\n")
-	for _, c := range want.Chains {
-		fmt.Fprintf(&b, ":%s - [0:0]\n", c)
-	}
-	for _, r := range want.Rules {
-		b.WriteString(r.Line() + "\n")
-	}
+	want.writeChains(&b)
 	for _, j := range want.Jumps {
-		pos, ret, n := jumpPosition(j, live.Parents[j.Parent])
-		ok := n == 1 && !(j.BeforeReturn && ret >= 0 && pos > ret)
+		pos, end, n := jumpPosition(j, live.Parents[j.Parent])
+		ok := n == 1 && !(end >= 0 && pos > end)
 		if ok {
 			continue
 		}

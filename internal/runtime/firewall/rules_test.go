@@ -2,9 +2,11 @@ package firewall
 
 import (
 	"flag"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -81,8 +83,13 @@ func TestRuleOrder(t *testing.T) {
 		if !strings.Contains(r.Spec, `-m comment --comment "threegate:tg"`) {
 			t.Errorf("rule without owner comment: %s", r.Line())
 		}
-		if strings.Contains(r.Spec, "ACCEPT") && !strings.Contains(r.Spec, "10.213.") {
-			t.Errorf("ACCEPT rule not scoped to the topology's subnets: %s", r.Line())
+		// An ACCEPT would end FORWARD or INPUT and skip Docker's and the
+		// host's own rules; the owned chains only drop or return.
+		if !strings.HasSuffix(r.Spec, "-j RETURN") && !strings.HasSuffix(r.Spec, "-j DROP") && !strings.Contains(r.Spec, "-j LOG ") {
+			t.Errorf("rule neither returns, drops nor logs: %s", r.Line())
+		}
+		if strings.HasSuffix(r.Spec, "-j RETURN") && !strings.Contains(r.Spec, "10.213.") {
+			t.Errorf("RETURN rule not scoped to the topology's subnets: %s", r.Line())
 		}
 	}
 	// Only the proxy's egress address gets new connections out.
@@ -92,8 +99,8 @@ func TestRuleOrder(t *testing.T) {
 		}
 	}
 	for _, r := range s.Rules {
-		if r.Chain == "TGI-tg" && strings.HasSuffix(r.Spec, "ACCEPT") && !strings.Contains(r.Spec, "ESTABLISHED") {
-			t.Errorf("INPUT chain accepts new connections: %s", r.Line())
+		if r.Chain == "TGI-tg" && strings.HasSuffix(r.Spec, "RETURN") && !strings.Contains(r.Spec, "ESTABLISHED") {
+			t.Errorf("INPUT chain lets new connections by: %s", r.Line())
 		}
 	}
 }
@@ -137,6 +144,13 @@ func TestDiff(t *testing.T) {
 		{"jump below RETURN", func(l *Live) {
 			l.Parents[DockerUser] = []string{"-A DOCKER-USER -j RETURN", want.Jumps[0].Line()}
 		}, []string{"below DOCKER-USER's RETURN"}},
+		{"foreign unconditional ACCEPT above the INPUT jump", func(l *Live) {
+			l.Parents[Input] = []string{`-A INPUT -m comment --comment "allow all" -j ACCEPT`, want.Jumps[1].Line()}
+		}, []string{"below INPUT's ACCEPT"}},
+		{"foreign conditional rules above the jumps", func(l *Live) {
+			l.Parents[DockerUser] = append([]string{"-A DOCKER-USER -i eth9 -j RETURN", "-A DOCKER-USER -s 192.0.2.0/24 -j ACCEPT"}, l.Parents[DockerUser]...)
+			l.Parents[Input] = append([]string{"-A INPUT -m comment --comment keep -p tcp -j ACCEPT"}, l.Parents[Input]...)
+		}, nil},
 		{"duplicate jump", func(l *Live) {
 			l.Parents[DockerUser] = append([]string{want.Jumps[0].Line()}, l.Parents[DockerUser]...)
 		}, []string{"appears 2 times"}},
@@ -178,6 +192,13 @@ func TestApplyText(t *testing.T) {
 	if !strings.Contains(text, "-D DOCKER-USER "+jump+"\n-I DOCKER-USER 1 "+jump+"\n") {
 		t.Errorf("jump below RETURN not moved:\n%s", text)
 	}
+	// Shadowed by a foreign ACCEPT in INPUT: moved above it.
+	l = liveFrom(want)
+	l.Parents[Input] = []string{"-A INPUT -j ACCEPT", want.Jumps[1].Line()}
+	text = ApplyText(want, l)
+	if !strings.Contains(text, "-D INPUT "+want.Jumps[1].Spec()+"\n-I INPUT 1 "+want.Jumps[1].Spec()+"\n") {
+		t.Errorf("jump below INPUT's ACCEPT not moved:\n%s", text)
+	}
 	// Flushed: inserted once.
 	l.Parents[DockerUser] = nil
 	text = ApplyText(want, l)
@@ -208,5 +229,109 @@ func TestArgs(t *testing.T) {
 	want := "-s|10.0.0.0/8|-m|comment|--comment|threegate:tg|-j|LOG|--log-prefix|tg:tg fwd "
 	if got != want {
 		t.Errorf("Args = %q, want %q", got, want)
+	}
+}
+
+// packet is what the evaluator below needs to know about one packet.
+type packet struct {
+	src, dst string
+	proto    string // tcp or udp
+	dport    int
+	state    string // NEW, ESTABLISHED or RELATED
+}
+
+// verdict walks chain the way netfilter does, first match wins, LOG goes
+// on, and returns the terminating target, or "" when the packet falls off
+// the end (back to the parent chain). It understands exactly the matches
+// Build writes and fails the test on any other, so a new kind of rule
+// cannot slip past it unjudged.
+func verdict(t *testing.T, s Set, chain string, p packet) string {
+	t.Helper()
+	for _, r := range s.Rules {
+		if r.Chain != chain {
+			continue
+		}
+		args, match, target := r.Args(), true, ""
+		for i := 0; i < len(args); i++ {
+			next := func() string { i++; return args[i] }
+			// next() before match &&, so a failed match still consumes
+			// its value.
+			switch a := args[i]; a {
+			case "-s", "-d":
+				ip := p.src
+				if a == "-d" {
+					ip = p.dst
+				}
+				in := netip.MustParsePrefix(next()).Contains(netip.MustParseAddr(ip))
+				match = match && in
+			case "-p":
+				proto := next()
+				match = match && proto == p.proto
+			case "--dport":
+				port := next()
+				match = match && port == fmt.Sprint(p.dport)
+			case "--ctstate":
+				states := strings.Split(next(), ",")
+				match = match && slices.Contains(states, p.state)
+			case "-m":
+				next() // the match module; its options are handled above
+			case "--comment", "--log-prefix":
+				next()
+			case "-j":
+				target = next()
+			default:
+				t.Fatalf("verdict: unknown option %q in %s", a, r.Line())
+			}
+		}
+		if match && target != "LOG" {
+			return target
+		}
+	}
+	return ""
+}
+
+// TestVerdicts judges the rule set by what it does to packets rather than
+// by its text, so that a reordering that opens a path fails here even when
+// the golden files were blindly regenerated.
+func TestVerdicts(t *testing.T) {
+	s := Build(testParams(true))
+	const (
+		llm, llm2, fetch = "10.213.1.5", "10.213.1.6", "10.213.2.5"
+		proxy, rogue     = "10.213.3.2", "10.213.3.9"
+		outside, foreign = "198.51.100.7", "172.17.0.2"
+	)
+	denied, passes := "DROP", "" // passes: RETURN or off the end, back to Docker's chains
+	for _, c := range []struct {
+		name  string
+		chain string
+		p     packet
+		want  string
+	}{
+		{"proxy to outside tcp/443", "TG-tg", packet{proxy, outside, "tcp", 443, "NEW"}, passes},
+		{"proxy to outside udp/53", "TG-tg", packet{proxy, outside, "udp", 53, "NEW"}, passes},
+		{"proxy to outside tcp/53", "TG-tg", packet{proxy, outside, "tcp", 53, "NEW"}, passes},
+		{"proxy to outside tcp/80", "TG-tg", packet{proxy, outside, "tcp", 80, "NEW"}, denied},
+		{"proxy to llmnet tcp/443", "TG-tg", packet{proxy, llm, "tcp", 443, "NEW"}, denied},
+		{"proxy to fetchnet udp/53 by routing", "TG-tg", packet{proxy, fetch, "udp", 53, "NEW"}, denied},
+		{"second egressnet container to outside tcp/443", "TG-tg", packet{rogue, outside, "tcp", 443, "NEW"}, denied},
+		{"llmnet to outside tcp/443", "TG-tg", packet{llm, outside, "tcp", 443, "NEW"}, denied},
+		{"llmnet to fetchnet", "TG-tg", packet{llm, fetch, "tcp", 3128, "NEW"}, denied},
+		{"fetchnet to outside tcp/443", "TG-tg", packet{fetch, outside, "tcp", 443, "NEW"}, denied},
+		{"inside llmnet", "TG-tg", packet{llm, llm2, "tcp", 8080, "NEW"}, passes},
+		{"outside into llmnet", "TG-tg", packet{outside, llm, "tcp", 22, "NEW"}, denied},
+		{"reply to the proxy", "TG-tg", packet{outside, proxy, "tcp", 40000, "ESTABLISHED"}, passes},
+		{"foreign traffic is not ours", "TG-tg", packet{foreign, outside, "tcp", 25, "NEW"}, passes},
+		{"llmnet to a host service", "TGI-tg", packet{llm, "10.213.1.1", "tcp", 22, "NEW"}, denied},
+		{"proxy to the host on 443", "TGI-tg", packet{proxy, "10.213.3.1", "tcp", 443, "NEW"}, denied},
+		{"reply to a host connection", "TGI-tg", packet{fetch, "10.213.2.1", "tcp", 40000, "ESTABLISHED"}, passes},
+		{"foreign traffic to the host", "TGI-tg", packet{foreign, "172.17.0.1", "tcp", 22, "NEW"}, passes},
+	} {
+		got := verdict(t, s, c.chain, c.p)
+		if got == "ACCEPT" {
+			t.Errorf("%s: ACCEPT skips Docker's and the host's own rules", c.name)
+		}
+		if (c.want == denied) != (got == "DROP") {
+			t.Errorf("%s: verdict %q, want %s", c.name, got, map[bool]string{true: "DROP", false: "no DROP"}[c.want == denied])
+		}
 	}
 }

@@ -424,7 +424,11 @@ func startProxy(ctx context.Context, cli client.APIClient, id string) error {
 		if c.State != nil && !c.State.Running {
 			return fmt.Errorf("proxy exited right after start (exit code %d): %s", c.State.ExitCode, tailLogs(ctx, cli, id))
 		}
-		time.Sleep(250 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("container start proxy: %w", ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
 	return nil
 }

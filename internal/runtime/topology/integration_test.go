@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
@@ -138,14 +139,48 @@ func TestThreeGateIsolation(t *testing.T) {
 	}
 	t.Logf("PROXY      outside:443 directly             open     %s", res[0].Observed)
 	t.Logf("PROXY      outside:8443 directly            blocked  %s", res[1].Observed)
+	// The proxy's tcp/443 accept must not carry it into llmnet by routing
+	// (egressnet gateway -> llmnet bridge): Docker isolates internal
+	// networks, and an ACCEPT in DOCKER-USER would skip that isolation. A
+	// refused connection would mean the member was reached.
+	member := startMember(t, cli, image, s.Network(LLMNet).Name, memberOpts{})
+	if r := execProbe(t, cli, s.Proxy.Name, "tcp="+member+":443")[0]; !probe.Blocked(r.Observed) {
+		t.Errorf("proxy -> llmnet member %s:443 should be dropped; observed %s %s", member, r.Observed, r.Detail)
+	}
 	rogue = runOn(t, cli, image, s.Network(EgressNet).Name, "tcp="+out.Addr(443))
 	if !probe.Blocked(rogue.Observed) {
 		t.Errorf("a second container on egressnet must not get out: %+v", rogue)
 	}
 	t.Logf("ROGUE@egressnet outside:443                blocked  %s", rogue.Observed)
+	// The proxy listens on its fetchnet address only: from egressnet its
+	// port answers with a reset (reachable, nothing listening), so it is
+	// no open proxy for whatever else lands there.
+	egressPort := netip.AddrPortFrom(s.Proxy.EgressIP, uint16(s.Proxy.Port)).String()
+	if r := runOn(t, cli, image, s.Network(EgressNet).Name, "tcp="+egressPort); r.Observed != probe.Refused {
+		t.Errorf("proxy port on its egressnet address %s: observed %s %s, want refused", egressPort, r.Observed, r.Detail)
+	}
 	if v, err := Violations(ctx, cli, s); err != nil || len(v) > 0 {
 		t.Errorf("violations %v, err %v", v, err)
 	}
+	// A container on egressnet is a violation even when it wears the
+	// labels of a verification probe.
+	disguised := "meepa-test-tgprobe-" + s.Name[len(s.Name)-4:]
+	startMember(t, cli, image, s.Network(EgressNet).Name, memberOpts{name: disguised,
+		labels: engine.Labels("probe", map[string]string{"threegate": s.Name, "threegate.role": RoleFetch})})
+	if v, err := Violations(ctx, cli, s); err != nil || !strings.Contains(strings.Join(v, "\n"), disguised+" is on "+s.Network(EgressNet).Name) {
+		t.Errorf("a probe-labelled container on egressnet is not reported: violations %v, err %v", v, err)
+	}
+	removeMember(t, cli, disguised)
+	// A member that turns IPv6 back on (Docker disables it in containers of
+	// networks without IPv6) reaches the host over the bridge's link-local
+	// address, a path the IPv4 firewall does not see: reported.
+	v6 := "meepa-test-tgv6-" + s.Name[len(s.Name)-4:]
+	startMember(t, cli, image, s.Network(LLMNet).Name, memberOpts{name: v6,
+		sysctls: map[string]string{"net.ipv6.conf.all.disable_ipv6": "0"}})
+	if v, err := Violations(ctx, cli, s); err != nil || !strings.Contains(strings.Join(v, "\n"), v6+" enables IPv6") {
+		t.Errorf("a member with IPv6 enabled is not reported: violations %v, err %v", v, err)
+	}
+	removeMember(t, cli, v6)
 
 	// 3. Drift on our own rules only, each restored by the next apply.
 	set := s.Rules()
@@ -275,6 +310,54 @@ func runOn(t *testing.T, cli client.APIClient, image, net, check string, more ..
 	return r
 }
 
+// memberOpts shape a member container; the zero value is an unnamed,
+// test-labelled container with Docker's defaults.
+type memberOpts struct {
+	name    string
+	labels  map[string]string
+	sysctls map[string]string
+}
+
+// startMember runs an idle container on net, removed at cleanup, and
+// returns its address there.
+func startMember(t *testing.T, cli client.APIClient, image, net string, o memberOpts) string {
+	t.Helper()
+	ctx := context.Background()
+	if o.labels == nil {
+		o.labels = engine.Labels("test", map[string]string{"test": t.Name()})
+	}
+	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: image, Entrypoint: []string{"/bin/sleep"}, Cmd: []string{"300"},
+		Labels: o.labels},
+		&container.HostConfig{NetworkMode: container.NetworkMode(net), Sysctls: o.sysctls}, nil, nil, o.name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
+	})
+	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := cli.ContainerInspect(ctx, resp.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := info.NetworkSettings.Networks[net]
+	if ep == nil || ep.IPAddress == "" {
+		t.Fatalf("member has no address on %s", net)
+	}
+	return ep.IPAddress
+}
+
+// removeMember removes a member before the test's end, so later steps
+// (drift, destroy) see the topology without it.
+func removeMember(t *testing.T, cli client.APIClient, name string) {
+	t.Helper()
+	if err := cli.ContainerRemove(context.Background(), name, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // execProbe runs agent-runner probe inside a running container.
 func execProbe(t *testing.T, cli client.APIClient, ctr string, checks ...string) []probe.Result {
 	t.Helper()
@@ -321,20 +404,9 @@ func TestNetworkWithEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	member := "meepa-test-tgep-member-" + s.Name[len(s.Name)-4:]
-	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: image, Entrypoint: []string{"/bin/sleep"}, Cmd: []string{"60"},
-		Labels: engine.Labels("test", nil)},
-		&container.HostConfig{NetworkMode: container.NetworkMode(s.Network(LLMNet).Name)}, nil, nil, member)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
-	})
-	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	startMember(t, cli, image, s.Network(LLMNet).Name, memberOpts{name: member})
 	start := time.Now()
-	err = Destroy(ctx, cli, s)
+	err := Destroy(ctx, cli, s)
 	if err == nil || !strings.Contains(err.Error(), member) || !strings.Contains(err.Error(), "detach or destroy") {
 		t.Fatalf("destroy with a member attached = %v, want an error naming %s", err, member)
 	}

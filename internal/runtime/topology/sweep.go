@@ -40,7 +40,7 @@ func SweepStale(ctx context.Context, cli client.APIClient, prefix string, age ti
 	for name := range stale {
 		cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelTopology+"="+name))})
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("container list of topology %s: %w", name, err))
 			continue
 		}
 		for _, c := range cs {
@@ -51,6 +51,7 @@ func SweepStale(ctx context.Context, cli client.APIClient, prefix string, age ti
 				errs = append(errs, removeNetwork(ctx, cli, n.ID))
 			}
 		}
+		// No iptables (or no DOCKER-USER) means there are no chains to sweep.
 		if h, err := firewall.Open(ctx); err == nil {
 			errs = append(errs, h.Remove(ctx, firewall.Build(firewall.Params{Name: name})))
 		}

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
@@ -296,10 +297,10 @@ func Violations(ctx context.Context, cli client.APIClient, s Spec) ([]string, er
 		kindOf[n.Name] = n.Kind
 	}
 	var out []string
+	// Probe containers are judged like any other: they keep to their role's
+	// networks, and exempting a label anyone can set would let a container
+	// hide on egressnet by wearing it.
 	for _, c := range members {
-		if c.Labels[engine.LabelComponent] == "probe" {
-			continue
-		}
 		name := strings.TrimPrefix(firstOr(c.Names, c.ID), "/")
 		on := map[string]bool{}
 		if c.NetworkSettings != nil {
@@ -317,6 +318,14 @@ func Violations(ctx context.Context, cli client.APIClient, s Spec) ([]string, er
 			out = append(out, fmt.Sprintf("the proxy %s is on %s; it must only join fetchnet and egressnet", name, NetworkName(s.Name, LLMNet)))
 		case !isProxy && on[FetchNet] && !on[LLMNet]:
 			out = append(out, fmt.Sprintf("%s is on fetchnet without llmnet, which no role allows", name))
+		}
+		v6, err := enablesIPv6(ctx, cli, c.ID)
+		if err != nil {
+			return nil, err
+		}
+		if v6 {
+			out = append(out, fmt.Sprintf("%s enables IPv6 (a net.ipv6 disable_ipv6=0 sysctl) on networks without it: "+
+				"it can reach the host over the bridge's link-local address, which the IPv4 host firewall does not cover", name))
 		}
 		if role := c.Labels[LabelRole]; role != "" && !isProxy {
 			allowed := map[string]bool{}
@@ -337,6 +346,31 @@ func Violations(ctx context.Context, cli client.APIClient, s Spec) ([]string, er
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// enablesIPv6 reports whether a container turns IPv6 back on with a
+// sysctl. Docker disables IPv6 inside containers whose networks have none
+// (observed on 20.10: net.ipv6.conf.all.disable_ipv6 = 1), which is what
+// keeps ThreeGate members off IPv6; a member that sets it to 0 gets
+// link-local addresses and can reach a host service listening on [::].
+// A container gone meanwhile is not a member any more.
+func enablesIPv6(ctx context.Context, cli client.APIClient, id string) (bool, error) {
+	c, err := cli.ContainerInspect(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("container inspect %s: %w", id, err)
+	}
+	if c.HostConfig == nil {
+		return false, nil
+	}
+	for k, v := range c.HostConfig.Sysctls {
+		if strings.HasPrefix(k, "net.ipv6.conf.") && strings.HasSuffix(k, ".disable_ipv6") && strings.TrimSpace(v) == "0" {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func firstOr(s []string, def string) string {
