@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,9 +21,28 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
+// lockedBuffer is the service's stderr: os/exec copies into it while the
+// test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // hostServe runs `agent-runner serve` in host mode (no container mode) on a
 // unix socket and returns an HTTP client for it and the service's stderr.
-func hostServe(t *testing.T, fa runner.FileAccess, env []string, flags ...string) (*http.Client, *bytes.Buffer) {
+func hostServe(t *testing.T, fa runner.FileAccess, env []string, flags ...string) (*http.Client, *lockedBuffer) {
 	t.Helper()
 	bin := testutil.RunnerBinary(t)
 	dir := t.TempDir()
@@ -46,7 +66,7 @@ func hostServe(t *testing.T, fa runner.FileAccess, env []string, flags ...string
 	}
 	cmd := exec.Command(bin, append([]string{"serve", "--config", cfgPath}, flags...)...)
 	cmd.Env = append(os.Environ(), env...)
-	stderr := &bytes.Buffer{}
+	stderr := &lockedBuffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -137,8 +157,8 @@ func TestServeHostMode(t *testing.T) {
 	if status != 200 || !strings.Contains(fmt.Sprint(m["reply"]), "top-secret") {
 		t.Errorf("unrestricted read: %d %v", status, m)
 	}
-	if !strings.Contains(stderr.String(), "[WARN]") || !strings.Contains(stderr.String(), "UNRESTRICTED") {
-		t.Errorf("serve --unrestricted logged no warning:\n%s", stderr)
+	if log := stderr.String(); !strings.Contains(log, "[WARN]") || !strings.Contains(log, "UNRESTRICTED") {
+		t.Errorf("serve --unrestricted logged no warning:\n%s", log)
 	}
 }
 
