@@ -1,0 +1,52 @@
+package runner
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+)
+
+// WriteConfig holds the API key and the token: the file must end up 0600
+// whatever lay in the directory before, and never be written through a
+// name someone else placed there.
+func TestWriteConfigModeAndNoFollow(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.json")
+	elsewhere := filepath.Join(dir, "elsewhere")
+	if err := os.WriteFile(elsewhere, []byte("untouched"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The name the old implementation used for its temporary file.
+	if err := os.Symlink(elsewhere, path+".tmp"); err != nil {
+		t.Fatal(err)
+	}
+	c := &Config{AgentID: "a1", Token: "tok-123456", LLM: agent.LLMConfig{Provider: "offline", APIKey: "sk-abcdef"}}
+	if err := WriteConfig(path, c); err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := os.ReadFile(elsewhere); string(raw) != "untouched" {
+		t.Fatalf("WriteConfig wrote through a planted symlink: %q", raw)
+	}
+	st, err := os.Lstat(path)
+	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o600 {
+		t.Fatalf("config: %v %v, want a regular 0600 file", st, err)
+	}
+	back, err := LoadConfig(path)
+	if err != nil || back.Token != c.Token || back.LLM.APIKey != c.LLM.APIKey {
+		t.Fatalf("LoadConfig: %+v %v", back, err)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, ".config.json.tmp-*"))
+	if len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+
+	if err := os.Chmod(path, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadConfig(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("LoadConfig of a 0640 config: %v, want a refusal", err)
+	}
+}
