@@ -82,8 +82,8 @@ type Host struct {
 // NewHost checks the options. It does not require Landlock: each message
 // checks the kernel and fails closed, so /healthz can still report why.
 func NewHost(o HostOptions) (*Host, error) {
-	if o.Workspace == "" || !filepath.IsAbs(o.Workspace) {
-		return nil, fmt.Errorf("host backend: workspace %q must be an absolute path", o.Workspace)
+	if err := CheckWorkspace(o.Workspace); err != nil {
+		return nil, fmt.Errorf("host backend: %w", err)
 	}
 	if o.RunnerBinary == "" {
 		exe, err := os.Executable()

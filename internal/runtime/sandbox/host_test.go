@@ -344,3 +344,14 @@ func TestNewHostRefusesContradictoryRules(t *testing.T) {
 		t.Errorf("NewHost with a relative path = %v, want a FieldError on allow_read", err)
 	}
 }
+
+// In host mode the workspace is granted read-write: "/" or the directory of
+// the Docker socket would grant the agent the host.
+func TestNewHostRefusesHostWideWorkspace(t *testing.T) {
+	for _, ws := range []string{"/", "/run", "/var/run", "/tmp/../run"} {
+		_, err := NewHost(HostOptions{Workspace: ws, RunnerBinary: "/bin/true", FileAccess: landlock.FileAccess{Unrestricted: true}})
+		if err == nil || !strings.Contains(err.Error(), "workspace") {
+			t.Errorf("NewHost with workspace %q = %v, want a refusal", ws, err)
+		}
+	}
+}
