@@ -346,3 +346,32 @@ func TestReloadSwapsBackend(t *testing.T) {
 		t.Errorf("after reload: %v", m)
 	}
 }
+
+// The runner's own pass catches a secret in the spelling tool inputs carry
+// (JSON-escaped) and never shows a piece of one that the stderr cut split.
+func TestRedactionEscapedAndCut(t *testing.T) {
+	cfg := testConfig()
+	cfg.Secrets["Q"] = `pa"ss\word`
+	b := &scripted{answer: func(req agent.Request) (sandbox.Outcome, error) {
+		return replyOutcome(agent.Reply{MessageID: req.Message.ID, Reply: "done",
+			Steps: []agent.Step{{ToolCalls: []agent.ToolCall{{Name: "shell", Input: `{"command":"echo pa\"ss\\word"}`}}}}})
+	}}
+	_, ts := newTestServer(t, cfg, b)
+	code, m := post(t, ts.URL, "tok-123", `{"text":"hi"}`)
+	raw, _ := json.Marshal(m)
+	if code != 200 || bytes.Contains(raw, []byte(`ss\\\\word`)) || !bytes.Contains(raw, []byte(agent.Redacted)) {
+		t.Errorf("escaped secret in a tool input: %d %s", code, raw)
+	}
+
+	// 522 bytes: the last 512 begin inside the API key.
+	stderr := "panic: sk-very-secret" + strings.Repeat("y", 501)
+	b = &scripted{answer: func(agent.Request) (sandbox.Outcome, error) {
+		return sandbox.Outcome{SandboxID: "x", ExitCode: 2, StderrTail: []byte(stderr)}, nil
+	}}
+	_, ts = newTestServer(t, testConfig(), b)
+	code, m = post(t, ts.URL, "tok-123", `{"text":"hi"}`)
+	raw, _ = json.Marshal(m)
+	if code != 500 || errKind(m) != agent.ErrKindExit || bytes.Contains(raw, []byte("secret")) || !bytes.Contains(raw, []byte("yyyy")) {
+		t.Errorf("cut stderr: %d %s", code, raw)
+	}
+}
