@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 
 	"github.com/docker/docker/client"
 	"github.com/hashicorp/go-hclog"
@@ -119,6 +121,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Container.Enabled && c.Container.Image == "" {
 		errs = append(errs, errors.New("container_mode.image is empty"))
+	}
+	// Env is set on the sandbox, where `docker inspect` and /proc show it;
+	// a secret there would outlive the message. Secrets travel on stdin.
+	if red := redactor(c); len(c.Env) > 0 {
+		for _, k := range slices.Sorted(maps.Keys(c.Env)) {
+			if v := c.Env[k]; red.String(v) != v {
+				errs = append(errs, fmt.Errorf("env %s holds the API key or a secret value; pass secrets in secrets (inject_secrets_env), never in env", k))
+			}
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("runner config: %w", err)

@@ -50,3 +50,20 @@ func TestWriteConfigModeAndNoFollow(t *testing.T) {
 		t.Errorf("LoadConfig of a 0640 config: %v, want a refusal", err)
 	}
 }
+
+// Env ends up in the sandbox's inspect output: a secret value there is a
+// config error, whichever variable carries it.
+func TestValidateRefusesSecretInEnv(t *testing.T) {
+	c := testConfig()
+	c.Env = map[string]string{"http_proxy": "http://proxy:3128"}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("plain env refused: %v", err)
+	}
+	for _, v := range []string{"sk-very-secret", "Bearer ghp_alsosecret"} {
+		c.Env = map[string]string{"http_proxy": "http://proxy:3128", "LEAK": v}
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), "env LEAK") || strings.Contains(err.Error(), v) {
+			t.Errorf("env value %q: Validate = %v, want a refusal naming LEAK and not the value", v, err)
+		}
+	}
+}
