@@ -258,11 +258,14 @@ func (d *Docker) Close(ctx context.Context) error {
 	if p != nil {
 		select {
 		case <-p.done:
+			if p.c != nil {
+				err = d.discard(p.c)
+			}
 		case <-ctx.Done():
+			// Still starting: remove it once it is up rather than leave a
+			// container waiting on stdin until the next runner's sweep.
+			go func() { <-p.done; d.discardPending(p) }()
 			return ctx.Err()
-		}
-		if p.c != nil {
-			err = d.discard(p.c)
 		}
 	}
 	done := make(chan struct{})
