@@ -455,7 +455,7 @@ func newPidsCgroup(agentID string, max int64) *pidsCgroup {
 	if parent == "" {
 		return nil
 	}
-	var b [6]byte
+	var b [cgroupSuffixBytes]byte
 	_, _ = rand.Read(b[:])
 	dir := filepath.Join(parent, "meepa-"+safeName(agentID)+"-"+hex.EncodeToString(b[:]))
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -507,10 +507,20 @@ func sweepPidsCgroups(agentID string) {
 	if parent == "" {
 		return
 	}
-	left, _ := filepath.Glob(filepath.Join(parent, "meepa-"+safeName(agentID)+"-*"))
+	left, _ := filepath.Glob(filepath.Join(parent, cgroupPattern(agentID)))
 	for _, dir := range left {
 		_ = os.Remove(dir)
 	}
+}
+
+// cgroupSuffixBytes is the random part of a per-message cgroup's name.
+const cgroupSuffixBytes = 6
+
+// cgroupPattern matches the per-message cgroups of agentID and of no other
+// agent: "meepa-a-*" would also match agent "a-b"'s, and the sweep could
+// remove one of them between its mkdir and its first task.
+func cgroupPattern(agentID string) string {
+	return "meepa-" + safeName(agentID) + "-" + strings.Repeat("[0-9a-f]", 2*cgroupSuffixBytes)
 }
 
 func (c *pidsCgroup) add(pid int) error {

@@ -355,3 +355,16 @@ func TestNewHostRefusesHostWideWorkspace(t *testing.T) {
 		}
 	}
 }
+
+func TestCgroupPatternIsPerAgent(t *testing.T) {
+	for name, want := range map[string]bool{
+		"meepa-a-0123456789ab":   true,
+		"meepa-a-b-0123456789ab": false,
+		"meepa-a-0123456789":     false,
+		"meepa-ab-0123456789ab":  false,
+	} {
+		if ok, err := filepath.Match(cgroupPattern("a"), name); err != nil || ok != want {
+			t.Errorf("cgroupPattern(a) on %s = %v %v, want %v", name, ok, err, want)
+		}
+	}
+}
