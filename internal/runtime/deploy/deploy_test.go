@@ -28,7 +28,8 @@ func TestParseListen(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "0.0.0.0:80", "10.0.0.1:80", ":80", "127.0.0.1:0", "127.0.0.1:70000",
-		"unix://rel.sock", "unix:///a/../b.sock", "http://127.0.0.1:80", "127.0.0.1"} {
+		"unix://rel.sock", "unix:///a/../b.sock", "http://127.0.0.1:80", "127.0.0.1",
+		"unix:///runner.sock", "unix:///run/runner.sock", "unix:///var/run/runner.sock"} {
 		if _, err := ParseListen(bad); err == nil {
 			t.Errorf("ParseListen(%q) accepted", bad)
 		}

@@ -80,16 +80,25 @@ var (
 var dockerSockets = []string{"/var/run/docker.sock", "/run/docker.sock"}
 
 // CheckWorkspace refuses a workspace that would hand the agent more of the
-// host than its own directory: it must be absolute and clean (the path is
-// checked as Docker will use it), and neither the root nor a directory that
-// holds the Docker socket, which is root on the host.
+// host than its own directory (see CheckHostDir).
 func CheckWorkspace(p string) error {
+	if err := CheckHostDir(p); err != nil {
+		return fmt.Errorf("workspace %w", err)
+	}
+	return nil
+}
+
+// CheckHostDir refuses a host directory that must not be bind-mounted into
+// a sandbox or a runner: it must be absolute and clean (checked as Docker
+// will use it), and neither the root nor a directory that holds the Docker
+// socket, which is root on the host.
+func CheckHostDir(p string) error {
 	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
-		return fmt.Errorf("workspace %q: want an absolute, clean path", p)
+		return fmt.Errorf("%q: want an absolute, clean path", p)
 	}
 	for _, sock := range dockerSockets {
 		if p == sock || strings.HasPrefix(sock, strings.TrimSuffix(p, "/")+"/") {
-			return fmt.Errorf("workspace %q: it holds the Docker socket %s", p, sock)
+			return fmt.Errorf("%q: it holds the Docker socket %s", p, sock)
 		}
 	}
 	return nil
