@@ -177,19 +177,9 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	}
 	defer os.RemoveAll(tmp)
 
-	child := &landlock.ChildConfig{DataLimit: uint64(h.memBytes)}
-	if !h.opts.FileAccess.Unrestricted {
-		rs, err := h.Ruleset(tmp)
-		if err != nil {
-			return Outcome{}, fmt.Errorf("landlock rules: %w", err)
-		}
-		if err := rs.Check(landlock.DetectABI()); err != nil {
-			return Outcome{}, err
-		}
-		for _, n := range rs.Notes {
-			h.log.Debug("landlock", "note", n)
-		}
-		child.Ruleset = rs
+	child, err := h.childConfig(tmp)
+	if err != nil {
+		return Outcome{}, err
 	}
 	cg := newPidsCgroup(h.opts.AgentID, h.pids)
 	if cg == nil {
@@ -201,7 +191,7 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	defer cg.remove()
 	cfgJSON, err := json.Marshal(child)
 	if err != nil {
-		return Outcome{}, err
+		return Outcome{}, fmt.Errorf("agent child config: %w", err)
 	}
 
 	timeout := job.Timeout
@@ -211,24 +201,22 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		return Outcome{}, err
+	// Closing an end twice is harmless; the deferred close catches every
+	// early return.
+	var pipes [6]*os.File
+	defer func() {
+		for _, f := range pipes {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	for i := 0; i < len(pipes); i += 2 {
+		if pipes[i], pipes[i+1], err = os.Pipe(); err != nil {
+			return Outcome{}, fmt.Errorf("agent child pipes: %w", err)
+		}
 	}
-	defer cfgR.Close()
-	defer cfgW.Close()
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return Outcome{}, err
-	}
-	defer outR.Close()
-	defer outW.Close()
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		return Outcome{}, err
-	}
-	defer errR.Close()
-	defer errW.Close()
+	cfgR, cfgW, outR, outW, errR, errW := pipes[0], pipes[1], pipes[2], pipes[3], pipes[4], pipes[5]
 
 	cmd := &exec.Cmd{
 		Path:       h.opts.RunnerBinary,
@@ -308,15 +296,43 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 
 	out.Stdout = stdout.buf
 	out.StderrTail = stderr.bytes()
-	if cmd.ProcessState != nil {
-		out.ExitCode = cmd.ProcessState.ExitCode()
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	return out, exitState(ctx, &out, cmd.ProcessState, stdout.over)
+}
+
+// childConfig is what the child applies to itself before it execs the
+// agent loop: the limits, and the Landlock rules unless unrestricted. It
+// fails closed when the kernel cannot enforce the rules.
+func (h *Host) childConfig(tmp string) (*landlock.ChildConfig, error) {
+	child := &landlock.ChildConfig{DataLimit: uint64(h.memBytes)}
+	if h.opts.FileAccess.Unrestricted {
+		return child, nil
+	}
+	rs, err := h.Ruleset(tmp)
+	if err != nil {
+		return nil, fmt.Errorf("landlock rules: %w", err)
+	}
+	if err := rs.Check(landlock.DetectABI()); err != nil {
+		return nil, err
+	}
+	for _, n := range rs.Notes {
+		h.log.Debug("landlock", "note", n)
+	}
+	child.Ruleset = rs
+	return child, nil
+}
+
+// exitState fills in how the child ended and returns the error for a child
+// that could not restrict itself, an oversized reply or a cancelled ctx.
+func exitState(ctx context.Context, out *Outcome, ps *os.ProcessState, overflow bool) error {
+	if ps != nil {
+		out.ExitCode = ps.ExitCode()
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			out.ExitCode = 128 + int(ws.Signal())
 		}
 	}
 	if out.ExitCode == landlock.ChildErrorExit {
 		if msg, ok := childError(out.StderrTail); ok {
-			return out, fmt.Errorf("sandbox setup failed, nothing ran: %s", msg)
+			return fmt.Errorf("sandbox setup failed, nothing ran: %s", msg)
 		}
 	}
 	// RLIMIT_DATA ends a Go agent loop with "fatal error: runtime: out of
@@ -325,13 +341,13 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	if out.ExitCode != 0 && bytes.Contains(out.StderrTail, []byte("fatal error: ")) && bytes.Contains(out.StderrTail, []byte("out of memory")) {
 		out.OOMKilled = true
 	}
-	if stdout.over {
-		return out, fmt.Errorf("reply larger than %d bytes", MaxStdout)
+	if overflow {
+		return fmt.Errorf("reply larger than %d bytes", MaxStdout)
 	}
 	if ctx.Err() != nil && !out.TimedOut {
-		return out, ctx.Err()
+		return ctx.Err()
 	}
-	return out, nil
+	return nil
 }
 
 func childError(stderr []byte) (string, bool) {
