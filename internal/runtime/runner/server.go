@@ -36,6 +36,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -467,6 +468,13 @@ func classify(cfg *Config, out sandbox.Outcome, runErr error) (status int, kind,
 			fmt.Sprintf("agent output is not one JSON reply: %v", parseErr), nil
 	}
 	if r.ErrorKind != "" {
+		// The kind comes from inside the sandbox: only the kinds agent-run
+		// may set pass, so an agent cannot pose as OOM or timeout, or grow
+		// the metrics by an outcome label per message.
+		if !slices.Contains(agentKinds, r.ErrorKind) {
+			return http.StatusInternalServerError, agent.ErrKindProtocol,
+				fmt.Sprintf("agent reported error kind %.40q, which agent-run never sets", r.ErrorKind), nil
+		}
 		return http.StatusInternalServerError, r.ErrorKind, red.String(r.Error), nil
 	}
 	if out.ExitCode != 0 {
@@ -480,6 +488,10 @@ func classify(cfg *Config, out sandbox.Outcome, runErr error) (status int, kind,
 	}
 	return http.StatusOK, "", "", &r
 }
+
+// agentKinds are the error kinds agent-run sets in its Reply; the others
+// are the runner's own.
+var agentKinds = []string{agent.ErrKindLLM, agent.ErrKindRequest, agent.ErrKindSteps, agent.ErrKindInternal, agent.ErrKindWorkspace}
 
 func memLimit(cfg *Config) string {
 	if cfg.Container.MemoryLimit == "" {

@@ -167,13 +167,17 @@ func TestOutcomeClassification(t *testing.T) {
 		code int
 		kind string
 	}{
-		"timeout":  {sandbox.Outcome{SandboxID: "x", TimedOut: true, ExitCode: 137}, nil, 504, agent.ErrKindTimeout},
-		"oom":      {sandbox.Outcome{SandboxID: "x", OOMKilled: true, ExitCode: 137}, nil, 500, agent.ErrKindOOM},
-		"exit":     {sandbox.Outcome{SandboxID: "x", ExitCode: 2, StderrTail: []byte("panic: sk-very-secret")}, nil, 500, agent.ErrKindExit},
-		"protocol": {sandbox.Outcome{SandboxID: "x", Stdout: []byte("hello")}, nil, 500, agent.ErrKindProtocol},
-		"two docs": {sandbox.Outcome{SandboxID: "x", Stdout: []byte(`{"reply":"a"}{"reply":"b"}`)}, nil, 500, agent.ErrKindProtocol},
-		"sandbox":  {sandbox.Outcome{}, io.ErrUnexpectedEOF, 500, agent.ErrKindSandbox},
-		"llm":      {sandbox.Outcome{SandboxID: "x", Stdout: []byte(`{"reply":"","error_kind":"llm","error":"401 from sk-very-secret"}`)}, nil, 500, agent.ErrKindLLM},
+		"timeout":   {sandbox.Outcome{SandboxID: "x", TimedOut: true, ExitCode: 137}, nil, 504, agent.ErrKindTimeout},
+		"oom":       {sandbox.Outcome{SandboxID: "x", OOMKilled: true, ExitCode: 137}, nil, 500, agent.ErrKindOOM},
+		"exit":      {sandbox.Outcome{SandboxID: "x", ExitCode: 2, StderrTail: []byte("panic: sk-very-secret")}, nil, 500, agent.ErrKindExit},
+		"protocol":  {sandbox.Outcome{SandboxID: "x", Stdout: []byte("hello")}, nil, 500, agent.ErrKindProtocol},
+		"two docs":  {sandbox.Outcome{SandboxID: "x", Stdout: []byte(`{"reply":"a"}{"reply":"b"}`)}, nil, 500, agent.ErrKindProtocol},
+		"sandbox":   {sandbox.Outcome{}, io.ErrUnexpectedEOF, 500, agent.ErrKindSandbox},
+		"llm":       {sandbox.Outcome{SandboxID: "x", Stdout: []byte(`{"reply":"","error_kind":"llm","error":"401 from sk-very-secret"}`)}, nil, 500, agent.ErrKindLLM},
+		"workspace": {sandbox.Outcome{SandboxID: "x", Stdout: []byte(`{"reply":"","error_kind":"workspace","error":"read-only"}`)}, nil, 500, agent.ErrKindWorkspace},
+		// Kinds only the runner sets cannot come from inside the sandbox.
+		"fake oom":     {sandbox.Outcome{SandboxID: "x", Stdout: []byte(`{"reply":"","error_kind":"oom","error":"sk-very-secret"}`)}, nil, 500, agent.ErrKindProtocol},
+		"made-up kind": {sandbox.Outcome{SandboxID: "x", Stdout: []byte(`{"reply":"","error_kind":"x\ny","error":"e"}`)}, nil, 500, agent.ErrKindProtocol},
 	} {
 		b := &scripted{answer: func(agent.Request) (sandbox.Outcome, error) { return c.out, c.err }}
 		_, ts := newTestServer(t, testConfig(), b)
