@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/docker/docker/client"
 	"github.com/hashicorp/go-hclog"
@@ -104,6 +106,8 @@ func (b *dockerBackend) Close(ctx context.Context) error {
 	return errors.Join(err, b.cli.Close())
 }
 
+var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 // Validate checks what the runner needs before it listens.
 func (c *Config) Validate() error {
 	var errs []error
@@ -126,7 +130,13 @@ func (c *Config) Validate() error {
 	// a secret there would outlive the message. Secrets travel on stdin.
 	if red := redactor(c); len(c.Env) > 0 {
 		for _, k := range slices.Sorted(maps.Keys(c.Env)) {
-			if v := c.Env[k]; red.String(v) != v {
+			v := c.Env[k]
+			switch {
+			case !envNameRe.MatchString(k) || strings.ContainsRune(v, 0):
+				// "HOME=/x y" would set HOME in host mode, where the
+				// environment is a list exec reads first-match.
+				errs = append(errs, fmt.Errorf("env %q: want a variable name and a value without NUL", k))
+			case red.String(v) != v:
 				errs = append(errs, fmt.Errorf("env %s holds the API key or a secret value; pass secrets in secrets (inject_secrets_env), never in env", k))
 			}
 		}

@@ -59,6 +59,10 @@ func TestValidateRefusesSecretInEnv(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("plain env refused: %v", err)
 	}
+	c.Env = map[string]string{"HOME=/etc x": "y"}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "variable name") {
+		t.Errorf("env key with '=': Validate = %v, want a refusal", err)
+	}
 	for _, v := range []string{"sk-very-secret", "Bearer ghp_alsosecret"} {
 		c.Env = map[string]string{"http_proxy": "http://proxy:3128", "LEAK": v}
 		err := c.Validate()
