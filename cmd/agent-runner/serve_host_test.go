@@ -2,17 +2,14 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,25 +17,6 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
-
-// lockedBuffer is the service's stderr: os/exec copies into it while the
-// test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // hostServe runs `agent-runner serve` in host mode (no container mode) on a
 // unix socket and returns an HTTP client for it and the service's stderr.
@@ -75,22 +53,8 @@ func hostServe(t *testing.T, fa runner.FileAccess, env []string, flags ...string
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
 	})
-	c := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		},
-	}}
-	for i := 0; ; i++ {
-		resp, err := c.Get("http://runner/healthz")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if i > 200 {
-			t.Fatalf("serve did not come up: %v\n%s", err, stderr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	c := unixClient(sock)
+	waitUp(t, c, 10*time.Second, stderr.String)
 	return c, stderr
 }
 
