@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,5 +70,34 @@ func TestValidateRefusesSecretInEnv(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "env LEAK") || strings.Contains(err.Error(), v) {
 			t.Errorf("env value %q: Validate = %v, want a refusal naming LEAK and not the value", v, err)
 		}
+	}
+}
+
+// A stale socket is replaced; a file that is not a socket is never
+// removed to make room.
+func TestListenReplacesOnlyASocket(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "r.sock")
+	ln, err := Listen("unix://" + sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Closing a unix listener removes its file; leave a stale one behind.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	if ln, err = Listen("unix://" + sock); err != nil {
+		t.Fatalf("stale socket not replaced: %v", err)
+	}
+	ln.Close()
+
+	data := filepath.Join(dir, "data.json")
+	if err := os.WriteFile(data, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen("unix://" + data); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Errorf("Listen on a regular file = %v, want a refusal", err)
+	}
+	if raw, err := os.ReadFile(data); err != nil || string(raw) != "keep" {
+		t.Errorf("the file was touched: %q %v", raw, err)
 	}
 }

@@ -176,8 +176,15 @@ func Listen(addr string) (net.Listener, error) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 			return nil, fmt.Errorf("listen %s: %w", addr, err)
 		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("listen %s: remove stale socket: %w", addr, err)
+		// Only a socket is stale: a listen path that names some other file
+		// by mistake must not delete it.
+		if fi, err := os.Lstat(path); err == nil {
+			if fi.Mode()&os.ModeSocket == 0 {
+				return nil, fmt.Errorf("listen %s: %s exists and is not a socket", addr, path)
+			}
+			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("listen %s: remove stale socket: %w", addr, err)
+			}
 		}
 		ln, err := net.Listen("unix", path)
 		if err != nil {
