@@ -511,6 +511,11 @@ func (c *compiler) add(g grant) error {
 // one instead, recursing into the entries that lead to the denied path.
 func (c *compiler) expand(p string, g grant, depth int) error {
 	st, err := os.Stat(p)
+	if depth > 0 && errors.Is(err, fs.ErrNotExist) {
+		// An entry removed since its directory was listed (a busy /tmp)
+		// grants nothing, which is the safe side.
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", g.why, p, err)
 	}
@@ -523,6 +528,9 @@ func (c *compiler) expand(p string, g grant, depth int) error {
 	}
 	c.note("%s %s holds a denied path: granting its entries one by one; %s itself gets no rights (cannot be listed; new entries in it are not granted)", g.why, p, p)
 	entries, err := os.ReadDir(p)
+	if depth > 0 && errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("%s %s: list to expand around a denied path: %w", g.why, p, err)
 	}
