@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -84,8 +85,24 @@ func HostOptions(cfg *Config, log hclog.Logger) sandbox.HostOptions {
 		MemoryLimit: cfg.Container.MemoryLimit,
 		PidsLimit:   cfg.Container.PidsLimit,
 		Env:         cfg.Env,
+		Protect:     protectedPaths(cfg.Path),
 		Logger:      log,
 	}
+}
+
+// protectedPaths are the runner files a host-mode agent must never read,
+// whatever file_access allows: its config (the token, the API key, the
+// secrets), and in the provider's layout <state_dir>/runners/<id>/ every
+// agent's runner files, since host-mode agents run as the same user.
+func protectedPaths(configPath string) []string {
+	if configPath == "" {
+		return nil
+	}
+	p := []string{configPath}
+	if runners := filepath.Dir(filepath.Dir(configPath)); filepath.Base(runners) == "runners" {
+		p = append(p, runners)
+	}
+	return p
 }
 
 func userOrDefault(u string) string {
@@ -125,6 +142,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Container.Enabled && c.Container.Image == "" {
 		errs = append(errs, errors.New("container_mode.image is empty"))
+	}
+	if c.Path != "" && c.Workspace != "" && (c.Path == c.Workspace || strings.HasPrefix(c.Path, strings.TrimSuffix(c.Workspace, "/")+"/")) {
+		errs = append(errs, fmt.Errorf("the config file %s lies inside the workspace, where the agent can read and change it; keep it outside", c.Path))
 	}
 	// Env is set on the sandbox, where `docker inspect` and /proc show it;
 	// a secret there would outlive the message. Secrets travel on stdin.

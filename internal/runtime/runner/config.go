@@ -52,6 +52,10 @@ type Config struct {
 	// DockerHost is the daemon the per-message containers run on; empty
 	// means DOCKER_HOST, else the local socket.
 	DockerHost string `json:"docker_host,omitempty"`
+
+	// Path is the absolute path LoadConfig read the config from; it is
+	// not part of the file.
+	Path string `json:"-"`
 }
 
 // ContainerMode is the spec's container_mode block plus the hardening knobs.
@@ -126,7 +130,14 @@ func LoadConfig(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runner config: %w", err)
 	}
-	return ParseConfig(raw)
+	c, err := ParseConfig(raw)
+	if err != nil {
+		return nil, err
+	}
+	if c.Path, err = filepath.Abs(path); err != nil {
+		return nil, fmt.Errorf("runner config: %w", err)
+	}
+	return c, nil
 }
 
 // ParseConfig decodes a config and applies the defaults that a zero value

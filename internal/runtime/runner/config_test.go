@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -36,7 +37,7 @@ func TestWriteConfigModeAndNoFollow(t *testing.T) {
 		t.Fatalf("config: %v %v, want a regular 0600 file", st, err)
 	}
 	back, err := LoadConfig(path)
-	if err != nil || back.Token != c.Token || back.LLM.APIKey != c.LLM.APIKey {
+	if err != nil || back.Token != c.Token || back.LLM.APIKey != c.LLM.APIKey || back.Path != path {
 		t.Fatalf("LoadConfig: %+v %v", back, err)
 	}
 	left, _ := filepath.Glob(filepath.Join(dir, ".config.json.tmp-*"))
@@ -99,5 +100,31 @@ func TestListenReplacesOnlyASocket(t *testing.T) {
 	}
 	if raw, err := os.ReadFile(data); err != nil || string(raw) != "keep" {
 		t.Errorf("the file was touched: %q %v", raw, err)
+	}
+}
+
+func TestProtectedPathsAndConfigOutsideWorkspace(t *testing.T) {
+	if got := protectedPaths("/s/runners/a1/config.json"); !slices.Equal(got, []string{"/s/runners/a1/config.json", "/s/runners"}) {
+		t.Errorf("provider layout: %q", got)
+	}
+	if got := protectedPaths("/etc/meepa/a1.json"); !slices.Equal(got, []string{"/etc/meepa/a1.json"}) {
+		t.Errorf("external layout: %q", got)
+	}
+	if got := protectedPaths(""); got != nil {
+		t.Errorf("no path: %q", got)
+	}
+	if o := HostOptions(&Config{Path: "/s/runners/a1/config.json"}, nil); !slices.Contains(o.Protect, "/s/runners") {
+		t.Errorf("HostOptions.Protect = %q", o.Protect)
+	}
+
+	c := testConfig()
+	c.Workspace = "/srv/a1"
+	c.Path = "/srv/a1/runner.json"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "inside the workspace") {
+		t.Errorf("config inside the workspace: %v", err)
+	}
+	c.Path = "/srv/a1-runner.json"
+	if err := c.Validate(); err != nil {
+		t.Errorf("config beside the workspace: %v", err)
 	}
 }

@@ -55,8 +55,11 @@ type HostOptions struct {
 	TmpRoot string
 	// Env is extra non-secret environment for the agent loop (e.g. a
 	// ThreeGate role's http_proxy).
-	Env    map[string]string
-	Logger hclog.Logger
+	Env map[string]string
+	// Protect are paths the agent never reaches whatever FileAccess allows
+	// (see landlock.Spec.Protect); nothing without Landlock.
+	Protect []string
+	Logger  hclog.Logger
 }
 
 // Host runs each message as a fresh child process on this machine: the
@@ -164,6 +167,7 @@ func (h *Host) Ruleset(tmp string) (*landlock.Ruleset, error) {
 		TmpDir:       tmp,
 		RunnerBinary: h.opts.RunnerBinary,
 		Home:         h.home,
+		Protect:      h.opts.Protect,
 	})
 }
 

@@ -368,3 +368,29 @@ func TestCgroupPatternIsPerAgent(t *testing.T) {
 		}
 	}
 }
+
+// A protected file (the runner's config) stays unreadable even under an
+// allow_read of its whole directory tree.
+func TestHostProtectBeatsAllow(t *testing.T) {
+	requireLandlock(t, landlock.MinFSABI)
+	root := t.TempDir()
+	cfgDir := mkdir(t, root, "runners", "a1")
+	cfg := filepath.Join(cfgDir, "config.json")
+	writeFile(t, cfg, `{"token":"tok-secret"}`)
+	writeFile(t, filepath.Join(root, "readable.txt"), "open")
+	ws := mkdir(t, root, "agents", "a1")
+	h, err := NewHost(HostOptions{
+		AgentID:      "tf-acc-host",
+		Workspace:    ws,
+		FileAccess:   landlock.FileAccess{AllowRead: []string{root}, AllowNetwork: true},
+		RunnerBinary: testutil.RunnerBinary(t),
+		Protect:      []string{cfg},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := expectOK(t, h, "cat "+filepath.Join(root, "readable.txt")); !strings.Contains(got, "open") {
+		t.Errorf("allowed file: %q", got)
+	}
+	expectDenied(t, h, "cat "+cfg)
+}

@@ -28,6 +28,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -181,6 +182,11 @@ type Spec struct {
 	Home string
 	// System overrides DefaultSystem when non-nil.
 	System []SystemPath
+	// Protect are denied like FileAccess.Deny whatever file_access says:
+	// the runner's own files (its config holds the token, the API key and
+	// the secrets, and other agents' configs lie beside it), which an
+	// allow_read of "/" would otherwise hand to the agent in host mode.
+	Protect []string
 }
 
 // FieldError is a problem with one entry of a file_access list.
@@ -298,7 +304,7 @@ func Compile(s Spec) (*Ruleset, error) {
 // resolveDenies resolves the deny paths and the home directory whose
 // dotfiles are denied.
 func (c *compiler) resolveDenies(s Spec) error {
-	for _, p := range s.FileAccess.Deny {
+	for _, p := range append(slices.Clone(s.FileAccess.Deny), s.Protect...) {
 		r, err := resolveMaybeMissing(p)
 		if err != nil {
 			return fmt.Errorf("file_access.deny %q: %w", p, err)
