@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -107,20 +106,8 @@ func TestServeHostModeInContainer(t *testing.T) {
 			if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-			}}}
-			for i := 0; ; i++ {
-				resp, err := c.Get("http://runner/healthz")
-				if err == nil {
-					resp.Body.Close()
-					break
-				}
-				if i > 300 {
-					t.Fatalf("runner container did not come up: %v", err)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			c := unixClient(sock)
+			waitUp(t, c, 15*time.Second, nil)
 			if tc.failClosed {
 				status, m := post(t, c, "!sh echo ran > "+filepath.Join(ws, "ran.txt"))
 				e, _ := m["error"].(map[string]any)

@@ -2,11 +2,9 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,7 +20,7 @@ import (
 
 // hostServe runs `agent-runner serve` in host mode (no container mode) on a
 // unix socket and returns an HTTP client for it and the service's stderr.
-func hostServe(t *testing.T, fa runner.FileAccess, env []string, flags ...string) (*http.Client, *bytes.Buffer) {
+func hostServe(t *testing.T, fa runner.FileAccess, env []string, flags ...string) (*http.Client, *lockedBuffer) {
 	t.Helper()
 	bin := testutil.RunnerBinary(t)
 	dir := t.TempDir()
@@ -46,7 +44,7 @@ func hostServe(t *testing.T, fa runner.FileAccess, env []string, flags ...string
 	}
 	cmd := exec.Command(bin, append([]string{"serve", "--config", cfgPath}, flags...)...)
 	cmd.Env = append(os.Environ(), env...)
-	stderr := &bytes.Buffer{}
+	stderr := &lockedBuffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -55,22 +53,8 @@ func hostServe(t *testing.T, fa runner.FileAccess, env []string, flags ...string
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
 	})
-	c := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		},
-	}}
-	for i := 0; ; i++ {
-		resp, err := c.Get("http://runner/healthz")
-		if err == nil {
-			resp.Body.Close()
-			break
-		}
-		if i > 200 {
-			t.Fatalf("serve did not come up: %v\n%s", err, stderr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	c := unixClient(sock)
+	waitUp(t, c, 10*time.Second, stderr.String)
 	return c, stderr
 }
 
@@ -137,8 +121,8 @@ func TestServeHostMode(t *testing.T) {
 	if status != 200 || !strings.Contains(fmt.Sprint(m["reply"]), "top-secret") {
 		t.Errorf("unrestricted read: %d %v", status, m)
 	}
-	if !strings.Contains(stderr.String(), "[WARN]") || !strings.Contains(stderr.String(), "UNRESTRICTED") {
-		t.Errorf("serve --unrestricted logged no warning:\n%s", stderr)
+	if log := stderr.String(); !strings.Contains(log, "[WARN]") || !strings.Contains(log, "UNRESTRICTED") {
+		t.Errorf("serve --unrestricted logged no warning:\n%s", log)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -50,9 +49,7 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 	if err := runner.WriteConfig(cfgPath, cfg); err != nil {
 		t.Fatal(err)
 	}
-	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", strings.TrimPrefix(cfg.Listen, "unix://"))
-	}}}
+	client := unixClient(strings.TrimPrefix(cfg.Listen, "unix://"))
 	agentContainers := func() map[string]string {
 		list, err := cli.ContainerList(context.Background(), container.ListOptions{All: true, Filters: sandbox.OrphanFilter(cfg.AgentID)})
 		if err != nil {
@@ -68,8 +65,8 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 
 	serve := func() *exec.Cmd {
 		cmd := exec.Command(bin, "serve", "--config", cfgPath)
-		var logs bytes.Buffer
-		cmd.Stderr = &logs
+		logs := &lockedBuffer{}
+		cmd.Stderr = logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

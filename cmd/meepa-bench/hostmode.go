@@ -3,13 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -50,44 +46,20 @@ func benchHostMode(ctx context.Context, dir string, rounds int, containerSend, s
 		FileAccess: runner.FileAccess{AllowNetwork: true},
 		LLM:        agent.LLMConfig{Provider: "offline"},
 	}
-	log := hclog.New(&hclog.LoggerOptions{Name: "runner", Level: hclog.LevelFromString(envOr("MEEPA_LOG_LEVEL", "warn")), Output: os.Stderr})
-	srv, err := runner.New(ctx, cfg, runner.Options{Logger: log, NewBackend: func(_ context.Context, cfg *runner.Config, log hclog.Logger) (sandbox.Backend, string, error) {
+	r, err := serveRunner(ctx, cfg, func(_ context.Context, cfg *runner.Config, log hclog.Logger) (sandbox.Backend, string, error) {
 		o := runner.HostOptions(cfg, log)
 		o.RunnerBinary = bin
 		h, err := sandbox.NewHost(o)
 		return h, runner.ModeHost, err
-	}})
+	})
 	if err != nil {
 		return 0, 0, err
 	}
-	defer srv.Shutdown(context.WithoutCancel(ctx))
-	ln, err := runner.Listen(cfg.Listen)
-	if err != nil {
-		return 0, 0, err
-	}
-	go srv.Serve(ln)
-	path := strings.TrimPrefix(cfg.Listen, "unix://")
-	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", path)
-	}}}
-	send := func() error {
-		req, _ := http.NewRequest(http.MethodPost, "http://runner/v1/messages", strings.NewReader(`{"text":"`+benchText+`"}`))
-		req.Header.Set("Authorization", "Bearer "+cfg.Token)
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("status %d: %s", resp.StatusCode, body)
-		}
-		return checkReply(body)
-	}
+	defer r.close()
 
 	var hs, cs []time.Duration
 	for i := 0; i <= rounds; i++ {
-		th, err := timed(send)
+		th, err := timed(r.send)
 		if err != nil {
 			return 0, 0, fmt.Errorf("host mode: %w", err)
 		}

@@ -385,7 +385,7 @@ type benchRunner struct {
 }
 
 func startRunner(ctx context.Context, dir, id, ws string, prestart bool) (*benchRunner, error) {
-	cfg := &runner.Config{
+	return serveRunner(ctx, &runner.Config{
 		AgentID:   id,
 		Workspace: ws,
 		Listen:    "unix://" + filepath.Join(dir, id+".sock"),
@@ -393,9 +393,14 @@ func startRunner(ctx context.Context, dir, id, ws string, prestart bool) (*bench
 		QueueSize: 64,
 		Container: runner.ContainerMode{Enabled: true, Image: runnerImage, TimeoutSeconds: 60, Network: "none", Prestart: prestart},
 		LLM:       agent.LLMConfig{Provider: "offline"},
-	}
+	}, nil)
+}
+
+// serveRunner serves cfg in process on its unix socket; newBackend nil is
+// runner.NewBackend.
+func serveRunner(ctx context.Context, cfg *runner.Config, newBackend runner.BackendFactory) (*benchRunner, error) {
 	log := hclog.New(&hclog.LoggerOptions{Name: "runner", Level: hclog.LevelFromString(envOr("MEEPA_LOG_LEVEL", "warn")), Output: os.Stderr})
-	srv, err := runner.New(ctx, cfg, runner.Options{Logger: log})
+	srv, err := runner.New(ctx, cfg, runner.Options{Logger: log, NewBackend: newBackend})
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // Bounds on what the workspace can put into the system prompt, so a large
@@ -94,9 +95,10 @@ func Skills(root *os.Root) []Skill {
 }
 
 // readBounded reads at most limit bytes of a regular file under root; a
-// missing, unreadable or escaping file reads as "".
+// missing, unreadable or escaping file reads as "". O_NONBLOCK: a FIFO the
+// agent left at SOUL.md would otherwise block every later message at open.
 func readBounded(root *os.Root, name string, limit int) string {
-	f, err := root.Open(name)
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return ""
 	}

@@ -266,7 +266,9 @@ func (t *Toolbox) ReadFile(p string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f, err := t.root.Open(r)
+	// O_NONBLOCK so that opening a FIFO returns instead of waiting for a
+	// writer that may never come.
+	f, err := t.root.OpenFile(r, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", confined("read", p, err)
 	}
@@ -277,6 +279,9 @@ func (t *Toolbox) ReadFile(p string) (string, error) {
 	}
 	if st.IsDir() {
 		return "", fmt.Errorf("read %s: is a directory (use list_files)", p)
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("read %s: not a regular file (%s)", p, st.Mode().Type())
 	}
 	buf := &cappedBuffer{limit: OutputCap}
 	if _, err := io.Copy(buf, f); err != nil {

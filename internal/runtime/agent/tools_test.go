@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -222,5 +223,29 @@ func TestToolCallsPerStepBound(t *testing.T) {
 	}
 	if results[maxToolCallsPerStep-1].IsError() || !strings.Contains(results[maxToolCallsPerStep].Error, "not run") {
 		t.Errorf("results around the bound: %+v %+v", results[maxToolCallsPerStep-1], results[maxToolCallsPerStep])
+	}
+}
+
+// A FIFO in the workspace (the agent can make one with its shell) must not
+// block the loop: neither as SOUL.md in the prompt nor through read_file.
+func TestFIFOsDoNotBlock(t *testing.T) {
+	tb, ws := newToolbox(t)
+	for _, name := range []string{"SOUL.md", "pipe"} {
+		if err := syscall.Mkfifo(filepath.Join(ws, name), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan ToolResult, 1)
+	go func() {
+		SystemPrompt(tb.Root(), ws)
+		done <- call(t, tb, ToolReadFile, map[string]any{"path": "pipe"})
+	}()
+	select {
+	case res := <-done:
+		if !strings.Contains(res.Error, "not a regular file") {
+			t.Errorf("read_file on a FIFO: %+v", res)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("reading a FIFO blocked the agent loop")
 	}
 }

@@ -201,15 +201,25 @@ func Deploy(ctx context.Context, cli client.APIClient, d Deployment) (string, er
 			continue
 		}
 		if err := cli.NetworkConnect(ctx, n, resp.ID, nil); err != nil {
-			_ = cli.ContainerRemove(ctx, resp.ID, container.RemoveOptions{Force: true})
-			return "", fmt.Errorf("runner network connect %s: %w", n, err)
+			return "", errors.Join(fmt.Errorf("runner network connect %s: %w", n, err), discard(ctx, cli, resp.ID))
 		}
 	}
 	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
-		_ = cli.ContainerRemove(ctx, resp.ID, container.RemoveOptions{Force: true})
-		return "", fmt.Errorf("runner start: %w", err)
+		return "", errors.Join(fmt.Errorf("runner start: %w", err), discard(ctx, cli, resp.ID))
 	}
 	return resp.ID, nil
+}
+
+// discard removes a runner container that failed to come up. It runs on a
+// bounded context of its own: a cancelled apply must still not leave a
+// half-made runner holding the agent's name.
+func discard(ctx context.Context, cli client.APIClient, id string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("remove the failed runner: %w", err)
+	}
+	return nil
 }
 
 // Status is what Inspect found.

@@ -28,7 +28,8 @@ func TestParseListen(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "0.0.0.0:80", "10.0.0.1:80", ":80", "127.0.0.1:0", "127.0.0.1:70000",
-		"unix://rel.sock", "unix:///a/../b.sock", "http://127.0.0.1:80", "127.0.0.1"} {
+		"unix://rel.sock", "unix:///a/../b.sock", "http://127.0.0.1:80", "127.0.0.1",
+		"unix:///runner.sock", "unix:///run/runner.sock", "unix:///var/run/runner.sock"} {
 		if _, err := ParseListen(bad); err == nil {
 			t.Errorf("ParseListen(%q) accepted", bad)
 		}
@@ -120,6 +121,21 @@ func TestPrepareAndFiles(t *testing.T) {
 	}
 	if err := RemoveFiles(Layout{Dir: "/etc"}); err == nil {
 		t.Fatal("RemoveFiles accepted a foreign dir")
+	}
+	// Paths whose parent is named runners but that are not an agent's
+	// directory; a canary beside them shows nothing was removed.
+	base := t.TempDir()
+	canary := filepath.Join(base, "runners", "keep")
+	if err := os.MkdirAll(canary, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{base + "/runners/..", base + "/runners/.", base + "/runners/A B", "runners/a1"} {
+		if err := RemoveFiles(Layout{Dir: bad}); err == nil {
+			t.Errorf("RemoveFiles accepted %q", bad)
+		}
+	}
+	if _, err := os.Stat(canary); err != nil {
+		t.Errorf("canary gone: %v", err)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"sort"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
 // Layout is where a runner's files live: outside the agent's workspace, so
@@ -111,8 +112,10 @@ func WriteConfig(l Layout, c *runner.Config) error {
 
 // RemoveFiles deletes the runner's directory: config, key, socket.
 func RemoveFiles(l Layout) error {
-	if filepath.Base(filepath.Dir(l.Dir)) != "runners" {
-		return fmt.Errorf("runner files: refusing to remove %q", l.Dir)
+	// As workspace.Remove does: only <state_dir>/runners/<agent_id>, so a
+	// bad agent id or state can never make it delete elsewhere.
+	if !filepath.IsAbs(l.Dir) || filepath.Base(filepath.Dir(l.Dir)) != "runners" || !workspace.ValidID(filepath.Base(l.Dir)) {
+		return fmt.Errorf("runner files: refusing to remove %q: not <state_dir>/runners/<agent_id>", l.Dir)
 	}
 	if err := os.RemoveAll(l.Dir); err != nil {
 		return fmt.Errorf("runner files: %w", err)

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
 // Listener is where a runner listens: a unix socket path or a loopback TCP
@@ -29,6 +31,10 @@ func ParseListen(s string) (Listener, error) {
 	if p, ok := strings.CutPrefix(s, "unix://"); ok {
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p {
 			return Listener{}, fmt.Errorf("%q: the socket path must be absolute and clean, as in unix:///run/meepa/agent.sock", s)
+		}
+		// The socket's directory is mounted into the runner container.
+		if err := sandbox.CheckHostDir(filepath.Dir(p)); err != nil {
+			return Listener{}, fmt.Errorf("%q: the socket needs a directory of its own, as in unix:///run/meepa/agent.sock: %w", s, err)
 		}
 		return Listener{Unix: p}, nil
 	}

@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
 
 	"github.com/docker/docker/client"
 	"github.com/hashicorp/go-hclog"
@@ -80,8 +85,24 @@ func HostOptions(cfg *Config, log hclog.Logger) sandbox.HostOptions {
 		MemoryLimit: cfg.Container.MemoryLimit,
 		PidsLimit:   cfg.Container.PidsLimit,
 		Env:         cfg.Env,
+		Protect:     protectedPaths(cfg.Path),
 		Logger:      log,
 	}
+}
+
+// protectedPaths are the runner files a host-mode agent must never read,
+// whatever file_access allows: its config (the token, the API key, the
+// secrets), and in the provider's layout <state_dir>/runners/<id>/ every
+// agent's runner files, since host-mode agents run as the same user.
+func protectedPaths(configPath string) []string {
+	if configPath == "" {
+		return nil
+	}
+	p := []string{configPath}
+	if runners := filepath.Dir(filepath.Dir(configPath)); filepath.Base(runners) == "runners" {
+		p = append(p, runners)
+	}
+	return p
 }
 
 func userOrDefault(u string) string {
@@ -102,6 +123,8 @@ func (b *dockerBackend) Close(ctx context.Context) error {
 	return errors.Join(err, b.cli.Close())
 }
 
+var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 // Validate checks what the runner needs before it listens.
 func (c *Config) Validate() error {
 	var errs []error
@@ -119,6 +142,24 @@ func (c *Config) Validate() error {
 	}
 	if c.Container.Enabled && c.Container.Image == "" {
 		errs = append(errs, errors.New("container_mode.image is empty"))
+	}
+	if c.Path != "" && c.Workspace != "" && (c.Path == c.Workspace || strings.HasPrefix(c.Path, strings.TrimSuffix(c.Workspace, "/")+"/")) {
+		errs = append(errs, fmt.Errorf("the config file %s lies inside the workspace, where the agent can read and change it; keep it outside", c.Path))
+	}
+	// Env is set on the sandbox, where `docker inspect` and /proc show it;
+	// a secret there would outlive the message. Secrets travel on stdin.
+	if red := redactor(c); len(c.Env) > 0 {
+		for _, k := range slices.Sorted(maps.Keys(c.Env)) {
+			v := c.Env[k]
+			switch {
+			case !envNameRe.MatchString(k) || strings.ContainsRune(v, 0):
+				// "HOME=/x y" would set HOME in host mode, where the
+				// environment is a list exec reads first-match.
+				errs = append(errs, fmt.Errorf("env %q: want a variable name and a value without NUL", k))
+			case red.String(v) != v:
+				errs = append(errs, fmt.Errorf("env %s holds the API key or a secret value; pass secrets in secrets (inject_secrets_env), never in env", k))
+			}
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("runner config: %w", err)

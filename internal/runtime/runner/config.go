@@ -2,8 +2,12 @@ package runner
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
@@ -48,6 +52,10 @@ type Config struct {
 	// DockerHost is the daemon the per-message containers run on; empty
 	// means DOCKER_HOST, else the local socket.
 	DockerHost string `json:"docker_host,omitempty"`
+
+	// Path is the absolute path LoadConfig read the config from; it is
+	// not part of the file.
+	Path string `json:"-"`
 }
 
 // ContainerMode is the spec's container_mode block plus the hardening knobs.
@@ -103,20 +111,33 @@ func (c ContainerMode) Timeout() time.Duration {
 	return time.Duration(c.TimeoutSeconds) * time.Second
 }
 
-// LoadConfig reads a config file and refuses one that others can read.
+// LoadConfig reads a config file and refuses one that others can read. The
+// mode is checked on the open file, so a swap after the check is not read.
 func LoadConfig(path string) (*Config, error) {
-	st, err := os.Stat(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("runner config: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("runner config: %w", err)
 	}
 	if st.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("runner config %s: mode %o lets others read its secrets; chmod 600 it", path, st.Mode().Perm())
 	}
-	raw, err := os.ReadFile(path)
+	raw, err := io.ReadAll(f)
 	if err != nil {
 		return nil, fmt.Errorf("runner config: %w", err)
 	}
-	return ParseConfig(raw)
+	c, err := ParseConfig(raw)
+	if err != nil {
+		return nil, err
+	}
+	if c.Path, err = filepath.Abs(path); err != nil {
+		return nil, fmt.Errorf("runner config: %w", err)
+	}
+	return c, nil
 }
 
 // ParseConfig decodes a config and applies the defaults that a zero value
@@ -139,19 +160,44 @@ func ParseConfig(raw []byte) (*Config, error) {
 }
 
 // WriteConfig writes c to path with mode 0600, replacing any old file
-// atomically.
-func WriteConfig(path string, c *Config) error {
+// atomically. The temporary file is new (O_EXCL, random name): a fixed name
+// that already existed would keep its own, possibly wider, mode, or lead the
+// secrets through a symlink.
+func WriteConfig(path string, c *Config) (err error) {
 	raw, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
 		return fmt.Errorf("runner config: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("runner config: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, ignoreNotExist(os.Remove(f.Name())))
+		}
+	}()
+	// CreateTemp makes 0600 already; the chmod says so against any umask.
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return fmt.Errorf("runner config: %w", err)
+	}
+	if _, err := f.Write(raw); err != nil {
+		f.Close()
+		return fmt.Errorf("runner config: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("runner config: %w", err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
 		return fmt.Errorf("runner config: %w", err)
 	}
 	return nil
+}
+
+func ignoreNotExist(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
 }

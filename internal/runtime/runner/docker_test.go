@@ -178,6 +178,26 @@ func containersOf(t *testing.T, cli *client.Client, agentID string, extra ...fil
 	return list
 }
 
+// noSecretInInspect checks the full `docker inspect` of every container of
+// the agent (the waiting prestarted one among them) for the API key and
+// the secret.
+func noSecretInInspect(t *testing.T, cli *client.Client, agentID string) {
+	t.Helper()
+	list := containersOf(t, cli, agentID)
+	if len(list) == 0 {
+		t.Fatal("no container of the agent to inspect")
+	}
+	for _, c := range list {
+		_, raw, err := cli.ContainerInspectWithRaw(context.Background(), c.ID, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(raw, []byte(testAPIKey)) || bytes.Contains(raw, []byte("xsecret-0d9b1f")) {
+			t.Errorf("secret in docker inspect of %s", c.ID[:12])
+		}
+	}
+}
+
 // waitGone waits for containers matching the filter to be removed; removal
 // of a finished container runs just after its reply.
 func waitGone(t *testing.T, cli *client.Client, agentID string, extra ...filters.KeyValuePair) {
@@ -279,15 +299,7 @@ func TestContainerIsolationFromInside(t *testing.T) {
 			t.Errorf("environment: exit %d %q", code, out)
 		}
 		a.waitReady(t)
-		for _, c := range containersOf(t, cli, cfg.AgentID) {
-			_, raw, err := cli.ContainerInspectWithRaw(context.Background(), c.ID, false)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if bytes.Contains(raw, []byte(testAPIKey)) || bytes.Contains(raw, []byte("xsecret-0d9b1f")) {
-				t.Errorf("secret in docker inspect of %s", c.ID[:12])
-			}
-		}
+		noSecretInInspect(t, cli, cfg.AgentID)
 		// The key must not be in any file the agent left, memory.db included.
 		filepath.WalkDir(cfg.Workspace, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
@@ -413,13 +425,5 @@ func TestInjectedCredentialsRedactedAndNotInInspect(t *testing.T) {
 		t.Errorf("reply not redacted: %q", out)
 	}
 	a.waitReady(t)
-	for _, c := range containersOf(t, cli, cfg.AgentID) {
-		_, raw, err := cli.ContainerInspectWithRaw(context.Background(), c.ID, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if bytes.Contains(raw, []byte(testAPIKey)) || bytes.Contains(raw, []byte("xsecret-0d9b1f")) {
-			t.Errorf("secret in docker inspect of %s", c.ID[:12])
-		}
-	}
+	noSecretInInspect(t, cli, cfg.AgentID)
 }

@@ -36,6 +36,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -175,8 +176,15 @@ func Listen(addr string) (net.Listener, error) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 			return nil, fmt.Errorf("listen %s: %w", addr, err)
 		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("listen %s: remove stale socket: %w", addr, err)
+		// Only a socket is stale: a listen path that names some other file
+		// by mistake must not delete it.
+		if fi, err := os.Lstat(path); err == nil {
+			if fi.Mode()&os.ModeSocket == 0 {
+				return nil, fmt.Errorf("listen %s: %s exists and is not a socket", addr, path)
+			}
+			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return nil, fmt.Errorf("listen %s: remove stale socket: %w", addr, err)
+			}
 		}
 		ln, err := net.Listen("unix", path)
 		if err != nil {
@@ -408,7 +416,7 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, ba
 		"bytes_out", len(body),
 	)
 	if runErr != nil {
-		s.log.Error("sandbox failed", "message_id", id, "error", redact(runErr.Error(), secretValues(cfg)))
+		s.log.Error("sandbox failed", "message_id", id, "error", redactor(cfg).String(runErr.Error()))
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Message-Id", id)
@@ -441,7 +449,7 @@ func BuildRequest(cfg *Config, id string, msg MessageRequest) agent.Request {
 // classify turns a sandbox outcome into the HTTP answer: 200 and the reply,
 // or a status, an error kind and a message.
 func classify(cfg *Config, out sandbox.Outcome, runErr error) (status int, kind, detail string, reply *agent.Reply) {
-	secrets := secretValues(cfg)
+	red := redactor(cfg)
 	switch {
 	case out.TimedOut:
 		return http.StatusGatewayTimeout, agent.ErrKindTimeout,
@@ -450,7 +458,7 @@ func classify(cfg *Config, out sandbox.Outcome, runErr error) (status int, kind,
 		return http.StatusInternalServerError, agent.ErrKindOOM,
 			fmt.Sprintf("the sandbox ran out of memory (limit %s) and was killed", memLimit(cfg)), nil
 	case runErr != nil:
-		return http.StatusInternalServerError, agent.ErrKindSandbox, redact(runErr.Error(), secrets), nil
+		return http.StatusInternalServerError, agent.ErrKindSandbox, red.String(runErr.Error()), nil
 	}
 	var r agent.Reply
 	dec := json.NewDecoder(bytes.NewReader(out.Stdout))
@@ -461,23 +469,36 @@ func classify(cfg *Config, out sandbox.Outcome, runErr error) (status int, kind,
 	if parseErr != nil {
 		if out.ExitCode != 0 {
 			return http.StatusInternalServerError, agent.ErrKindExit,
-				fmt.Sprintf("agent exited with code %d without a reply%s", out.ExitCode, stderrNote(out.StderrTail, secrets)), nil
+				fmt.Sprintf("agent exited with code %d without a reply%s", out.ExitCode, stderrNote(out.StderrTail, red)), nil
 		}
 		return http.StatusInternalServerError, agent.ErrKindProtocol,
 			fmt.Sprintf("agent output is not one JSON reply: %v", parseErr), nil
 	}
 	if r.ErrorKind != "" {
-		return http.StatusInternalServerError, r.ErrorKind, redact(r.Error, secrets), nil
+		// The kind comes from inside the sandbox: only the kinds agent-run
+		// may set pass, so an agent cannot pose as OOM or timeout, or grow
+		// the metrics by an outcome label per message.
+		if !slices.Contains(agentKinds, r.ErrorKind) {
+			return http.StatusInternalServerError, agent.ErrKindProtocol,
+				fmt.Sprintf("agent reported error kind %.40q, which agent-run never sets", r.ErrorKind), nil
+		}
+		return http.StatusInternalServerError, r.ErrorKind, red.String(r.Error), nil
 	}
 	if out.ExitCode != 0 {
 		return http.StatusInternalServerError, agent.ErrKindExit,
-			fmt.Sprintf("agent exited with code %d%s", out.ExitCode, stderrNote(out.StderrTail, secrets)), nil
+			fmt.Sprintf("agent exited with code %d%s", out.ExitCode, stderrNote(out.StderrTail, red)), nil
 	}
 	if cfg.RedactSecrets {
-		redactReply(&r, secrets)
+		// agent-run redacts too; this second pass holds even for an agent
+		// that does not.
+		red.Reply(&r)
 	}
 	return http.StatusOK, "", "", &r
 }
+
+// agentKinds are the error kinds agent-run sets in its Reply; the others
+// are the runner's own.
+var agentKinds = []string{agent.ErrKindLLM, agent.ErrKindRequest, agent.ErrKindSteps, agent.ErrKindInternal, agent.ErrKindWorkspace}
 
 func memLimit(cfg *Config) string {
 	if cfg.Container.MemoryLimit == "" {
@@ -486,56 +507,27 @@ func memLimit(cfg *Config) string {
 	return cfg.Container.MemoryLimit
 }
 
-func stderrNote(tail []byte, secrets []string) string {
-	t := strings.TrimSpace(string(tail))
+// stderrNote is the end of the sandbox's stderr for an error message,
+// redacted before it is cut so that no part of a secret survives the cut.
+func stderrNote(tail []byte, red *agent.Redactor) string {
+	t := strings.TrimSpace(red.String(string(tail)))
 	if t == "" {
 		return ""
 	}
 	if len(t) > 512 {
 		t = "…" + t[len(t)-512:]
 	}
-	return ": " + redact(t, secrets)
+	return ": " + t
 }
 
-// secretValues are the values never to show: the API key and the secrets.
-func secretValues(cfg *Config) []string {
-	var v []string
-	if len(cfg.LLM.APIKey) >= 4 {
-		v = append(v, cfg.LLM.APIKey)
-	}
+// redactor knows the values never to show: the API key and the secrets,
+// as written and JSON-escaped.
+func redactor(cfg *Config) *agent.Redactor {
+	v := []string{cfg.LLM.APIKey}
 	for _, s := range cfg.Secrets {
-		if len(s) >= 4 {
-			v = append(v, s)
-		}
+		v = append(v, s)
 	}
-	return v
-}
-
-func redact(s string, secrets []string) string {
-	for _, v := range secrets {
-		s = strings.ReplaceAll(s, v, "[REDACTED]")
-	}
-	return s
-}
-
-// redactReply scrubs known secrets from every text in the reply. agent-run
-// redacts too; this second pass holds even for an agent that does not.
-func redactReply(r *agent.Reply, secrets []string) {
-	if len(secrets) == 0 {
-		return
-	}
-	r.Reply = redact(r.Reply, secrets)
-	r.Error = redact(r.Error, secrets)
-	for i := range r.Steps {
-		st := &r.Steps[i]
-		st.Text = redact(st.Text, secrets)
-		for j := range st.ToolCalls {
-			tc := &st.ToolCalls[j]
-			tc.Input = redact(tc.Input, secrets)
-			tc.Output = redact(tc.Output, secrets)
-			tc.Error = redact(tc.Error, secrets)
-		}
-	}
+	return agent.NewRedactor(v...)
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

@@ -167,13 +167,17 @@ func TestOutcomeClassification(t *testing.T) {
 		code int
 		kind string
 	}{
-		"timeout":  {sandbox.Outcome{SandboxID: "x", TimedOut: true, ExitCode: 137}, nil, 504, agent.ErrKindTimeout},
-		"oom":      {sandbox.Outcome{SandboxID: "x", OOMKilled: true, ExitCode: 137}, nil, 500, agent.ErrKindOOM},
-		"exit":     {sandbox.Outcome{SandboxID: "x", ExitCode: 2, StderrTail: []byte("panic: sk-very-secret")}, nil, 500, agent.ErrKindExit},
-		"protocol": {sandbox.Outcome{SandboxID: "x", Stdout: []byte("hello")}, nil, 500, agent.ErrKindProtocol},
-		"two docs": {sandbox.Outcome{SandboxID: "x", Stdout: []byte(`{"reply":"a"}{"reply":"b"}`)}, nil, 500, agent.ErrKindProtocol},
-		"sandbox":  {sandbox.Outcome{}, io.ErrUnexpectedEOF, 500, agent.ErrKindSandbox},
-		"llm":      {sandbox.Outcome{SandboxID: "x", Stdout: []byte(`{"reply":"","error_kind":"llm","error":"401 from sk-very-secret"}`)}, nil, 500, agent.ErrKindLLM},
+		"timeout":   {sandbox.Outcome{SandboxID: "x", TimedOut: true, ExitCode: 137}, nil, 504, agent.ErrKindTimeout},
+		"oom":       {sandbox.Outcome{SandboxID: "x", OOMKilled: true, ExitCode: 137}, nil, 500, agent.ErrKindOOM},
+		"exit":      {sandbox.Outcome{SandboxID: "x", ExitCode: 2, StderrTail: []byte("panic: sk-very-secret")}, nil, 500, agent.ErrKindExit},
+		"protocol":  {sandbox.Outcome{SandboxID: "x", Stdout: []byte("hello")}, nil, 500, agent.ErrKindProtocol},
+		"two docs":  {sandbox.Outcome{SandboxID: "x", Stdout: []byte(`{"reply":"a"}{"reply":"b"}`)}, nil, 500, agent.ErrKindProtocol},
+		"sandbox":   {sandbox.Outcome{}, io.ErrUnexpectedEOF, 500, agent.ErrKindSandbox},
+		"llm":       {sandbox.Outcome{SandboxID: "x", Stdout: []byte(`{"reply":"","error_kind":"llm","error":"401 from sk-very-secret"}`)}, nil, 500, agent.ErrKindLLM},
+		"workspace": {sandbox.Outcome{SandboxID: "x", Stdout: []byte(`{"reply":"","error_kind":"workspace","error":"read-only"}`)}, nil, 500, agent.ErrKindWorkspace},
+		// Kinds only the runner sets cannot come from inside the sandbox.
+		"fake oom":     {sandbox.Outcome{SandboxID: "x", Stdout: []byte(`{"reply":"","error_kind":"oom","error":"sk-very-secret"}`)}, nil, 500, agent.ErrKindProtocol},
+		"made-up kind": {sandbox.Outcome{SandboxID: "x", Stdout: []byte(`{"reply":"","error_kind":"x\ny","error":"e"}`)}, nil, 500, agent.ErrKindProtocol},
 	} {
 		b := &scripted{answer: func(agent.Request) (sandbox.Outcome, error) { return c.out, c.err }}
 		_, ts := newTestServer(t, testConfig(), b)
@@ -344,5 +348,34 @@ func TestReloadSwapsBackend(t *testing.T) {
 	}
 	if _, m := post(t, ts.URL, "tok-456", `{"text":"c"}`); m["reply"] != "new" || next.jobs[0].LLM.Model != "m2" {
 		t.Errorf("after reload: %v", m)
+	}
+}
+
+// The runner's own pass catches a secret in the spelling tool inputs carry
+// (JSON-escaped) and never shows a piece of one that the stderr cut split.
+func TestRedactionEscapedAndCut(t *testing.T) {
+	cfg := testConfig()
+	cfg.Secrets["Q"] = `pa"ss\word`
+	b := &scripted{answer: func(req agent.Request) (sandbox.Outcome, error) {
+		return replyOutcome(agent.Reply{MessageID: req.Message.ID, Reply: "done",
+			Steps: []agent.Step{{ToolCalls: []agent.ToolCall{{Name: "shell", Input: `{"command":"echo pa\"ss\\word"}`}}}}})
+	}}
+	_, ts := newTestServer(t, cfg, b)
+	code, m := post(t, ts.URL, "tok-123", `{"text":"hi"}`)
+	raw, _ := json.Marshal(m)
+	if code != 200 || bytes.Contains(raw, []byte(`ss\\\\word`)) || !bytes.Contains(raw, []byte(agent.Redacted)) {
+		t.Errorf("escaped secret in a tool input: %d %s", code, raw)
+	}
+
+	// 522 bytes: the last 512 begin inside the API key.
+	stderr := "panic: sk-very-secret" + strings.Repeat("y", 501)
+	b = &scripted{answer: func(agent.Request) (sandbox.Outcome, error) {
+		return sandbox.Outcome{SandboxID: "x", ExitCode: 2, StderrTail: []byte(stderr)}, nil
+	}}
+	_, ts = newTestServer(t, testConfig(), b)
+	code, m = post(t, ts.URL, "tok-123", `{"text":"hi"}`)
+	raw, _ = json.Marshal(m)
+	if code != 500 || errKind(m) != agent.ErrKindExit || bytes.Contains(raw, []byte("secret")) || !bytes.Contains(raw, []byte("yyyy")) {
+		t.Errorf("cut stderr: %d %s", code, raw)
 	}
 }

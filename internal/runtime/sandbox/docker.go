@@ -100,8 +100,8 @@ type attached struct {
 	latency time.Duration
 }
 
-// NewDocker checks the spec, owns the workspace for the container user,
-// removes this agent's orphan containers (left by a crash) and, with
+// NewDocker checks the spec, removes this agent's orphan containers (left
+// by a crash), owns the workspace for the container user and, with
 // prestart, starts the first waiting container.
 func NewDocker(ctx context.Context, cli client.APIClient, o DockerOptions) (*Docker, error) {
 	if _, _, _, err := HardenedSpec(o.Spec, ""); err != nil {
@@ -114,17 +114,20 @@ func NewDocker(ctx context.Context, cli client.APIClient, o DockerOptions) (*Doc
 	var inst [8]byte
 	_, _ = rand.Read(inst[:])
 	d := &Docker{cli: cli, opts: o, log: log.Named("docker"), instance: hex.EncodeToString(inst[:]), stop: make(chan struct{})}
-	if o.ChownWorkspace {
-		if err := chownTree(o.Spec); err != nil {
-			return nil, err
-		}
-	}
+	// Orphans go first: one still running could swap a directory of the
+	// workspace for a symlink while the walk below chowns its entries, and
+	// make a root runner chown a host file to the sandbox user.
 	n, err := RemoveOrphans(ctx, cli, o.Spec.AgentID)
 	if err != nil {
 		return nil, err
 	}
 	if n > 0 {
 		d.log.Info("removed orphan containers", "count", n)
+	}
+	if o.ChownWorkspace {
+		if err := chownTree(o.Spec); err != nil {
+			return nil, err
+		}
 	}
 	if o.Prestart {
 		d.mu.Lock()
@@ -255,11 +258,14 @@ func (d *Docker) Close(ctx context.Context) error {
 	if p != nil {
 		select {
 		case <-p.done:
+			if p.c != nil {
+				err = d.discard(p.c)
+			}
 		case <-ctx.Done():
+			// Still starting: remove it once it is up rather than leave a
+			// container waiting on stdin until the next runner's sweep.
+			go func() { <-p.done; d.discardPending(p) }()
 			return ctx.Err()
-		}
-		if p.c != nil {
-			err = d.discard(p.c)
 		}
 	}
 	done := make(chan struct{})

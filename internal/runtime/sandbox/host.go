@@ -55,8 +55,11 @@ type HostOptions struct {
 	TmpRoot string
 	// Env is extra non-secret environment for the agent loop (e.g. a
 	// ThreeGate role's http_proxy).
-	Env    map[string]string
-	Logger hclog.Logger
+	Env map[string]string
+	// Protect are paths the agent never reaches whatever FileAccess allows
+	// (see landlock.Spec.Protect); nothing without Landlock.
+	Protect []string
+	Logger  hclog.Logger
 }
 
 // Host runs each message as a fresh child process on this machine: the
@@ -82,8 +85,8 @@ type Host struct {
 // NewHost checks the options. It does not require Landlock: each message
 // checks the kernel and fails closed, so /healthz can still report why.
 func NewHost(o HostOptions) (*Host, error) {
-	if o.Workspace == "" || !filepath.IsAbs(o.Workspace) {
-		return nil, fmt.Errorf("host backend: workspace %q must be an absolute path", o.Workspace)
+	if err := CheckWorkspace(o.Workspace); err != nil {
+		return nil, fmt.Errorf("host backend: %w", err)
 	}
 	if o.RunnerBinary == "" {
 		exe, err := os.Executable()
@@ -164,6 +167,7 @@ func (h *Host) Ruleset(tmp string) (*landlock.Ruleset, error) {
 		TmpDir:       tmp,
 		RunnerBinary: h.opts.RunnerBinary,
 		Home:         h.home,
+		Protect:      h.opts.Protect,
 	})
 }
 
@@ -177,19 +181,9 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	}
 	defer os.RemoveAll(tmp)
 
-	child := &landlock.ChildConfig{DataLimit: uint64(h.memBytes)}
-	if !h.opts.FileAccess.Unrestricted {
-		rs, err := h.Ruleset(tmp)
-		if err != nil {
-			return Outcome{}, fmt.Errorf("landlock rules: %w", err)
-		}
-		if err := rs.Check(landlock.DetectABI()); err != nil {
-			return Outcome{}, err
-		}
-		for _, n := range rs.Notes {
-			h.log.Debug("landlock", "note", n)
-		}
-		child.Ruleset = rs
+	child, err := h.childConfig(tmp)
+	if err != nil {
+		return Outcome{}, err
 	}
 	cg := newPidsCgroup(h.opts.AgentID, h.pids)
 	if cg == nil {
@@ -201,7 +195,7 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	defer cg.remove()
 	cfgJSON, err := json.Marshal(child)
 	if err != nil {
-		return Outcome{}, err
+		return Outcome{}, fmt.Errorf("agent child config: %w", err)
 	}
 
 	timeout := job.Timeout
@@ -211,24 +205,22 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		return Outcome{}, err
+	// Closing an end twice is harmless; the deferred close catches every
+	// early return.
+	var pipes [6]*os.File
+	defer func() {
+		for _, f := range pipes {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	for i := 0; i < len(pipes); i += 2 {
+		if pipes[i], pipes[i+1], err = os.Pipe(); err != nil {
+			return Outcome{}, fmt.Errorf("agent child pipes: %w", err)
+		}
 	}
-	defer cfgR.Close()
-	defer cfgW.Close()
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return Outcome{}, err
-	}
-	defer outR.Close()
-	defer outW.Close()
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		return Outcome{}, err
-	}
-	defer errR.Close()
-	defer errW.Close()
+	cfgR, cfgW, outR, outW, errR, errW := pipes[0], pipes[1], pipes[2], pipes[3], pipes[4], pipes[5]
 
 	cmd := &exec.Cmd{
 		Path:       h.opts.RunnerBinary,
@@ -308,15 +300,43 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 
 	out.Stdout = stdout.buf
 	out.StderrTail = stderr.bytes()
-	if cmd.ProcessState != nil {
-		out.ExitCode = cmd.ProcessState.ExitCode()
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	return out, exitState(ctx, &out, cmd.ProcessState, stdout.over)
+}
+
+// childConfig is what the child applies to itself before it execs the
+// agent loop: the limits, and the Landlock rules unless unrestricted. It
+// fails closed when the kernel cannot enforce the rules.
+func (h *Host) childConfig(tmp string) (*landlock.ChildConfig, error) {
+	child := &landlock.ChildConfig{DataLimit: uint64(h.memBytes)}
+	if h.opts.FileAccess.Unrestricted {
+		return child, nil
+	}
+	rs, err := h.Ruleset(tmp)
+	if err != nil {
+		return nil, fmt.Errorf("landlock rules: %w", err)
+	}
+	if err := rs.Check(landlock.DetectABI()); err != nil {
+		return nil, err
+	}
+	for _, n := range rs.Notes {
+		h.log.Debug("landlock", "note", n)
+	}
+	child.Ruleset = rs
+	return child, nil
+}
+
+// exitState fills in how the child ended and returns the error for a child
+// that could not restrict itself, an oversized reply or a cancelled ctx.
+func exitState(ctx context.Context, out *Outcome, ps *os.ProcessState, overflow bool) error {
+	if ps != nil {
+		out.ExitCode = ps.ExitCode()
+		if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			out.ExitCode = 128 + int(ws.Signal())
 		}
 	}
 	if out.ExitCode == landlock.ChildErrorExit {
 		if msg, ok := childError(out.StderrTail); ok {
-			return out, fmt.Errorf("sandbox setup failed, nothing ran: %s", msg)
+			return fmt.Errorf("sandbox setup failed, nothing ran: %s", msg)
 		}
 	}
 	// RLIMIT_DATA ends a Go agent loop with "fatal error: runtime: out of
@@ -325,13 +345,13 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	if out.ExitCode != 0 && bytes.Contains(out.StderrTail, []byte("fatal error: ")) && bytes.Contains(out.StderrTail, []byte("out of memory")) {
 		out.OOMKilled = true
 	}
-	if stdout.over {
-		return out, fmt.Errorf("reply larger than %d bytes", MaxStdout)
+	if overflow {
+		return fmt.Errorf("reply larger than %d bytes", MaxStdout)
 	}
 	if ctx.Err() != nil && !out.TimedOut {
-		return out, ctx.Err()
+		return ctx.Err()
 	}
-	return out, nil
+	return nil
 }
 
 func childError(stderr []byte) (string, bool) {
@@ -455,7 +475,7 @@ func newPidsCgroup(agentID string, max int64) *pidsCgroup {
 	if parent == "" {
 		return nil
 	}
-	var b [6]byte
+	var b [cgroupSuffixBytes]byte
 	_, _ = rand.Read(b[:])
 	dir := filepath.Join(parent, "meepa-"+safeName(agentID)+"-"+hex.EncodeToString(b[:]))
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -507,10 +527,20 @@ func sweepPidsCgroups(agentID string) {
 	if parent == "" {
 		return
 	}
-	left, _ := filepath.Glob(filepath.Join(parent, "meepa-"+safeName(agentID)+"-*"))
+	left, _ := filepath.Glob(filepath.Join(parent, cgroupPattern(agentID)))
 	for _, dir := range left {
 		_ = os.Remove(dir)
 	}
+}
+
+// cgroupSuffixBytes is the random part of a per-message cgroup's name.
+const cgroupSuffixBytes = 6
+
+// cgroupPattern matches the per-message cgroups of agentID and of no other
+// agent: "meepa-a-*" would also match agent "a-b"'s, and the sweep could
+// remove one of them between its mkdir and its first task.
+func cgroupPattern(agentID string) string {
+	return "meepa-" + safeName(agentID) + "-" + strings.Repeat("[0-9a-f]", 2*cgroupSuffixBytes)
 }
 
 func (c *pidsCgroup) add(pid int) error {

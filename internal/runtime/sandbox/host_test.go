@@ -344,3 +344,53 @@ func TestNewHostRefusesContradictoryRules(t *testing.T) {
 		t.Errorf("NewHost with a relative path = %v, want a FieldError on allow_read", err)
 	}
 }
+
+// In host mode the workspace is granted read-write: "/" or the directory of
+// the Docker socket would grant the agent the host.
+func TestNewHostRefusesHostWideWorkspace(t *testing.T) {
+	for _, ws := range []string{"/", "/run", "/var/run", "/tmp/../run"} {
+		_, err := NewHost(HostOptions{Workspace: ws, RunnerBinary: "/bin/true", FileAccess: landlock.FileAccess{Unrestricted: true}})
+		if err == nil || !strings.Contains(err.Error(), "workspace") {
+			t.Errorf("NewHost with workspace %q = %v, want a refusal", ws, err)
+		}
+	}
+}
+
+func TestCgroupPatternIsPerAgent(t *testing.T) {
+	for name, want := range map[string]bool{
+		"meepa-a-0123456789ab":   true,
+		"meepa-a-b-0123456789ab": false,
+		"meepa-a-0123456789":     false,
+		"meepa-ab-0123456789ab":  false,
+	} {
+		if ok, err := filepath.Match(cgroupPattern("a"), name); err != nil || ok != want {
+			t.Errorf("cgroupPattern(a) on %s = %v %v, want %v", name, ok, err, want)
+		}
+	}
+}
+
+// A protected file (the runner's config) stays unreadable even under an
+// allow_read of its whole directory tree.
+func TestHostProtectBeatsAllow(t *testing.T) {
+	requireLandlock(t, landlock.MinFSABI)
+	root := t.TempDir()
+	cfgDir := mkdir(t, root, "runners", "a1")
+	cfg := filepath.Join(cfgDir, "config.json")
+	writeFile(t, cfg, `{"token":"tok-secret"}`)
+	writeFile(t, filepath.Join(root, "readable.txt"), "open")
+	ws := mkdir(t, root, "agents", "a1")
+	h, err := NewHost(HostOptions{
+		AgentID:      "tf-acc-host",
+		Workspace:    ws,
+		FileAccess:   landlock.FileAccess{AllowRead: []string{root}, AllowNetwork: true},
+		RunnerBinary: testutil.RunnerBinary(t),
+		Protect:      []string{cfg},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := expectOK(t, h, "cat "+filepath.Join(root, "readable.txt")); !strings.Contains(got, "open") {
+		t.Errorf("allowed file: %q", got)
+	}
+	expectDenied(t, h, "cat "+cfg)
+}

@@ -70,7 +70,39 @@ type Spec struct {
 	TmpNoexec bool
 }
 
-var userRe = regexp.MustCompile(`^[0-9]+(:[0-9]+)?$`)
+var (
+	userRe    = regexp.MustCompile(`^[0-9]+(:[0-9]+)?$`)
+	envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// dockerSockets are where daemons keep their socket; /var/run is usually a
+// link to /run.
+var dockerSockets = []string{"/var/run/docker.sock", "/run/docker.sock"}
+
+// CheckWorkspace refuses a workspace that would hand the agent more of the
+// host than its own directory (see CheckHostDir).
+func CheckWorkspace(p string) error {
+	if err := CheckHostDir(p); err != nil {
+		return fmt.Errorf("workspace %w", err)
+	}
+	return nil
+}
+
+// CheckHostDir refuses a host directory that must not be bind-mounted into
+// a sandbox or a runner: it must be absolute and clean (checked as Docker
+// will use it), and neither the root nor a directory that holds the Docker
+// socket, which is root on the host.
+func CheckHostDir(p string) error {
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return fmt.Errorf("%q: want an absolute, clean path", p)
+	}
+	for _, sock := range dockerSockets {
+		if p == sock || strings.HasPrefix(sock, strings.TrimSuffix(p, "/")+"/") {
+			return fmt.Errorf("%q: it holds the Docker socket %s", p, sock)
+		}
+	}
+	return nil
+}
 
 // MemoryBytes parses a Docker size such as "512m" or "1g" (binary units, as
 // `docker run --memory` does). Docker refuses limits under 6 MiB.
@@ -122,8 +154,8 @@ func HardenedSpec(s Spec, messageID string) (*container.Config, *container.HostC
 	if s.Image == "" {
 		return nil, nil, nil, fmt.Errorf("container spec: image is empty")
 	}
-	if !filepath.IsAbs(s.Workspace) {
-		return nil, nil, nil, fmt.Errorf("container spec: workspace %q is not an absolute path", s.Workspace)
+	if err := CheckWorkspace(s.Workspace); err != nil {
+		return nil, nil, nil, fmt.Errorf("container spec: %w", err)
 	}
 	mem, err := MemoryBytes(s.MemoryLimit)
 	if err != nil {
@@ -148,7 +180,11 @@ func HardenedSpec(s Spec, messageID string) (*container.Config, *container.HostC
 
 	env := []string{"HOME=" + WorkspaceDir, "TMPDIR=/tmp"}
 	keys := make([]string, 0, len(s.Env))
-	for k := range s.Env {
+	for k, v := range s.Env {
+		// A key holding "=" would set another variable (HOME among them).
+		if !envNameRe.MatchString(k) || strings.ContainsRune(v, 0) {
+			return nil, nil, nil, fmt.Errorf("container spec: env %q: want a variable name and a value without NUL", k)
+		}
 		if k == "HOME" || k == "TMPDIR" {
 			continue
 		}

@@ -203,6 +203,13 @@ func TestHardenedSpecRejects(t *testing.T) {
 		"host in networks": func(s *Spec) { s.Networks = []string{"llmnet", "host"} },
 		"container net":    func(s *Spec) { s.Networks = []string{"container:x"} },
 		"relative ws":      func(s *Spec) { s.Workspace = "ws" },
+		"root ws":          func(s *Spec) { s.Workspace = "/" },
+		"unclean ws":       func(s *Spec) { s.Workspace = "/srv/agents/a1/../../../var/run" },
+		"ws holds socket":  func(s *Spec) { s.Workspace = "/var/run" },
+		"ws is /run":       func(s *Spec) { s.Workspace = "/run" },
+		"ws is socket":     func(s *Spec) { s.Workspace = "/var/run/docker.sock" },
+		"env key with =":   func(s *Spec) { s.Env = map[string]string{"HOME=/etc x": "1"} },
+		"env value NUL":    func(s *Spec) { s.Env = map[string]string{"A": "a\x00b"} },
 		"no image":         func(s *Spec) { s.Image = "" },
 		"no agent":         func(s *Spec) { s.AgentID = "" },
 	} {

@@ -6,12 +6,16 @@
 package workspace
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
+	"syscall"
 )
 
 // File and directory names inside a workspace.
@@ -117,12 +121,12 @@ func Ensure(s Spec) (Result, error) {
 	if wrote {
 		created = append(created, filepath.Join(s.Dir, SoulFile))
 	} else if s.ManageSoul {
-		cur, err := os.ReadFile(filepath.Join(s.Dir, SoulFile))
+		cur, present, err := readSoul(s.Dir)
 		if err != nil {
-			return r, fmt.Errorf("workspace: %w", err)
+			return r, err
 		}
-		if string(cur) != s.Soul {
-			if err := writeAtomic(filepath.Join(s.Dir, SoulFile), s.Soul); err != nil {
+		if !present || cur != s.Soul {
+			if err := writeAtomic(s.Dir, SoulFile, s.Soul); err != nil {
 				return r, err
 			}
 			r.SoulWritten = true
@@ -175,24 +179,88 @@ func writeIfMissing(p, content string) (bool, error) {
 	return true, nil
 }
 
-// writeAtomic replaces p, keeping its owner, so the agent never reads a
-// half-written SOUL.md.
-func writeAtomic(p, content string) error {
-	tmp := p + ".meepa-tmp"
-	if err := os.WriteFile(tmp, []byte(content), fileMode); err != nil {
-		return fmt.Errorf("workspace write %s: %w", filepath.Base(p), err)
+// writeAtomic replaces dir/name, keeping its owner, so the agent never reads
+// a half-written file. The agent can write its workspace (even while this
+// runs), so nothing here follows a name it could have planted: the temporary
+// file is created O_EXCL under a random name, and the rename replaces a
+// symlink at name rather than writing through it.
+func writeAtomic(dir, name, content string) (err error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("workspace write %s: %w", name, err)
 	}
-	if st, err := os.Stat(p); err == nil {
-		if sys, ok := statOwner(st); ok {
-			_ = os.Lchown(tmp, sys.UID, sys.GID)
+	defer root.Close()
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := name + ".meepa-tmp-" + hex.EncodeToString(rnd[:])
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fileMode)
+	if err != nil {
+		return fmt.Errorf("workspace write %s: %w", name, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = root.Remove(tmp)
+		}
+	}()
+	_, werr := f.WriteString(content)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return fmt.Errorf("workspace write %s: %w", name, werr)
+	}
+	if st, err := root.Lstat(name); err == nil {
+		if o, ok := statOwner(st); ok {
+			_ = root.Lchown(tmp, o.UID, o.GID)
 		}
 	}
-	if err := os.Rename(tmp, p); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("workspace write %s: %w", filepath.Base(p), err)
+	if err := root.Rename(tmp, name); err != nil {
+		return fmt.Errorf("workspace write %s: %w", name, err)
 	}
 	return nil
 }
+
+// readSoul reads dir/SOUL.md when it is a regular file. The agent owns its
+// workspace and could make SOUL.md a symlink to the runner's config or any
+// host file the provider can read (Inspect's content lands in Terraform
+// state and plans), or a FIFO that blocks the provider: anything but a
+// regular file inside the workspace reads as absent, which a managed soul
+// then replaces.
+func readSoul(dir string) (string, bool, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return "", false, fmt.Errorf("workspace: %w", err)
+	}
+	defer root.Close()
+	if fi, err := root.Lstat(SoulFile); errors.Is(err, fs.ErrNotExist) || (err == nil && !fi.Mode().IsRegular()) {
+		return "", false, nil
+	}
+	// O_NOFOLLOW and O_NONBLOCK hold if it is swapped after the Lstat.
+	f, err := root.OpenFile(SoulFile, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ELOOP):
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("workspace: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", false, fmt.Errorf("workspace: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return "", false, nil
+	}
+	raw, err := io.ReadAll(io.LimitReader(f, maxSoulBytes))
+	if err != nil {
+		return "", false, fmt.Errorf("workspace: read %s: %w", SoulFile, err)
+	}
+	return string(raw), true, nil
+}
+
+// maxSoulBytes bounds what Inspect reads back: the agent could grow SOUL.md
+// without limit, and it ends up in Terraform state.
+const maxSoulBytes = 1 << 20
 
 // State is what Inspect found.
 type State struct {
@@ -219,15 +287,8 @@ func Inspect(dir string) (State, error) {
 	}
 	s.Exists = true
 	s.Mode = st.Mode().Perm()
-	raw, err := os.ReadFile(filepath.Join(dir, SoulFile))
-	switch {
-	case err == nil:
-		s.Soul, s.SoulPresent = string(raw), true
-	case errors.Is(err, fs.ErrNotExist):
-	default:
-		return s, fmt.Errorf("workspace: %w", err)
-	}
-	return s, nil
+	s.Soul, s.SoulPresent, err = readSoul(dir)
+	return s, err
 }
 
 // Remove deletes a workspace and everything in it; a missing one is done.

@@ -3,6 +3,7 @@ package workspace
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -167,5 +168,67 @@ func mustRead(t *testing.T, p, want string) {
 	}
 	if string(raw) != want {
 		t.Errorf("%s = %q, want %q", filepath.Base(p), raw, want)
+	}
+}
+
+// The agent owns its workspace: a SOUL.md it turned into a symlink to a host
+// file (the runner's config with the API key, say) must neither be read into
+// Inspect's result, which lands in Terraform state, nor be written through.
+func TestSoulSymlinkIsNeitherReadNorFollowed(t *testing.T) {
+	base := t.TempDir()
+	secret := filepath.Join(base, "config.json")
+	if err := os.WriteFile(secret, []byte("api_key=sk-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(base, "agents", "a1")
+	if _, err := Ensure(Spec{Dir: dir, Soul: "soul v1"}); err != nil {
+		t.Fatal(err)
+	}
+	soul := filepath.Join(dir, SoulFile)
+	if err := os.Remove(soul); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, soul); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Inspect(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.SoulPresent || st.Soul != "" {
+		t.Fatalf("Inspect read through the SOUL.md symlink: %+v", st)
+	}
+	r, err := Ensure(Spec{Dir: dir, Soul: "soul v2", ManageSoul: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.SoulWritten {
+		t.Fatal("a symlinked SOUL.md was not replaced under manage_soul")
+	}
+	mustRead(t, secret, "api_key=sk-secret")
+	if fi, err := os.Lstat(soul); err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf("SOUL.md after Ensure: %v %v, want a regular file", fi, err)
+	}
+	mustRead(t, soul, "soul v2")
+	left, _ := filepath.Glob(filepath.Join(dir, "*meepa-tmp*"))
+	if len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+}
+
+// A FIFO named SOUL.md would block a plain read for ever.
+func TestSoulFIFOReadsAsAbsent(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "agents", "a1")
+	if _, err := Ensure(Spec{Dir: dir, Soul: "s"}); err != nil {
+		t.Fatal(err)
+	}
+	soul := filepath.Join(dir, SoulFile)
+	os.Remove(soul)
+	if err := syscall.Mkfifo(soul, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Inspect(dir)
+	if err != nil || st.SoulPresent {
+		t.Fatalf("Inspect of a FIFO SOUL.md: %+v %v", st, err)
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -181,6 +182,11 @@ type Spec struct {
 	Home string
 	// System overrides DefaultSystem when non-nil.
 	System []SystemPath
+	// Protect are denied like FileAccess.Deny whatever file_access says:
+	// the runner's own files (its config holds the token, the API key and
+	// the secrets, and other agents' configs lie beside it), which an
+	// allow_read of "/" would otherwise hand to the agent in host mode.
+	Protect []string
 }
 
 // FieldError is a problem with one entry of a file_access list.
@@ -262,12 +268,46 @@ func Compile(s Spec) (*Ruleset, error) {
 		return nil, errors.New("landlock: unrestricted file access has no ruleset")
 	}
 	c := &compiler{rs: &Ruleset{DenyTCP: !s.FileAccess.AllowNetwork}}
-
 	// Denies first: the grants are checked against them.
-	for _, p := range s.FileAccess.Deny {
+	if err := c.resolveDenies(s); err != nil {
+		return nil, err
+	}
+	grants, err := c.builtinGrants(s)
+	if err != nil {
+		return nil, err
+	}
+	// Trees the agent can write: a symlink in one of them is the agent's to
+	// repoint between messages, so no rule may be made through it.
+	for _, g := range grants {
+		if g.access == ReadWrite {
+			c.writable = append(c.writable, g.path)
+		}
+	}
+	for _, p := range s.FileAccess.AllowReadWrite {
+		if r, err := resolveExisting(p); err == nil {
+			c.writable = append(c.writable, r)
+		}
+	}
+	user, err := c.userGrants(s.FileAccess)
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range append(grants, user...) {
+		if err := c.add(g); err != nil {
+			return nil, err
+		}
+	}
+	c.finish()
+	return c.rs, nil
+}
+
+// resolveDenies resolves the deny paths and the home directory whose
+// dotfiles are denied.
+func (c *compiler) resolveDenies(s Spec) error {
+	for _, p := range append(slices.Clone(s.FileAccess.Deny), s.Protect...) {
 		r, err := resolveMaybeMissing(p)
 		if err != nil {
-			return nil, fmt.Errorf("file_access.deny %q: %w", p, err)
+			return fmt.Errorf("file_access.deny %q: %w", p, err)
 		}
 		c.deny = append(c.deny, r)
 		// The path as written is denied too: when it goes through a
@@ -281,11 +321,17 @@ func Compile(s Spec) (*Ruleset, error) {
 	if !s.FileAccess.AllowHomeDotfiles && s.Home != "" {
 		h, err := resolveMaybeMissing(s.Home)
 		if err != nil {
-			return nil, fmt.Errorf("home %q: %w", s.Home, err)
+			return fmt.Errorf("home %q: %w", s.Home, err)
 		}
 		c.home = h
 	}
+	return nil
+}
 
+// builtinGrants are what every agent gets: its workspace and TMPDIR
+// read-write, the runner binary and the system paths. A deny over one of
+// the first three is an error, since the agent loop cannot run without it.
+func (c *compiler) builtinGrants(s Spec) ([]grant, error) {
 	var grants []grant
 	for _, req := range []struct {
 		path, what string
@@ -330,23 +376,19 @@ func Compile(s Spec) (*Ruleset, error) {
 		}
 		grants = append(grants, grant{path: r, access: sp.Access, why: "system"})
 	}
-	// Trees the agent can write: a symlink in one of them is the agent's to
-	// repoint between messages, so no rule may be made through it.
-	for _, g := range grants {
-		if g.access == ReadWrite {
-			c.writable = append(c.writable, g.path)
-		}
-	}
-	for _, p := range s.FileAccess.AllowReadWrite {
-		if r, err := resolveExisting(p); err == nil {
-			c.writable = append(c.writable, r)
-		}
-	}
+	return grants, nil
+}
+
+// userGrants are allow_read and allow_read_write, resolved; c.writable
+// must be complete, since a path through a symlink the agent can change
+// grants nothing.
+func (c *compiler) userGrants(fa FileAccess) ([]grant, error) {
+	var grants []grant
 	for _, l := range []struct {
 		field  string
 		paths  []string
 		access Access
-	}{{"allow_read", s.FileAccess.AllowRead, Read}, {"allow_read_write", s.FileAccess.AllowReadWrite, ReadWrite}} {
+	}{{"allow_read", fa.AllowRead, Read}, {"allow_read_write", fa.AllowReadWrite, ReadWrite}} {
 		for _, p := range l.paths {
 			r, err := resolveExisting(p)
 			if errors.Is(err, fs.ErrNotExist) {
@@ -364,14 +406,7 @@ func Compile(s Spec) (*Ruleset, error) {
 			grants = append(grants, grant{path: r, access: l.access, why: l.field, userAllow: true})
 		}
 	}
-
-	for _, g := range grants {
-		if err := c.add(g); err != nil {
-			return nil, err
-		}
-	}
-	c.finish()
-	return c.rs, nil
+	return grants, nil
 }
 
 type compiler struct {
@@ -482,6 +517,11 @@ func (c *compiler) add(g grant) error {
 // one instead, recursing into the entries that lead to the denied path.
 func (c *compiler) expand(p string, g grant, depth int) error {
 	st, err := os.Stat(p)
+	if depth > 0 && errors.Is(err, fs.ErrNotExist) {
+		// An entry removed since its directory was listed (a busy /tmp)
+		// grants nothing, which is the safe side.
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", g.why, p, err)
 	}
@@ -494,6 +534,9 @@ func (c *compiler) expand(p string, g grant, depth int) error {
 	}
 	c.note("%s %s holds a denied path: granting its entries one by one; %s itself gets no rights (cannot be listed; new entries in it are not granted)", g.why, p, p)
 	entries, err := os.ReadDir(p)
+	if depth > 0 && errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("%s %s: list to expand around a denied path: %w", g.why, p, err)
 	}

@@ -352,3 +352,29 @@ func TestValidate(t *testing.T) {
 		t.Errorf("valid block: %v", err)
 	}
 }
+
+// Protect denies like deny, whatever file_access allows, and is not part of
+// the user's block (so unrestricted-with-deny validation is unaffected).
+func TestCompileProtect(t *testing.T) {
+	root := tree(t)
+	rs, err := Compile(Spec{
+		FileAccess:   FileAccess{AllowReadWrite: []string{root + "/b"}},
+		Workspace:    root + "/ws",
+		RunnerBinary: root + "/bin/agent-runner",
+		System:       []SystemPath{},
+		Protect:      []string{root + "/b/secret/key"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paths []string
+	for _, r := range rs.Rules {
+		paths = append(paths, strings.TrimPrefix(r.Path, root+"/"))
+		if within(root+"/b/secret/key", r.Path) && !r.File {
+			t.Errorf("rule %s grants the protected key", r.Path)
+		}
+	}
+	if slices.Contains(paths, "b") || slices.Contains(paths, "b/secret") || slices.Contains(paths, "b/secret/key") || !slices.Contains(paths, "b/other") {
+		t.Errorf("rules %q: want b and b/secret expanded around the protected key", paths)
+	}
+}

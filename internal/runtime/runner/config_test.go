@@ -1,0 +1,130 @@
+package runner
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+)
+
+// WriteConfig holds the API key and the token: the file must end up 0600
+// whatever lay in the directory before, and never be written through a
+// name someone else placed there.
+func TestWriteConfigModeAndNoFollow(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.json")
+	elsewhere := filepath.Join(dir, "elsewhere")
+	if err := os.WriteFile(elsewhere, []byte("untouched"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The name the old implementation used for its temporary file.
+	if err := os.Symlink(elsewhere, path+".tmp"); err != nil {
+		t.Fatal(err)
+	}
+	c := &Config{AgentID: "a1", Token: "tok-123456", LLM: agent.LLMConfig{Provider: "offline", APIKey: "sk-abcdef"}}
+	if err := WriteConfig(path, c); err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := os.ReadFile(elsewhere); string(raw) != "untouched" {
+		t.Fatalf("WriteConfig wrote through a planted symlink: %q", raw)
+	}
+	st, err := os.Lstat(path)
+	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o600 {
+		t.Fatalf("config: %v %v, want a regular 0600 file", st, err)
+	}
+	back, err := LoadConfig(path)
+	if err != nil || back.Token != c.Token || back.LLM.APIKey != c.LLM.APIKey || back.Path != path {
+		t.Fatalf("LoadConfig: %+v %v", back, err)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, ".config.json.tmp-*"))
+	if len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+
+	if err := os.Chmod(path, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadConfig(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("LoadConfig of a 0640 config: %v, want a refusal", err)
+	}
+}
+
+// Env ends up in the sandbox's inspect output: a secret value there is a
+// config error, whichever variable carries it.
+func TestValidateRefusesSecretInEnv(t *testing.T) {
+	c := testConfig()
+	c.Env = map[string]string{"http_proxy": "http://proxy:3128"}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("plain env refused: %v", err)
+	}
+	c.Env = map[string]string{"HOME=/etc x": "y"}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "variable name") {
+		t.Errorf("env key with '=': Validate = %v, want a refusal", err)
+	}
+	for _, v := range []string{"sk-very-secret", "Bearer ghp_alsosecret"} {
+		c.Env = map[string]string{"http_proxy": "http://proxy:3128", "LEAK": v}
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), "env LEAK") || strings.Contains(err.Error(), v) {
+			t.Errorf("env value %q: Validate = %v, want a refusal naming LEAK and not the value", v, err)
+		}
+	}
+}
+
+// A stale socket is replaced; a file that is not a socket is never
+// removed to make room.
+func TestListenReplacesOnlyASocket(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "r.sock")
+	ln, err := Listen("unix://" + sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Closing a unix listener removes its file; leave a stale one behind.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	if ln, err = Listen("unix://" + sock); err != nil {
+		t.Fatalf("stale socket not replaced: %v", err)
+	}
+	ln.Close()
+
+	data := filepath.Join(dir, "data.json")
+	if err := os.WriteFile(data, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen("unix://" + data); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Errorf("Listen on a regular file = %v, want a refusal", err)
+	}
+	if raw, err := os.ReadFile(data); err != nil || string(raw) != "keep" {
+		t.Errorf("the file was touched: %q %v", raw, err)
+	}
+}
+
+func TestProtectedPathsAndConfigOutsideWorkspace(t *testing.T) {
+	if got := protectedPaths("/s/runners/a1/config.json"); !slices.Equal(got, []string{"/s/runners/a1/config.json", "/s/runners"}) {
+		t.Errorf("provider layout: %q", got)
+	}
+	if got := protectedPaths("/etc/meepa/a1.json"); !slices.Equal(got, []string{"/etc/meepa/a1.json"}) {
+		t.Errorf("external layout: %q", got)
+	}
+	if got := protectedPaths(""); got != nil {
+		t.Errorf("no path: %q", got)
+	}
+	if o := HostOptions(&Config{Path: "/s/runners/a1/config.json"}, nil); !slices.Contains(o.Protect, "/s/runners") {
+		t.Errorf("HostOptions.Protect = %q", o.Protect)
+	}
+
+	c := testConfig()
+	c.Workspace = "/srv/a1"
+	c.Path = "/srv/a1/runner.json"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "inside the workspace") {
+		t.Errorf("config inside the workspace: %v", err)
+	}
+	c.Path = "/srv/a1-runner.json"
+	if err := c.Validate(); err != nil {
+		t.Errorf("config beside the workspace: %v", err)
+	}
+}
