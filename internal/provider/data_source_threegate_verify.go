@@ -96,7 +96,7 @@ func (d *threegateVerifyDataSource) Configure(_ context.Context, req datasource.
 func (d *threegateVerifyDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
 	var m threegateVerifyModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() || d.data == nil {
+	if resp.Diagnostics.HasError() || !requireProviderData(d.data, "threegate_verify", &resp.Diagnostics) {
 		return
 	}
 	cli := d.data.dockerClient(ctx, &resp.Diagnostics)

@@ -164,8 +164,8 @@ func agentSchema() schema.Schema {
 					"memory_limit": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(defaultMemoryLimit),
 						MarkdownDescription: "Memory cap per message (swap equal to it; exceeding it is reported as OOM): " +
-							(memoryLimitValidator{}).Description(context.Background()) + ". Default `" + defaultMemoryLimit + "`.",
-						Validators: []validator.String{scoped(memoryLimitValidator{})},
+							memoryLimit().Description(context.Background()) + ". Default `" + defaultMemoryLimit + "`.",
+						Validators: []validator.String{scoped(memoryLimit())},
 					},
 					"timeout_seconds": schema.Int64Attribute{
 						Optional: true, Computed: true, Default: int64default.StaticInt64(defaultTimeoutSeconds),
@@ -255,9 +255,9 @@ func agentSchema() schema.Schema {
 				Attributes: map[string]schema.Attribute{
 					"listen": schema.StringAttribute{
 						Optional: true, Computed: true,
-						MarkdownDescription: "Where the runner listens: " + (listenValidator{}).Description(context.Background()) +
+						MarkdownDescription: "Where the runner listens: " + listenAddress().Description(context.Background()) +
 							". Default: the unix socket `<state_dir>/runners/<agent_id>/run/runner.sock`.",
-						Validators: []validator.String{scoped(listenValidator{})},
+						Validators: []validator.String{scoped(listenAddress())},
 					},
 					"deployment": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(defaultDeployment),
@@ -491,7 +491,7 @@ func configHash(ri runtimeInputs, version string, key []byte) string {
 func (r *agentResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan agentModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() || !r.ready(&resp.Diagnostics) {
+	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "meepa_agent", &resp.Diagnostics) {
 		return
 	}
 	token, err := deploy.NewToken()
@@ -511,7 +511,7 @@ func (r *agentResource) Update(ctx context.Context, req resource.UpdateRequest, 
 	var plan, state agentModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() || !r.ready(&resp.Diagnostics) {
+	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "meepa_agent", &resp.Diagnostics) {
 		return
 	}
 	plan.Token = state.Token
@@ -520,14 +520,6 @@ func (r *agentResource) Update(ctx context.Context, req resource.UpdateRequest, 
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
-}
-
-func (r *agentResource) ready(diags *diag.Diagnostics) bool {
-	if r.data == nil {
-		diags.AddError("Provider Not Configured", "meepa_agent needs the provider configuration; this is a bug in the provider.")
-		return false
-	}
-	return true
 }
 
 // apply makes the real objects match plan: the workspace, the runner's
@@ -552,7 +544,7 @@ func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan *
 		return diags
 	}
 	if !known {
-		diags.AddError("Unknown Values At Apply", "Some meepa_agent inputs are still unknown at apply; this is a bug in the provider.")
+		addUnknownAtApplyError(&diags, "meepa_agent")
 		return diags
 	}
 	containerDeploy := ri.Deployment == "container"
@@ -836,7 +828,7 @@ func checkRuntime(ctx context.Context, cli client.APIClient, name string) error 
 func (r *agentResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var state agentModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() || !r.ready(&resp.Diagnostics) {
+	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "meepa_agent", &resp.Diagnostics) {
 		return
 	}
 	id := state.AgentID.ValueString()
@@ -918,7 +910,7 @@ func (r *agentResource) hashOnDisk(ctx context.Context, state agentModel, layout
 func (r *agentResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state agentModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() || !r.ready(&resp.Diagnostics) {
+	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "meepa_agent", &resp.Diagnostics) {
 		return
 	}
 	id := state.AgentID.ValueString()
@@ -958,7 +950,7 @@ func (r *agentResource) ImportState(ctx context.Context, req resource.ImportStat
 		resp.Diagnostics.AddError("Invalid Import ID", fmt.Sprintf("%q is not an agent id (%s). Import with the agent_id: terraform import meepa_agent.<name> <agent_id>.", req.ID, workspace.IDPattern))
 		return
 	}
-	if !r.ready(&resp.Diagnostics) {
+	if !requireProviderData(r.data, "meepa_agent", &resp.Diagnostics) {
 		return
 	}
 	layout := deploy.LayoutFor(r.data.stateDir, req.ID)

@@ -41,20 +41,15 @@ func ParseMemoryLimit(s string) (int64, error) {
 	return n, nil
 }
 
-type memoryLimitValidator struct{}
-
-func (memoryLimitValidator) Description(context.Context) string {
-	return "a positive size with an optional unit b, k, m or g (e.g. `512m`, `1g`), at least `6m`"
-}
-func (v memoryLimitValidator) MarkdownDescription(ctx context.Context) string {
-	return v.Description(ctx)
-}
-func (memoryLimitValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	if _, err := ParseMemoryLimit(req.ConfigValue.ValueString()); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid Memory Limit", err.Error())
+// memoryLimit validates memory_limit with the parser the runner uses.
+func memoryLimit() validator.String {
+	return stringCheck{
+		summary: "Invalid Memory Limit",
+		desc:    "a positive size with an optional unit b, k, m or g (e.g. `512m`, `1g`), at least `6m`",
+		check: func(s string) error {
+			_, err := ParseMemoryLimit(s)
+			return err
+		},
 	}
 }
 
@@ -88,32 +83,21 @@ func (containerNetworkValidator) ValidateString(_ context.Context, req validator
 	resp.Diagnostics.AddAttributeError(req.Path, "Invalid Container Network", detail)
 }
 
-type listenValidator struct{}
-
-func (listenValidator) Description(context.Context) string {
-	return "`unix:///<absolute path>` or `127.0.0.1:<port>`"
-}
-func (v listenValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
-func (listenValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	if _, err := deploy.ParseListen(req.ConfigValue.ValueString()); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid Listen Address", err.Error())
+// listenAddress validates runner.listen with the parser apply uses.
+func listenAddress() validator.String {
+	return stringCheck{
+		summary: "Invalid Listen Address",
+		desc:    "`unix:///<absolute path>` or `127.0.0.1:<port>`",
+		check: func(s string) error {
+			_, err := deploy.ParseListen(s)
+			return err
+		},
 	}
 }
 
 // userPattern is a numeric uid or uid:gid: the provider must chown the
 // workspace to it, and a name would mean something different in every image.
 var userPattern = regexp.MustCompile(`^[0-9]{1,10}(:[0-9]{1,10})?$`)
-
-func codeList(ss []string) string {
-	q := make([]string, len(ss))
-	for i, s := range ss {
-		q[i] = "`" + s + "`"
-	}
-	return strings.Join(q, ", ")
-}
 
 // scoped wraps a string validator so that each error's detail starts with
 // the attribute's path. Terraform's text output shows only the resource for
