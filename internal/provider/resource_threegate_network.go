@@ -268,6 +268,20 @@ func (m *threegateNetworkModel) toInput(ctx context.Context) (topology.Input, bo
 	return in, known, diags
 }
 
+// buildSpec converts the model and builds its topology, adding any problem
+// as an attribute error. known is false while a value is unknown; then the
+// spec is not built. Callers go on only when known and diags has no error.
+func (m *threegateNetworkModel) buildSpec(ctx context.Context, diags *diag.Diagnostics) (spec topology.Spec, known bool) {
+	in, known, d := m.toInput(ctx)
+	diags.Append(d...)
+	if !known || diags.HasError() {
+		return spec, known
+	}
+	spec, ps := topology.Build(in)
+	addProblems(diags, ps)
+	return spec, true
+}
+
 // addProblems turns topology problems into attribute errors.
 func addProblems(diags *diag.Diagnostics, ps topology.Problems) {
 	for _, p := range ps {
@@ -328,14 +342,8 @@ func (r *threegateNetworkResource) ModifyPlan(ctx context.Context, req resource.
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	in, known, diags := cfg.toInput(ctx)
-	resp.Diagnostics.Append(diags...)
+	spec, known := cfg.buildSpec(ctx, &resp.Diagnostics)
 	if !known || resp.Diagnostics.HasError() {
-		return
-	}
-	spec, ps := topology.Build(in)
-	if len(ps) > 0 {
-		addProblems(&resp.Diagnostics, ps)
 		return
 	}
 
@@ -514,19 +522,15 @@ func (r *threegateNetworkResource) apply(ctx context.Context, m *threegateNetwor
 	m.Networks = types.MapValueMust(networkObjectType, map[string]attr.Value{})
 	m.ProxyContainerID = types.StringValue("")
 	m.Drift = types.ListValueMust(types.StringType, []attr.Value{})
-	in, known, d := m.toInput(ctx)
-	diags.Append(d...)
-	if !known || in.Proxy.Image == unknownImage {
-		diags.AddError("Unknown Values At Apply", "threegate_network needs every attribute known at apply; this is a bug in the provider.")
+	spec, known := m.buildSpec(ctx, diags)
+	if !known || spec.Proxy.Image == unknownImage {
+		addUnknownAtApplyError(diags, "threegate_network")
 		return
 	}
-	spec, ps := topology.Build(in)
-	if len(ps) > 0 {
-		addProblems(diags, ps)
+	if diags.HasError() {
 		return
 	}
-	if r.data == nil {
-		diags.AddError("Provider Not Configured", "the meepa provider was not configured; this is a bug in the provider.")
+	if !requireProviderData(r.data, "threegate_network", diags) {
 		return
 	}
 	cli := r.data.dockerClient(ctx, diags)
@@ -588,7 +592,7 @@ func (r *threegateNetworkResource) apply(ctx context.Context, m *threegateNetwor
 func (r *threegateNetworkResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var m threegateNetworkModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() || r.data == nil {
+	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "threegate_network", &resp.Diagnostics) {
 		return
 	}
 	cli := r.data.dockerClient(ctx, &resp.Diagnostics)
@@ -601,14 +605,8 @@ func (r *threegateNetworkResource) Read(ctx context.Context, req resource.ReadRe
 			return
 		}
 	}
-	in, known, d := m.toInput(ctx)
-	resp.Diagnostics.Append(d...)
+	spec, known := m.buildSpec(ctx, &resp.Diagnostics)
 	if !known || resp.Diagnostics.HasError() {
-		return
-	}
-	spec, ps := topology.Build(in)
-	if len(ps) > 0 {
-		addProblems(&resp.Diagnostics, ps)
 		return
 	}
 	obs, err := topology.Observe(ctx, cli, spec)
@@ -729,14 +727,14 @@ func listOrNull(ctx context.Context, s []string) types.List {
 func (r *threegateNetworkResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var m threegateNetworkModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() || r.data == nil {
+	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "threegate_network", &resp.Diagnostics) {
 		return
 	}
-	in, _, d := m.toInput(ctx)
-	resp.Diagnostics.Append(d...)
-	spec, ps := topology.Build(in)
-	if len(ps) > 0 {
-		addProblems(&resp.Diagnostics, ps)
+	spec, known := m.buildSpec(ctx, &resp.Diagnostics)
+	if !known {
+		addUnknownAtApplyError(&resp.Diagnostics, "threegate_network")
+	}
+	if resp.Diagnostics.HasError() {
 		return
 	}
 	cli := r.data.dockerClient(ctx, &resp.Diagnostics)
