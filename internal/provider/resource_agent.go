@@ -330,24 +330,33 @@ func (r *agentResource) ValidateConfig(ctx context.Context, req resource.Validat
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	validateAgentConfig(ctx, m, &resp.Diagnostics)
+}
+
+// validateAgentConfig runs the cross-attribute checks. It skips what is
+// unknown: Terraform validates again at apply, with those values known.
+func validateAgentConfig(ctx context.Context, m agentModel, diags *diag.Diagnostics) {
 	var cm containerModeModel
 	if !m.ContainerMode.IsNull() && !m.ContainerMode.IsUnknown() {
-		resp.Diagnostics.Append(m.ContainerMode.As(ctx, &cm, objectAsOpts)...)
+		diags.Append(m.ContainerMode.As(ctx, &cm, objectAsOpts)...)
 	}
 	var fa fileAccessModel
 	if !m.FileAccess.IsNull() && !m.FileAccess.IsUnknown() {
-		resp.Diagnostics.Append(m.FileAccess.As(ctx, &fa, objectAsOpts)...)
+		diags.Append(m.FileAccess.As(ctx, &fa, objectAsOpts)...)
 	}
 	var rn runnerModel
 	if !m.Runner.IsNull() && !m.Runner.IsUnknown() {
-		resp.Diagnostics.Append(m.Runner.As(ctx, &rn, objectAsOpts)...)
+		diags.Append(m.Runner.As(ctx, &rn, objectAsOpts)...)
 	}
-	if resp.Diagnostics.HasError() {
+	if diags.HasError() {
 		return
 	}
 
-	if !m.Threegate.IsNull() && !cm.Network.IsNull() {
-		resp.Diagnostics.AddAttributeError(path.Root("container_mode").AtName("network"), "Network With ThreeGate",
+	// An unknown block (e.g. container_mode = some_resource.output) is
+	// checked once known; until then its zero model must not be taken for
+	// "not set".
+	if !m.Threegate.IsNull() && !m.Threegate.IsUnknown() && !cm.Network.IsNull() {
+		diags.AddAttributeError(path.Root("container_mode").AtName("network"), "Network With ThreeGate",
 			"container_mode.network: container_mode.network and threegate both say which network the agent's containers join. With threegate the "+
 				"containers join exactly the role's networks; remove container_mode.network.")
 	}
@@ -359,18 +368,18 @@ func (r *agentResource) ValidateConfig(ctx context.Context, req resource.Validat
 		deployment = defaultDeployment
 	}
 	needImage := cm.Enabled.ValueBool() || (deployment == "container" && !rn.Deployment.IsUnknown())
-	if needImage && !cm.Image.IsUnknown() && cm.Image.ValueString() == "" && !rn.Image.IsUnknown() &&
+	if needImage && !m.ContainerMode.IsUnknown() && !m.Runner.IsUnknown() && !cm.Image.IsUnknown() && cm.Image.ValueString() == "" && !rn.Image.IsUnknown() &&
 		(rn.Image.ValueString() == "" || cm.Enabled.ValueBool()) {
 		what := "the runner service"
 		if cm.Enabled.ValueBool() {
 			what = "the per-message containers"
 		}
-		resp.Diagnostics.AddAttributeError(path.Root("container_mode").AtName("image"), "Missing Image",
+		diags.AddAttributeError(path.Root("container_mode").AtName("image"), "Missing Image",
 			"container_mode.image: no image for "+what+". Set container_mode.image to an isolation image, e.g. "+
 				"meepa_isolation_image.<name>.isolated_image (it holds agent-runner)"+
 				", or for a host-mode agent set runner.image, or runner.deployment = \"external\".")
 	}
-	validateFileAccessPlan(ctx, fa, &resp.Diagnostics)
+	validateFileAccessPlan(ctx, fa, diags)
 }
 
 // ModifyPlan fills the computed values that are known before apply and

@@ -109,3 +109,79 @@ resource "meepa_agent" "t" {
 }
 `, stateDir, id, image, extra)
 }
+
+// TestAccAgent_unknownInputs: inputs that come from other resources are
+// unknown while planning; validation and ModifyPlan must wait for them
+// instead of erroring (here the whole container_mode, and an image, come
+// from terraform_data outputs). No daemon needed.
+func TestAccAgent_unknownInputs(t *testing.T) {
+	stateDir := t.TempDir()
+	resource.Test(t, resource.TestCase{
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: fmt.Sprintf(`
+provider "meepa" {
+  state_dir = %q
+}
+
+resource "terraform_data" "cm" {
+  input = { enabled = true, image = "meepa-test/runner:latest" }
+}
+
+resource "terraform_data" "img" {
+  input = "meepa-test/runner:latest"
+}
+
+resource "meepa_agent" "whole" {
+  agent_id       = "tf-acc-unknown-cm"
+  llm            = { provider = "offline" }
+  container_mode = terraform_data.cm.output
+}
+
+resource "meepa_agent" "image" {
+  agent_id       = "tf-acc-unknown-img"
+  llm            = { provider = "offline" }
+  container_mode = { enabled = true, image = terraform_data.img.output }
+}
+`, stateDir),
+			PlanOnly:           true,
+			ExpectNonEmptyPlan: true,
+		}},
+	})
+	if entries, _ := os.ReadDir(stateDir); len(entries) != 0 {
+		t.Fatalf("state dir not empty after a plan: %v", entries)
+	}
+}
+
+// TestAccAgent_unknownThenInvalid: a container_mode that is unknown at
+// plan and turns out to have no image is refused when it becomes known (in
+// the plan Terraform makes at apply), before anything is made.
+func TestAccAgent_unknownThenInvalid(t *testing.T) {
+	stateDir := t.TempDir()
+	resource.Test(t, resource.TestCase{
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: fmt.Sprintf(`
+provider "meepa" {
+  state_dir = %q
+}
+
+resource "terraform_data" "cm" {
+  input = { enabled = true }
+}
+
+resource "meepa_agent" "t" {
+  agent_id       = "tf-acc-unknown-bad"
+  llm            = { provider = "offline" }
+  container_mode = terraform_data.cm.output
+}
+`, stateDir),
+			ExpectError: errorOn("container_mode.image", `Missing Image`),
+		}},
+	})
+	if entries, _ := os.ReadDir(stateDir); len(entries) != 0 {
+		t.Fatalf("state dir not empty after a refused apply: %v", entries)
+	}
+}
