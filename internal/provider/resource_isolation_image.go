@@ -463,7 +463,9 @@ func (r *isolationImageResource) Create(ctx context.Context, req resource.Create
 		Pull:    image.Pull(plan.Pull.ValueString()),
 		Version: r.data.version,
 		Runner:  bin,
-		OnLog:   func(line string) { tflog.Info(ctx, "docker: "+line) },
+		OnLog: func(line string) {
+			tflog.Info(ctx, "docker build output", map[string]any{"base_image": spec.BaseImage, "line": line})
+		},
 		KeepOld: plan.KeepLocally.ValueBool(),
 	})
 	if err != nil {
