@@ -516,6 +516,88 @@ func (r *agentResource) Create(ctx context.Context, req resource.CreateRequest, 
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
+func (r *agentResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var state agentModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "meepa_agent", &resp.Diagnostics) {
+		return
+	}
+	id := state.AgentID.ValueString()
+	layout := deploy.LayoutFor(r.data.stateDir, id)
+
+	// The workspace: missing is drift (the plan shows its path coming back).
+	wsPath := workspace.Path(r.data.stateDir, id)
+	ws, err := workspace.Inspect(wsPath)
+	if err != nil {
+		addRuntimeError(&resp.Diagnostics, "Workspace Read Failed", "reading "+wsPath, err)
+		return
+	}
+	if !ws.Exists {
+		state.WorkspacePath = types.StringValue("")
+	} else {
+		state.WorkspacePath = types.StringValue(wsPath)
+		if state.ManageSoul.ValueBool() && ws.Soul != state.Soul.ValueString() {
+			// Shown as a change of soul back to the configured text.
+			state.Soul = types.StringValue(ws.Soul)
+		}
+	}
+
+	// The config on disk, hashed as apply would: a deleted or edited file
+	// is drift.
+	state.ConfigHash = types.StringValue(r.hashOnDisk(ctx, state, layout, &resp.Diagnostics))
+	if resp.Diagnostics.HasError() {
+		return
+	}
+
+	rn, _ := objectAs[runnerModel](ctx, state.Runner, &resp.Diagnostics)
+	if rn.Deployment.ValueString() == "external" {
+		state.RunnerStatus = types.StringValue("external")
+		resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+		return
+	}
+	cli := r.data.dockerClient(ctx, &resp.Diagnostics)
+	if cli == nil {
+		return
+	}
+	st, err := deploy.Inspect(ctx, cli, id)
+	if err != nil {
+		addRuntimeError(&resp.Diagnostics, "Runner Read Failed", "inspecting "+deploy.ContainerName(id), err)
+		return
+	}
+	status := st.State
+	if status == "running" && st.ConfigHash != state.ConfigHash.ValueString() {
+		status = "stale"
+	}
+	state.RunnerStatus = types.StringValue(status)
+	state.RunnerContainerID = types.StringValue(st.ID)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+// hashOnDisk hashes the runner config file as apply would have; "" when the
+// file or the key is gone or unreadable.
+func (r *agentResource) hashOnDisk(ctx context.Context, state agentModel, layout deploy.Layout, diags *diag.Diagnostics) string {
+	cfg, err := runner.LoadConfig(layout.ConfigFile)
+	if err != nil {
+		tflog.Debug(ctx, "runner config unreadable", map[string]any{"file": layout.ConfigFile, "error": err.Error()})
+		return ""
+	}
+	key, err := deploy.ReadHashKey(layout)
+	if err != nil {
+		return ""
+	}
+	var d diag.Diagnostics
+	ri, known := toRuntime(ctx, state, cfg.Workspace, cfg.Listen, cfg.Token, cfg.LLM.APIKey, &d)
+	if !known || d.HasError() {
+		diags.Append(d...)
+		return ""
+	}
+	if ri.Deployment == "container" && strings.HasPrefix(cfg.Listen, "0.0.0.0:") {
+		cfg.Listen = "127.0.0.1:" + strings.TrimPrefix(cfg.Listen, "0.0.0.0:")
+	}
+	ri.Config = *cfg
+	return configHash(ri, r.data.version, key)
+}
+
 func (r *agentResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var plan, state agentModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
@@ -703,219 +785,6 @@ type tfConfigGetter interface {
 	GetAttribute(ctx context.Context, p path.Path, target interface{}) diag.Diagnostics
 }
 
-// deployment describes the runner container for a runner config.
-func (r *agentResource) deployment(ri runtimeInputs, layout deploy.Layout, l deploy.Listener, wsPath, hash string) (deploy.Deployment, error) {
-	c := ri.Config
-	d := deploy.Deployment{
-		AgentID:     c.AgentID,
-		Image:       ri.RunnerImage,
-		Layout:      layout,
-		Listener:    l,
-		Workspace:   wsPath,
-		User:        fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()),
-		StopTimeout: stopTimeout(c),
-		ConfigHash:  hash,
-	}
-	hostMode := !c.Container.Enabled
-	if !hostMode {
-		d.DockerSocket = r.dockerSocket()
-		if st, err := os.Stat(d.DockerSocket); err == nil {
-			if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-				d.GroupAdd = []string{strconv.Itoa(int(sys.Gid))}
-			}
-		}
-	}
-	if !hostMode && os.Getuid() == 0 {
-		// The runner gives the workspace to the sandbox user at start-up.
-		d.CapAdd = []string{"CHOWN", "DAC_READ_SEARCH"}
-	}
-	switch {
-	case hostMode && len(c.Container.Networks) > 0:
-		// The agent process runs inside the runner: the runner joins the
-		// role's networks itself.
-		d.Networks = c.Container.Networks
-	case hostMode && (c.FileAccess.AllowNetwork || c.FileAccess.Unrestricted):
-		d.Network = "bridge"
-	case l.Port != 0:
-		d.Network = "bridge"
-	default:
-		d.Network = "none"
-	}
-	if hostMode {
-		// The agent loop runs as a child of the runner; its limits come on
-		// top of the runner's own.
-		mem, err := ParseMemoryLimit(c.Container.MemoryLimit)
-		if err != nil {
-			return d, err
-		}
-		d.Memory = mem + 256<<20
-		d.PidsLimit = c.Container.PidsLimit + 256
-		for _, p := range c.FileAccess.AllowRead {
-			d.HostPaths = append(d.HostPaths, deploy.HostPath{Path: p, ReadOnly: true})
-		}
-		for _, p := range c.FileAccess.AllowReadWrite {
-			d.HostPaths = append(d.HostPaths, deploy.HostPath{Path: p})
-		}
-		if !c.FileAccess.Unrestricted {
-			// Docker's default profile, with Landlock's syscalls allowed on
-			// engines whose default denies them (the runner would fail
-			// closed there).
-			prof, err := sandbox.RunnerSeccompProfile()
-			if err != nil {
-				return d, err
-			}
-			d.SecurityOpt = []string{"seccomp=" + string(prof)}
-		}
-	}
-	return d, nil
-}
-
-// dockerSocket is the daemon's socket on this host: the provider's own unix
-// docker_host, else the default.
-func (r *agentResource) dockerSocket() string {
-	if h := engine.HostOf(r.data.docker.opts); strings.HasPrefix(h, "unix://") {
-		return strings.TrimPrefix(h, "unix://")
-	}
-	return deploy.DefaultDockerSocket
-}
-
-// stopTimeout lets a runner being replaced finish its message in flight.
-func stopTimeout(c runner.Config) time.Duration {
-	t := c.Container.Timeout() + 5*time.Second
-	if t > 5*time.Minute {
-		t = 5 * time.Minute
-	}
-	return t
-}
-
-// workspaceOwner says who must own the workspace: the per-message
-// container's user in container mode, the runner's (the provider's) user in
-// host mode, where the agent runs as the runner's child.
-func workspaceOwner(c runner.Config) (*workspace.Owner, string) {
-	me := workspace.Owner{UID: os.Getuid(), GID: os.Getgid()}
-	if !c.Container.Enabled {
-		return &me, ""
-	}
-	want := parseUser(c.Container.User)
-	if me.UID == 0 || want == me {
-		return &want, ""
-	}
-	return nil, fmt.Sprintf("The provider runs as uid %d and cannot hand the workspace to %d:%d (container_mode.user); "+
-		"the per-message containers may be unable to write /workspace. Run the provider as root or set "+
-		"container_mode.user = \"%d:%d\".", me.UID, want.UID, want.GID, me.UID, me.GID)
-}
-
-func parseUser(u string) workspace.Owner {
-	if u == "" {
-		u = defaultUser
-	}
-	uid, gid, found := strings.Cut(u, ":")
-	o := workspace.Owner{}
-	o.UID, _ = strconv.Atoi(uid)
-	o.GID = o.UID
-	if found {
-		o.GID, _ = strconv.Atoi(gid)
-	}
-	return o
-}
-
-func checkRuntime(ctx context.Context, cli client.APIClient, name string) error {
-	info, err := cli.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("docker info: %w", err)
-	}
-	if _, ok := info.Runtimes[name]; ok {
-		return nil
-	}
-	have := make([]string, 0, len(info.Runtimes))
-	for k := range info.Runtimes {
-		have = append(have, k)
-	}
-	return fmt.Errorf("the Docker daemon has no %q runtime (it has: %s); install it and register it in daemon.json, or use runc", name, strings.Join(have, ", "))
-}
-
-func (r *agentResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	var state agentModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "meepa_agent", &resp.Diagnostics) {
-		return
-	}
-	id := state.AgentID.ValueString()
-	layout := deploy.LayoutFor(r.data.stateDir, id)
-
-	// The workspace: missing is drift (the plan shows its path coming back).
-	wsPath := workspace.Path(r.data.stateDir, id)
-	ws, err := workspace.Inspect(wsPath)
-	if err != nil {
-		addRuntimeError(&resp.Diagnostics, "Workspace Read Failed", "reading "+wsPath, err)
-		return
-	}
-	if !ws.Exists {
-		state.WorkspacePath = types.StringValue("")
-	} else {
-		state.WorkspacePath = types.StringValue(wsPath)
-		if state.ManageSoul.ValueBool() && ws.Soul != state.Soul.ValueString() {
-			// Shown as a change of soul back to the configured text.
-			state.Soul = types.StringValue(ws.Soul)
-		}
-	}
-
-	// The config on disk, hashed as apply would: a deleted or edited file
-	// is drift.
-	state.ConfigHash = types.StringValue(r.hashOnDisk(ctx, state, layout, &resp.Diagnostics))
-	if resp.Diagnostics.HasError() {
-		return
-	}
-
-	rn, _ := objectAs[runnerModel](ctx, state.Runner, &resp.Diagnostics)
-	if rn.Deployment.ValueString() == "external" {
-		state.RunnerStatus = types.StringValue("external")
-		resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
-		return
-	}
-	cli := r.data.dockerClient(ctx, &resp.Diagnostics)
-	if cli == nil {
-		return
-	}
-	st, err := deploy.Inspect(ctx, cli, id)
-	if err != nil {
-		addRuntimeError(&resp.Diagnostics, "Runner Read Failed", "inspecting "+deploy.ContainerName(id), err)
-		return
-	}
-	status := st.State
-	if status == "running" && st.ConfigHash != state.ConfigHash.ValueString() {
-		status = "stale"
-	}
-	state.RunnerStatus = types.StringValue(status)
-	state.RunnerContainerID = types.StringValue(st.ID)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
-}
-
-// hashOnDisk hashes the runner config file as apply would have; "" when the
-// file or the key is gone or unreadable.
-func (r *agentResource) hashOnDisk(ctx context.Context, state agentModel, layout deploy.Layout, diags *diag.Diagnostics) string {
-	cfg, err := runner.LoadConfig(layout.ConfigFile)
-	if err != nil {
-		tflog.Debug(ctx, "runner config unreadable", map[string]any{"file": layout.ConfigFile, "error": err.Error()})
-		return ""
-	}
-	key, err := deploy.ReadHashKey(layout)
-	if err != nil {
-		return ""
-	}
-	var d diag.Diagnostics
-	ri, known := toRuntime(ctx, state, cfg.Workspace, cfg.Listen, cfg.Token, cfg.LLM.APIKey, &d)
-	if !known || d.HasError() {
-		diags.Append(d...)
-		return ""
-	}
-	if ri.Deployment == "container" && strings.HasPrefix(cfg.Listen, "0.0.0.0:") {
-		cfg.Listen = "127.0.0.1:" + strings.TrimPrefix(cfg.Listen, "0.0.0.0:")
-	}
-	ri.Config = *cfg
-	return configHash(ri, r.data.version, key)
-}
-
 func (r *agentResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state agentModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
@@ -1047,4 +916,135 @@ func readMeta(l deploy.Layout) (agentMeta, error) {
 		return m, err
 	}
 	return m, json.Unmarshal(raw, &m)
+}
+
+// deployment describes the runner container for a runner config.
+func (r *agentResource) deployment(ri runtimeInputs, layout deploy.Layout, l deploy.Listener, wsPath, hash string) (deploy.Deployment, error) {
+	c := ri.Config
+	d := deploy.Deployment{
+		AgentID:     c.AgentID,
+		Image:       ri.RunnerImage,
+		Layout:      layout,
+		Listener:    l,
+		Workspace:   wsPath,
+		User:        fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()),
+		StopTimeout: stopTimeout(c),
+		ConfigHash:  hash,
+	}
+	hostMode := !c.Container.Enabled
+	if !hostMode {
+		d.DockerSocket = r.dockerSocket()
+		if st, err := os.Stat(d.DockerSocket); err == nil {
+			if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+				d.GroupAdd = []string{strconv.Itoa(int(sys.Gid))}
+			}
+		}
+	}
+	if !hostMode && os.Getuid() == 0 {
+		// The runner gives the workspace to the sandbox user at start-up.
+		d.CapAdd = []string{"CHOWN", "DAC_READ_SEARCH"}
+	}
+	switch {
+	case hostMode && len(c.Container.Networks) > 0:
+		// The agent process runs inside the runner: the runner joins the
+		// role's networks itself.
+		d.Networks = c.Container.Networks
+	case hostMode && (c.FileAccess.AllowNetwork || c.FileAccess.Unrestricted):
+		d.Network = "bridge"
+	case l.Port != 0:
+		d.Network = "bridge"
+	default:
+		d.Network = "none"
+	}
+	if hostMode {
+		// The agent loop runs as a child of the runner; its limits come on
+		// top of the runner's own.
+		mem, err := ParseMemoryLimit(c.Container.MemoryLimit)
+		if err != nil {
+			return d, err
+		}
+		d.Memory = mem + 256<<20
+		d.PidsLimit = c.Container.PidsLimit + 256
+		for _, p := range c.FileAccess.AllowRead {
+			d.HostPaths = append(d.HostPaths, deploy.HostPath{Path: p, ReadOnly: true})
+		}
+		for _, p := range c.FileAccess.AllowReadWrite {
+			d.HostPaths = append(d.HostPaths, deploy.HostPath{Path: p})
+		}
+		if !c.FileAccess.Unrestricted {
+			// Docker's default profile, with Landlock's syscalls allowed on
+			// engines whose default denies them (the runner would fail
+			// closed there).
+			prof, err := sandbox.RunnerSeccompProfile()
+			if err != nil {
+				return d, err
+			}
+			d.SecurityOpt = []string{"seccomp=" + string(prof)}
+		}
+	}
+	return d, nil
+}
+
+// dockerSocket is the daemon's socket on this host: the provider's own unix
+// docker_host, else the default.
+func (r *agentResource) dockerSocket() string {
+	if h := engine.HostOf(r.data.docker.opts); strings.HasPrefix(h, "unix://") {
+		return strings.TrimPrefix(h, "unix://")
+	}
+	return deploy.DefaultDockerSocket
+}
+
+// stopTimeout lets a runner being replaced finish its message in flight.
+func stopTimeout(c runner.Config) time.Duration {
+	t := c.Container.Timeout() + 5*time.Second
+	if t > 5*time.Minute {
+		t = 5 * time.Minute
+	}
+	return t
+}
+
+// workspaceOwner says who must own the workspace: the per-message
+// container's user in container mode, the runner's (the provider's) user in
+// host mode, where the agent runs as the runner's child.
+func workspaceOwner(c runner.Config) (*workspace.Owner, string) {
+	me := workspace.Owner{UID: os.Getuid(), GID: os.Getgid()}
+	if !c.Container.Enabled {
+		return &me, ""
+	}
+	want := parseUser(c.Container.User)
+	if me.UID == 0 || want == me {
+		return &want, ""
+	}
+	return nil, fmt.Sprintf("The provider runs as uid %d and cannot hand the workspace to %d:%d (container_mode.user); "+
+		"the per-message containers may be unable to write /workspace. Run the provider as root or set "+
+		"container_mode.user = \"%d:%d\".", me.UID, want.UID, want.GID, me.UID, me.GID)
+}
+
+func parseUser(u string) workspace.Owner {
+	if u == "" {
+		u = defaultUser
+	}
+	uid, gid, found := strings.Cut(u, ":")
+	o := workspace.Owner{}
+	o.UID, _ = strconv.Atoi(uid)
+	o.GID = o.UID
+	if found {
+		o.GID, _ = strconv.Atoi(gid)
+	}
+	return o
+}
+
+func checkRuntime(ctx context.Context, cli client.APIClient, name string) error {
+	info, err := cli.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("docker info: %w", err)
+	}
+	if _, ok := info.Runtimes[name]; ok {
+		return nil
+	}
+	have := make([]string, 0, len(info.Runtimes))
+	for k := range info.Runtimes {
+		have = append(have, k)
+	}
+	return fmt.Errorf("the Docker daemon has no %q runtime (it has: %s); install it and register it in daemon.json, or use runc", name, strings.Join(have, ", "))
 }

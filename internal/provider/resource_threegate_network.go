@@ -502,93 +502,6 @@ func (r *threegateNetworkResource) Create(ctx context.Context, req resource.Crea
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
-func (r *threegateNetworkResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var plan threegateNetworkModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	r.apply(ctx, &plan, &resp.Diagnostics)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
-}
-
-// apply brings the host to the plan and fills the computed values that
-// only apply knows. On error, m.ID stays unknown when nothing was made.
-func (r *threegateNetworkResource) apply(ctx context.Context, m *threegateNetworkModel, diags *diag.Diagnostics) {
-	m.ID = types.StringUnknown()
-	m.Networks = types.MapValueMust(networkObjectType, map[string]attr.Value{})
-	m.ProxyContainerID = types.StringValue("")
-	m.Drift = types.ListValueMust(types.StringType, []attr.Value{})
-	spec, known := m.buildSpec(ctx, diags)
-	if !known || spec.Proxy.Image == unknownImage {
-		addUnknownAtApplyError(diags, "threegate_network")
-		return
-	}
-	if diags.HasError() {
-		return
-	}
-	if !requireProviderData(r.data, "threegate_network", diags) {
-		return
-	}
-	cli := r.data.dockerClient(ctx, diags)
-	if cli == nil {
-		return
-	}
-	var fw *firewall.Host
-	if spec.Firewall.Enabled {
-		h, err := firewall.Open(ctx)
-		if err != nil {
-			diags.AddAttributeError(path.Root("firewall").AtName("enabled"), "Host Firewall Unavailable", err.Error())
-			return
-		}
-		fw = h
-	}
-	// From here on objects may exist, so the state must name them even if
-	// the apply fails (Terraform then taints the resource and destroys it).
-	m.ID = types.StringValue(spec.Name)
-	tflog.Debug(ctx, "ensuring threegate topology", map[string]any{"name": spec.Name, "firewall": spec.Firewall.Enabled})
-	obs, err := topology.Ensure(ctx, cli, spec, func(ctx context.Context) error {
-		if fw != nil {
-			return fw.Apply(ctx, spec.Rules())
-		}
-		// Disabled: remove what an earlier apply made, if anything.
-		h, err := firewall.Open(ctx)
-		if err != nil {
-			return nil // no iptables, so no rules of ours either
-		}
-		return h.Remove(ctx, spec.Rules())
-	})
-	if err != nil {
-		addRuntimeError(diags, "ThreeGate Apply Failed", "bringing topology "+spec.Name+" to its configuration", err)
-		return
-	}
-	m.ID = types.StringValue(spec.Name)
-	var drift []string
-	drift = append(drift, topology.Drift(spec, obs)...)
-	if fw != nil {
-		fd, err := fw.Check(ctx, spec.Rules())
-		if err != nil {
-			addRuntimeError(diags, "Firewall Read Failed", "reading back the rules of "+spec.Name, err)
-			return
-		}
-		drift = append(drift, fd...)
-	}
-	if len(drift) > 0 {
-		diags.AddError("ThreeGate Apply Did Not Converge", "after apply, the host still differs:\n- "+strings.Join(drift, "\n- "))
-	}
-	nets, d := networksValue(ctx, spec, obs)
-	diags.Append(d...)
-	m.Networks = nets
-	m.ProxyContainerID = types.StringValue("")
-	if obs.Proxy != nil {
-		m.ProxyContainerID = types.StringValue(obs.Proxy.ID)
-	}
-	m.Drift = types.ListValueMust(types.StringType, []attr.Value{})
-}
-
 func (r *threegateNetworkResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var m threegateNetworkModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
@@ -707,6 +620,93 @@ func (r *threegateNetworkResource) importFromLive(ctx context.Context, m *threeg
 	m.Roles = roles
 	tflog.Debug(ctx, "imported threegate topology", map[string]any{"name": name, "allow_entries": len(in.Proxy.Allow)})
 	return true
+}
+
+func (r *threegateNetworkResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan threegateNetworkModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	r.apply(ctx, &plan, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+// apply brings the host to the plan and fills the computed values that
+// only apply knows. On error, m.ID stays unknown when nothing was made.
+func (r *threegateNetworkResource) apply(ctx context.Context, m *threegateNetworkModel, diags *diag.Diagnostics) {
+	m.ID = types.StringUnknown()
+	m.Networks = types.MapValueMust(networkObjectType, map[string]attr.Value{})
+	m.ProxyContainerID = types.StringValue("")
+	m.Drift = types.ListValueMust(types.StringType, []attr.Value{})
+	spec, known := m.buildSpec(ctx, diags)
+	if !known || spec.Proxy.Image == unknownImage {
+		addUnknownAtApplyError(diags, "threegate_network")
+		return
+	}
+	if diags.HasError() {
+		return
+	}
+	if !requireProviderData(r.data, "threegate_network", diags) {
+		return
+	}
+	cli := r.data.dockerClient(ctx, diags)
+	if cli == nil {
+		return
+	}
+	var fw *firewall.Host
+	if spec.Firewall.Enabled {
+		h, err := firewall.Open(ctx)
+		if err != nil {
+			diags.AddAttributeError(path.Root("firewall").AtName("enabled"), "Host Firewall Unavailable", err.Error())
+			return
+		}
+		fw = h
+	}
+	// From here on objects may exist, so the state must name them even if
+	// the apply fails (Terraform then taints the resource and destroys it).
+	m.ID = types.StringValue(spec.Name)
+	tflog.Debug(ctx, "ensuring threegate topology", map[string]any{"name": spec.Name, "firewall": spec.Firewall.Enabled})
+	obs, err := topology.Ensure(ctx, cli, spec, func(ctx context.Context) error {
+		if fw != nil {
+			return fw.Apply(ctx, spec.Rules())
+		}
+		// Disabled: remove what an earlier apply made, if anything.
+		h, err := firewall.Open(ctx)
+		if err != nil {
+			return nil // no iptables, so no rules of ours either
+		}
+		return h.Remove(ctx, spec.Rules())
+	})
+	if err != nil {
+		addRuntimeError(diags, "ThreeGate Apply Failed", "bringing topology "+spec.Name+" to its configuration", err)
+		return
+	}
+	m.ID = types.StringValue(spec.Name)
+	var drift []string
+	drift = append(drift, topology.Drift(spec, obs)...)
+	if fw != nil {
+		fd, err := fw.Check(ctx, spec.Rules())
+		if err != nil {
+			addRuntimeError(diags, "Firewall Read Failed", "reading back the rules of "+spec.Name, err)
+			return
+		}
+		drift = append(drift, fd...)
+	}
+	if len(drift) > 0 {
+		diags.AddError("ThreeGate Apply Did Not Converge", "after apply, the host still differs:\n- "+strings.Join(drift, "\n- "))
+	}
+	nets, d := networksValue(ctx, spec, obs)
+	diags.Append(d...)
+	m.Networks = nets
+	m.ProxyContainerID = types.StringValue("")
+	if obs.Proxy != nil {
+		m.ProxyContainerID = types.StringValue(obs.Proxy.ID)
+	}
+	m.Drift = types.ListValueMust(types.StringType, []attr.Value{})
 }
 
 func orEmpty(s []string) []string {
