@@ -177,7 +177,7 @@ func agentSchema() schema.Schema {
 						MarkdownDescription: "Network of the per-message containers: " + codeList(containerNetworks) + ". `bridge` " +
 							"allows outbound connections (an LLM API), `none` has no network. `host` is refused (it would defeat the " +
 							"isolation). Null when `threegate` is set (the role's networks are used). Default `" + defaultNetwork + "`.",
-						Validators: []validator.String{scoped(containerNetworkValidator{})},
+						Validators: []validator.String{scoped(containerNetwork())},
 					},
 					"pids_limit": schema.Int64Attribute{
 						Optional: true, Computed: true, Default: int64default.StaticInt64(defaultPidsLimit),

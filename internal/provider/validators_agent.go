@@ -2,8 +2,10 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/docker/go-units"
@@ -53,34 +55,26 @@ func memoryLimit() validator.String {
 	}
 }
 
-// containerNetworkValidator accepts the spec's two modes and explains why
-// "host" is refused, instead of a bare "must be one of".
-type containerNetworkValidator struct{}
-
-func (containerNetworkValidator) Description(context.Context) string {
-	return "one of " + codeList(containerNetworks)
-}
-func (v containerNetworkValidator) MarkdownDescription(ctx context.Context) string {
-	return v.Description(ctx)
-}
-func (containerNetworkValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
+// containerNetwork accepts the spec's two modes and explains why "host" is
+// refused, instead of a bare "must be one of".
+func containerNetwork() validator.String {
+	return stringCheck{
+		summary: "Invalid Container Network",
+		desc:    "one of " + codeList(containerNetworks),
+		check: func(v string) error {
+			switch {
+			case slices.Contains(containerNetworks, v):
+				return nil
+			case v == "host":
+				return errors.New("\"host\" would put the per-message container in the host's network namespace: the agent could " +
+					"reach every service listening on the host (including ones bound to 127.0.0.1) and its traffic would " +
+					"bypass Docker's and ThreeGate's isolation. Use \"bridge\" for outbound access, \"none\" for no network, " +
+					"or a threegate block for the ThreeGate topology")
+			default:
+				return fmt.Errorf("%q is not a container network mode; use one of %s", v, codeList(containerNetworks))
+			}
+		},
 	}
-	v := req.ConfigValue.ValueString()
-	for _, n := range containerNetworks {
-		if v == n {
-			return
-		}
-	}
-	detail := fmt.Sprintf("%q is not a container network mode; use one of %s.", v, codeList(containerNetworks))
-	if v == "host" {
-		detail = "\"host\" would put the per-message container in the host's network namespace: the agent could " +
-			"reach every service listening on the host (including ones bound to 127.0.0.1) and its traffic would " +
-			"bypass Docker's and ThreeGate's isolation. Use \"bridge\" for outbound access, \"none\" for no network, " +
-			"or a threegate block for the ThreeGate topology."
-	}
-	resp.Diagnostics.AddAttributeError(req.Path, "Invalid Container Network", detail)
 }
 
 // listenAddress validates runner.listen with the parser apply uses.
