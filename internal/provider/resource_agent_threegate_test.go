@@ -30,8 +30,8 @@ func TestAccAgent_threegate(t *testing.T) {
 	cli := testutil.Docker(t)
 	image := testutil.EnsureRunnerImage(t, cli)
 	stateDir := t.TempDir()
-	tg := "tf-acc-agtg"
-	id := "tf-acc-agent-fetch"
+	tg, llm, fetch, egress, _ := freeTopology(t, cli)
+	id := "tf-acc-agent-fetch" + "-" + runID
 	layout := deploy.LayoutFor(stateDir, id)
 	t.Cleanup(func() { cleanupAgent(cli, id) })
 	cfg := fmt.Sprintf(`
@@ -42,9 +42,9 @@ provider "meepa" {
 resource "threegate_network" "tg" {
   provider         = meepa
   name             = %[2]q
-  llmnet_subnet    = "10.231.10.0/24"
-  fetchnet_subnet  = "10.231.11.0/24"
-  egressnet_subnet = "10.231.12.0/24"
+  llmnet_subnet    = %[5]q
+  fetchnet_subnet  = %[6]q
+  egressnet_subnet = %[7]q
   proxy = {
     image = %[3]q
     allow = ["example.com"]
@@ -63,7 +63,7 @@ resource "meepa_agent" "fetch" {
     role    = "fetch"
   }
 }
-`, stateDir, tg, image, id)
+`, stateDir, tg, image, id, llm, fetch, egress)
 
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
