@@ -840,7 +840,9 @@ func (r *agentResource) ImportState(ctx context.Context, req resource.ImportStat
 	}
 	meta, err := readMeta(layout)
 	if err != nil {
-		resp.Diagnostics.AddError("Agent Not Found", fmt.Sprintf("Agent %q has no readable metadata: %v", req.ID, err))
+		resp.Diagnostics.AddError("Agent Not Found", fmt.Sprintf("Agent %q has a runner config but no readable metadata: %v. "+
+			"Import reads both files apply writes under %s; restore agent.json from a backup, or check that state_dir is the one the agent was made with.",
+			req.ID, err, layout.Dir))
 		return
 	}
 	if strings.HasPrefix(cfg.Listen, "0.0.0.0:") {
