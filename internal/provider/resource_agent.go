@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/docker/docker/client"
@@ -34,7 +33,6 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
@@ -722,7 +720,7 @@ func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan *
 			}
 		}
 		if cli != nil {
-			if err := deploy.Remove(ctx, cli, id, stopTimeout(ri.Config)); err != nil {
+			if err := deploy.Remove(ctx, cli, id, deploy.StopTimeout(ri.Config)); err != nil {
 				addRuntimeError(&diags, "Runner Remove Failed", "removing the runner container of "+id, err)
 				return diags
 			}
@@ -739,7 +737,9 @@ func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan *
 		plan.LandlockABI = prior.LandlockABI
 		return diags
 	}
-	dep, err := r.deployment(ri, layout, listener, wsPath, hash)
+	dep, err := deploy.ForConfig(ri.Config, deploy.Placement{
+		Image: ri.RunnerImage, Layout: layout, Listener: listener, Workspace: wsPath, ConfigHash: hash, DockerSocket: r.dockerSocket(),
+	})
 	if err != nil {
 		addRuntimeError(&diags, "Runner Deploy Failed", "preparing the runner of "+id, err)
 		return diags
@@ -799,7 +799,7 @@ func (r *agentResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 		if cli == nil {
 			return
 		}
-		timeout := stopTimeout(runner.Config{Container: runner.ContainerMode{TimeoutSeconds: int(cm.TimeoutSeconds.ValueInt64())}})
+		timeout := deploy.StopTimeout(runner.Config{Container: runner.ContainerMode{TimeoutSeconds: int(cm.TimeoutSeconds.ValueInt64())}})
 		if err := deploy.Remove(ctx, cli, id, timeout); err != nil {
 			addRuntimeError(&resp.Diagnostics, "Runner Remove Failed", "removing "+deploy.ContainerName(id), err)
 			return
@@ -920,73 +920,6 @@ func readMeta(l deploy.Layout) (agentMeta, error) {
 	return m, json.Unmarshal(raw, &m)
 }
 
-// deployment describes the runner container for a runner config.
-func (r *agentResource) deployment(ri runtimeInputs, layout deploy.Layout, l deploy.Listener, wsPath, hash string) (deploy.Deployment, error) {
-	c := ri.Config
-	d := deploy.Deployment{
-		AgentID:     c.AgentID,
-		Image:       ri.RunnerImage,
-		Layout:      layout,
-		Listener:    l,
-		Workspace:   wsPath,
-		User:        fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()),
-		StopTimeout: stopTimeout(c),
-		ConfigHash:  hash,
-	}
-	hostMode := !c.Container.Enabled
-	if !hostMode {
-		d.DockerSocket = r.dockerSocket()
-		if st, err := os.Stat(d.DockerSocket); err == nil {
-			if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-				d.GroupAdd = []string{strconv.Itoa(int(sys.Gid))}
-			}
-		}
-	}
-	if !hostMode && os.Getuid() == 0 {
-		// The runner gives the workspace to the sandbox user at start-up.
-		d.CapAdd = []string{"CHOWN", "DAC_READ_SEARCH"}
-	}
-	switch {
-	case hostMode && len(c.Container.Networks) > 0:
-		// The agent process runs inside the runner: the runner joins the
-		// role's networks itself.
-		d.Networks = c.Container.Networks
-	case hostMode && (c.FileAccess.AllowNetwork || c.FileAccess.Unrestricted):
-		d.Network = "bridge"
-	case l.Port != 0:
-		d.Network = "bridge"
-	default:
-		d.Network = "none"
-	}
-	if hostMode {
-		// The agent loop runs as a child of the runner; its limits come on
-		// top of the runner's own.
-		mem, err := ParseMemoryLimit(c.Container.MemoryLimit)
-		if err != nil {
-			return d, err
-		}
-		d.Memory = mem + 256<<20
-		d.PidsLimit = c.Container.PidsLimit + 256
-		for _, p := range c.FileAccess.AllowRead {
-			d.HostPaths = append(d.HostPaths, deploy.HostPath{Path: p, ReadOnly: true})
-		}
-		for _, p := range c.FileAccess.AllowReadWrite {
-			d.HostPaths = append(d.HostPaths, deploy.HostPath{Path: p})
-		}
-		if !c.FileAccess.Unrestricted {
-			// Docker's default profile, with Landlock's syscalls allowed on
-			// engines whose default denies them (the runner would fail
-			// closed there).
-			prof, err := sandbox.RunnerSeccompProfile()
-			if err != nil {
-				return d, err
-			}
-			d.SecurityOpt = []string{"seccomp=" + string(prof)}
-		}
-	}
-	return d, nil
-}
-
 // dockerSocket is the daemon's socket on this host: the provider's own unix
 // docker_host, else the default.
 func (r *agentResource) dockerSocket() string {
@@ -994,15 +927,6 @@ func (r *agentResource) dockerSocket() string {
 		return strings.TrimPrefix(h, "unix://")
 	}
 	return deploy.DefaultDockerSocket
-}
-
-// stopTimeout lets a runner being replaced finish its message in flight.
-func stopTimeout(c runner.Config) time.Duration {
-	t := c.Container.Timeout() + 5*time.Second
-	if t > 5*time.Minute {
-		t = 5 * time.Minute
-	}
-	return t
 }
 
 // workspaceOwner says who must own the workspace: the per-message
