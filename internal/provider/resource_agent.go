@@ -129,7 +129,8 @@ func agentSchema() schema.Schema {
 			"secrets": schema.MapAttribute{
 				Optional: true, Sensitive: true, ElementType: types.StringType,
 				MarkdownDescription: "Extra secret values for the agent loop (e.g. tool credentials), handed over on stdin. " +
-					"Exported to tool processes with `inject_secrets_env`, replaced by `[REDACTED]` in replies with `redact_secrets`.",
+					"Exported to tool processes with `inject_secrets_env` (then each name must be an environment variable name, " +
+					"`" + envNameRegexp.String() + "`), replaced by `[REDACTED]` in replies with `redact_secrets`.",
 			},
 			"inject_credentials_env": schema.BoolAttribute{
 				Optional: true, Computed: true, Default: booldefault.StaticBool(true),
@@ -378,6 +379,21 @@ func validateAgentConfig(ctx context.Context, m agentModel, diags *diag.Diagnost
 				", or for a host-mode agent set runner.image, or runner.deployment = \"external\".")
 	}
 	validateFileAccessPlan(ctx, fa, diags)
+
+	// With inject_secrets_env each secret's name becomes a tool's
+	// environment variable; the agent loop refuses any other name, which
+	// would fail every message instead of this plan.
+	if !m.Secrets.IsNull() && !m.Secrets.IsUnknown() && !m.InjectSecretsEnv.IsUnknown() &&
+		(m.InjectSecretsEnv.IsNull() || m.InjectSecretsEnv.ValueBool()) {
+		for k := range m.Secrets.Elements() {
+			if !envNameRegexp.MatchString(k) {
+				diags.AddAttributeError(path.Root("secrets").AtMapKey(k), "Invalid Secret Name",
+					fmt.Sprintf("secrets[%q]: with inject_secrets_env the name becomes an environment variable of the agent's "+
+						"tools, so it must match %s. Rename it (e.g. %q), or set inject_secrets_env = false.",
+						k, envNameRegexp, envNameSuggestion(k)))
+			}
+		}
+	}
 }
 
 // ModifyPlan fills the computed values that are known before apply and

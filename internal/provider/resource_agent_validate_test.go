@@ -44,6 +44,7 @@ func TestAccAgent_invalidInput(t *testing.T) {
 		{"listen public", `runner = { listen = "0.0.0.0:8080" }`, "runner.listen", `only 127.0.0.1`},
 		{"no image", `image = ""`, "container_mode.image", `Missing Image`},
 		{"user name", `container_mode = { user = "nobody" }`, "container_mode.user", `numeric uid`},
+		{"secret name", `secrets = { "gh-token" = "x" }`, "secrets", `Rename it \(e\.g\. "GH_TOKEN"\)`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -89,6 +89,24 @@ func listenAddress() validator.String {
 	}
 }
 
+// envNameRegexp is the agent loop's rule for the names of its tools'
+// environment variables (internal/runtime/agent).
+var envNameRegexp = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// envNameSuggestion turns a name into one envNameRegexp accepts.
+func envNameSuggestion(k string) string {
+	b := []byte(strings.ToUpper(k))
+	for i, c := range b {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			b[i] = '_'
+		}
+	}
+	if len(b) == 0 || b[0] >= '0' && b[0] <= '9' {
+		b = append([]byte{'_'}, b...)
+	}
+	return string(b)
+}
+
 // userPattern is a numeric uid or uid:gid: the provider must chown the
 // workspace to it, and a name would mean something different in every image.
 var userPattern = regexp.MustCompile(`^[0-9]{1,10}(:[0-9]{1,10})?$`)
