@@ -96,7 +96,8 @@ func agentSchema() schema.Schema {
 					},
 					"base_url": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(""),
-						MarkdownDescription: "API base URL; empty means the vendor's default.",
+						MarkdownDescription: "API base URL: " + baseURL().Description(context.Background()) + "; empty means the vendor's default.",
+						Validators:          []validator.String{scoped(baseURL())},
 					},
 					"api_key": schema.StringAttribute{
 						Optional: true, Sensitive: true, WriteOnly: true,
@@ -159,6 +160,7 @@ func agentSchema() schema.Schema {
 						MarkdownDescription: "Image of the per-message containers, and of the runner unless `runner.image` is set. " +
 							"Use an isolation image: `meepa_isolation_image.<name>.isolated_image`. Required when `enabled` or " +
 							"when the provider runs the runner (`runner.deployment = \"container\"`) and `runner.image` is empty.",
+						Validators: []validator.String{scoped(optionalImageReference())},
 					},
 					"memory_limit": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(defaultMemoryLimit),
@@ -268,6 +270,7 @@ func agentSchema() schema.Schema {
 					"image": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(""),
 						MarkdownDescription: "Image the runner service runs from (it needs `agent-runner` on its PATH). Empty: `container_mode.image`.",
+						Validators:          []validator.String{scoped(optionalImageReference())},
 					},
 				},
 			},

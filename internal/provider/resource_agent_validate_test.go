@@ -44,6 +44,8 @@ func TestAccAgent_invalidInput(t *testing.T) {
 		{"listen public", `runner = { listen = "0.0.0.0:8080" }`, "runner.listen", `only 127.0.0.1`},
 		{"no image", `image = ""`, "container_mode.image", `Missing Image`},
 		{"user name", `container_mode = { user = "nobody" }`, "container_mode.user", `numeric uid`},
+		{"base url no scheme", `llm = { provider = "openai", base_url = "api.openai.com/v1" }`, "llm.base_url", `not an absolute http\(s\) URL`},
+		{"image reference", `runner = { image = "Bad Image" }`, "runner.image", `Invalid Image Reference`},
 		{"secret name", `secrets = { "gh-token" = "x" }`, "secrets", `Rename it \(e\.g\. "GH_TOKEN"\)`},
 	}
 	for _, tc := range cases {
@@ -82,15 +84,18 @@ func errorOn(attr, want string) *regexp.Regexp {
 }
 
 // agentConfigWith is a minimal valid agent with one override: an
-// "agent_id = " body replaces the id, an "image = " body replaces the image,
-// anything else is added.
+// "agent_id = " body replaces the id, an "llm = " body the llm, an
+// "image = " body the image, anything else is added.
 func agentConfigWith(stateDir, body string) string {
 	id := `agent_id = "tf-acc-bad"`
+	llm := `llm = { provider = "offline" }`
 	image := `container_mode = { image = "meepa-test/runner:latest" }`
 	extra := body
 	switch {
 	case strings.HasPrefix(body, "agent_id"):
 		id, extra = body, ""
+	case strings.HasPrefix(body, "llm = "):
+		llm, extra = body, ""
 	case strings.HasPrefix(body, "image = "):
 		image, extra = "", ""
 	case strings.HasPrefix(body, "container_mode"):
@@ -104,11 +109,11 @@ provider "meepa" {
 
 resource "meepa_agent" "t" {
   %s
-  llm = { provider = "offline" }
+  %s
   %s
   %s
 }
-`, stateDir, id, image, extra)
+`, stateDir, id, llm, image, extra)
 }
 
 // TestAccAgent_unknownInputs: inputs that come from other resources are

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/image"
 )
 
 // minMemoryBytes is Docker's own lower bound for a container memory limit.
@@ -136,5 +138,39 @@ func (s scopedValidator) ValidateString(ctx context.Context, req validator.Strin
 		} else {
 			resp.Diagnostics.AddAttributeWarning(req.Path, d.Summary(), detail)
 		}
+	}
+}
+
+// baseURL checks llm.base_url: the LLM clients join their paths onto it, so
+// it must be an absolute http(s) URL.
+func baseURL() validator.String {
+	return stringCheck{
+		summary: "Invalid Base URL",
+		desc:    "an absolute `http://` or `https://` URL",
+		check: func(s string) error {
+			if s == "" {
+				return nil
+			}
+			u, err := url.Parse(s)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("%q is not an absolute http(s) URL; write e.g. \"https://api.openai.com/v1\" or \"http://llm-gateway:4000/v1\"", s)
+			}
+			return nil
+		},
+	}
+}
+
+// optionalImageReference is imageReference for an image that may be left
+// empty (another attribute then supplies it).
+func optionalImageReference() validator.String {
+	return stringCheck{
+		summary: "Invalid Image Reference",
+		desc:    "a Docker image reference",
+		check: func(s string) error {
+			if s == "" {
+				return nil
+			}
+			return image.ValidateImageRef(s)
+		},
 	}
 }
