@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/objectdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
@@ -132,6 +133,7 @@ func (r *threegateNetworkResource) Schema(_ context.Context, _ resource.SchemaRe
 						Required: true,
 						MarkdownDescription: "An isolation image containing `/usr/local/bin/agent-runner` (e.g. from `meepa_isolation_image`). " +
 							"It must be present on the daemon; nothing is pulled.",
+						Validators: []validator.String{scoped(imageReference())},
 					},
 					"allow": schema.ListAttribute{
 						Required: true, ElementType: types.StringType,

@@ -387,6 +387,7 @@ resource "threegate_network" "bad" {
 		{"port 70000", proxy("allow = [\"example.com:70000\"]"), `(?s)Invalid Allow Pattern.*proxy.allow\[0\].*70000`},
 		{"proxy port 0", proxy(ok + "\nport = 0"), `(?s)Invalid Proxy Port.*proxy.port.*0 is not a TCP port`},
 		{"proxy port 70000", proxy(ok + "\nport = 70000"), `(?s)Invalid Proxy Port.*proxy.port.*70000`},
+		{"proxy image", "proxy = {\n image = \"Bad Image\"\n" + ok + "\n}\n", `(?s)Invalid Image Reference.*proxy.image`},
 	}
 	var steps []resource.TestStep
 	for _, c := range cases {
