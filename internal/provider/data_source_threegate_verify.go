@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
@@ -111,7 +112,9 @@ func (d *threegateVerifyDataSource) Read(ctx context.Context, req datasource.Rea
 	name := m.Name.ValueString()
 	in, err := topology.InputFromLive(ctx, cli, name)
 	if err != nil {
-		addRuntimeError(&resp.Diagnostics, "ThreeGate Topology Not Found", "reading topology "+name+" from Docker", err)
+		resp.Diagnostics.AddAttributeError(path.Root("name"), "ThreeGate Topology Not Found",
+			fmt.Sprintf("Reading topology %q from Docker: %v\n\nName a threegate_network that exists, and give this data source "+
+				"depends_on = [threegate_network.<name>] so that it is read after the topology is made.", name, err))
 		return
 	}
 	spec, ps := topology.Build(in)

@@ -103,3 +103,28 @@ func TestThreegateVerifyTargetValidators(t *testing.T) {
 		}
 	}
 }
+
+// TestAccThreegateVerify_notFound: a topology that does not exist is an
+// error on name that says how to order the read after the topology.
+func TestAccThreegateVerify_notFound(t *testing.T) {
+	testutil.RequireDocker(t)
+	t.Setenv("TF_ACC_PROVIDER_NAMESPACE", "bogpad")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: `
+terraform {
+  required_providers {
+    meepa = { source = "bogpad/meepa" }
+  }
+}
+
+data "threegate_verify" "none" {
+  provider = meepa
+  name     = "tf-acc-tg-none-` + runID + `"
+}
+`,
+			ExpectError: regexp.MustCompile(`(?s)ThreeGate Topology Not Found.*tf-acc-tg-none-` + runID + `.*depends_on`),
+		}},
+	})
+}
