@@ -2,7 +2,9 @@ package provider
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -119,4 +121,36 @@ resource "meepa_agent" "fetch" {
 			},
 		}},
 	})
+}
+
+// TestAccAgent_threegateMissing: an agent placed in a topology that does
+// not exist fails on the threegate attribute, naming the topology, before
+// anything is made.
+func TestAccAgent_threegateMissing(t *testing.T) {
+	testutil.RequireDocker(t)
+	stateDir := t.TempDir()
+	missing := "tf-acc-tg-none-" + runID
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: fmt.Sprintf(`
+provider "meepa" {
+  state_dir = %q
+}
+
+resource "meepa_agent" "t" {
+  agent_id       = "tf-acc-agent-tgmissing-%s"
+  llm            = { provider = "offline" }
+  container_mode = { enabled = true, image = "meepa-test/runner:latest" }
+  threegate      = { network = %q, role = "core" }
+}
+`, stateDir, runID, missing),
+			ExpectError: regexp.MustCompile(`(?s)ThreeGate Role Not Resolved.*topology "` + missing + `".*apply the threegate_network first`),
+		}},
+	})
+	if entries, _ := os.ReadDir(filepath.Join(stateDir, "agents")); len(entries) != 0 {
+		t.Fatalf("a workspace was made for an agent whose topology is missing: %v", entries)
+	}
 }
