@@ -3,12 +3,18 @@ package provider
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/datasource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
@@ -63,18 +69,18 @@ func (d *threegateVerifyDataSource) Schema(_ context.Context, _ datasource.Schem
 			"name": schema.StringAttribute{Required: true, MarkdownDescription: "Name of the `threegate_network` topology."},
 			"probe_image": schema.StringAttribute{Optional: true,
 				MarkdownDescription: "Image to run the probes in; it must contain `/usr/local/bin/agent-runner`. Defaults to the proxy's image."},
-			"allowed_target": schema.StringAttribute{Optional: true,
+			"allowed_target": schema.StringAttribute{Optional: true, Validators: []validator.String{hostPort()},
 				MarkdownDescription: "A `host:port` the allowlist admits: FETCH must get a tunnel to it through the proxy."},
-			"denied_target": schema.StringAttribute{Optional: true,
+			"denied_target": schema.StringAttribute{Optional: true, Validators: []validator.String{hostPort()},
 				MarkdownDescription: "A `host:port` the allowlist does not admit: the proxy must answer 403."},
-			"outside_address": schema.StringAttribute{Optional: true,
+			"outside_address": schema.StringAttribute{Optional: true, Validators: []validator.String{ipPort()},
 				MarkdownDescription: "An `ip:port` outside the topology, not in the allowlist: no member may reach it directly, and the proxy must refuse it."},
 			"dns_name": schema.StringAttribute{Optional: true,
 				MarkdownDescription: "A name CORE must fail to resolve. On engines affected by CVE-2024-29018 the query itself leaves the host, so it is off by default."},
-			"host_port": schema.Int64Attribute{Optional: true,
-				MarkdownDescription: "Port tried on each bridge gateway (the host); any answer, even a reset, counts as reachable. Defaults to 22."},
-			"timeout_seconds": schema.Int64Attribute{Optional: true,
-				MarkdownDescription: "Seconds allowed per check; a check that times out counts as blocked. Defaults to 2."},
+			"host_port": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 65535)},
+				MarkdownDescription: "Port tried on each bridge gateway (the host), 1 to 65535; any answer, even a reset, counts as reachable. Defaults to 22."},
+			"timeout_seconds": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 300)},
+				MarkdownDescription: "Seconds allowed per check, 1 to 300; a check that times out counts as blocked. Defaults to 2."},
 
 			"id": schema.StringAttribute{Computed: true, MarkdownDescription: "The topology name."},
 			"probes": schema.ListAttribute{Computed: true, ElementType: probeObjectType,
@@ -96,7 +102,7 @@ func (d *threegateVerifyDataSource) Configure(_ context.Context, req datasource.
 func (d *threegateVerifyDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
 	var m threegateVerifyModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() || d.data == nil {
+	if resp.Diagnostics.HasError() || !requireProviderData(d.data, "threegate_verify", &resp.Diagnostics) {
 		return
 	}
 	cli := d.data.dockerClient(ctx, &resp.Diagnostics)
@@ -106,7 +112,9 @@ func (d *threegateVerifyDataSource) Read(ctx context.Context, req datasource.Rea
 	name := m.Name.ValueString()
 	in, err := topology.InputFromLive(ctx, cli, name)
 	if err != nil {
-		addRuntimeError(&resp.Diagnostics, "ThreeGate Topology Not Found", "reading topology "+name+" from Docker", err)
+		resp.Diagnostics.AddAttributeError(path.Root("name"), "ThreeGate Topology Not Found",
+			fmt.Sprintf("Reading topology %q from Docker: %v\n\nName a threegate_network that exists, and give this data source "+
+				"depends_on = [threegate_network.<name>] so that it is read after the topology is made.", name, err))
 		return
 	}
 	spec, ps := topology.Build(in)
@@ -149,4 +157,35 @@ func (d *threegateVerifyDataSource) Read(ctx context.Context, req datasource.Rea
 	resp.Diagnostics.Append(append(d1, d2...)...)
 	m.ID, m.Table, m.Passed = types.StringValue(name), types.StringValue(rep.Table()), types.BoolValue(true)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+// hostPort checks a probe target: a host name or IP and a TCP port.
+func hostPort() validator.String {
+	return stringCheck{
+		summary: "Invalid Probe Target",
+		desc:    "`host:port` with a port from 1 to 65535",
+		check: func(s string) error {
+			host, port, err := net.SplitHostPort(s)
+			if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+				return fmt.Errorf("%q is not host:port; write e.g. \"api.example.com:443\"", s)
+			}
+			return nil
+		},
+	}
+}
+
+// ipPort checks an address probed directly: an IP and a TCP port (no name,
+// so that nothing is resolved on the way).
+func ipPort() validator.String {
+	return stringCheck{
+		summary: "Invalid Probe Address",
+		desc:    "`ip:port` with a port from 1 to 65535",
+		check: func(s string) error {
+			ap, err := netip.ParseAddrPort(s)
+			if err != nil || ap.Port() == 0 {
+				return fmt.Errorf("%q is not ip:port; write e.g. \"192.0.2.10:443\" (or \"[2001:db8::1]:443\")", s)
+			}
+			return nil
+		},
+	}
 }

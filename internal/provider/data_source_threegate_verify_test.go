@@ -1,10 +1,14 @@
 package provider
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"testing"
 
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
@@ -63,5 +67,64 @@ data "threegate_verify" "test" {
 				ExpectError: regexp.MustCompile(`(?s)Isolation Differs From The Spec.*host via llmnet gateway\s+blocked\s+open\s+false`),
 			},
 		},
+	})
+}
+
+// TestThreegateVerifyTargetValidators: probe targets are refused at plan
+// time unless they are what the probe dials (a port that would wrap around
+// uint16, a name where no resolution may happen).
+func TestThreegateVerifyTargetValidators(t *testing.T) {
+	cases := []struct {
+		v       validator.String
+		in      string
+		wantErr bool
+	}{
+		{hostPort(), "api.example.com:443", false},
+		{hostPort(), "192.0.2.10:8443", false},
+		{hostPort(), "[2001:db8::1]:443", false},
+		{hostPort(), "api.example.com", true},
+		{hostPort(), ":443", true},
+		{hostPort(), "api.example.com:0", true},
+		{hostPort(), "api.example.com:70000", true},
+		{hostPort(), "api.example.com:https", true},
+		{ipPort(), "192.0.2.10:443", false},
+		{ipPort(), "[2001:db8::1]:443", false},
+		{ipPort(), "example.com:443", true},
+		{ipPort(), "192.0.2.10", true},
+		{ipPort(), "192.0.2.10:0", true},
+	}
+	for _, c := range cases {
+		var resp validator.StringResponse
+		c.v.ValidateString(context.Background(), validator.StringRequest{
+			Path: path.Root("target"), ConfigValue: types.StringValue(c.in),
+		}, &resp)
+		if got := resp.Diagnostics.HasError(); got != c.wantErr {
+			t.Errorf("%s %q: error = %v, want %v (%v)", c.v.Description(context.Background()), c.in, got, c.wantErr, resp.Diagnostics)
+		}
+	}
+}
+
+// TestAccThreegateVerify_notFound: a topology that does not exist is an
+// error on name that says how to order the read after the topology.
+func TestAccThreegateVerify_notFound(t *testing.T) {
+	testutil.RequireDocker(t)
+	t.Setenv("TF_ACC_PROVIDER_NAMESPACE", "bogpad")
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: `
+terraform {
+  required_providers {
+    meepa = { source = "bogpad/meepa" }
+  }
+}
+
+data "threegate_verify" "none" {
+  provider = meepa
+  name     = "tf-acc-tg-none-` + runID + `"
+}
+`,
+			ExpectError: regexp.MustCompile(`(?s)ThreeGate Topology Not Found.*tf-acc-tg-none-` + runID + `.*depends_on`),
+		}},
 	})
 }

@@ -3,11 +3,12 @@ package provider
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
-	"os/exec"
 )
 
 var execLookPath = exec.LookPath
@@ -16,6 +17,56 @@ var execLookPath = exec.LookPath
 // object: what was attempted, on what, and the underlying error.
 func addRuntimeError(diags *diag.Diagnostics, summary, what string, err error) {
 	diags.AddError(summary, fmt.Sprintf("%s: %v", what, err))
+}
+
+// requireProviderData reports whether Configure handed the construct its
+// provider data. Terraform configures the provider before any CRUD call, so
+// its absence is a bug; it is reported instead of silently doing nothing
+// (a Delete that did nothing would drop real objects from state).
+func requireProviderData(d *providerData, typeName string, diags *diag.Diagnostics) bool {
+	if d != nil {
+		return true
+	}
+	diags.AddError("Provider Not Configured",
+		typeName+" was called before the meepa provider was configured. This is a bug in the provider; please report it.")
+	return false
+}
+
+// addUnknownAtApplyError reports an input still unknown at apply, which
+// ModifyPlan and Terraform's own checks should have made impossible.
+func addUnknownAtApplyError(diags *diag.Diagnostics, typeName string) {
+	diags.AddError("Unknown Values At Apply",
+		typeName+" needs every input known at apply, but some are still unknown. This is a bug in the provider; please report it.")
+}
+
+// codeList renders accepted values for a description (`a`, `b`), so the
+// documentation is built from the same list as the validator.
+func codeList[T ~string](vals []T) string {
+	q := make([]string, len(vals))
+	for i, v := range vals {
+		q[i] = "`" + string(v) + "`"
+	}
+	return strings.Join(q, ", ")
+}
+
+// stringCheck turns a runtime check into a plan-time validator with an
+// attribute-scoped error; its description is the one text the docs show.
+type stringCheck struct {
+	summary string
+	desc    string
+	check   func(string) error
+}
+
+func (v stringCheck) Description(context.Context) string             { return v.desc }
+func (v stringCheck) MarkdownDescription(ctx context.Context) string { return v.desc }
+
+func (v stringCheck) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	if err := v.check(req.ConfigValue.ValueString()); err != nil {
+		resp.Diagnostics.AddAttributeError(req.Path, v.summary, strings.TrimSuffix(err.Error(), ".")+".")
+	}
 }
 
 // absolutePath validates that a string is an absolute, clean path.

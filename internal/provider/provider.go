@@ -5,9 +5,12 @@ package provider
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
+	"github.com/docker/docker/client"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
@@ -51,9 +54,11 @@ func (p *meepaProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp
 		Attributes: map[string]schema.Attribute{
 			"docker_host": schema.StringAttribute{
 				Optional: true,
-				MarkdownDescription: "Docker daemon address, e.g. `unix:///var/run/docker.sock` or `tcp://10.0.0.2:2376`. " +
+				MarkdownDescription: "Docker daemon address, e.g. `unix:///var/run/docker.sock` or `tcp://10.0.0.2:2376`: " +
+					dockerHost().Description(context.Background()) + ". " +
 					"Defaults to `DOCKER_HOST`, else the local socket. TLS material is read from `DOCKER_CERT_PATH` " +
 					"and `DOCKER_TLS_VERIFY`, as the Docker CLI does.",
+				Validators: []validator.String{dockerHost()},
 			},
 			"state_dir": schema.StringAttribute{
 				Optional: true,
@@ -119,5 +124,25 @@ func (p *meepaProvider) Resources(context.Context) []func() resource.Resource {
 func (p *meepaProvider) DataSources(context.Context) []func() datasource.DataSource {
 	return []func() datasource.DataSource{
 		NewThreegateVerifyDataSource,
+	}
+}
+
+// dockerHostSchemes are the address schemes the Docker client connects to
+// by itself (ssh:// needs the Docker CLI's connection helper).
+var dockerHostSchemes = []string{"unix", "tcp"}
+
+// dockerHost checks docker_host at plan time, so a typo is an error on the
+// attribute rather than "daemon unreachable" at the first Docker call.
+func dockerHost() validator.String {
+	return stringCheck{
+		summary: "Invalid Docker Host",
+		desc:    "a URL with scheme " + codeList(dockerHostSchemes),
+		check: func(s string) error {
+			u, err := client.ParseHostURL(s)
+			if err != nil || !slices.Contains(dockerHostSchemes, u.Scheme) {
+				return fmt.Errorf("%q is not a Docker daemon address; write unix:///<socket path> or tcp://<host>:<port>", s)
+			}
+			return nil
+		},
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/docker/docker/client"
@@ -34,7 +33,6 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
@@ -98,7 +96,8 @@ func agentSchema() schema.Schema {
 					},
 					"base_url": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(""),
-						MarkdownDescription: "API base URL; empty means the vendor's default.",
+						MarkdownDescription: "API base URL: " + baseURL().Description(context.Background()) + "; empty means the vendor's default.",
+						Validators:          []validator.String{scoped(baseURL())},
 					},
 					"api_key": schema.StringAttribute{
 						Optional: true, Sensitive: true, WriteOnly: true,
@@ -131,7 +130,8 @@ func agentSchema() schema.Schema {
 			"secrets": schema.MapAttribute{
 				Optional: true, Sensitive: true, ElementType: types.StringType,
 				MarkdownDescription: "Extra secret values for the agent loop (e.g. tool credentials), handed over on stdin. " +
-					"Exported to tool processes with `inject_secrets_env`, replaced by `[REDACTED]` in replies with `redact_secrets`.",
+					"Exported to tool processes with `inject_secrets_env` (then each name must be an environment variable name, " +
+					"`" + envNameRegexp.String() + "`), replaced by `[REDACTED]` in replies with `redact_secrets`.",
 			},
 			"inject_credentials_env": schema.BoolAttribute{
 				Optional: true, Computed: true, Default: booldefault.StaticBool(true),
@@ -160,12 +160,13 @@ func agentSchema() schema.Schema {
 						MarkdownDescription: "Image of the per-message containers, and of the runner unless `runner.image` is set. " +
 							"Use an isolation image: `meepa_isolation_image.<name>.isolated_image`. Required when `enabled` or " +
 							"when the provider runs the runner (`runner.deployment = \"container\"`) and `runner.image` is empty.",
+						Validators: []validator.String{scoped(optionalImageReference())},
 					},
 					"memory_limit": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(defaultMemoryLimit),
 						MarkdownDescription: "Memory cap per message (swap equal to it; exceeding it is reported as OOM): " +
-							(memoryLimitValidator{}).Description(context.Background()) + ". Default `" + defaultMemoryLimit + "`.",
-						Validators: []validator.String{scoped(memoryLimitValidator{})},
+							memoryLimit().Description(context.Background()) + ". Default `" + defaultMemoryLimit + "`.",
+						Validators: []validator.String{scoped(memoryLimit())},
 					},
 					"timeout_seconds": schema.Int64Attribute{
 						Optional: true, Computed: true, Default: int64default.StaticInt64(defaultTimeoutSeconds),
@@ -177,7 +178,7 @@ func agentSchema() schema.Schema {
 						MarkdownDescription: "Network of the per-message containers: " + codeList(containerNetworks) + ". `bridge` " +
 							"allows outbound connections (an LLM API), `none` has no network. `host` is refused (it would defeat the " +
 							"isolation). Null when `threegate` is set (the role's networks are used). Default `" + defaultNetwork + "`.",
-						Validators: []validator.String{scoped(containerNetworkValidator{})},
+						Validators: []validator.String{scoped(containerNetwork())},
 					},
 					"pids_limit": schema.Int64Attribute{
 						Optional: true, Computed: true, Default: int64default.StaticInt64(defaultPidsLimit),
@@ -255,9 +256,9 @@ func agentSchema() schema.Schema {
 				Attributes: map[string]schema.Attribute{
 					"listen": schema.StringAttribute{
 						Optional: true, Computed: true,
-						MarkdownDescription: "Where the runner listens: " + (listenValidator{}).Description(context.Background()) +
+						MarkdownDescription: "Where the runner listens: " + listenAddress().Description(context.Background()) +
 							". Default: the unix socket `<state_dir>/runners/<agent_id>/run/runner.sock`.",
-						Validators: []validator.String{scoped(listenValidator{})},
+						Validators: []validator.String{scoped(listenAddress())},
 					},
 					"deployment": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(defaultDeployment),
@@ -269,6 +270,7 @@ func agentSchema() schema.Schema {
 					"image": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(""),
 						MarkdownDescription: "Image the runner service runs from (it needs `agent-runner` on its PATH). Empty: `container_mode.image`.",
+						Validators:          []validator.String{scoped(optionalImageReference())},
 					},
 				},
 			},
@@ -330,24 +332,33 @@ func (r *agentResource) ValidateConfig(ctx context.Context, req resource.Validat
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	validateAgentConfig(ctx, m, &resp.Diagnostics)
+}
+
+// validateAgentConfig runs the cross-attribute checks. It skips what is
+// unknown: Terraform validates again at apply, with those values known.
+func validateAgentConfig(ctx context.Context, m agentModel, diags *diag.Diagnostics) {
 	var cm containerModeModel
 	if !m.ContainerMode.IsNull() && !m.ContainerMode.IsUnknown() {
-		resp.Diagnostics.Append(m.ContainerMode.As(ctx, &cm, objectAsOpts)...)
+		diags.Append(m.ContainerMode.As(ctx, &cm, objectAsOpts)...)
 	}
 	var fa fileAccessModel
 	if !m.FileAccess.IsNull() && !m.FileAccess.IsUnknown() {
-		resp.Diagnostics.Append(m.FileAccess.As(ctx, &fa, objectAsOpts)...)
+		diags.Append(m.FileAccess.As(ctx, &fa, objectAsOpts)...)
 	}
 	var rn runnerModel
 	if !m.Runner.IsNull() && !m.Runner.IsUnknown() {
-		resp.Diagnostics.Append(m.Runner.As(ctx, &rn, objectAsOpts)...)
+		diags.Append(m.Runner.As(ctx, &rn, objectAsOpts)...)
 	}
-	if resp.Diagnostics.HasError() {
+	if diags.HasError() {
 		return
 	}
 
-	if !m.Threegate.IsNull() && !cm.Network.IsNull() {
-		resp.Diagnostics.AddAttributeError(path.Root("container_mode").AtName("network"), "Network With ThreeGate",
+	// An unknown block (e.g. container_mode = some_resource.output) is
+	// checked once known; until then its zero model must not be taken for
+	// "not set".
+	if !m.Threegate.IsNull() && !m.Threegate.IsUnknown() && !cm.Network.IsNull() {
+		diags.AddAttributeError(path.Root("container_mode").AtName("network"), "Network With ThreeGate",
 			"container_mode.network: container_mode.network and threegate both say which network the agent's containers join. With threegate the "+
 				"containers join exactly the role's networks; remove container_mode.network.")
 	}
@@ -359,18 +370,33 @@ func (r *agentResource) ValidateConfig(ctx context.Context, req resource.Validat
 		deployment = defaultDeployment
 	}
 	needImage := cm.Enabled.ValueBool() || (deployment == "container" && !rn.Deployment.IsUnknown())
-	if needImage && !cm.Image.IsUnknown() && cm.Image.ValueString() == "" && !rn.Image.IsUnknown() &&
+	if needImage && !m.ContainerMode.IsUnknown() && !m.Runner.IsUnknown() && !cm.Image.IsUnknown() && cm.Image.ValueString() == "" && !rn.Image.IsUnknown() &&
 		(rn.Image.ValueString() == "" || cm.Enabled.ValueBool()) {
 		what := "the runner service"
 		if cm.Enabled.ValueBool() {
 			what = "the per-message containers"
 		}
-		resp.Diagnostics.AddAttributeError(path.Root("container_mode").AtName("image"), "Missing Image",
+		diags.AddAttributeError(path.Root("container_mode").AtName("image"), "Missing Image",
 			"container_mode.image: no image for "+what+". Set container_mode.image to an isolation image, e.g. "+
 				"meepa_isolation_image.<name>.isolated_image (it holds agent-runner)"+
 				", or for a host-mode agent set runner.image, or runner.deployment = \"external\".")
 	}
-	validateFileAccessPlan(ctx, fa, &resp.Diagnostics)
+	validateFileAccessPlan(ctx, fa, diags)
+
+	// With inject_secrets_env each secret's name becomes a tool's
+	// environment variable; the agent loop refuses any other name, which
+	// would fail every message instead of this plan.
+	if !m.Secrets.IsNull() && !m.Secrets.IsUnknown() && !m.InjectSecretsEnv.IsUnknown() &&
+		(m.InjectSecretsEnv.IsNull() || m.InjectSecretsEnv.ValueBool()) {
+		for k := range m.Secrets.Elements() {
+			if !envNameRegexp.MatchString(k) {
+				diags.AddAttributeError(path.Root("secrets").AtMapKey(k), "Invalid Secret Name",
+					fmt.Sprintf("secrets[%q]: with inject_secrets_env the name becomes an environment variable of the agent's "+
+						"tools, so it must match %s. Rename it (e.g. %q), or set inject_secrets_env = false.",
+						k, envNameRegexp, envNameSuggestion(k)))
+			}
+		}
+	}
 }
 
 // ModifyPlan fills the computed values that are known before apply and
@@ -491,7 +517,7 @@ func configHash(ri runtimeInputs, version string, key []byte) string {
 func (r *agentResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var plan agentModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() || !r.ready(&resp.Diagnostics) {
+	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "meepa_agent", &resp.Diagnostics) {
 		return
 	}
 	token, err := deploy.NewToken()
@@ -507,11 +533,93 @@ func (r *agentResource) Create(ctx context.Context, req resource.CreateRequest, 
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
+func (r *agentResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var state agentModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "meepa_agent", &resp.Diagnostics) {
+		return
+	}
+	id := state.AgentID.ValueString()
+	layout := deploy.LayoutFor(r.data.stateDir, id)
+
+	// The workspace: missing is drift (the plan shows its path coming back).
+	wsPath := workspace.Path(r.data.stateDir, id)
+	ws, err := workspace.Inspect(wsPath)
+	if err != nil {
+		addRuntimeError(&resp.Diagnostics, "Workspace Read Failed", "reading "+wsPath, err)
+		return
+	}
+	if !ws.Exists {
+		state.WorkspacePath = types.StringValue("")
+	} else {
+		state.WorkspacePath = types.StringValue(wsPath)
+		if state.ManageSoul.ValueBool() && ws.Soul != state.Soul.ValueString() {
+			// Shown as a change of soul back to the configured text.
+			state.Soul = types.StringValue(ws.Soul)
+		}
+	}
+
+	// The config on disk, hashed as apply would: a deleted or edited file
+	// is drift.
+	state.ConfigHash = types.StringValue(r.hashOnDisk(ctx, state, layout, &resp.Diagnostics))
+	if resp.Diagnostics.HasError() {
+		return
+	}
+
+	rn, _ := objectAs[runnerModel](ctx, state.Runner, &resp.Diagnostics)
+	if rn.Deployment.ValueString() == "external" {
+		state.RunnerStatus = types.StringValue("external")
+		resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+		return
+	}
+	cli := r.data.dockerClient(ctx, &resp.Diagnostics)
+	if cli == nil {
+		return
+	}
+	st, err := deploy.Inspect(ctx, cli, id)
+	if err != nil {
+		addRuntimeError(&resp.Diagnostics, "Runner Read Failed", "inspecting "+deploy.ContainerName(id), err)
+		return
+	}
+	status := st.State
+	if status == "running" && st.ConfigHash != state.ConfigHash.ValueString() {
+		status = "stale"
+	}
+	state.RunnerStatus = types.StringValue(status)
+	state.RunnerContainerID = types.StringValue(st.ID)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+// hashOnDisk hashes the runner config file as apply would have; "" when the
+// file or the key is gone or unreadable.
+func (r *agentResource) hashOnDisk(ctx context.Context, state agentModel, layout deploy.Layout, diags *diag.Diagnostics) string {
+	cfg, err := runner.LoadConfig(layout.ConfigFile)
+	if err != nil {
+		tflog.Debug(ctx, "runner config unreadable", map[string]any{"file": layout.ConfigFile, "error": err.Error()})
+		return ""
+	}
+	key, err := deploy.ReadHashKey(layout)
+	if err != nil {
+		return ""
+	}
+	var d diag.Diagnostics
+	ri, known := toRuntime(ctx, state, cfg.Workspace, cfg.Listen, cfg.Token, cfg.LLM.APIKey, &d)
+	if !known || d.HasError() {
+		diags.Append(d...)
+		return ""
+	}
+	if ri.Deployment == "container" && strings.HasPrefix(cfg.Listen, "0.0.0.0:") {
+		cfg.Listen = "127.0.0.1:" + strings.TrimPrefix(cfg.Listen, "0.0.0.0:")
+	}
+	ri.Config = *cfg
+	return configHash(ri, r.data.version, key)
+}
+
 func (r *agentResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var plan, state agentModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() || !r.ready(&resp.Diagnostics) {
+	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "meepa_agent", &resp.Diagnostics) {
 		return
 	}
 	plan.Token = state.Token
@@ -520,14 +628,6 @@ func (r *agentResource) Update(ctx context.Context, req resource.UpdateRequest, 
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
-}
-
-func (r *agentResource) ready(diags *diag.Diagnostics) bool {
-	if r.data == nil {
-		diags.AddError("Provider Not Configured", "meepa_agent needs the provider configuration; this is a bug in the provider.")
-		return false
-	}
-	return true
 }
 
 // apply makes the real objects match plan: the workspace, the runner's
@@ -552,7 +652,7 @@ func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan *
 		return diags
 	}
 	if !known {
-		diags.AddError("Unknown Values At Apply", "Some meepa_agent inputs are still unknown at apply; this is a bug in the provider.")
+		addUnknownAtApplyError(&diags, "meepa_agent")
 		return diags
 	}
 	containerDeploy := ri.Deployment == "container"
@@ -639,7 +739,7 @@ func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan *
 			}
 		}
 		if cli != nil {
-			if err := deploy.Remove(ctx, cli, id, stopTimeout(ri.Config)); err != nil {
+			if err := deploy.Remove(ctx, cli, id, deploy.StopTimeout(ri.Config)); err != nil {
 				addRuntimeError(&diags, "Runner Remove Failed", "removing the runner container of "+id, err)
 				return diags
 			}
@@ -656,7 +756,9 @@ func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan *
 		plan.LandlockABI = prior.LandlockABI
 		return diags
 	}
-	dep, err := r.deployment(ri, layout, listener, wsPath, hash)
+	dep, err := deploy.ForConfig(ri.Config, deploy.Placement{
+		Image: ri.RunnerImage, Layout: layout, Listener: listener, Workspace: wsPath, ConfigHash: hash, DockerSocket: r.dockerSocket(),
+	})
 	if err != nil {
 		addRuntimeError(&diags, "Runner Deploy Failed", "preparing the runner of "+id, err)
 		return diags
@@ -702,223 +804,10 @@ type tfConfigGetter interface {
 	GetAttribute(ctx context.Context, p path.Path, target interface{}) diag.Diagnostics
 }
 
-// deployment describes the runner container for a runner config.
-func (r *agentResource) deployment(ri runtimeInputs, layout deploy.Layout, l deploy.Listener, wsPath, hash string) (deploy.Deployment, error) {
-	c := ri.Config
-	d := deploy.Deployment{
-		AgentID:     c.AgentID,
-		Image:       ri.RunnerImage,
-		Layout:      layout,
-		Listener:    l,
-		Workspace:   wsPath,
-		User:        fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()),
-		StopTimeout: stopTimeout(c),
-		ConfigHash:  hash,
-	}
-	hostMode := !c.Container.Enabled
-	if !hostMode {
-		d.DockerSocket = r.dockerSocket()
-		if st, err := os.Stat(d.DockerSocket); err == nil {
-			if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-				d.GroupAdd = []string{strconv.Itoa(int(sys.Gid))}
-			}
-		}
-	}
-	if !hostMode && os.Getuid() == 0 {
-		// The runner gives the workspace to the sandbox user at start-up.
-		d.CapAdd = []string{"CHOWN", "DAC_READ_SEARCH"}
-	}
-	switch {
-	case hostMode && len(c.Container.Networks) > 0:
-		// The agent process runs inside the runner: the runner joins the
-		// role's networks itself.
-		d.Networks = c.Container.Networks
-	case hostMode && (c.FileAccess.AllowNetwork || c.FileAccess.Unrestricted):
-		d.Network = "bridge"
-	case l.Port != 0:
-		d.Network = "bridge"
-	default:
-		d.Network = "none"
-	}
-	if hostMode {
-		// The agent loop runs as a child of the runner; its limits come on
-		// top of the runner's own.
-		mem, err := ParseMemoryLimit(c.Container.MemoryLimit)
-		if err != nil {
-			return d, err
-		}
-		d.Memory = mem + 256<<20
-		d.PidsLimit = c.Container.PidsLimit + 256
-		for _, p := range c.FileAccess.AllowRead {
-			d.HostPaths = append(d.HostPaths, deploy.HostPath{Path: p, ReadOnly: true})
-		}
-		for _, p := range c.FileAccess.AllowReadWrite {
-			d.HostPaths = append(d.HostPaths, deploy.HostPath{Path: p})
-		}
-		if !c.FileAccess.Unrestricted {
-			// Docker's default profile, with Landlock's syscalls allowed on
-			// engines whose default denies them (the runner would fail
-			// closed there).
-			prof, err := sandbox.RunnerSeccompProfile()
-			if err != nil {
-				return d, err
-			}
-			d.SecurityOpt = []string{"seccomp=" + string(prof)}
-		}
-	}
-	return d, nil
-}
-
-// dockerSocket is the daemon's socket on this host: the provider's own unix
-// docker_host, else the default.
-func (r *agentResource) dockerSocket() string {
-	if h := engine.HostOf(r.data.docker.opts); strings.HasPrefix(h, "unix://") {
-		return strings.TrimPrefix(h, "unix://")
-	}
-	return deploy.DefaultDockerSocket
-}
-
-// stopTimeout lets a runner being replaced finish its message in flight.
-func stopTimeout(c runner.Config) time.Duration {
-	t := c.Container.Timeout() + 5*time.Second
-	if t > 5*time.Minute {
-		t = 5 * time.Minute
-	}
-	return t
-}
-
-// workspaceOwner says who must own the workspace: the per-message
-// container's user in container mode, the runner's (the provider's) user in
-// host mode, where the agent runs as the runner's child.
-func workspaceOwner(c runner.Config) (*workspace.Owner, string) {
-	me := workspace.Owner{UID: os.Getuid(), GID: os.Getgid()}
-	if !c.Container.Enabled {
-		return &me, ""
-	}
-	want := parseUser(c.Container.User)
-	if me.UID == 0 || want == me {
-		return &want, ""
-	}
-	return nil, fmt.Sprintf("The provider runs as uid %d and cannot hand the workspace to %d:%d (container_mode.user); "+
-		"the per-message containers may be unable to write /workspace. Run the provider as root or set "+
-		"container_mode.user = \"%d:%d\".", me.UID, want.UID, want.GID, me.UID, me.GID)
-}
-
-func parseUser(u string) workspace.Owner {
-	if u == "" {
-		u = defaultUser
-	}
-	uid, gid, found := strings.Cut(u, ":")
-	o := workspace.Owner{}
-	o.UID, _ = strconv.Atoi(uid)
-	o.GID = o.UID
-	if found {
-		o.GID, _ = strconv.Atoi(gid)
-	}
-	return o
-}
-
-func checkRuntime(ctx context.Context, cli client.APIClient, name string) error {
-	info, err := cli.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("docker info: %w", err)
-	}
-	if _, ok := info.Runtimes[name]; ok {
-		return nil
-	}
-	have := make([]string, 0, len(info.Runtimes))
-	for k := range info.Runtimes {
-		have = append(have, k)
-	}
-	return fmt.Errorf("the Docker daemon has no %q runtime (it has: %s); install it and register it in daemon.json, or use runc", name, strings.Join(have, ", "))
-}
-
-func (r *agentResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
-	var state agentModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() || !r.ready(&resp.Diagnostics) {
-		return
-	}
-	id := state.AgentID.ValueString()
-	layout := deploy.LayoutFor(r.data.stateDir, id)
-
-	// The workspace: missing is drift (the plan shows its path coming back).
-	wsPath := workspace.Path(r.data.stateDir, id)
-	ws, err := workspace.Inspect(wsPath)
-	if err != nil {
-		addRuntimeError(&resp.Diagnostics, "Workspace Read Failed", "reading "+wsPath, err)
-		return
-	}
-	if !ws.Exists {
-		state.WorkspacePath = types.StringValue("")
-	} else {
-		state.WorkspacePath = types.StringValue(wsPath)
-		if state.ManageSoul.ValueBool() && ws.Soul != state.Soul.ValueString() {
-			// Shown as a change of soul back to the configured text.
-			state.Soul = types.StringValue(ws.Soul)
-		}
-	}
-
-	// The config on disk, hashed as apply would: a deleted or edited file
-	// is drift.
-	state.ConfigHash = types.StringValue(r.hashOnDisk(ctx, state, layout, &resp.Diagnostics))
-	if resp.Diagnostics.HasError() {
-		return
-	}
-
-	rn, _ := objectAs[runnerModel](ctx, state.Runner, &resp.Diagnostics)
-	if rn.Deployment.ValueString() == "external" {
-		state.RunnerStatus = types.StringValue("external")
-		resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
-		return
-	}
-	cli := r.data.dockerClient(ctx, &resp.Diagnostics)
-	if cli == nil {
-		return
-	}
-	st, err := deploy.Inspect(ctx, cli, id)
-	if err != nil {
-		addRuntimeError(&resp.Diagnostics, "Runner Read Failed", "inspecting "+deploy.ContainerName(id), err)
-		return
-	}
-	status := st.State
-	if status == "running" && st.ConfigHash != state.ConfigHash.ValueString() {
-		status = "stale"
-	}
-	state.RunnerStatus = types.StringValue(status)
-	state.RunnerContainerID = types.StringValue(st.ID)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
-}
-
-// hashOnDisk hashes the runner config file as apply would have; "" when the
-// file or the key is gone or unreadable.
-func (r *agentResource) hashOnDisk(ctx context.Context, state agentModel, layout deploy.Layout, diags *diag.Diagnostics) string {
-	cfg, err := runner.LoadConfig(layout.ConfigFile)
-	if err != nil {
-		tflog.Debug(ctx, "runner config unreadable", map[string]any{"file": layout.ConfigFile, "error": err.Error()})
-		return ""
-	}
-	key, err := deploy.ReadHashKey(layout)
-	if err != nil {
-		return ""
-	}
-	var d diag.Diagnostics
-	ri, known := toRuntime(ctx, state, cfg.Workspace, cfg.Listen, cfg.Token, cfg.LLM.APIKey, &d)
-	if !known || d.HasError() {
-		diags.Append(d...)
-		return ""
-	}
-	if ri.Deployment == "container" && strings.HasPrefix(cfg.Listen, "0.0.0.0:") {
-		cfg.Listen = "127.0.0.1:" + strings.TrimPrefix(cfg.Listen, "0.0.0.0:")
-	}
-	ri.Config = *cfg
-	return configHash(ri, r.data.version, key)
-}
-
 func (r *agentResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var state agentModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() || !r.ready(&resp.Diagnostics) {
+	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "meepa_agent", &resp.Diagnostics) {
 		return
 	}
 	id := state.AgentID.ValueString()
@@ -929,7 +818,7 @@ func (r *agentResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 		if cli == nil {
 			return
 		}
-		timeout := stopTimeout(runner.Config{Container: runner.ContainerMode{TimeoutSeconds: int(cm.TimeoutSeconds.ValueInt64())}})
+		timeout := deploy.StopTimeout(runner.Config{Container: runner.ContainerMode{TimeoutSeconds: int(cm.TimeoutSeconds.ValueInt64())}})
 		if err := deploy.Remove(ctx, cli, id, timeout); err != nil {
 			addRuntimeError(&resp.Diagnostics, "Runner Remove Failed", "removing "+deploy.ContainerName(id), err)
 			return
@@ -958,7 +847,7 @@ func (r *agentResource) ImportState(ctx context.Context, req resource.ImportStat
 		resp.Diagnostics.AddError("Invalid Import ID", fmt.Sprintf("%q is not an agent id (%s). Import with the agent_id: terraform import meepa_agent.<name> <agent_id>.", req.ID, workspace.IDPattern))
 		return
 	}
-	if !r.ready(&resp.Diagnostics) {
+	if !requireProviderData(r.data, "meepa_agent", &resp.Diagnostics) {
 		return
 	}
 	layout := deploy.LayoutFor(r.data.stateDir, req.ID)
@@ -970,7 +859,9 @@ func (r *agentResource) ImportState(ctx context.Context, req resource.ImportStat
 	}
 	meta, err := readMeta(layout)
 	if err != nil {
-		resp.Diagnostics.AddError("Agent Not Found", fmt.Sprintf("Agent %q has no readable metadata: %v", req.ID, err))
+		resp.Diagnostics.AddError("Agent Not Found", fmt.Sprintf("Agent %q has a runner config but no readable metadata: %v. "+
+			"Import reads both files apply writes under %s; restore agent.json from a backup, or check that state_dir is the one the agent was made with.",
+			req.ID, err, layout.Dir))
 		return
 	}
 	if strings.HasPrefix(cfg.Listen, "0.0.0.0:") {
@@ -1046,4 +937,59 @@ func readMeta(l deploy.Layout) (agentMeta, error) {
 		return m, err
 	}
 	return m, json.Unmarshal(raw, &m)
+}
+
+// dockerSocket is the daemon's socket on this host: the provider's own unix
+// docker_host, else the default.
+func (r *agentResource) dockerSocket() string {
+	if h := engine.HostOf(r.data.docker.opts); strings.HasPrefix(h, "unix://") {
+		return strings.TrimPrefix(h, "unix://")
+	}
+	return deploy.DefaultDockerSocket
+}
+
+// workspaceOwner says who must own the workspace: the per-message
+// container's user in container mode, the runner's (the provider's) user in
+// host mode, where the agent runs as the runner's child.
+func workspaceOwner(c runner.Config) (*workspace.Owner, string) {
+	me := workspace.Owner{UID: os.Getuid(), GID: os.Getgid()}
+	if !c.Container.Enabled {
+		return &me, ""
+	}
+	want := parseUser(c.Container.User)
+	if me.UID == 0 || want == me {
+		return &want, ""
+	}
+	return nil, fmt.Sprintf("The provider runs as uid %d and cannot hand the workspace to %d:%d (container_mode.user); "+
+		"the per-message containers may be unable to write /workspace. Run the provider as root or set "+
+		"container_mode.user = \"%d:%d\".", me.UID, want.UID, want.GID, me.UID, me.GID)
+}
+
+func parseUser(u string) workspace.Owner {
+	if u == "" {
+		u = defaultUser
+	}
+	uid, gid, found := strings.Cut(u, ":")
+	o := workspace.Owner{}
+	o.UID, _ = strconv.Atoi(uid)
+	o.GID = o.UID
+	if found {
+		o.GID, _ = strconv.Atoi(gid)
+	}
+	return o
+}
+
+func checkRuntime(ctx context.Context, cli client.APIClient, name string) error {
+	info, err := cli.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("docker info: %w", err)
+	}
+	if _, ok := info.Runtimes[name]; ok {
+		return nil
+	}
+	have := make([]string, 0, len(info.Runtimes))
+	for k := range info.Runtimes {
+		have = append(have, k)
+	}
+	return fmt.Errorf("the Docker daemon has no %q runtime (it has: %s); install it and register it in daemon.json, or use runc", name, strings.Join(have, ", "))
 }

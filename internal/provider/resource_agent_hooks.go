@@ -79,28 +79,15 @@ var threegateRoleNames = map[string]string{
 
 // resolveThreegateRole returns the networks a role's members join and the
 // env they get, from the live threegate_network whose id (its name) is
-// given: the same topology.Spec.Roles that the threegate_network's `roles`
-// attribute shows.
+// given.
 func resolveThreegateRole(ctx context.Context, cli client.APIClient, networkID, role string) ([]string, map[string]string, error) {
 	name, ok := threegateRoleNames[role]
 	if !ok {
 		return nil, nil, fmt.Errorf("unknown role %q", role)
 	}
-	in, err := topology.InputFromLive(ctx, cli, networkID)
+	nets, env, err := topology.ResolveRole(ctx, cli, networkID, name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("threegate_network %q: %w (apply the threegate_network first, and give its id)", networkID, err)
+		return nil, nil, fmt.Errorf("%w (apply the threegate_network first, and give its id)", err)
 	}
-	spec, problems := topology.Build(in)
-	if len(problems) > 0 {
-		errs := make([]error, len(problems))
-		for i, p := range problems {
-			errs[i] = p
-		}
-		return nil, nil, fmt.Errorf("threegate_network %q: %w", networkID, errors.Join(errs...))
-	}
-	r, ok := spec.Roles()[name]
-	if !ok || len(r.Networks) == 0 {
-		return nil, nil, fmt.Errorf("threegate_network %q has no role %s", networkID, name)
-	}
-	return r.Networks, r.Env, nil
+	return nets, env, nil
 }

@@ -35,7 +35,7 @@ func TestAccAgent_hostMode(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(data, "doc.txt"), []byte("readable doc"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	id := "tf-acc-agent-host"
+	id := "tf-acc-agent-host" + "-" + runID
 	port := freePort(t)
 	t.Cleanup(func() { cleanupAgent(cli, id) })
 	cfg := fmt.Sprintf(`

@@ -78,7 +78,7 @@ func TestAccAgent_lifecycle(t *testing.T) {
 	cli := testutil.Docker(t)
 	image := testutil.EnsureRunnerImage(t, cli)
 	stateDir := t.TempDir()
-	id := "tf-acc-agent-life"
+	id := "tf-acc-agent-life" + "-" + runID
 	wsPath := filepath.Join(stateDir, "agents", id)
 	layout := deploy.LayoutFor(stateDir, id)
 	t.Cleanup(func() { cleanupAgent(cli, id) })
@@ -274,7 +274,7 @@ func TestAccAgent_forceDestroyWorkspace(t *testing.T) {
 	cli := testutil.Docker(t)
 	image := testutil.EnsureRunnerImage(t, cli)
 	stateDir := t.TempDir()
-	id := "tf-acc-agent-force"
+	id := "tf-acc-agent-force" + "-" + runID
 	wsPath := filepath.Join(stateDir, "agents", id)
 	t.Cleanup(func() { cleanupAgent(cli, id) })
 	resource.Test(t, resource.TestCase{
@@ -553,7 +553,7 @@ func TestAccAgent_runnerFails(t *testing.T) {
 	cli := testutil.Docker(t)
 	bad := testutil.EnsureBusybox(t, cli)
 	stateDir := t.TempDir()
-	id := "tf-acc-agent-fail"
+	id := "tf-acc-agent-fail" + "-" + runID
 	t.Cleanup(func() { cleanupAgent(cli, id) })
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },

@@ -2,7 +2,9 @@ package provider
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -30,8 +32,8 @@ func TestAccAgent_threegate(t *testing.T) {
 	cli := testutil.Docker(t)
 	image := testutil.EnsureRunnerImage(t, cli)
 	stateDir := t.TempDir()
-	tg := "tf-acc-agtg"
-	id := "tf-acc-agent-fetch"
+	tg, llm, fetch, egress, _ := freeTopology(t, cli)
+	id := "tf-acc-agent-fetch" + "-" + runID
 	layout := deploy.LayoutFor(stateDir, id)
 	t.Cleanup(func() { cleanupAgent(cli, id) })
 	cfg := fmt.Sprintf(`
@@ -42,9 +44,12 @@ provider "meepa" {
 resource "threegate_network" "tg" {
   provider         = meepa
   name             = %[2]q
-  llmnet_subnet    = "10.231.10.0/24"
-  fetchnet_subnet  = "10.231.11.0/24"
-  egressnet_subnet = "10.231.12.0/24"
+  llmnet_subnet    = %[5]q
+  fetchnet_subnet  = %[6]q
+  egressnet_subnet = %[7]q
+  # The host firewall is threegate_network's to test: its drift test
+  # flushes DOCKER-USER, which would break this apply when runs overlap.
+  firewall = { enabled = false }
   proxy = {
     image = %[3]q
     allow = ["example.com"]
@@ -63,7 +68,7 @@ resource "meepa_agent" "fetch" {
     role    = "fetch"
   }
 }
-`, stateDir, tg, image, id)
+`, stateDir, tg, image, id, llm, fetch, egress)
 
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
@@ -116,4 +121,36 @@ resource "meepa_agent" "fetch" {
 			},
 		}},
 	})
+}
+
+// TestAccAgent_threegateMissing: an agent placed in a topology that does
+// not exist fails on the threegate attribute, naming the topology, before
+// anything is made.
+func TestAccAgent_threegateMissing(t *testing.T) {
+	testutil.RequireDocker(t)
+	stateDir := t.TempDir()
+	missing := "tf-acc-tg-none-" + runID
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: fmt.Sprintf(`
+provider "meepa" {
+  state_dir = %q
+}
+
+resource "meepa_agent" "t" {
+  agent_id       = "tf-acc-agent-tgmissing-%s"
+  llm            = { provider = "offline" }
+  container_mode = { enabled = true, image = "meepa-test/runner:latest" }
+  threegate      = { network = %q, role = "core" }
+}
+`, stateDir, runID, missing),
+			ExpectError: regexp.MustCompile(`(?s)ThreeGate Role Not Resolved.*topology "` + missing + `".*apply the threegate_network first`),
+		}},
+	})
+	if entries, _ := os.ReadDir(filepath.Join(stateDir, "agents")); len(entries) != 0 {
+		t.Fatalf("a workspace was made for an agent whose topology is missing: %v", entries)
+	}
 }

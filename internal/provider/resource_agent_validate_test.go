@@ -44,6 +44,9 @@ func TestAccAgent_invalidInput(t *testing.T) {
 		{"listen public", `runner = { listen = "0.0.0.0:8080" }`, "runner.listen", `only 127.0.0.1`},
 		{"no image", `image = ""`, "container_mode.image", `Missing Image`},
 		{"user name", `container_mode = { user = "nobody" }`, "container_mode.user", `numeric uid`},
+		{"base url no scheme", `llm = { provider = "openai", base_url = "api.openai.com/v1" }`, "llm.base_url", `not an absolute http\(s\) URL`},
+		{"image reference", `runner = { image = "Bad Image" }`, "runner.image", `Invalid Image Reference`},
+		{"secret name", `secrets = { "gh-token" = "x" }`, "secrets", `Rename it \(e\.g\. "GH_TOKEN"\)`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,15 +84,18 @@ func errorOn(attr, want string) *regexp.Regexp {
 }
 
 // agentConfigWith is a minimal valid agent with one override: an
-// "agent_id = " body replaces the id, an "image = " body replaces the image,
-// anything else is added.
+// "agent_id = " body replaces the id, an "llm = " body the llm, an
+// "image = " body the image, anything else is added.
 func agentConfigWith(stateDir, body string) string {
 	id := `agent_id = "tf-acc-bad"`
+	llm := `llm = { provider = "offline" }`
 	image := `container_mode = { image = "meepa-test/runner:latest" }`
 	extra := body
 	switch {
 	case strings.HasPrefix(body, "agent_id"):
 		id, extra = body, ""
+	case strings.HasPrefix(body, "llm = "):
+		llm, extra = body, ""
 	case strings.HasPrefix(body, "image = "):
 		image, extra = "", ""
 	case strings.HasPrefix(body, "container_mode"):
@@ -103,9 +109,85 @@ provider "meepa" {
 
 resource "meepa_agent" "t" {
   %s
-  llm = { provider = "offline" }
+  %s
   %s
   %s
 }
-`, stateDir, id, image, extra)
+`, stateDir, id, llm, image, extra)
+}
+
+// TestAccAgent_unknownInputs: inputs that come from other resources are
+// unknown while planning; validation and ModifyPlan must wait for them
+// instead of erroring (here the whole container_mode, and an image, come
+// from terraform_data outputs). No daemon needed.
+func TestAccAgent_unknownInputs(t *testing.T) {
+	stateDir := t.TempDir()
+	resource.Test(t, resource.TestCase{
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: fmt.Sprintf(`
+provider "meepa" {
+  state_dir = %q
+}
+
+resource "terraform_data" "cm" {
+  input = { enabled = true, image = "meepa-test/runner:latest" }
+}
+
+resource "terraform_data" "img" {
+  input = "meepa-test/runner:latest"
+}
+
+resource "meepa_agent" "whole" {
+  agent_id       = "tf-acc-unknown-cm"
+  llm            = { provider = "offline" }
+  container_mode = terraform_data.cm.output
+}
+
+resource "meepa_agent" "image" {
+  agent_id       = "tf-acc-unknown-img"
+  llm            = { provider = "offline" }
+  container_mode = { enabled = true, image = terraform_data.img.output }
+}
+`, stateDir),
+			PlanOnly:           true,
+			ExpectNonEmptyPlan: true,
+		}},
+	})
+	if entries, _ := os.ReadDir(stateDir); len(entries) != 0 {
+		t.Fatalf("state dir not empty after a plan: %v", entries)
+	}
+}
+
+// TestAccAgent_unknownThenInvalid: a container_mode that is unknown at
+// plan and turns out to have no image is refused when it becomes known (in
+// the plan Terraform makes at apply), before anything is made.
+func TestAccAgent_unknownThenInvalid(t *testing.T) {
+	stateDir := t.TempDir()
+	resource.Test(t, resource.TestCase{
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: fmt.Sprintf(`
+provider "meepa" {
+  state_dir = %q
+}
+
+resource "terraform_data" "cm" {
+  input = { enabled = true }
+}
+
+resource "meepa_agent" "t" {
+  agent_id       = "tf-acc-unknown-bad"
+  llm            = { provider = "offline" }
+  container_mode = terraform_data.cm.output
+}
+`, stateDir),
+			ExpectError: errorOn("container_mode.image", `Missing Image`),
+		}},
+	})
+	if entries, _ := os.ReadDir(stateDir); len(entries) != 0 {
+		t.Fatalf("state dir not empty after a refused apply: %v", entries)
+	}
 }

@@ -91,7 +91,7 @@ func (r *isolationImageResource) Schema(_ context.Context, _ resource.SchemaRequ
 			"package_manager": schema.StringAttribute{
 				Optional: true, Computed: true,
 				Default: stringdefault.StaticString(string(image.ManagerAuto)),
-				MarkdownDescription: "Package manager that installs `packages`: one of " + oneOfText(image.Managers) +
+				MarkdownDescription: "Package manager that installs `packages`: one of " + codeList(image.Managers) +
 					". `auto` detects `apt-get`, `apk` or `dnf` in the base image at build time; `none` installs nothing " +
 					"(only `env_vars` are added). Defaults to `auto`.",
 				Validators: []validator.String{stringvalidator.OneOf(stringsOf(image.Managers)...)},
@@ -110,7 +110,7 @@ func (r *isolationImageResource) Schema(_ context.Context, _ resource.SchemaRequ
 			"pull": schema.StringAttribute{
 				Optional: true, Computed: true,
 				Default: stringdefault.StaticString(string(image.PullMissing)),
-				MarkdownDescription: "When to pull `base_image`: one of " + oneOfText(image.Pulls) + ". `missing` pulls " +
+				MarkdownDescription: "When to pull `base_image`: one of " + codeList(image.Pulls) + ". `missing` pulls " +
 					"only when the daemon lacks it; `always` pulls before every build (plans compare against the local " +
 					"copy); `never` uses only a local image and fails clearly when there is none. Defaults to `missing`.",
 				Validators: []validator.String{stringvalidator.OneOf(stringsOf(image.Pulls)...)},
@@ -191,7 +191,7 @@ func (r *isolationImageResource) ValidateConfig(ctx context.Context, req resourc
 	elems := m.Packages.Elements()
 	if mgr == image.ManagerNone && len(elems) > 0 {
 		resp.Diagnostics.AddAttributeError(path.Root("packages"), "Packages Without A Package Manager",
-			`package_manager is "none", which installs nothing; remove packages or choose one of `+oneOfText(image.Managers)+".")
+			`package_manager is "none", which installs nothing; remove packages or choose one of `+codeList(image.Managers)+".")
 		return
 	}
 	for i, e := range elems {
@@ -261,6 +261,9 @@ func (r *isolationImageResource) runner(ctx context.Context, b *image.Builder) (
 }
 
 func (r *isolationImageResource) builder(ctx context.Context, diags *diag.Diagnostics) *image.Builder {
+	if !requireProviderData(r.data, "meepa_isolation_image", diags) {
+		return nil
+	}
 	cli := r.data.dockerClient(ctx, diags)
 	if cli == nil {
 		return nil
@@ -460,7 +463,9 @@ func (r *isolationImageResource) Create(ctx context.Context, req resource.Create
 		Pull:    image.Pull(plan.Pull.ValueString()),
 		Version: r.data.version,
 		Runner:  bin,
-		OnLog:   func(line string) { tflog.Info(ctx, "docker: "+line) },
+		OnLog: func(line string) {
+			tflog.Info(ctx, "docker build output", map[string]any{"base_image": spec.BaseImage, "line": line})
+		},
 		KeepOld: plan.KeepLocally.ValueBool(),
 	})
 	if err != nil {

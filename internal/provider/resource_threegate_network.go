@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/objectdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
@@ -132,6 +133,7 @@ func (r *threegateNetworkResource) Schema(_ context.Context, _ resource.SchemaRe
 						Required: true,
 						MarkdownDescription: "An isolation image containing `/usr/local/bin/agent-runner` (e.g. from `meepa_isolation_image`). " +
 							"It must be present on the daemon; nothing is pulled.",
+						Validators: []validator.String{scoped(imageReference())},
 					},
 					"allow": schema.ListAttribute{
 						Required: true, ElementType: types.StringType,
@@ -268,6 +270,20 @@ func (m *threegateNetworkModel) toInput(ctx context.Context) (topology.Input, bo
 	return in, known, diags
 }
 
+// buildSpec converts the model and builds its topology, adding any problem
+// as an attribute error. known is false while a value is unknown; then the
+// spec is not built. Callers go on only when known and diags has no error.
+func (m *threegateNetworkModel) buildSpec(ctx context.Context, diags *diag.Diagnostics) (spec topology.Spec, known bool) {
+	in, known, d := m.toInput(ctx)
+	diags.Append(d...)
+	if !known || diags.HasError() {
+		return spec, known
+	}
+	spec, ps := topology.Build(in)
+	addProblems(diags, ps)
+	return spec, true
+}
+
 // addProblems turns topology problems into attribute errors.
 func addProblems(diags *diag.Diagnostics, ps topology.Problems) {
 	for _, p := range ps {
@@ -328,14 +344,8 @@ func (r *threegateNetworkResource) ModifyPlan(ctx context.Context, req resource.
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	in, known, diags := cfg.toInput(ctx)
-	resp.Diagnostics.Append(diags...)
+	spec, known := cfg.buildSpec(ctx, &resp.Diagnostics)
 	if !known || resp.Diagnostics.HasError() {
-		return
-	}
-	spec, ps := topology.Build(in)
-	if len(ps) > 0 {
-		addProblems(&resp.Diagnostics, ps)
 		return
 	}
 
@@ -494,101 +504,10 @@ func (r *threegateNetworkResource) Create(ctx context.Context, req resource.Crea
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
-func (r *threegateNetworkResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var plan threegateNetworkModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	r.apply(ctx, &plan, &resp.Diagnostics)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
-}
-
-// apply brings the host to the plan and fills the computed values that
-// only apply knows. On error, m.ID stays unknown when nothing was made.
-func (r *threegateNetworkResource) apply(ctx context.Context, m *threegateNetworkModel, diags *diag.Diagnostics) {
-	m.ID = types.StringUnknown()
-	m.Networks = types.MapValueMust(networkObjectType, map[string]attr.Value{})
-	m.ProxyContainerID = types.StringValue("")
-	m.Drift = types.ListValueMust(types.StringType, []attr.Value{})
-	in, known, d := m.toInput(ctx)
-	diags.Append(d...)
-	if !known || in.Proxy.Image == unknownImage {
-		diags.AddError("Unknown Values At Apply", "threegate_network needs every attribute known at apply; this is a bug in the provider.")
-		return
-	}
-	spec, ps := topology.Build(in)
-	if len(ps) > 0 {
-		addProblems(diags, ps)
-		return
-	}
-	if r.data == nil {
-		diags.AddError("Provider Not Configured", "the meepa provider was not configured; this is a bug in the provider.")
-		return
-	}
-	cli := r.data.dockerClient(ctx, diags)
-	if cli == nil {
-		return
-	}
-	var fw *firewall.Host
-	if spec.Firewall.Enabled {
-		h, err := firewall.Open(ctx)
-		if err != nil {
-			diags.AddAttributeError(path.Root("firewall").AtName("enabled"), "Host Firewall Unavailable", err.Error())
-			return
-		}
-		fw = h
-	}
-	// From here on objects may exist, so the state must name them even if
-	// the apply fails (Terraform then taints the resource and destroys it).
-	m.ID = types.StringValue(spec.Name)
-	tflog.Debug(ctx, "ensuring threegate topology", map[string]any{"name": spec.Name, "firewall": spec.Firewall.Enabled})
-	obs, err := topology.Ensure(ctx, cli, spec, func(ctx context.Context) error {
-		if fw != nil {
-			return fw.Apply(ctx, spec.Rules())
-		}
-		// Disabled: remove what an earlier apply made, if anything.
-		h, err := firewall.Open(ctx)
-		if err != nil {
-			return nil // no iptables, so no rules of ours either
-		}
-		return h.Remove(ctx, spec.Rules())
-	})
-	if err != nil {
-		addRuntimeError(diags, "ThreeGate Apply Failed", "bringing topology "+spec.Name+" to its configuration", err)
-		return
-	}
-	m.ID = types.StringValue(spec.Name)
-	var drift []string
-	drift = append(drift, topology.Drift(spec, obs)...)
-	if fw != nil {
-		fd, err := fw.Check(ctx, spec.Rules())
-		if err != nil {
-			addRuntimeError(diags, "Firewall Read Failed", "reading back the rules of "+spec.Name, err)
-			return
-		}
-		drift = append(drift, fd...)
-	}
-	if len(drift) > 0 {
-		diags.AddError("ThreeGate Apply Did Not Converge", "after apply, the host still differs:\n- "+strings.Join(drift, "\n- "))
-	}
-	nets, d := networksValue(ctx, spec, obs)
-	diags.Append(d...)
-	m.Networks = nets
-	m.ProxyContainerID = types.StringValue("")
-	if obs.Proxy != nil {
-		m.ProxyContainerID = types.StringValue(obs.Proxy.ID)
-	}
-	m.Drift = types.ListValueMust(types.StringType, []attr.Value{})
-}
-
 func (r *threegateNetworkResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var m threegateNetworkModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() || r.data == nil {
+	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "threegate_network", &resp.Diagnostics) {
 		return
 	}
 	cli := r.data.dockerClient(ctx, &resp.Diagnostics)
@@ -601,14 +520,8 @@ func (r *threegateNetworkResource) Read(ctx context.Context, req resource.ReadRe
 			return
 		}
 	}
-	in, known, d := m.toInput(ctx)
-	resp.Diagnostics.Append(d...)
+	spec, known := m.buildSpec(ctx, &resp.Diagnostics)
 	if !known || resp.Diagnostics.HasError() {
-		return
-	}
-	spec, ps := topology.Build(in)
-	if len(ps) > 0 {
-		addProblems(&resp.Diagnostics, ps)
 		return
 	}
 	obs, err := topology.Observe(ctx, cli, spec)
@@ -711,6 +624,93 @@ func (r *threegateNetworkResource) importFromLive(ctx context.Context, m *threeg
 	return true
 }
 
+func (r *threegateNetworkResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan threegateNetworkModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	r.apply(ctx, &plan, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+}
+
+// apply brings the host to the plan and fills the computed values that
+// only apply knows. On error, m.ID stays unknown when nothing was made.
+func (r *threegateNetworkResource) apply(ctx context.Context, m *threegateNetworkModel, diags *diag.Diagnostics) {
+	m.ID = types.StringUnknown()
+	m.Networks = types.MapValueMust(networkObjectType, map[string]attr.Value{})
+	m.ProxyContainerID = types.StringValue("")
+	m.Drift = types.ListValueMust(types.StringType, []attr.Value{})
+	spec, known := m.buildSpec(ctx, diags)
+	if !known || spec.Proxy.Image == unknownImage {
+		addUnknownAtApplyError(diags, "threegate_network")
+		return
+	}
+	if diags.HasError() {
+		return
+	}
+	if !requireProviderData(r.data, "threegate_network", diags) {
+		return
+	}
+	cli := r.data.dockerClient(ctx, diags)
+	if cli == nil {
+		return
+	}
+	var fw *firewall.Host
+	if spec.Firewall.Enabled {
+		h, err := firewall.Open(ctx)
+		if err != nil {
+			diags.AddAttributeError(path.Root("firewall").AtName("enabled"), "Host Firewall Unavailable", err.Error())
+			return
+		}
+		fw = h
+	}
+	// From here on objects may exist, so the state must name them even if
+	// the apply fails (Terraform then taints the resource and destroys it).
+	m.ID = types.StringValue(spec.Name)
+	tflog.Debug(ctx, "ensuring threegate topology", map[string]any{"name": spec.Name, "firewall": spec.Firewall.Enabled})
+	obs, err := topology.Ensure(ctx, cli, spec, func(ctx context.Context) error {
+		if fw != nil {
+			return fw.Apply(ctx, spec.Rules())
+		}
+		// Disabled: remove what an earlier apply made, if anything.
+		h, err := firewall.Open(ctx)
+		if err != nil {
+			return nil // no iptables, so no rules of ours either
+		}
+		return h.Remove(ctx, spec.Rules())
+	})
+	if err != nil {
+		addRuntimeError(diags, "ThreeGate Apply Failed", "bringing topology "+spec.Name+" to its configuration", err)
+		return
+	}
+	m.ID = types.StringValue(spec.Name)
+	var drift []string
+	drift = append(drift, topology.Drift(spec, obs)...)
+	if fw != nil {
+		fd, err := fw.Check(ctx, spec.Rules())
+		if err != nil {
+			addRuntimeError(diags, "Firewall Read Failed", "reading back the rules of "+spec.Name, err)
+			return
+		}
+		drift = append(drift, fd...)
+	}
+	if len(drift) > 0 {
+		diags.AddError("ThreeGate Apply Did Not Converge", "after apply, the host still differs:\n- "+strings.Join(drift, "\n- "))
+	}
+	nets, d := networksValue(ctx, spec, obs)
+	diags.Append(d...)
+	m.Networks = nets
+	m.ProxyContainerID = types.StringValue("")
+	if obs.Proxy != nil {
+		m.ProxyContainerID = types.StringValue(obs.Proxy.ID)
+	}
+	m.Drift = types.ListValueMust(types.StringType, []attr.Value{})
+}
+
 func orEmpty(s []string) []string {
 	if s == nil {
 		return []string{}
@@ -729,14 +729,14 @@ func listOrNull(ctx context.Context, s []string) types.List {
 func (r *threegateNetworkResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var m threegateNetworkModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() || r.data == nil {
+	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "threegate_network", &resp.Diagnostics) {
 		return
 	}
-	in, _, d := m.toInput(ctx)
-	resp.Diagnostics.Append(d...)
-	spec, ps := topology.Build(in)
-	if len(ps) > 0 {
-		addProblems(&resp.Diagnostics, ps)
+	spec, known := m.buildSpec(ctx, &resp.Diagnostics)
+	if !known {
+		addUnknownAtApplyError(&resp.Diagnostics, "threegate_network")
+	}
+	if resp.Diagnostics.HasError() {
 		return
 	}
 	cli := r.data.dockerClient(ctx, &resp.Diagnostics)

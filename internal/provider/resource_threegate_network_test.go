@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
@@ -46,12 +47,25 @@ func newTGFixture(t *testing.T) *tgFixture {
 		t.Logf("swept stale test topologies %v (err %v)", swept, err)
 	}
 	f := &tgFixture{image: testutil.EnsureOwnRunnerImage(t, cli)}
+	var s topology.Spec
+	f.name, f.llm, f.fetch, f.egress, s = freeTopology(t, cli)
+	f.proxyIP, f.egressIP = s.Proxy.IP.String(), s.Proxy.EgressIP.String()
+	f.outside = testutil.StartOutside(t, 443, 8443)
+	f.allow = []string{f.outside.Addr(443)}
+	return f
+}
+
+// freeTopology picks a random tf-acc-tg- name (swept by the tests when
+// stale) and three /24s no network or route on this host uses, so that
+// concurrent runs on one daemon never share a topology.
+func freeTopology(t *testing.T, cli client.APIClient) (name, llm, fetch, egress string, spec topology.Spec) {
+	t.Helper()
 	for try := 0; try < 30; try++ {
 		a := 3 * rand.IntN(80)
-		f.name = fmt.Sprintf("tf-acc-tg-%04x", rand.IntN(0xffff))
-		f.llm, f.fetch, f.egress = fmt.Sprintf("10.213.%d.0/24", a), fmt.Sprintf("10.213.%d.0/24", a+1), fmt.Sprintf("10.213.%d.0/24", a+2)
-		s, ps := topology.Build(topology.Input{Name: f.name, Proxy: topology.ProxyInput{Image: "x"},
-			Subnets: map[string]string{topology.LLMNet: f.llm, topology.FetchNet: f.fetch, topology.EgressNet: f.egress}})
+		name = fmt.Sprintf("tf-acc-tg-%04x", rand.IntN(0xffff))
+		llm, fetch, egress = fmt.Sprintf("10.213.%d.0/24", a), fmt.Sprintf("10.213.%d.0/24", a+1), fmt.Sprintf("10.213.%d.0/24", a+2)
+		s, ps := topology.Build(topology.Input{Name: name, Proxy: topology.ProxyInput{Image: "x"},
+			Subnets: map[string]string{topology.LLMNet: llm, topology.FetchNet: fetch, topology.EgressNet: egress}})
 		if len(ps) > 0 {
 			t.Fatal(ps)
 		}
@@ -60,14 +74,11 @@ func newTGFixture(t *testing.T) *tgFixture {
 			t.Fatal(err)
 		}
 		if len(c) == 0 {
-			f.proxyIP, f.egressIP = s.Proxy.IP.String(), s.Proxy.EgressIP.String()
-			f.outside = testutil.StartOutside(t, 443, 8443)
-			f.allow = []string{f.outside.Addr(443)}
-			return f
+			return name, llm, fetch, egress, s
 		}
 	}
 	t.Fatal("no free subnets in 10.213.0.0/16")
-	return nil
+	return
 }
 
 func (f *tgFixture) config(extra string, moreAllow ...string) string {
@@ -376,6 +387,7 @@ resource "threegate_network" "bad" {
 		{"port 70000", proxy("allow = [\"example.com:70000\"]"), `(?s)Invalid Allow Pattern.*proxy.allow\[0\].*70000`},
 		{"proxy port 0", proxy(ok + "\nport = 0"), `(?s)Invalid Proxy Port.*proxy.port.*0 is not a TCP port`},
 		{"proxy port 70000", proxy(ok + "\nport = 70000"), `(?s)Invalid Proxy Port.*proxy.port.*70000`},
+		{"proxy image", "proxy = {\n image = \"Bad Image\"\n" + ok + "\n}\n", `(?s)Invalid Image Reference.*proxy.image`},
 	}
 	var steps []resource.TestStep
 	for _, c := range cases {

@@ -2,8 +2,11 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/docker/go-units"
@@ -11,6 +14,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/image"
 )
 
 // minMemoryBytes is Docker's own lower bound for a container memory limit.
@@ -41,79 +45,73 @@ func ParseMemoryLimit(s string) (int64, error) {
 	return n, nil
 }
 
-type memoryLimitValidator struct{}
-
-func (memoryLimitValidator) Description(context.Context) string {
-	return "a positive size with an optional unit b, k, m or g (e.g. `512m`, `1g`), at least `6m`"
-}
-func (v memoryLimitValidator) MarkdownDescription(ctx context.Context) string {
-	return v.Description(ctx)
-}
-func (memoryLimitValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	if _, err := ParseMemoryLimit(req.ConfigValue.ValueString()); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid Memory Limit", err.Error())
+// memoryLimit validates memory_limit with the parser the runner uses.
+func memoryLimit() validator.String {
+	return stringCheck{
+		summary: "Invalid Memory Limit",
+		desc:    "a positive size with an optional unit b, k, m or g (e.g. `512m`, `1g`), at least `6m`",
+		check: func(s string) error {
+			_, err := ParseMemoryLimit(s)
+			return err
+		},
 	}
 }
 
-// containerNetworkValidator accepts the spec's two modes and explains why
-// "host" is refused, instead of a bare "must be one of".
-type containerNetworkValidator struct{}
-
-func (containerNetworkValidator) Description(context.Context) string {
-	return "one of " + codeList(containerNetworks)
-}
-func (v containerNetworkValidator) MarkdownDescription(ctx context.Context) string {
-	return v.Description(ctx)
-}
-func (containerNetworkValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
+// containerNetwork accepts the spec's two modes and explains why "host" is
+// refused, instead of a bare "must be one of".
+func containerNetwork() validator.String {
+	return stringCheck{
+		summary: "Invalid Container Network",
+		desc:    "one of " + codeList(containerNetworks),
+		check: func(v string) error {
+			switch {
+			case slices.Contains(containerNetworks, v):
+				return nil
+			case v == "host":
+				return errors.New("\"host\" would put the per-message container in the host's network namespace: the agent could " +
+					"reach every service listening on the host (including ones bound to 127.0.0.1) and its traffic would " +
+					"bypass Docker's and ThreeGate's isolation. Use \"bridge\" for outbound access, \"none\" for no network, " +
+					"or a threegate block for the ThreeGate topology")
+			default:
+				return fmt.Errorf("%q is not a container network mode; use one of %s", v, codeList(containerNetworks))
+			}
+		},
 	}
-	v := req.ConfigValue.ValueString()
-	for _, n := range containerNetworks {
-		if v == n {
-			return
+}
+
+// listenAddress validates runner.listen with the parser apply uses.
+func listenAddress() validator.String {
+	return stringCheck{
+		summary: "Invalid Listen Address",
+		desc:    "`unix:///<absolute path>` or `127.0.0.1:<port>`",
+		check: func(s string) error {
+			_, err := deploy.ParseListen(s)
+			return err
+		},
+	}
+}
+
+// envNameRegexp is the agent loop's rule for the names of its tools'
+// environment variables (internal/runtime/agent).
+var envNameRegexp = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// envNameSuggestion turns a name into one envNameRegexp accepts.
+func envNameSuggestion(k string) string {
+	b := []byte(strings.ToUpper(k))
+	for i, c := range b {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			b[i] = '_'
 		}
 	}
-	detail := fmt.Sprintf("%q is not a container network mode; use one of %s.", v, codeList(containerNetworks))
-	if v == "host" {
-		detail = "\"host\" would put the per-message container in the host's network namespace: the agent could " +
-			"reach every service listening on the host (including ones bound to 127.0.0.1) and its traffic would " +
-			"bypass Docker's and ThreeGate's isolation. Use \"bridge\" for outbound access, \"none\" for no network, " +
-			"or a threegate block for the ThreeGate topology."
+	if len(b) == 0 || b[0] >= '0' && b[0] <= '9' {
+		b = append([]byte{'_'}, b...)
 	}
-	resp.Diagnostics.AddAttributeError(req.Path, "Invalid Container Network", detail)
-}
-
-type listenValidator struct{}
-
-func (listenValidator) Description(context.Context) string {
-	return "`unix:///<absolute path>` or `127.0.0.1:<port>`"
-}
-func (v listenValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
-func (listenValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	if _, err := deploy.ParseListen(req.ConfigValue.ValueString()); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid Listen Address", err.Error())
-	}
+	return string(b)
 }
 
 // userPattern is a numeric uid or uid:gid: the provider must chown the
 // workspace to it, and a name would mean something different in every image.
 var userPattern = regexp.MustCompile(`^[0-9]{1,10}(:[0-9]{1,10})?$`)
-
-func codeList(ss []string) string {
-	q := make([]string, len(ss))
-	for i, s := range ss {
-		q[i] = "`" + s + "`"
-	}
-	return strings.Join(q, ", ")
-}
 
 // scoped wraps a string validator so that each error's detail starts with
 // the attribute's path. Terraform's text output shows only the resource for
@@ -140,5 +138,39 @@ func (s scopedValidator) ValidateString(ctx context.Context, req validator.Strin
 		} else {
 			resp.Diagnostics.AddAttributeWarning(req.Path, d.Summary(), detail)
 		}
+	}
+}
+
+// baseURL checks llm.base_url: the LLM clients join their paths onto it, so
+// it must be an absolute http(s) URL.
+func baseURL() validator.String {
+	return stringCheck{
+		summary: "Invalid Base URL",
+		desc:    "an absolute `http://` or `https://` URL",
+		check: func(s string) error {
+			if s == "" {
+				return nil
+			}
+			u, err := url.Parse(s)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("%q is not an absolute http(s) URL; write e.g. \"https://api.openai.com/v1\" or \"http://llm-gateway:4000/v1\"", s)
+			}
+			return nil
+		},
+	}
+}
+
+// optionalImageReference is imageReference for an image that may be left
+// empty (another attribute then supplies it).
+func optionalImageReference() validator.String {
+	return stringCheck{
+		summary: "Invalid Image Reference",
+		desc:    "a Docker image reference",
+		check: func(s string) error {
+			if s == "" {
+				return nil
+			}
+			return image.ValidateImageRef(s)
+		},
 	}
 }

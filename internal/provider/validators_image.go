@@ -1,34 +1,12 @@
 package provider
 
 import (
-	"context"
 	"fmt"
-	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/image"
 )
-
-// stringCheck turns a runtime check into a plan-time validator with an
-// attribute-scoped error.
-type stringCheck struct {
-	summary string
-	desc    string
-	check   func(string) error
-}
-
-func (v stringCheck) Description(context.Context) string             { return v.desc }
-func (v stringCheck) MarkdownDescription(ctx context.Context) string { return v.desc }
-
-func (v stringCheck) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	if err := v.check(req.ConfigValue.ValueString()); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, v.summary, err.Error()+".")
-	}
-}
 
 // packageName accepts what some package manager accepts as one argument and
 // nothing a shell would interpret. The per-manager rules are applied in
@@ -68,16 +46,6 @@ func imageReference() validator.String {
 			return image.ValidateImageRef(s)
 		},
 	}
-}
-
-// oneOfText renders a list of accepted values for a description, so the
-// documentation is built from the same list as the validator.
-func oneOfText[T ~string](vals []T) string {
-	q := make([]string, len(vals))
-	for i, v := range vals {
-		q[i] = "`" + string(v) + "`"
-	}
-	return strings.Join(q, ", ")
 }
 
 func stringsOf[T ~string](vals []T) []string {

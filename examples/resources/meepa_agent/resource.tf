@@ -18,6 +18,11 @@ variable "anthropic_api_key" {
   ephemeral = true
 }
 
+variable "github_token" {
+  type      = string
+  sensitive = true
+}
+
 # Container mode: each message runs the whole agent loop in a fresh,
 # hardened container that sees only the workspace.
 resource "meepa_agent" "coder" {
@@ -30,7 +35,7 @@ resource "meepa_agent" "coder" {
     api_key  = var.anthropic_api_key # write-only: never stored in state
   }
   secrets = {
-    GITHUB_TOKEN = "ghp_example"
+    GITHUB_TOKEN = var.github_token # sensitive: kept in state, never in a log
   }
 
   container_mode = {

@@ -1,0 +1,117 @@
+package deploy
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+)
+
+// Placement is where a runner config is served from: what ForConfig cannot
+// read from the config itself.
+type Placement struct {
+	// Image has agent-runner on its PATH.
+	Image string
+	// Layout and Listener locate the config file and where the runner
+	// listens (the Listener as the host sees it).
+	Layout   Layout
+	Listener Listener
+	// Workspace is the agent's workspace on the host.
+	Workspace string
+	// ConfigHash is recorded on the container (see Deployment.ConfigHash).
+	ConfigHash string
+	// DockerSocket is the daemon's socket on this host; DefaultDockerSocket
+	// when empty. Only container mode mounts it.
+	DockerSocket string
+}
+
+// ForConfig describes the runner container that serves config c. It runs
+// as the calling user. In container mode the runner gets the Docker socket
+// (and the socket's group) to start the per-message containers, and as
+// root the capabilities to hand the workspace to the sandbox user. In host
+// mode the agent loop is the runner's own Landlock-restricted child: the
+// runner gets the agent's limits on top of its own, the file_access paths
+// mounted at the same path, the role's networks, and (unless unrestricted)
+// a seccomp profile that lets Landlock's syscalls through.
+func ForConfig(c runner.Config, p Placement) (Deployment, error) {
+	d := Deployment{
+		AgentID:     c.AgentID,
+		Image:       p.Image,
+		Layout:      p.Layout,
+		Listener:    p.Listener,
+		Workspace:   p.Workspace,
+		User:        fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()),
+		StopTimeout: StopTimeout(c),
+		ConfigHash:  p.ConfigHash,
+	}
+	hostMode := !c.Container.Enabled
+	if !hostMode {
+		d.DockerSocket = p.DockerSocket
+		if d.DockerSocket == "" {
+			d.DockerSocket = DefaultDockerSocket
+		}
+		if st, err := os.Stat(d.DockerSocket); err == nil {
+			if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+				d.GroupAdd = []string{strconv.Itoa(int(sys.Gid))}
+			}
+		}
+		if os.Getuid() == 0 {
+			// The runner gives the workspace to the sandbox user at start-up.
+			d.CapAdd = []string{"CHOWN", "DAC_READ_SEARCH"}
+		}
+	}
+	switch {
+	case hostMode && len(c.Container.Networks) > 0:
+		// The agent process runs inside the runner: the runner joins the
+		// role's networks itself.
+		d.Networks = c.Container.Networks
+	case hostMode && (c.FileAccess.AllowNetwork || c.FileAccess.Unrestricted):
+		d.Network = "bridge"
+	case p.Listener.Port != 0:
+		d.Network = "bridge"
+	default:
+		d.Network = "none"
+	}
+	if !hostMode {
+		return d, nil
+	}
+	// The agent loop runs as a child of the runner; its limits come on top
+	// of the runner's own.
+	mem, err := sandbox.MemoryBytes(c.Container.MemoryLimit)
+	if err != nil {
+		return d, err
+	}
+	d.Memory = mem + 256<<20
+	d.PidsLimit = c.Container.PidsLimit + 256
+	for _, path := range c.FileAccess.AllowRead {
+		d.HostPaths = append(d.HostPaths, HostPath{Path: path, ReadOnly: true})
+	}
+	for _, path := range c.FileAccess.AllowReadWrite {
+		d.HostPaths = append(d.HostPaths, HostPath{Path: path})
+	}
+	if !c.FileAccess.Unrestricted {
+		// Docker's default profile, with Landlock's syscalls allowed on
+		// engines whose default denies them (the runner would fail closed
+		// there).
+		prof, err := sandbox.RunnerSeccompProfile()
+		if err != nil {
+			return d, err
+		}
+		d.SecurityOpt = []string{"seccomp=" + string(prof)}
+	}
+	return d, nil
+}
+
+// StopTimeout lets a runner being replaced finish its message in flight:
+// the message timeout and 5 seconds, at most 5 minutes.
+func StopTimeout(c runner.Config) time.Duration {
+	t := c.Container.Timeout() + 5*time.Second
+	if t > 5*time.Minute {
+		t = 5 * time.Minute
+	}
+	return t
+}

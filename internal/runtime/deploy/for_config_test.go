@@ -1,0 +1,90 @@
+package deploy
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+)
+
+func TestForConfigContainerMode(t *testing.T) {
+	sock := t.TempDir() + "/docker.sock"
+	if err := os.WriteFile(sock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := runner.Config{AgentID: "a1", Container: runner.ContainerMode{Enabled: true, MemoryLimit: "1g", PidsLimit: 64, TimeoutSeconds: 60},
+		FileAccess: runner.FileAccess{AllowRead: []string{"/srv/a"}, AllowNetwork: true}}
+	p := Placement{Image: "img:1", Layout: LayoutFor("/s", "a1"), Listener: Listener{Unix: "/s/run.sock"}, Workspace: "/s/agents/a1",
+		ConfigHash: "h", DockerSocket: sock}
+	d, err := ForConfig(c, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.AgentID != "a1" || d.Image != "img:1" || d.Workspace != "/s/agents/a1" || d.ConfigHash != "h" || d.Layout != p.Layout {
+		t.Errorf("identity fields: %+v", d)
+	}
+	if d.DockerSocket != sock || len(d.GroupAdd) != 1 {
+		t.Errorf("container mode needs the socket and its group: %q %v", d.DockerSocket, d.GroupAdd)
+	}
+	if (os.Getuid() == 0) != slices.Contains(d.CapAdd, "CHOWN") {
+		t.Errorf("CapAdd %v as uid %d", d.CapAdd, os.Getuid())
+	}
+	// A unix listener and per-message containers: the runner itself only
+	// talks to the daemon. Host-mode settings do not leak in.
+	if d.Network != "none" || d.Networks != nil || d.HostPaths != nil || d.SecurityOpt != nil || d.Memory != 0 || d.PidsLimit != 0 {
+		t.Errorf("container-mode runner: %+v", d)
+	}
+	if d.StopTimeout != 65*time.Second {
+		t.Errorf("stop timeout %v", d.StopTimeout)
+	}
+	p.Listener = Listener{Port: 8701}
+	if d, _ := ForConfig(c, p); d.Network != "bridge" {
+		t.Errorf("a TCP listener needs a published port: network %q", d.Network)
+	}
+}
+
+func TestForConfigHostMode(t *testing.T) {
+	c := runner.Config{AgentID: "a1", Container: runner.ContainerMode{MemoryLimit: "512m", PidsLimit: 64, TimeoutSeconds: 3600},
+		FileAccess: runner.FileAccess{AllowRead: []string{"/srv/a"}, AllowReadWrite: []string{"/srv/b"}}}
+	p := Placement{Image: "img:1", Layout: LayoutFor("/s", "a1"), Listener: Listener{Unix: "/s/run.sock"}, DockerSocket: "/var/run/docker.sock"}
+	d, err := ForConfig(c, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.DockerSocket != "" || d.GroupAdd != nil || d.CapAdd != nil {
+		t.Errorf("a host-mode runner gets no Docker socket and no capabilities: %+v", d)
+	}
+	if d.Memory != (512+256)<<20 || d.PidsLimit != 64+256 {
+		t.Errorf("limits: memory %d pids %d", d.Memory, d.PidsLimit)
+	}
+	want := []HostPath{{Path: "/srv/a", ReadOnly: true}, {Path: "/srv/b"}}
+	if !slices.Equal(d.HostPaths, want) {
+		t.Errorf("host paths %+v, want %+v", d.HostPaths, want)
+	}
+	if d.Network != "none" {
+		t.Errorf("allow_network = false: network %q", d.Network)
+	}
+	if len(d.SecurityOpt) != 1 || !strings.HasPrefix(d.SecurityOpt[0], "seccomp=") || !strings.Contains(d.SecurityOpt[0], "landlock_create_ruleset") {
+		t.Errorf("restricted host mode needs the Landlock seccomp profile: %.80q", d.SecurityOpt)
+	}
+	if d.StopTimeout != 5*time.Minute {
+		t.Errorf("stop timeout %v, want the 5m cap", d.StopTimeout)
+	}
+
+	c.FileAccess.Unrestricted = true
+	if d, _ := ForConfig(c, p); d.SecurityOpt != nil || d.Network != "bridge" {
+		t.Errorf("unrestricted: %v %q", d.SecurityOpt, d.Network)
+	}
+	c.FileAccess.Unrestricted = false
+	c.Container.Networks = []string{"tg-llmnet", "tg-fetchnet"}
+	if d, _ := ForConfig(c, p); !slices.Equal(d.Networks, c.Container.Networks) || d.Network != "" {
+		t.Errorf("a host-mode role joins the role's networks itself: %v %q", d.Networks, d.Network)
+	}
+	c.Container.MemoryLimit = "1x"
+	if _, err := ForConfig(c, p); err == nil {
+		t.Error("a bad memory limit was accepted")
+	}
+}
