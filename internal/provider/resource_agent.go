@@ -30,6 +30,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
@@ -131,7 +132,7 @@ func agentSchema() schema.Schema {
 				Optional: true, Sensitive: true, ElementType: types.StringType,
 				MarkdownDescription: "Extra secret values for the agent loop (e.g. tool credentials), handed over on stdin. " +
 					"Exported to tool processes with `inject_secrets_env` (then each name must be an environment variable name, " +
-					"`" + envNameRegexp.String() + "`), replaced by `[REDACTED]` in replies with `redact_secrets`.",
+					"`" + agent.EnvNamePattern.String() + "`, and not `HOME`, `TMPDIR`, `PATH` or a dynamic loader variable), replaced by `[REDACTED]` in replies with `redact_secrets`.",
 			},
 			"inject_credentials_env": schema.BoolAttribute{
 				Optional: true, Computed: true, Default: booldefault.StaticBool(true),
@@ -389,11 +390,11 @@ func validateAgentConfig(ctx context.Context, m agentModel, diags *diag.Diagnost
 	if !m.Secrets.IsNull() && !m.Secrets.IsUnknown() && !m.InjectSecretsEnv.IsUnknown() &&
 		(m.InjectSecretsEnv.IsNull() || m.InjectSecretsEnv.ValueBool()) {
 		for k := range m.Secrets.Elements() {
-			if !envNameRegexp.MatchString(k) {
+			if err := agent.CheckToolEnvName(k); err != nil {
 				diags.AddAttributeError(path.Root("secrets").AtMapKey(k), "Invalid Secret Name",
 					fmt.Sprintf("secrets[%q]: with inject_secrets_env the name becomes an environment variable of the agent's "+
-						"tools, so it must match %s. Rename it (e.g. %q), or set inject_secrets_env = false.",
-						k, envNameRegexp, envNameSuggestion(k)))
+						"tools, and %v. Rename it (e.g. %q), or set inject_secrets_env = false.",
+						k, err, envNameSuggestion(k)))
 			}
 		}
 	}

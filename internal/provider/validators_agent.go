@@ -1,6 +1,8 @@
 package provider
 
 import (
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+
 	"context"
 	"errors"
 	"fmt"
@@ -91,11 +93,7 @@ func listenAddress() validator.String {
 	}
 }
 
-// envNameRegexp is the agent loop's rule for the names of its tools'
-// environment variables (internal/runtime/agent).
-var envNameRegexp = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// envNameSuggestion turns a name into one envNameRegexp accepts.
+// envNameSuggestion turns a name into one agent.EnvNamePattern accepts.
 func envNameSuggestion(k string) string {
 	b := []byte(strings.ToUpper(k))
 	for i, c := range b {
@@ -105,6 +103,10 @@ func envNameSuggestion(k string) string {
 	}
 	if len(b) == 0 || b[0] >= '0' && b[0] <= '9' {
 		b = append([]byte{'_'}, b...)
+	}
+	if agent.CheckToolEnvName(string(b)) != nil {
+		// A name the sandbox reserves (HOME, PATH, …).
+		return "SECRET_" + string(b)
 	}
 	return string(b)
 }

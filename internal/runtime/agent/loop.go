@@ -86,7 +86,30 @@ func failed(rep *Reply, start time.Time, kind string, err error) *Reply {
 	return rep
 }
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+// EnvNamePattern is what a tool environment variable's name must look like.
+var EnvNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// reservedToolEnv are the names the sandbox fixes for every tool process:
+// HOME and TMPDIR are the workspace and the private temp dir that the
+// isolation model promises, and PATH and the dynamic loader's variables
+// decide which code runs. An env entry or a secret may not replace them.
+var reservedToolEnv = map[string]bool{
+	"HOME": true, "TMPDIR": true, "PATH": true,
+	"LD_PRELOAD": true, "LD_LIBRARY_PATH": true, "LD_AUDIT": true,
+}
+
+// CheckToolEnvName says why k cannot name a tool environment variable, or
+// nil. The provider calls it at plan time so a bad name fails the plan, not
+// every message.
+func CheckToolEnvName(k string) error {
+	switch {
+	case !EnvNamePattern.MatchString(k):
+		return fmt.Errorf("%q is not an environment variable name (%s)", k, EnvNamePattern)
+	case reservedToolEnv[k]:
+		return fmt.Errorf("%q is fixed by the sandbox for every tool process and cannot be set", k)
+	}
+	return nil
+}
 
 // Run answers one message: it builds the system prompt from the workspace,
 // talks to the model for at most max_steps turns, runs the tools the model
@@ -259,8 +282,8 @@ func toolEnv(req *Request, workspace string) ([]string, error) {
 	}
 	var errs []error
 	set := func(field, k, v string) {
-		if !envName.MatchString(k) {
-			errs = append(errs, fmt.Errorf("%s: %q is not a valid environment variable name", field, k))
+		if err := CheckToolEnvName(k); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", field, err))
 			return
 		}
 		for _, c := range v {

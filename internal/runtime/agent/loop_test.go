@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -248,7 +249,7 @@ func TestRequestErrors(t *testing.T) {
 		"no text":      {`{"message":{"id":"x"},"llm":{"provider":"offline"}}`, "message.text is empty"},
 		"bad provider": {`{"message":{"text":"x"},"llm":{"provider":"gpt"}}`, `llm.provider "gpt"`},
 		"bad steps":    {`{"message":{"text":"x"},"llm":{"provider":"offline"},"max_steps":-1}`, "max_steps -1"},
-		"bad env":      {`{"message":{"text":"x"},"llm":{"provider":"offline"},"env":{"A-B":"x"}}`, `"A-B" is not a valid`},
+		"bad env":      {`{"message":{"text":"x"},"llm":{"provider":"offline"},"env":{"A-B":"x"}}`, `"A-B" is not an environment variable name`},
 		"no model":     {`{"message":{"text":"x"},"llm":{"provider":"openai"}}`, "llm.model is required"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -282,5 +283,28 @@ func TestWorkspaceNotWritable(t *testing.T) {
 	rep := runReq(t, ws, offlineReq("x"))
 	if rep.ErrorKind != ErrKindWorkspace || !strings.Contains(rep.Error, "not writable") {
 		t.Errorf("got %q %q", rep.ErrorKind, rep.Error)
+	}
+}
+
+func TestToolEnvRefusesReservedNames(t *testing.T) {
+	for _, k := range []string{"HOME", "TMPDIR", "PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "gh-token", "1X", ""} {
+		if CheckToolEnvName(k) == nil {
+			t.Errorf("CheckToolEnvName(%q) = nil, want an error", k)
+		}
+		req := &Request{InjectSecretsEnv: true, Secrets: map[string]string{k: "value"}}
+		if _, err := toolEnv(req, "/workspace"); err == nil {
+			t.Errorf("toolEnv with secret %q: no error", k)
+		}
+		req = &Request{Env: map[string]string{k: "value"}}
+		if _, err := toolEnv(req, "/workspace"); err == nil {
+			t.Errorf("toolEnv with env %q: no error", k)
+		}
+	}
+	env, err := toolEnv(&Request{InjectSecretsEnv: true, Secrets: map[string]string{"GH_TOKEN": "t"}}, "/ws")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(env, "GH_TOKEN=t") || !slices.Contains(env, "HOME=/ws") {
+		t.Fatalf("env %v lacks GH_TOKEN or HOME", env)
 	}
 }
