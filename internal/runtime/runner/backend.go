@@ -16,7 +16,6 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
 // Modes reported by /healthz.
@@ -81,7 +80,7 @@ func HostOptions(cfg *Config, log hclog.Logger) sandbox.HostOptions {
 	return sandbox.HostOptions{
 		AgentID:     cfg.AgentID,
 		Workspace:   cfg.Workspace,
-		FileAccess:  landlock.FileAccess(cfg.FileAccess),
+		FileAccess:  cfg.FileAccess,
 		MemoryLimit: cfg.Container.MemoryLimit,
 		PidsLimit:   cfg.Container.PidsLimit,
 		Env:         cfg.Env,

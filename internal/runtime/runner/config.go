@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -88,20 +90,9 @@ type ContainerMode struct {
 }
 
 // FileAccess is the spec's file_access block, enforced with Landlock when
-// container mode is off.
-type FileAccess struct {
-	Unrestricted      bool     `json:"unrestricted"`
-	AllowRead         []string `json:"allow_read,omitempty"`
-	AllowReadWrite    []string `json:"allow_read_write,omitempty"`
-	Deny              []string `json:"deny,omitempty"`
-	AllowHomeDotfiles bool     `json:"allow_home_dotfiles"`
-	AllowNetwork      bool     `json:"allow_network"`
-	// HomeDir is the home directory whose dotfiles allow_home_dotfiles
-	// governs: the real user's home on the host (the provider sets it);
-	// empty means the runner's own $HOME. Keep the fields in step with
-	// landlock.FileAccess, which converts from this type.
-	HomeDir string `json:"home_dir,omitempty"`
-}
+// container mode is off. It is the Landlock compiler's own type, so the two
+// can never drift apart.
+type FileAccess = landlock.FileAccess
 
 // Timeout is the per-message limit.
 func (c ContainerMode) Timeout() time.Duration {

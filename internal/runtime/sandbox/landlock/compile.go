@@ -33,10 +33,9 @@ import (
 	"strings"
 )
 
-// FileAccess is the spec's file_access block. It has the fields of
-// runner.FileAccess, in the same order, so one converts to the other with a
-// plain conversion (landlock.FileAccess(cfg.FileAccess)); it is declared here
-// so that the sandbox, which imports this package, never imports the runner.
+// FileAccess is the spec's file_access block (runner.FileAccess is an alias
+// of it). It is declared here so that the sandbox, which imports this
+// package, never imports the runner.
 type FileAccess struct {
 	Unrestricted      bool     `json:"unrestricted"`
 	AllowRead         []string `json:"allow_read,omitempty"`
