@@ -24,7 +24,8 @@
 package main
 
 import (
-	"archive/tar"
+	"github.com/bogpad/terraform-provider-meepa/internal/testimage"
+
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -43,11 +44,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/jsonmessage"
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/hashicorp/go-hclog"
 
@@ -499,14 +498,7 @@ func backToBack(rs []*benchRunner, n int) (float64, error) {
 // buildImages makes the busybox base and the runner image with a freshly
 // built agent-runner (the daemon's build cache makes repeats cheap).
 func buildImages(ctx context.Context, cli *client.Client) error {
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		return fmt.Errorf("read /bin/busybox (apt-get install busybox-static): %w", err)
-	}
-	if err := buildImage(ctx, cli, baseImage, "FROM scratch\nCOPY busybox /bin/busybox\n"+
-		"RUN [\"/bin/busybox\", \"sh\", \"-c\", \"/bin/busybox --install -s /bin && mkdir -p /tmp /etc /workspace && chmod 1777 /tmp && "+
-		"echo 'nobody:x:65534:65534:nobody:/nonexistent:/bin/sh' > /etc/passwd && echo 'nogroup:x:65534:' > /etc/group\"]\n"+
-		"ENV PATH=/usr/local/bin:/usr/bin:/bin\n", map[string][]byte{"busybox": bb}); err != nil {
+	if err := testimage.Busybox(ctx, cli, baseImage); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "meepa-bench-bin-")
@@ -520,41 +512,7 @@ func buildImages(ctx context.Context, cli *client.Client) error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build agent-runner (run from the repository root): %v\n%s", err, out)
 	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		return err
-	}
-	return buildImage(ctx, cli, runnerImage, "FROM "+baseImage+"\nCOPY agent-runner /usr/local/bin/agent-runner\n"+
-		"ENV HOME=/workspace TMPDIR=/tmp\nWORKDIR /workspace\n", map[string][]byte{"agent-runner": data})
-}
-
-func buildImage(ctx context.Context, cli *client.Client, tag, dockerfile string, files map[string][]byte) error {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	files["Dockerfile"] = []byte(dockerfile)
-	for name, data := range files {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(data))}); err != nil {
-			return err
-		}
-		if _, err := tw.Write(data); err != nil {
-			return err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	resp, err := cli.ImageBuild(ctx, &buf, build.ImageBuildOptions{
-		Tags: []string{tag}, Remove: true, ForceRemove: true, Labels: engine.Labels("bench-image", nil),
-	})
-	if err != nil {
-		return fmt.Errorf("build %s: %w", tag, err)
-	}
-	defer resp.Body.Close()
-	var log strings.Builder
-	if err := jsonmessage.DisplayJSONMessagesStream(resp.Body, &log, 0, false, nil); err != nil {
-		return fmt.Errorf("build %s: %w\n%s", tag, err, log.String())
-	}
-	return nil
+	return testimage.Runner(ctx, cli, runnerImage, baseImage, bin)
 }
 
 func envOr(k, def string) string {

@@ -46,7 +46,7 @@ func newTGFixture(t *testing.T) *tgFixture {
 	if swept, err := topology.SweepStale(context.Background(), cli, "tf-acc-tg-", time.Hour); err != nil || len(swept) > 0 {
 		t.Logf("swept stale test topologies %v (err %v)", swept, err)
 	}
-	f := &tgFixture{image: testutil.EnsureOwnRunnerImage(t, cli)}
+	f := &tgFixture{image: testutil.EnsureRunnerImage(t, cli)}
 	var s topology.Spec
 	f.name, f.llm, f.fetch, f.egress, s = freeTopology(t, cli)
 	f.proxyIP, f.egressIP = s.Proxy.IP.String(), s.Proxy.EgressIP.String()

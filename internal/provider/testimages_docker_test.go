@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"fmt"
@@ -9,16 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 
-	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/container"
 	dimage "github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
-	"github.com/docker/docker/pkg/jsonmessage"
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
@@ -78,37 +74,8 @@ func ensureFakeApkBase(t *testing.T, cli *client.Client) string {
 	testutil.EnsureBusybox(t, cli)
 	fixtureMu.Lock()
 	defer fixtureMu.Unlock()
-	buildFixture(t, cli, fakeApkBase, "FROM "+testutil.BusyboxImage+"\nCOPY apk /usr/bin/apk\n", map[string][]byte{"apk": []byte(fakeApk)})
+	testutil.BuildImage(t, cli, fakeApkBase, "FROM "+testutil.BusyboxImage+"\nCOPY apk /usr/bin/apk\n", map[string][]byte{"apk": []byte(fakeApk)})
 	return fakeApkBase
-}
-
-func buildFixture(t *testing.T, cli *client.Client, tag, dockerfile string, files map[string][]byte) {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	files["Dockerfile"] = []byte(dockerfile)
-	for name, data := range files {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(data))}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := cli.ImageBuild(context.Background(), &buf, build.ImageBuildOptions{
-		Tags: []string{tag}, Remove: true, ForceRemove: true, Labels: engine.Labels("test-image", nil),
-	})
-	if err != nil {
-		t.Fatalf("build %s: %v", tag, err)
-	}
-	defer resp.Body.Close()
-	var out strings.Builder
-	if err := jsonmessage.DisplayJSONMessagesStream(resp.Body, &out, 0, false, nil); err != nil {
-		t.Fatalf("build %s: %v\n%s", tag, err, out.String())
-	}
 }
 
 // runIn is `docker run --rm ref cmd...` through the Engine API; it returns

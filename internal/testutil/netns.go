@@ -1,8 +1,6 @@
 package testutil
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -12,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/docker/docker/client"
 	"golang.org/x/sys/unix"
 )
 
@@ -173,30 +170,4 @@ func HostService(t testing.TB) int {
 		}
 	}()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// EnsureOwnRunnerImage is EnsureRunnerImage under a tag named by the
-// binary's content hash (meepa-test/runner:<sha12>). The shared RunnerImage
-// tag is rebuilt by every test process on this daemon, each with its own
-// branch's agent-runner; a content-addressed tag cannot be swapped under a
-// running test.
-func EnsureOwnRunnerImage(t testing.TB, cli *client.Client) string {
-	t.Helper()
-	EnsureBusybox(t, cli)
-	bin, err := os.ReadFile(RunnerBinary(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(bin)
-	tag := "meepa-test/runner:" + hex.EncodeToString(sum[:])[:12]
-	imageMu.Lock()
-	defer imageMu.Unlock()
-	if exists(cli, tag) {
-		return tag
-	}
-	dockerfile := "FROM " + BusyboxImage + "\n" +
-		"COPY agent-runner /usr/local/bin/agent-runner\n" +
-		"ENV HOME=/workspace TMPDIR=/tmp\nWORKDIR /workspace\n"
-	buildImage(t, cli, tag, dockerfile, map[string][]byte{"agent-runner": bin})
-	return tag
 }

@@ -5,33 +5,30 @@
 package testutil
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 
-	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/jsonmessage"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/testimage"
 )
 
 // BusyboxImage is the tag of the from-scratch busybox base image.
 const BusyboxImage = "meepa-test/busybox:latest"
 
-// RunnerImage is the tag of busybox plus agent-runner at
-// /usr/local/bin/agent-runner, with HOME=/workspace, TMPDIR=/tmp and
-// WORKDIR /workspace, like an isolation image.
-const RunnerImage = "meepa-test/runner:latest"
+// runnerRepo is the repository of the test runner images: busybox plus
+// agent-runner at /usr/local/bin/agent-runner, with HOME=/workspace,
+// TMPDIR=/tmp and WORKDIR /workspace, like an isolation image.
+const runnerRepo = "meepa-test/runner"
 
 // RepoRoot is the module's root directory.
 func RepoRoot() string {
@@ -94,81 +91,44 @@ func EnsureBusybox(t testing.TB, cli *client.Client) string {
 	t.Helper()
 	imageMu.Lock()
 	defer imageMu.Unlock()
-	if exists(cli, BusyboxImage) {
-		return BusyboxImage
+	if err := testimage.Busybox(context.Background(), cli, BusyboxImage); err != nil {
+		t.Fatal(err)
 	}
-	bb, err := os.ReadFile("/bin/busybox")
-	if err != nil {
-		t.Fatalf("read /bin/busybox (apt-get install busybox-static): %v", err)
-	}
-	// busybox --install would need a writable rootfs at run time; make the
-	// applet links at build time instead, from a shell that exists.
-	dockerfile := "FROM scratch\nCOPY busybox /bin/busybox\n" +
-		"RUN [\"/bin/busybox\", \"sh\", \"-c\", \"/bin/busybox --install -s /bin && mkdir -p /tmp /etc /workspace && echo 'root:x:0:0:root:/root:/bin/sh' > /etc/passwd && echo 'nobody:x:65534:65534:nobody:/nonexistent:/bin/sh' >> /etc/passwd && echo 'root:x:0:' > /etc/group && echo 'nogroup:x:65534:' >> /etc/group\"]\n" +
-		"ENV PATH=/usr/local/bin:/usr/bin:/bin\n"
-	buildImage(t, cli, BusyboxImage, dockerfile, map[string][]byte{"busybox": bb})
 	return BusyboxImage
 }
 
-// EnsureRunnerImage builds RunnerImage from the busybox base and the current
-// agent-runner. It is rebuilt in every test process so it never holds a stale
-// binary; the build is cached by the daemon when nothing changed.
+// EnsureRunnerImage returns a runner image with this process's agent-runner,
+// tagged by the binary's content hash (meepa-test/runner:<sha12>): a shared
+// tag would be rebuilt under a running test by another test process with
+// another build of the binary.
 func EnsureRunnerImage(t testing.TB, cli *client.Client) string {
 	t.Helper()
 	EnsureBusybox(t, cli)
-	bin, err := os.ReadFile(RunnerBinary(t))
+	bin := RunnerBinary(t)
+	data, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
+	sum := sha256.Sum256(data)
+	tag := runnerRepo + ":" + hex.EncodeToString(sum[:])[:12]
 	imageMu.Lock()
 	defer imageMu.Unlock()
-	dockerfile := "FROM " + BusyboxImage + "\n" +
-		"COPY agent-runner /usr/local/bin/agent-runner\n" +
-		"ENV HOME=/workspace TMPDIR=/tmp\nWORKDIR /workspace\n"
-	buildImage(t, cli, RunnerImage, dockerfile, map[string][]byte{"agent-runner": bin})
-	return RunnerImage
-}
-
-func exists(cli *client.Client, ref string) bool {
-	_, err := cli.ImageInspect(context.Background(), ref)
-	return err == nil
-}
-
-func buildImage(t testing.TB, cli *client.Client, tag, dockerfile string, files map[string][]byte) {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	files["Dockerfile"] = []byte(dockerfile)
-	for name, data := range files {
-		mode := int64(0o644)
-		if name != "Dockerfile" {
-			mode = 0o755
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: int64(len(data))}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(data); err != nil {
-			t.Fatal(err)
-		}
+	if testimage.Exists(context.Background(), cli, tag) {
+		return tag
 	}
-	if err := tw.Close(); err != nil {
+	if err := testimage.Runner(context.Background(), cli, tag, BusyboxImage, bin); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := cli.ImageBuild(context.Background(), &buf, build.ImageBuildOptions{
-		Tags:        []string{tag},
-		Remove:      true,
-		ForceRemove: true,
-		Labels:      engine.Labels("test-image", nil),
-	})
-	if err != nil {
-		t.Fatalf("build %s: %v", tag, err)
+	return tag
+}
+
+// BuildImage builds tag from a Dockerfile and the files beside it, or fails
+// the test.
+func BuildImage(t testing.TB, cli *client.Client, tag, dockerfile string, files map[string][]byte) {
+	t.Helper()
+	if err := testimage.Build(context.Background(), cli, tag, dockerfile, files); err != nil {
+		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var log strings.Builder
-	if err := jsonmessage.DisplayJSONMessagesStream(resp.Body, &log, 0, false, nil); err != nil {
-		t.Fatalf("build %s: %v\n%s", tag, err, log.String())
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
 }
 
 // RequireDocker skips unless TF_ACC or MEEPA_DOCKER_TESTS is set: tests that

@@ -61,7 +61,7 @@ func TestThreeGateIsolation(t *testing.T) {
 	testutil.RequireDocker(t)
 	ctx := context.Background()
 	cli := testutil.Docker(t)
-	image := testutil.EnsureOwnRunnerImage(t, cli)
+	image := testutil.EnsureRunnerImage(t, cli)
 	out := testutil.StartOutside(t, 443, 8443)
 	hostPort := testutil.HostService(t)
 
@@ -395,7 +395,7 @@ func TestNetworkWithEndpoints(t *testing.T) {
 	testutil.RequireDocker(t)
 	ctx := context.Background()
 	cli := testutil.Docker(t)
-	image := testutil.EnsureOwnRunnerImage(t, cli)
+	image := testutil.EnsureRunnerImage(t, cli)
 	in := freeInput(t, cli, "meepa-test-tgep")
 	in.Proxy = ProxyInput{Image: image, Allow: []string{"example.com"}}
 	s, _ := Build(in)
