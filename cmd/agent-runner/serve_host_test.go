@@ -158,3 +158,38 @@ func TestServeHostModeFailsClosed(t *testing.T) {
 		t.Errorf("healthz landlock_abi = %v, want the overridden 3", h["landlock_abi"])
 	}
 }
+
+// file_access.unrestricted = true in the config file, with no flag, is the
+// same as --unrestricted: the service warns at start, and no rules hold. A
+// restricted service says nothing of the kind.
+func TestServeUnrestrictedConfigWarns(t *testing.T) {
+	if landlock.DetectABI() < landlock.MinNetABI {
+		t.Skip("kernel without Landlock ABI 4")
+	}
+	outside := filepath.Join(t.TempDir(), "outside.txt")
+	if err := os.WriteFile(outside, []byte("not granted"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	c, stderr, _ := hostServe(t, runner.FileAccess{Unrestricted: true}, nil)
+	status, m := post(t, c, "!sh cat "+outside)
+	if status != 200 || !strings.Contains(fmt.Sprint(m["reply"]), "not granted") {
+		t.Errorf("unrestricted from the config: reading an ungranted file: %d %v", status, m)
+	}
+	log := stderr.String()
+	if !strings.Contains(log, "[WARN]") || !strings.Contains(log, "UNRESTRICTED") {
+		t.Errorf("file_access.unrestricted = true logged no warning at start:\n%s", log)
+	}
+	if strings.Contains(log, "--unrestricted:") {
+		t.Errorf("the warning names the flag, which was not given:\n%s", log)
+	}
+
+	c, stderr, _ = hostServe(t, runner.FileAccess{AllowNetwork: true}, nil)
+	status, m = post(t, c, "!sh cat "+outside)
+	if reply := fmt.Sprint(m["reply"]); status != 200 || strings.Contains(reply, "not granted") {
+		t.Errorf("restricted: reading an ungranted file: %d %v", status, m)
+	}
+	if log := stderr.String(); strings.Contains(log, "UNRESTRICTED") {
+		t.Errorf("a restricted service warned about running unrestricted:\n%s", log)
+	}
+}
