@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,8 +21,9 @@ import (
 )
 
 // hostServe runs `agent-runner serve` in host mode (no container mode) on a
-// unix socket and returns an HTTP client for it and the service's stderr.
-func hostServe(t *testing.T, fa runner.FileAccess, env []string, flags ...string) (*http.Client, *lockedBuffer) {
+// unix socket and returns an HTTP client for it, the service's stderr and
+// the agent's workspace.
+func hostServe(t *testing.T, fa runner.FileAccess, env []string, flags ...string) (*http.Client, *lockedBuffer, string) {
 	t.Helper()
 	bin := testutil.RunnerBinary(t)
 	dir := t.TempDir()
@@ -55,7 +58,7 @@ func hostServe(t *testing.T, fa runner.FileAccess, env []string, flags ...string
 	})
 	c := unixClient(sock)
 	waitUp(t, c, 10*time.Second, stderr.String)
-	return c, stderr
+	return c, stderr, ws
 }
 
 // post sends a message and returns the status and the decoded body.
@@ -94,7 +97,7 @@ func TestServeHostMode(t *testing.T) {
 	os.WriteFile(filepath.Join(secret, "key"), []byte("top-secret"), 0o644)
 	fa := runner.FileAccess{AllowRead: []string{a}, AllowReadWrite: []string{b}, Deny: []string{secret}, AllowNetwork: true}
 
-	c, _ := hostServe(t, fa, nil)
+	c, _, _ := hostServe(t, fa, nil)
 	resp, err := c.Get("http://runner/healthz")
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +119,7 @@ func TestServeHostMode(t *testing.T) {
 	}
 
 	// --unrestricted: a warning at start, and no rules.
-	c2, stderr := hostServe(t, fa, nil, "--unrestricted")
+	c2, stderr, _ := hostServe(t, fa, nil, "--unrestricted")
 	status, m = post(t, c2, "!sh cat "+filepath.Join(secret, "key"))
 	if status != 200 || !strings.Contains(fmt.Sprint(m["reply"]), "top-secret") {
 		t.Errorf("unrestricted read: %d %v", status, m)
@@ -132,13 +135,17 @@ func TestServeHostModeFailsClosed(t *testing.T) {
 	}
 	// The test hook makes the service see a kernel with ABI 3: TCP rules
 	// cannot be enforced, so a message with allow_network = false must fail
-	// with a sandbox error and run nothing.
-	c, _ := hostServe(t, runner.FileAccess{AllowNetwork: false}, []string{landlock.MaxABIEnv + "=3"})
-	status, m := post(t, c, "!sh echo ran")
+	// with a sandbox error and run nothing: the command, had it run in any
+	// form, would have left a file in the workspace (always writable).
+	c, _, ws := hostServe(t, runner.FileAccess{AllowNetwork: false}, []string{landlock.MaxABIEnv + "=3"})
+	status, m := post(t, c, "!sh echo ran > ran.txt")
 	e, _ := m["error"].(map[string]any)
 	if status != http.StatusInternalServerError || e["kind"] != "sandbox" ||
 		!strings.Contains(fmt.Sprint(e["message"]), "need Landlock ABI 4 or newer, and this kernel has Landlock ABI 3") {
 		t.Errorf("ABI 3 with allow_network = false: %d %v", status, m)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "ran.txt")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the refused message ran anyway: %s/ran.txt: %v", ws, err)
 	}
 	resp, err := c.Get("http://runner/healthz")
 	if err != nil {
@@ -149,5 +156,40 @@ func TestServeHostModeFailsClosed(t *testing.T) {
 	resp.Body.Close()
 	if h["landlock_abi"] != float64(3) {
 		t.Errorf("healthz landlock_abi = %v, want the overridden 3", h["landlock_abi"])
+	}
+}
+
+// file_access.unrestricted = true in the config file, with no flag, is the
+// same as --unrestricted: the service warns at start, and no rules hold. A
+// restricted service says nothing of the kind.
+func TestServeUnrestrictedConfigWarns(t *testing.T) {
+	if landlock.DetectABI() < landlock.MinNetABI {
+		t.Skip("kernel without Landlock ABI 4")
+	}
+	outside := filepath.Join(t.TempDir(), "outside.txt")
+	if err := os.WriteFile(outside, []byte("not granted"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	c, stderr, _ := hostServe(t, runner.FileAccess{Unrestricted: true}, nil)
+	status, m := post(t, c, "!sh cat "+outside)
+	if status != 200 || !strings.Contains(fmt.Sprint(m["reply"]), "not granted") {
+		t.Errorf("unrestricted from the config: reading an ungranted file: %d %v", status, m)
+	}
+	log := stderr.String()
+	if !strings.Contains(log, "[WARN]") || !strings.Contains(log, "UNRESTRICTED") {
+		t.Errorf("file_access.unrestricted = true logged no warning at start:\n%s", log)
+	}
+	if strings.Contains(log, "--unrestricted:") {
+		t.Errorf("the warning names the flag, which was not given:\n%s", log)
+	}
+
+	c, stderr, _ = hostServe(t, runner.FileAccess{AllowNetwork: true}, nil)
+	status, m = post(t, c, "!sh cat "+outside)
+	if reply := fmt.Sprint(m["reply"]); status != 200 || strings.Contains(reply, "not granted") {
+		t.Errorf("restricted: reading an ungranted file: %d %v", status, m)
+	}
+	if log := stderr.String(); strings.Contains(log, "UNRESTRICTED") {
+		t.Errorf("a restricted service warned about running unrestricted:\n%s", log)
 	}
 }

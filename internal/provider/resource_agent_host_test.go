@@ -1,13 +1,21 @@
 package provider
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
@@ -21,9 +29,16 @@ import (
 )
 
 // TestAccAgent_hostMode: container mode off, so the runner container runs
-// each message as a Landlock-restricted child. The allow_read path is
-// mounted into the runner at the same path and readable, not writable;
-// what is not allowed is not readable; the runner's Landlock ABI shows in
+// each message as a Landlock-restricted child. The issue's table, through
+// terraform apply, the runner and the offline provider's shell tool: with
+// allow_read = [A, home], allow_read_write = [B], deny = [B/secret], reading
+// A works and writing it fails; writing B works; B/secret can be neither
+// read nor written; what is not granted (a file of the runner's image, the
+// runner's /tmp, the runner's own config) is denied; home dotfiles are
+// denied until allow_home_dotfiles; and a TCP connection to a server the
+// test starts on the runner's loopback fails with allow_network = false and
+// works with true (second step). The allowed paths are mounted into the
+// runner at the same paths; the runner's Landlock ABI shows in
 // landlock_abi. It listens on a loopback TCP port, published by the runner
 // container on the host's 127.0.0.1 only.
 func TestAccAgent_hostMode(t *testing.T) {
@@ -31,14 +46,48 @@ func TestAccAgent_hostMode(t *testing.T) {
 	cli := testutil.Docker(t)
 	image := testutil.EnsureRunnerImage(t, cli)
 	stateDir := t.TempDir()
-	data := t.TempDir()
-	if err := os.WriteFile(filepath.Join(data, "doc.txt"), []byte("readable doc"), 0o644); err != nil {
-		t.Fatal(err)
+	root := t.TempDir()
+	data := filepath.Join(root, "a")
+	rw := filepath.Join(root, "b")
+	secret := filepath.Join(rw, "secret")
+	home := filepath.Join(root, "home")
+	for _, d := range []string{data, secret, filepath.Join(rw, "sub"), home} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	id := "tf-acc-agent-host" + "-" + runID
+	// Another agent's workspace under the same state_dir.
+	other := filepath.Join(stateDir, "agents", "tf-acc-other-"+runID)
+	if err := os.MkdirAll(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for p, content := range map[string]string{
+		filepath.Join(data, "doc.txt"):    "readable doc",
+		filepath.Join(rw, "existing.txt"): "b-data",
+		filepath.Join(secret, "key"):      "top-secret",
+		filepath.Join(home, ".netrc"):     "machine x password hunter2",
+		filepath.Join(home, "notes.txt"):  "home notes",
+		filepath.Join(other, "MEMORY.md"): "other agent memory",
+	} {
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// allow_home_dotfiles is about the home of the user who runs Terraform
+	// (the provider reads $HOME). Set after the runner binary is built,
+	// which needs the real HOME's Go caches.
+	t.Setenv("HOME", home)
 	port := freePort(t)
+	// The test's TCP server listens inside the runner container's network
+	// namespace, on its loopback: nothing leaves it.
+	srvPort := 17777
+	if port == srvPort {
+		srvPort++
+	}
 	t.Cleanup(func() { cleanupAgent(cli, id) })
-	cfg := fmt.Sprintf(`
+	cfg := func(network, dotfiles bool) string {
+		return fmt.Sprintf(`
 provider "meepa" {
   state_dir = %[1]q
 }
@@ -51,17 +100,71 @@ resource "meepa_agent" "h" {
     listen = "127.0.0.1:%[5]d"
   }
   file_access = {
-    allow_read    = [%[4]q]
-    allow_network = false
+    allow_read          = [%[4]q, %[6]q]
+    allow_read_write    = [%[7]q]
+    deny                = [%[8]q]
+    allow_network       = %[9]t
+    allow_home_dotfiles = %[10]t
   }
 }
-`, stateDir, id, image, data, port)
+`, stateDir, id, image, data, port, home, rw, secret, network, dotfiles)
+	}
+	// sh runs "!sh cmd" through the agent's endpoint and returns the
+	// shell's exit code and output.
+	sh := func(s *terraform.State, cmd string) (int, string, error) {
+		tok := s.RootModule().Resources["meepa_agent.h"].Primary.Attributes["token"]
+		r, code, err := sendTo(deploy.Listener{Port: port}, tok, "!sh "+cmd)
+		if err != nil || code != 200 {
+			return 0, "", fmt.Errorf("%q: %d %v %+v", cmd, code, err, r)
+		}
+		var exit int
+		if _, err := fmt.Sscanf(r.Reply, "exit %d", &exit); err != nil {
+			return 0, "", fmt.Errorf("%q: reply %q", cmd, r.Reply)
+		}
+		_, out, _ := strings.Cut(r.Reply, "\n")
+		return exit, out, nil
+	}
+	ok := func(s *terraform.State, cmd, want string) error {
+		code, out, err := sh(s, cmd)
+		if err != nil {
+			return err
+		}
+		if code != 0 || !strings.Contains(out, want) {
+			return fmt.Errorf("%q: exit %d, output %q; want exit 0 and %q", cmd, code, out, want)
+		}
+		return nil
+	}
+	// denied wants a failure that Landlock made (the path exists in the
+	// runner, so the error is not a missing file) and nothing of leak.
+	denied := func(s *terraform.State, cmd, leak string) error {
+		code, out, err := sh(s, cmd)
+		if err != nil {
+			return err
+		}
+		if code == 0 || !strings.Contains(out, "Permission denied") || (leak != "" && strings.Contains(out, leak)) {
+			return fmt.Errorf("%q: exit %d, output %q; want Permission denied", cmd, code, out)
+		}
+		return nil
+	}
+	// fails wants a failure, whatever its cause, that shows nothing of leak.
+	fails := func(s *terraform.State, cmd, leak string) error {
+		code, out, err := sh(s, cmd)
+		if err != nil {
+			return err
+		}
+		if code == 0 || strings.Contains(out, leak) {
+			return fmt.Errorf("%q: exit %d, output %q; want a failure", cmd, code, out)
+		}
+		return nil
+	}
+	dial := fmt.Sprintf("nc 127.0.0.1 %d </dev/null", srvPort)
+
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
 		ProtoV6ProviderFactories: testAccProviders,
 		Steps: []resource.TestStep{{
-			Config: cfg,
+			Config: cfg(false, false),
 			ConfigStateChecks: []statecheck.StateCheck{
 				statecheck.ExpectKnownValue("meepa_agent.h", tfjsonpath.New("runner_status"), knownvalue.StringExact("running")),
 				statecheck.ExpectKnownValue("meepa_agent.h", tfjsonpath.New("landlock_abi"), knownvalue.NotNull()),
@@ -87,34 +190,105 @@ resource "meepa_agent" "h" {
 				if !strings.Contains(seccomp, "landlock_create_ruleset") || strings.Contains(seccomp, "unconfined") {
 					return fmt.Errorf("runner seccomp option %.80q", seccomp)
 				}
-				tok := a["token"]
-				probe := func(cmd string) (string, error) {
-					r, code, err := sendTo(deploy.Listener{Port: port}, tok, "!sh "+cmd)
-					if err != nil || code != 200 {
-						return "", fmt.Errorf("%q: %d %v %+v", cmd, code, err, r)
-					}
-					return r.Reply, nil
+				if err := startLoopbackServer(cli, deploy.ContainerName(id), srvPort); err != nil {
+					return err
 				}
-				out, err := probe("cat " + filepath.Join(data, "doc.txt"))
-				if err != nil || !strings.Contains(out, "readable doc") {
-					return fmt.Errorf("allow_read not readable: %q %v", out, err)
+				// Each check runs even when one before it failed, so one run
+				// shows the whole table.
+				return errors.Join(
+					ok(s, "cat "+filepath.Join(data, "doc.txt"), "readable doc"),
+					fails(s, "echo x > "+filepath.Join(data, "new.txt")+" && echo WROTE", "WROTE"),
+					ok(s, "echo written > "+filepath.Join(rw, "existing.txt")+" && echo new > "+filepath.Join(rw, "sub", "new.txt")+" && echo WROTE", "WROTE"),
+					checkFileContent(filepath.Join(rw, "existing.txt"), "written\n"),
+					checkFileContent(filepath.Join(rw, "sub", "new.txt"), "new\n"),
+					denied(s, "cat "+filepath.Join(secret, "key"), "top-secret"),
+					denied(s, "echo x > "+filepath.Join(secret, "key"), ""),
+					denied(s, "echo x > "+filepath.Join(secret, "new"), ""),
+					checkFileContent(filepath.Join(secret, "key"), "top-secret"),
+					// The runner image has no /etc/shadow; /etc/passwd it has,
+					// and it is not granted.
+					fails(s, "cat /etc/shadow", "root:"),
+					denied(s, "cat /etc/passwd", "root:"),
+					// Another agent's workspace is not even mounted into this
+					// agent's runner; whatever the cause, it stays unreadable.
+					fails(s, "cat "+filepath.Join(other, "MEMORY.md"), "other agent memory"),
+					denied(s, "cat "+deploy.LayoutFor(stateDir, id).ConfigFile, a["token"]),
+					// The runner's /tmp is writable by the runner, not by the
+					// agent (its TMPDIR is a private directory inside it).
+					denied(s, "echo x > /tmp/meepa-outside-"+runID, ""),
+					denied(s, "cat "+filepath.Join(home, ".netrc"), "hunter2"),
+					ok(s, "cat "+filepath.Join(home, "notes.txt"), "home notes"),
+					ok(s, "echo ok > note.txt && cat note.txt", "ok"),
+					denied(s, dial, "hello-from-test"),
+				)
+			},
+		}, {
+			Config: cfg(true, true),
+			Check: func(s *terraform.State) error {
+				// The runner was replaced: the server starts in the new one.
+				if err := startLoopbackServer(cli, deploy.ContainerName(id), srvPort); err != nil {
+					return err
 				}
-				out, err = probe("echo x > " + filepath.Join(data, "new.txt") + " && echo WROTE")
-				if err != nil || strings.Contains(out, "WROTE") {
-					return fmt.Errorf("allow_read was writable: %q %v", out, err)
-				}
-				out, err = probe("cat " + deploy.LayoutFor(stateDir, id).ConfigFile + " && echo READ")
-				if err != nil || strings.Contains(out, "READ") {
-					return fmt.Errorf("the runner's own config was readable: %q %v", out, err)
-				}
-				out, err = probe("echo ok > note.txt && cat note.txt")
-				if err != nil || !strings.Contains(out, "ok") {
-					return fmt.Errorf("workspace not writable: %q %v", out, err)
-				}
-				return nil
+				return errors.Join(
+					ok(s, dial, "hello-from-test"),
+					ok(s, "cat "+filepath.Join(home, ".netrc"), "hunter2"),
+					denied(s, "cat "+filepath.Join(secret, "key"), "top-secret"),
+				)
 			},
 		}},
 	})
+}
+
+// checkFileContent compares a host file with what it must hold.
+func checkFileContent(p, want string) error {
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	if string(raw) != want {
+		return fmt.Errorf("%s holds %q, want %q", p, raw, want)
+	}
+	return nil
+}
+
+// startLoopbackServer starts a TCP server on 127.0.0.1:port inside a
+// running container (busybox nc, answering every connection with
+// "hello-from-test") and waits until it answers a probe made outside any
+// agent sandbox, so that a refused agent connection means the sandbox
+// refused it.
+func startLoopbackServer(cli client.APIClient, ctr string, port int) error {
+	ctx := context.Background()
+	ex, err := cli.ContainerExecCreate(ctx, ctr, container.ExecOptions{
+		Cmd: []string{"nc", "-ll", "-p", strconv.Itoa(port), "-e", "echo", "hello-from-test"},
+	})
+	if err != nil {
+		return fmt.Errorf("loopback server: %w", err)
+	}
+	if err := cli.ContainerExecStart(ctx, ex.ID, container.ExecStartOptions{Detach: true}); err != nil {
+		return fmt.Errorf("loopback server: %w", err)
+	}
+	var last string
+	for range 50 {
+		probe, err := cli.ContainerExecCreate(ctx, ctr, container.ExecOptions{
+			Cmd: []string{"sh", "-c", fmt.Sprintf("nc 127.0.0.1 %d </dev/null", port)}, AttachStdout: true, AttachStderr: true,
+		})
+		if err != nil {
+			return fmt.Errorf("loopback server probe: %w", err)
+		}
+		hr, err := cli.ContainerExecAttach(ctx, probe.ID, container.ExecAttachOptions{})
+		if err != nil {
+			return fmt.Errorf("loopback server probe: %w", err)
+		}
+		var out bytes.Buffer
+		_, _ = stdcopy.StdCopy(&out, &out, hr.Reader)
+		hr.Close()
+		if strings.Contains(out.String(), "hello-from-test") {
+			return nil
+		}
+		last = out.String()
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("loopback server in %s never answered: %q", ctr, last)
 }
 
 // freePort asks the kernel for a loopback port that is free right now.
