@@ -324,7 +324,8 @@ func TestAccAgent_forceDestroyWorkspace(t *testing.T) {
 			},
 		}, {
 			// The workspace removed out of band is drift too: it comes
-			// back (with a warning that its contents were lost).
+			// back (with a warning that its contents were lost, which
+			// TestAccAgent_workspaceLostWarning reads).
 			PreConfig: func() {
 				if err := os.RemoveAll(wsPath); err != nil {
 					t.Fatal(err)
