@@ -38,6 +38,9 @@ import (
 const (
 	testAPIKey = "sk-tfacc-4c0ffee-never-leaks"
 	testSecret = "tfacc-secret-9d1e-never-leaks"
+	// The rotated key neither contains testAPIKey nor is contained in it,
+	// so a search for one can never find the other.
+	testAPIKeyRotated = "sk-tfacc-rot8d-b0a7-never-leaks"
 )
 
 func agentAccConfig(stateDir, id, image, memory string, extra string) string {
@@ -193,7 +196,7 @@ func TestAccAgent_lifecycle(t *testing.T) {
 			{
 				// A new write-only API key is seen through config_hash and
 				// replaces the runner, though state never held the key.
-				Config: agentAccConfigKey(stateDir, id, image, "256m", testAPIKey+"-rotated", ""),
+				Config: agentAccConfigKey(stateDir, id, image, "256m", testAPIKeyRotated, ""),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{
 						plancheck.ExpectResourceAction("meepa_agent.t", plancheck.ResourceActionUpdate),
@@ -204,11 +207,19 @@ func TestAccAgent_lifecycle(t *testing.T) {
 					if s.RootModule().Resources["meepa_agent.t"].Primary.Attributes["config_hash"] == prevHash {
 						return fmt.Errorf("config_hash unchanged by a new API key")
 					}
+					a := s.RootModule().Resources["meepa_agent.t"].Primary.Attributes
 					c, err := runner.LoadConfig(layout.ConfigFile)
-					if err != nil || c.LLM.APIKey != testAPIKey+"-rotated" {
+					if err != nil || c.LLM.APIKey != testAPIKeyRotated {
 						return fmt.Errorf("runner config not rewritten with the new key: %v", err)
 					}
-					return nil
+					// The rotated runner has handled a message (so its logs
+					// and the workspace have seen the new key at work) before
+					// both keys are looked for.
+					reply, code, err := sendMessage(layout.Socket, a["token"], "rotated")
+					if err != nil || code != 200 || reply.Reply != agent.OfflineAnswer("rotated") {
+						return fmt.Errorf("message after rotation: %d %v %+v", code, err, reply)
+					}
+					return checkNoSecrets(cli, id, wsPath, testAPIKeyRotated)
 				},
 			},
 			{
@@ -234,7 +245,8 @@ func TestAccAgent_lifecycle(t *testing.T) {
 					if raw, err := os.ReadFile(marker); err != nil || string(raw) != "mine" {
 						return fmt.Errorf("workspace touched by the restore: %v", err)
 					}
-					return checkNoSecrets(cli, id, wsPath)
+					// The key rotated two steps ago is gone with its runner.
+					return checkNoSecrets(cli, id, wsPath, testAPIKeyRotated)
 				},
 			},
 			{
@@ -312,7 +324,8 @@ func TestAccAgent_forceDestroyWorkspace(t *testing.T) {
 			},
 		}, {
 			// The workspace removed out of band is drift too: it comes
-			// back (with a warning that its contents were lost).
+			// back (with a warning that its contents were lost, which
+			// TestAccAgent_workspaceLostWarning reads).
 			PreConfig: func() {
 				if err := os.RemoveAll(wsPath); err != nil {
 					t.Fatal(err)
@@ -493,9 +506,24 @@ func whileMessageRuns(cli client.APIClient, sock, token, id string, check func(c
 	return checkErr
 }
 
-// checkNoSecrets: the API key and the secret are in no workspace file, not
-// in the runner's logs and not in its docker inspect.
-func checkNoSecrets(cli client.APIClient, id, ws string) error {
+// checkNoSecrets: the API key, the secret and any further values (a
+// rotated key) are in no workspace file, not in the runner's logs and not in
+// its docker inspect.
+func checkNoSecrets(cli client.APIClient, id, ws string, more ...string) error {
+	secrets := append([]string{testAPIKey, testSecret}, more...)
+	names := []string{"the API key", "the secret"}
+	for i := range more {
+		names = append(names, fmt.Sprintf("extra value %d", i+1))
+	}
+	// holds names the first secret in raw; the error never prints it.
+	holds := func(raw []byte) string {
+		for i, s := range secrets {
+			if bytes.Contains(raw, []byte(s)) {
+				return names[i]
+			}
+		}
+		return ""
+	}
 	err := filepath.WalkDir(ws, func(p string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -504,8 +532,8 @@ func checkNoSecrets(cli client.APIClient, id, ws string) error {
 		if err != nil {
 			return err
 		}
-		if bytes.Contains(raw, []byte(testAPIKey)) || bytes.Contains(raw, []byte(testSecret)) {
-			return fmt.Errorf("a secret is in workspace file %s", p)
+		if s := holds(raw); s != "" {
+			return fmt.Errorf("%s is in workspace file %s", s, p)
 		}
 		return nil
 	})
@@ -514,8 +542,8 @@ func checkNoSecrets(cli client.APIClient, id, ws string) error {
 	}
 	ctx := context.Background()
 	logs := deploy.LogTail(ctx, cli, deploy.ContainerName(id), 10000)
-	if strings.Contains(logs, testAPIKey) || strings.Contains(logs, testSecret) {
-		return fmt.Errorf("a secret is in the runner's logs")
+	if s := holds([]byte(logs)); s != "" {
+		return fmt.Errorf("%s is in the runner's logs", s)
 	}
 	if logs == "" {
 		return fmt.Errorf("the runner logged nothing; the check would prove nothing")
@@ -524,8 +552,8 @@ func checkNoSecrets(cli client.APIClient, id, ws string) error {
 	if err != nil {
 		return err
 	}
-	if bytes.Contains(raw, []byte(testAPIKey)) || bytes.Contains(raw, []byte(testSecret)) {
-		return fmt.Errorf("a secret is in docker inspect of the runner")
+	if s := holds(raw); s != "" {
+		return fmt.Errorf("%s is in docker inspect of the runner", s)
 	}
 	return nil
 }

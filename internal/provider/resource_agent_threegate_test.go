@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
@@ -23,10 +24,10 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
-// TestAccAgent_threegate: an agent in the FETCH role of a real ThreeGate
-// topology. Its message containers join exactly the role's networks
-// (llmnet and fetchnet) and get the proxy env; container_mode.network is
-// null.
+// TestAccAgent_threegate: two agents in a real ThreeGate topology, one
+// FETCH and one CORE. Each one's message containers join exactly the role's
+// networks (FETCH: llmnet and fetchnet, with the proxy env; CORE: llmnet
+// only, with no proxy env at all); container_mode.network is null.
 func TestAccAgent_threegate(t *testing.T) {
 	testutil.RequireDocker(t)
 	cli := testutil.Docker(t)
@@ -34,8 +35,8 @@ func TestAccAgent_threegate(t *testing.T) {
 	stateDir := t.TempDir()
 	tg, llm, fetch, egress, _ := freeTopology(t, cli)
 	id := "tf-acc-agent-fetch" + "-" + runID
-	layout := deploy.LayoutFor(stateDir, id)
-	t.Cleanup(func() { cleanupAgent(cli, id) })
+	coreID := "tf-acc-agent-core" + "-" + runID
+	t.Cleanup(func() { cleanupAgent(cli, id); cleanupAgent(cli, coreID) })
 	cfg := fmt.Sprintf(`
 provider "meepa" {
   state_dir = %[1]q
@@ -68,7 +69,20 @@ resource "meepa_agent" "fetch" {
     role    = "fetch"
   }
 }
-`, stateDir, tg, image, id, llm, fetch, egress)
+
+resource "meepa_agent" "core" {
+  agent_id = %[8]q
+  llm      = { provider = "offline" }
+  container_mode = {
+    enabled = true
+    image   = %[3]q
+  }
+  threegate = {
+    network = threegate_network.tg.id
+    role    = "core"
+  }
+}
+`, stateDir, tg, image, id, llm, fetch, egress, coreID)
 
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
@@ -79,47 +93,73 @@ resource "meepa_agent" "fetch" {
 			ConfigStateChecks: []statecheck.StateCheck{
 				statecheck.ExpectKnownValue("meepa_agent.fetch", tfjsonpath.New("container_mode").AtMapKey("network"), knownvalue.Null()),
 				statecheck.ExpectKnownValue("meepa_agent.fetch", tfjsonpath.New("runner_status"), knownvalue.StringExact("running")),
+				statecheck.ExpectKnownValue("meepa_agent.core", tfjsonpath.New("container_mode").AtMapKey("network"), knownvalue.Null()),
+				statecheck.ExpectKnownValue("meepa_agent.core", tfjsonpath.New("runner_status"), knownvalue.StringExact("running")),
 			},
 			Check: func(s *terraform.State) error {
-				a := s.RootModule().Resources["meepa_agent.fetch"].Primary.Attributes
-				r, code, err := sendMessage(layout.Socket, a["token"], "hi")
-				if err != nil || code != 200 || r.Reply != agent.OfflineAnswer("hi") {
-					return fmt.Errorf("message: %d %v %+v", code, err, r)
+				if err := checkRoleContainer(cli, s, stateDir, "meepa_agent.fetch", id, []string{tg + "-fetchnet", tg + "-llmnet"}, true); err != nil {
+					return fmt.Errorf("fetch: %w", err)
 				}
-				return whileMessageRuns(cli, layout.Socket, a["token"], id, func(ci container.InspectResponse, _ []byte) error {
-					var nets []string
-					for n := range ci.NetworkSettings.Networks {
-						nets = append(nets, n)
-					}
-					sort.Strings(nets)
-					want := []string{tg + "-fetchnet", tg + "-llmnet"}
-					if strings.Join(nets, ",") != strings.Join(want, ",") {
-						return fmt.Errorf("networks %v, want exactly %v", nets, want)
-					}
-					proxyEnv := 0
-					for _, e := range ci.Config.Env {
-						if strings.HasPrefix(e, "http_proxy=http://") || strings.HasPrefix(e, "https_proxy=http://") {
-							proxyEnv++
-						}
-					}
-					if proxyEnv != 2 {
-						return fmt.Errorf("proxy env missing: %v", ci.Config.Env)
-					}
-					if filepath.Base(ci.Mounts[0].Source) != id {
-						return fmt.Errorf("mounts %+v", ci.Mounts)
-					}
-					return nil
-				})
+				if err := checkRoleContainer(cli, s, stateDir, "meepa_agent.core", coreID, []string{tg + "-llmnet"}, false); err != nil {
+					return fmt.Errorf("core: %w", err)
+				}
+				return nil
 			},
 		}, {
-			// The agent's second plan is empty. (The topology's host
+			// The agents' second plan is empty. (The topology's host
 			// firewall is shared with every other test on this host; its
 			// own drift is threegate_network's tests' business.)
 			Config: cfg,
 			ConfigPlanChecks: resource.ConfigPlanChecks{
-				PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction("meepa_agent.fetch", plancheck.ResourceActionNoop)},
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("meepa_agent.fetch", plancheck.ResourceActionNoop),
+					plancheck.ExpectResourceAction("meepa_agent.core", plancheck.ResourceActionNoop),
+				},
 			},
 		}},
+	})
+}
+
+// checkRoleContainer sends the agent at addr (state dir stateDir, id id) a
+// message, then reads the container of a second, running message: it must
+// join exactly wantNets, mount the agent's workspace, and carry the FETCH
+// proxy env when wantProxy, and no proxy variable at all otherwise.
+func checkRoleContainer(cli client.APIClient, s *terraform.State, stateDir, addr, id string, wantNets []string, wantProxy bool) error {
+	layout := deploy.LayoutFor(stateDir, id)
+	tok := s.RootModule().Resources[addr].Primary.Attributes["token"]
+	r, code, err := sendMessage(layout.Socket, tok, "hi")
+	if err != nil || code != 200 || r.Reply != agent.OfflineAnswer("hi") {
+		return fmt.Errorf("message: %d %v %+v", code, err, r)
+	}
+	return whileMessageRuns(cli, layout.Socket, tok, id, func(ci container.InspectResponse, _ []byte) error {
+		var nets []string
+		for n := range ci.NetworkSettings.Networks {
+			nets = append(nets, n)
+		}
+		sort.Strings(nets)
+		if strings.Join(nets, ",") != strings.Join(wantNets, ",") {
+			return fmt.Errorf("networks %v, want exactly %v", nets, wantNets)
+		}
+		var proxyURLs, proxyVars int
+		for _, e := range ci.Config.Env {
+			name, _, _ := strings.Cut(e, "=")
+			if strings.HasSuffix(strings.ToLower(name), "_proxy") {
+				proxyVars++
+			}
+			if strings.HasPrefix(e, "http_proxy=http://") || strings.HasPrefix(e, "https_proxy=http://") {
+				proxyURLs++
+			}
+		}
+		if wantProxy && proxyURLs != 2 {
+			return fmt.Errorf("proxy env missing: %v", ci.Config.Env)
+		}
+		if !wantProxy && proxyVars != 0 {
+			return fmt.Errorf("proxy env in a role without the proxy: %v", ci.Config.Env)
+		}
+		if len(ci.Mounts) == 0 || filepath.Base(ci.Mounts[0].Source) != id {
+			return fmt.Errorf("mounts %+v", ci.Mounts)
+		}
+		return nil
 	})
 }
 
