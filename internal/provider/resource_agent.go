@@ -733,11 +733,15 @@ func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan *
 
 	if !containerDeploy {
 		// An operator runs the service; a container left from an earlier
-		// "container" deployment would be a second runner.
-		if cli == nil {
-			if c := r.data.dockerClient(ctx, &diags); c != nil {
-				cli = c
+		// "container" deployment would be a second runner, so that one
+		// case needs the daemon. An agent that was always external, in
+		// host mode, needs no daemon at all.
+		if cli == nil && prior != nil && wasContainerDeployed(ctx, *prior) {
+			c := r.data.dockerClient(ctx, &diags)
+			if c == nil {
+				return diags
 			}
+			cli = c
 		}
 		if cli != nil {
 			if err := deploy.Remove(ctx, cli, id, deploy.StopTimeout(ri.Config)); err != nil {
@@ -938,6 +942,14 @@ func readMeta(l deploy.Layout) (agentMeta, error) {
 		return m, err
 	}
 	return m, json.Unmarshal(raw, &m)
+}
+
+// wasContainerDeployed tells whether an agent's state says the provider ran
+// its runner as a container.
+func wasContainerDeployed(ctx context.Context, m agentModel) bool {
+	var diags diag.Diagnostics
+	rn, ok := objectAs[runnerModel](ctx, m.Runner, &diags)
+	return !ok || rn.Deployment.ValueString() == "container"
 }
 
 // dockerSocket is the daemon's socket on this host: the provider's own unix

@@ -172,3 +172,53 @@ func serveExternal(t *testing.T, layout deploy.Layout, agentID, endpoint, token 
 	}
 	return nil
 }
+
+// TestAccAgent_externalHostModeNeedsNoDaemon: an agent whose runner an
+// operator runs, in Landlock host mode, has nothing for the provider to do
+// on Docker, so create, plan and destroy work with the daemon unreachable.
+func TestAccAgent_externalHostModeNeedsNoDaemon(t *testing.T) {
+	stateDir := t.TempDir()
+	id := "tf-acc-agent-nod" + "-" + runID
+	layout := deploy.LayoutFor(stateDir, id)
+	cfg := fmt.Sprintf(`
+provider "meepa" {
+  state_dir   = %[1]q
+  docker_host = "unix://%[1]s/no-daemon.sock"
+}
+
+resource "meepa_agent" "t" {
+  agent_id = %[2]q
+  llm      = { provider = "offline" }
+  runner   = { deployment = "external", image = "unused:1" }
+}
+`, stateDir, id)
+	resource.Test(t, resource.TestCase{
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy: func(*terraform.State) error {
+			if _, err := os.Stat(layout.Dir); !os.IsNotExist(err) {
+				return fmt.Errorf("runner files left after destroy (%s): %v", layout.Dir, err)
+			}
+			return nil
+		},
+		Steps: []resource.TestStep{{
+			Config: cfg,
+			ConfigStateChecks: []statecheck.StateCheck{
+				statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("runner_status"), knownvalue.StringExact("external")),
+			},
+			Check: func(*terraform.State) error {
+				c, err := runner.LoadConfig(layout.ConfigFile)
+				if err != nil {
+					return err
+				}
+				if c.Container.Enabled || c.AgentID != id {
+					return fmt.Errorf("runner config: agent %q container mode %v", c.AgentID, c.Container.Enabled)
+				}
+				return nil
+			},
+		}, {
+			Config:   cfg,
+			PlanOnly: true,
+		}},
+	})
+}
