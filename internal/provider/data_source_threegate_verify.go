@@ -70,7 +70,9 @@ func (d *threegateVerifyDataSource) Schema(_ context.Context, _ datasource.Schem
 			"probe_image": schema.StringAttribute{Optional: true,
 				MarkdownDescription: "Image to run the probes in; it must contain `/usr/local/bin/agent-runner`. Defaults to the proxy's image."},
 			"allowed_target": schema.StringAttribute{Optional: true, Validators: []validator.String{hostPort()},
-				MarkdownDescription: "A `host:port` the allowlist admits: FETCH must get a tunnel to it through the proxy."},
+				MarkdownDescription: "A `host:port` the allowlist admits: FETCH must get a tunnel to it through the proxy. " +
+					"When the host is an IP address, CORE and FETCH also dial it directly and must fail (the firewall opens its port " +
+					"for the proxy's egress only)."},
 			"denied_target": schema.StringAttribute{Optional: true, Validators: []validator.String{hostPort()},
 				MarkdownDescription: "A `host:port` the allowlist does not admit: the proxy must answer 403."},
 			"outside_address": schema.StringAttribute{Optional: true, Validators: []validator.String{ipPort()},

@@ -123,6 +123,13 @@ func TestThreeGateIsolation(t *testing.T) {
 	if row := find(t, after, RoleFetch, "allowed host via proxy"); row.Detail != "outside-443" {
 		t.Errorf("FETCH through the proxy should read the outside server's banner, got %q", row.Detail)
 	}
+	// Port 443 of the allowed host is open in the firewall for the proxy's
+	// egress only: CORE and FETCH dialling it directly must still fail.
+	for _, role := range []string{RoleCore, RoleFetch} {
+		if row := find(t, after, role, "allowed host directly"); row.Check != "tcp="+out.Addr(443) || !probe.Blocked(row.Observed) {
+			t.Errorf("%s -> %s directly should be dropped: %+v", role, out.Addr(443), row)
+		}
+	}
 	// The proxy refuses a private-range target even when the allowlist
 	// names it (localhost resolves to loopback inside the proxy).
 	priv := runOn(t, cli, image, s.Network(FetchNet).Name, "connect="+s.Proxy.URL()[len("http://"):]+"/localhost:443", s.Network(LLMNet).Name)

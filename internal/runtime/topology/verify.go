@@ -32,7 +32,9 @@ type VerifyOptions struct {
 	// Default: the proxy's image.
 	Image string
 	// AllowedTarget is a host:port the allowlist admits; FETCH must reach
-	// it through the proxy.
+	// it through the proxy. When its host is an IP literal, CORE and FETCH
+	// also dial it directly and must fail: the firewall opens its port for
+	// the proxy's egress only, and this row shows that opening is no wider.
 	AllowedTarget string
 	// DeniedTarget is a host:port the allowlist does not admit; the proxy
 	// must refuse it.
@@ -137,6 +139,10 @@ func Verify(ctx context.Context, cli client.APIClient, s Spec, o VerifyOptions) 
 	if o.OutsideAddress != "" {
 		core.add("outside address", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
 	}
+	direct := allowedDirect(o.AllowedTarget)
+	if direct != "" {
+		core.add("allowed host directly", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: direct})
+	}
 	if o.DNSName != "" {
 		core.add("DNS "+o.DNSName, ExpectNoDNS, probe.Check{Kind: probe.DNS, Target: o.DNSName})
 	}
@@ -148,6 +154,9 @@ func Verify(ctx context.Context, cli client.APIClient, s Spec, o VerifyOptions) 
 	fe.add("proxy", ExpectOpen, probe.Check{Kind: probe.TCP, Target: proxyAddr})
 	if o.AllowedTarget != "" {
 		fe.add("allowed host via proxy", ExpectAllowed, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.AllowedTarget})
+	}
+	if direct != "" {
+		fe.add("allowed host directly", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: direct})
 	}
 	if o.DeniedTarget != "" {
 		fe.add("disallowed host via proxy", ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.DeniedTarget})
@@ -191,6 +200,18 @@ func Verify(ctx context.Context, cli client.APIClient, s Spec, o VerifyOptions) 
 	}
 	rep.Violations = v
 	return rep, nil
+}
+
+// allowedDirect returns the allowed target when its host is an IP literal,
+// else "". A name would have to be resolved inside CORE or FETCH, which
+// have no DNS of their own: the dial would fail on the lookup and prove
+// nothing about the firewall.
+func allowedDirect(target string) string {
+	ap, err := netip.ParseAddrPort(target)
+	if err != nil {
+		return ""
+	}
+	return ap.String()
 }
 
 func pass(expected, observed string) bool {
