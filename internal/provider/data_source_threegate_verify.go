@@ -70,13 +70,17 @@ func (d *threegateVerifyDataSource) Schema(_ context.Context, _ datasource.Schem
 			"probe_image": schema.StringAttribute{Optional: true,
 				MarkdownDescription: "Image to run the probes in; it must contain `/usr/local/bin/agent-runner`. Defaults to the proxy's image."},
 			"allowed_target": schema.StringAttribute{Optional: true, Validators: []validator.String{hostPort()},
-				MarkdownDescription: "A `host:port` the allowlist admits: FETCH must get a tunnel to it through the proxy."},
+				MarkdownDescription: "A `host:port` the allowlist admits: FETCH must get a tunnel to it through the proxy. " +
+					"When the host is an IP address, CORE and FETCH also dial it directly and must fail (the firewall opens its port " +
+					"for the proxy's egress only)."},
 			"denied_target": schema.StringAttribute{Optional: true, Validators: []validator.String{hostPort()},
 				MarkdownDescription: "A `host:port` the allowlist does not admit: the proxy must answer 403."},
 			"outside_address": schema.StringAttribute{Optional: true, Validators: []validator.String{ipPort()},
 				MarkdownDescription: "An `ip:port` outside the topology, not in the allowlist: no member may reach it directly, and the proxy must refuse it."},
 			"dns_name": schema.StringAttribute{Optional: true,
-				MarkdownDescription: "A name CORE must fail to resolve. On engines affected by CVE-2024-29018 the query itself leaves the host, so it is off by default."},
+				MarkdownDescription: "A name CORE must fail to resolve. On engines affected by CVE-2024-29018 the query itself leaves the host, so it is off by default. " +
+					"When the topology's proxy has `dns` servers, the probes use them as their resolvers (the query goes only there), and CORE and " +
+					"FETCH also ask the first of them for this name directly, over UDP and TCP port 53, which must fail: port 53 is open for the proxy only."},
 			"host_port": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 65535)},
 				MarkdownDescription: "Port tried on each bridge gateway (the host), 1 to 65535; any answer, even a reset, counts as reachable. Defaults to 22."},
 			"timeout_seconds": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 300)},

@@ -53,11 +53,13 @@ data "threegate_verify" "test" {
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue(ds, tfjsonpath.New("passed"), knownvalue.Bool(true)),
 					statecheck.ExpectKnownValue(ds, tfjsonpath.New("violations"), knownvalue.ListSizeExact(0)),
-					statecheck.ExpectKnownValue(ds, tfjsonpath.New("probes"), knownvalue.ListSizeExact(13)),
+					statecheck.ExpectKnownValue(ds, tfjsonpath.New("probes"), knownvalue.ListSizeExact(15)),
 					row(0, "CORE", "proxy", "timeout"),
 					row(1, "CORE", "host via llmnet gateway", "timeout"),
-					row(4, "FETCH", "allowed host via proxy", "allowed"),
-					row(5, "FETCH", "disallowed host via proxy", "denied"),
+					row(3, "CORE", "allowed host directly", "timeout"),
+					row(5, "FETCH", "allowed host via proxy", "allowed"),
+					row(6, "FETCH", "allowed host directly", "timeout"),
+					row(7, "FETCH", "disallowed host via proxy", "denied"),
 				},
 			},
 			{

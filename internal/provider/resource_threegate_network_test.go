@@ -34,6 +34,7 @@ type tgFixture struct {
 	outside            *testutil.Outside
 	allow              []string
 	proxyIP, egressIP  string
+	foreign            bool // foreign rules were planted; CheckDestroy expects them kept
 }
 
 func newTGFixture(t *testing.T) *tgFixture {
@@ -234,7 +235,47 @@ func (f *tgFixture) checkDestroyed(t *testing.T) func(*terraform.State) error {
 		if strings.Contains(string(all), firewall.Comment(f.name)+`"`) || strings.Contains(string(all), firewall.ForwardChain(f.name)+" ") {
 			return fmt.Errorf("rules of %s left:\n%s", f.name, all)
 		}
+		// Nothing else went: the foreign rules planted before destroy and
+		// Docker's own RETURN are still there.
+		keep := []string{"-A DOCKER-USER -j RETURN"}
+		if f.foreign {
+			keep = append(keep, f.foreignLines()...)
+		}
+		for _, l := range keep {
+			if !strings.Contains(string(all), l+"\n") {
+				return fmt.Errorf("destroy removed a rule it does not own: %q is gone:\n%s", l, all)
+			}
+		}
 		return nil
+	}
+}
+
+// foreignRules are rules of someone else in the parents of our jumps, as
+// iptables arguments; destroy must leave them alone.
+func (f *tgFixture) foreignRules() [][]string {
+	c := "tf-acc-foreign-" + f.name
+	return [][]string{
+		{firewall.DockerUser, "-s", "192.0.2.1/32", "-m", "comment", "--comment", c, "-j", "RETURN"},
+		{firewall.Input, "-s", "192.0.2.1/32", "-m", "comment", "--comment", c, "-j", "RETURN"},
+	}
+}
+
+// foreignLines are foreignRules as iptables -S prints them.
+func (f *tgFixture) foreignLines() []string {
+	var out []string
+	for _, r := range f.foreignRules() {
+		out = append(out, "-A "+strings.Join(r, " "))
+	}
+	return out
+}
+
+// plantForeignRules inserts foreignRules at the top of their chains and
+// deletes them at the end of the test.
+func (f *tgFixture) plantForeignRules(t *testing.T) {
+	f.foreign = true
+	for _, r := range f.foreignRules() {
+		mustRun(t, "iptables", append([]string{"-w", "10", "-I"}, r...)...)
+		t.Cleanup(func() { _ = exec.Command("iptables", append([]string{"-w", "10", "-D"}, r...)...).Run() })
 	}
 }
 
@@ -351,6 +392,13 @@ func TestAccThreegateNetwork_lifecycle(t *testing.T) {
 					}
 				},
 				Config: f.config("", f.outside.IP+":8443"), ConfigPlanChecks: expectUpdate, Check: f.checkLive(t),
+			},
+			{
+				// Foreign rules above our jumps, in DOCKER-USER and INPUT,
+				// are no drift; CheckDestroy then proves destroy keeps them.
+				PreConfig: func() { f.plantForeignRules(t) },
+				Config:    f.config("", f.outside.IP+":8443"), ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+				Check: f.checkLive(t),
 			},
 		},
 	})

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -99,54 +100,60 @@ func routeTaken(prefix string) bool {
 	return err != nil || len(strings.TrimSpace(string(out))) > 0
 }
 
-// listenInNetns opens a listener inside the namespace at nsPath. A socket
-// belongs to the namespace of the thread that created it, so a goroutine of
-// its own locks a thread, switches in, listens and switches back; the
-// listener then serves from any goroutine. If switching back fails, that
-// goroutine exits with its thread still locked, so the runtime discards the
-// thread instead of running the caller (or anyone) in the wrong namespace.
+// listenInNetns opens a TCP listener inside the namespace at nsPath.
 func listenInNetns(nsPath, addr string) (net.Listener, error) {
+	return inNetns(nsPath, func() (net.Listener, error) { return net.Listen("tcp", addr) })
+}
+
+// inNetns opens a socket inside the namespace at nsPath. A socket belongs
+// to the namespace of the thread that created it, so a goroutine of its
+// own locks a thread, switches in, opens and switches back; the socket
+// then serves from any goroutine. If switching back fails, that goroutine
+// exits with its thread still locked, so the runtime discards the thread
+// instead of running the caller (or anyone) in the wrong namespace.
+func inNetns[T io.Closer](nsPath string, open func() (T, error)) (T, error) {
 	type result struct {
-		ln  net.Listener
+		v   T
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread()
-		ln, home, err := listenOnLockedThread(nsPath, addr)
+		v, home, err := openOnLockedThread(nsPath, open)
 		if home {
 			runtime.UnlockOSThread()
 		}
-		done <- result{ln, err}
+		done <- result{v, err}
 	}()
 	r := <-done
-	return r.ln, r.err
+	return r.v, r.err
 }
 
-// listenOnLockedThread does the switching for listenInNetns; home reports
-// whether the thread is back in its own namespace.
-func listenOnLockedThread(nsPath, addr string) (ln net.Listener, home bool, err error) {
+// openOnLockedThread does the switching for inNetns; home reports whether
+// the thread is back in its own namespace.
+func openOnLockedThread[T io.Closer](nsPath string, open func() (T, error)) (v T, home bool, err error) {
+	var zero T
 	orig, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
-		return nil, true, err
+		return zero, true, err
 	}
 	defer orig.Close()
 	target, err := os.Open(nsPath)
 	if err != nil {
-		return nil, true, err
+		return zero, true, err
 	}
 	defer target.Close()
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		return nil, true, fmt.Errorf("setns: %w", err)
+		return zero, true, fmt.Errorf("setns: %w", err)
 	}
-	ln, err = net.Listen("tcp", addr)
+	v, err = open()
 	if berr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); berr != nil {
-		if ln != nil {
-			ln.Close()
+		if err == nil {
+			v.Close()
 		}
-		return nil, false, fmt.Errorf("setns back: %w", berr)
+		return zero, false, fmt.Errorf("setns back: %w", berr)
 	}
-	return ln, true, err
+	return v, true, err
 }
 
 // HostService listens on all host addresses at a free port and accepts

@@ -24,6 +24,7 @@ const (
 	TCP     = "tcp"     // dial Target directly
 	Connect = "connect" // CONNECT to Target through the proxy Via
 	DNS     = "dns"     // resolve Target with the system resolver
+	DNSAt   = "dns-at"  // resolve Target by asking the DNS server Via (ip:port) over UDP
 )
 
 // Observations. Blocked means the packet went nowhere: what a firewall
@@ -51,9 +52,10 @@ type Check struct {
 }
 
 // String is the check's command-line form, parsed back by Parse:
-// tcp=host:port, connect=proxyhost:port/host:port, dns=name.
+// tcp=host:port, connect=proxyhost:port/host:port, dns=name,
+// dns-at=server:port/name.
 func (c Check) String() string {
-	if c.Kind == Connect {
+	if c.Kind == Connect || c.Kind == DNSAt {
 		return c.Kind + "=" + c.Via + "/" + c.Target
 	}
 	return c.Kind + "=" + c.Target
@@ -68,14 +70,14 @@ func Parse(s string) (Check, error) {
 	switch kind {
 	case TCP, DNS:
 		return Check{Kind: kind, Target: rest}, nil
-	case Connect:
+	case Connect, DNSAt:
 		via, target, ok := strings.Cut(rest, "/")
-		if !ok {
-			return Check{}, fmt.Errorf("check %q: want connect=proxy:port/host:port", s)
+		if !ok || via == "" || target == "" {
+			return Check{}, fmt.Errorf("check %q: want %s=host:port/target", s, kind)
 		}
 		return Check{Kind: kind, Via: via, Target: target}, nil
 	}
-	return Check{}, fmt.Errorf("check %q: unknown kind %q (tcp, connect, dns)", s, kind)
+	return Check{}, fmt.Errorf("check %q: unknown kind %q (tcp, connect, dns, dns-at)", s, kind)
 }
 
 // Result is one check's outcome; Detail carries the first bytes the far
@@ -136,6 +138,25 @@ func Run(ctx context.Context, c Check, timeout time.Duration) Result {
 			return r
 		}
 		r.Observed, r.Detail = Resolved, strings.Join(addrs, ",")
+	case DNSAt:
+		// Go's own client, every query sent over UDP to Via: this tests
+		// the path to that one server, not the container's resolver.
+		res := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "udp", c.Via)
+		}}
+		addrs, err := res.LookupHost(ctx, c.Target)
+		var de *net.DNSError
+		switch {
+		case err == nil:
+			r.Observed, r.Detail = Resolved, strings.Join(addrs, ",")
+		case errors.As(err, &de) && de.IsNotFound:
+			// The server answered: reachable, the name is unknown.
+			r.Observed, r.Detail = NotResolved, err.Error()
+		case errors.As(err, &de) && de.IsTimeout:
+			r.Observed, r.Detail = Timeout, err.Error()
+		default:
+			r.Observed, r.Detail = classify(err), err.Error()
+		}
 	default:
 		r.Observed, r.Detail = Failed, "unknown check kind "+c.Kind
 	}

@@ -80,13 +80,13 @@ func TestConnect(t *testing.T) {
 }
 
 func TestParseRoundTrip(t *testing.T) {
-	for _, s := range []string{"tcp=10.0.0.1:22", "connect=10.0.0.2:3128/example.com:443", "dns=example.com"} {
+	for _, s := range []string{"tcp=10.0.0.1:22", "connect=10.0.0.2:3128/example.com:443", "dns=example.com", "dns-at=10.0.0.3:53/example.com."} {
 		c, err := Parse(s)
 		if err != nil || c.String() != s {
 			t.Errorf("Parse(%q) = %+v, %v", s, c, err)
 		}
 	}
-	for _, bad := range []string{"tcp", "udp=1.2.3.4:5", "connect=1.2.3.4:5"} {
+	for _, bad := range []string{"tcp", "udp=1.2.3.4:5", "connect=1.2.3.4:5", "dns-at=10.0.0.3:53", "dns-at=/example.com"} {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q) accepted", bad)
 		}

@@ -63,10 +63,14 @@ func TestThreeGateIsolation(t *testing.T) {
 	cli := testutil.Docker(t)
 	image := testutil.EnsureRunnerImage(t, cli)
 	out := testutil.StartOutside(t, 443, 8443)
+	// The proxy's DNS server lives outside too, and knows one name.
+	const name = "allowed.test."
+	dns := out.StartDNS(t, map[string]string{name: out.IP})
 	hostPort := testutil.HostService(t)
 
 	in := freeInput(t, cli, "meepa-test-tg")
-	in.Proxy = ProxyInput{Image: image, Allow: []string{out.Addr(443), "localhost:443"}, AllowPrivate: []string{out.Prefix}}
+	in.Proxy = ProxyInput{Image: image, Allow: []string{out.Addr(443), "localhost:443", "allowed.test:443"},
+		AllowPrivate: []string{out.Prefix}, DNS: []string{out.IP}}
 	in.Firewall = Firewall{Enabled: true}
 	s, ps := Build(in)
 	if len(ps) > 0 {
@@ -90,7 +94,7 @@ func TestThreeGateIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := VerifyOptions{Image: image, AllowedTarget: out.Addr(443), DeniedTarget: out.Addr(8443),
-		OutsideAddress: out.Addr(8443), HostPort: hostPort, Timeout: 2 * time.Second}
+		OutsideAddress: out.Addr(8443), HostPort: hostPort, DNSName: name, Timeout: 2 * time.Second}
 	before, err := Verify(ctx, cli, s, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -123,6 +127,43 @@ func TestThreeGateIsolation(t *testing.T) {
 	if row := find(t, after, RoleFetch, "allowed host via proxy"); row.Detail != "outside-443" {
 		t.Errorf("FETCH through the proxy should read the outside server's banner, got %q", row.Detail)
 	}
+	// Port 443 of the allowed host is open in the firewall for the proxy's
+	// egress only: CORE and FETCH dialling it directly must still fail.
+	for _, role := range []string{RoleCore, RoleFetch} {
+		if row := find(t, after, role, "allowed host directly"); row.Check != "tcp="+out.Addr(443) || !probe.Blocked(row.Observed) {
+			t.Errorf("%s -> %s directly should be dropped: %+v", role, out.Addr(443), row)
+		}
+	}
+	// DNS: the proxy resolves through the outside server (FETCH gets the
+	// allowed name's banner through it); CORE and FETCH cannot ask that
+	// server themselves, over UDP or TCP, nor resolve the name their own
+	// way; the proxy can ask it.
+	asked := dns.Queries.Load()
+	if r := runOn(t, cli, image, s.Network(FetchNet).Name, "connect="+s.Proxy.URL()[len("http://"):]+"/allowed.test:443", s.Network(LLMNet).Name); r.Observed != probe.Allowed || r.Detail != "outside-443" {
+		t.Errorf("FETCH -> allowed.test:443 through the proxy: %s %q, want allowed with the outside-443 banner", r.Observed, r.Detail)
+	}
+	if dns.Queries.Load() == asked {
+		t.Error("the outside DNS server was never asked while the proxy resolved allowed.test")
+	}
+	for _, role := range []string{RoleCore, RoleFetch} {
+		for _, what := range []string{"proxy's DNS server udp/53", "proxy's DNS server tcp/53"} {
+			if row := find(t, after, role, what); !probe.Blocked(row.Observed) {
+				t.Errorf("%s -> %s should be dropped: %+v", role, what, row)
+			}
+		}
+	}
+	if row := find(t, after, RoleCore, "DNS "+name); row.Observed != probe.NotResolved {
+		t.Errorf("CORE resolved %s: %+v", name, row)
+	}
+	pd := execProbe(t, cli, s.Proxy.Name, "dns-at="+dns.Addr+"/"+name, "tcp="+dns.Addr)
+	if pd[0].Observed != probe.Resolved || pd[0].Detail != out.IP {
+		t.Errorf("proxy -> DNS server udp/53: %s %q, want %s resolved to %s", pd[0].Observed, pd[0].Detail, name, out.IP)
+	}
+	if pd[1].Observed != probe.Open {
+		t.Errorf("proxy -> DNS server tcp/53: %s %q, want open", pd[1].Observed, pd[1].Detail)
+	}
+	t.Logf("PROXY      DNS server udp/53                resolved %s (%s)", pd[0].Observed, pd[0].Detail)
+	t.Logf("PROXY      DNS server tcp/53                open     %s", pd[1].Observed)
 	// The proxy refuses a private-range target even when the allowlist
 	// names it (localhost resolves to loopback inside the proxy).
 	priv := runOn(t, cli, image, s.Network(FetchNet).Name, "connect="+s.Proxy.URL()[len("http://"):]+"/localhost:443", s.Network(LLMNet).Name)

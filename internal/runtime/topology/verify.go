@@ -32,7 +32,9 @@ type VerifyOptions struct {
 	// Default: the proxy's image.
 	Image string
 	// AllowedTarget is a host:port the allowlist admits; FETCH must reach
-	// it through the proxy.
+	// it through the proxy. When its host is an IP literal, CORE and FETCH
+	// also dial it directly and must fail: the firewall opens its port for
+	// the proxy's egress only, and this row shows that opening is no wider.
 	AllowedTarget string
 	// DeniedTarget is a host:port the allowlist does not admit; the proxy
 	// must refuse it.
@@ -45,6 +47,11 @@ type VerifyOptions struct {
 	HostPort int
 	// DNSName, when set, is resolved from CORE, which must fail. Note that
 	// on engines affected by CVE-2024-29018 the query itself leaves the host.
+	// When the proxy has DNS servers, the probe containers use them as
+	// their resolvers (so the query goes only to a server the topology
+	// names), and CORE and FETCH also ask the first of them for DNSName
+	// directly, over UDP and TCP, which must fail: port 53 is open for
+	// the proxy only.
 	DNSName string
 	// Timeout per check; default 2s.
 	Timeout time.Duration
@@ -90,9 +97,9 @@ func (r Report) OK() bool {
 // Table renders the report for people.
 func (r Report) Table() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-17s %-27s %-9s %-12s %s\n", "ROLE", "WHAT", "EXPECTED", "OBSERVED", "PASS")
+	fmt.Fprintf(&b, "%-17s %-27s %-12s %-12s %s\n", "ROLE", "WHAT", "EXPECTED", "OBSERVED", "PASS")
 	for _, p := range r.Probes {
-		fmt.Fprintf(&b, "%-17s %-27s %-9s %-12s %t\n", p.Role, p.What, p.Expected, p.Observed, p.Pass)
+		fmt.Fprintf(&b, "%-17s %-27s %-12s %-12s %t\n", p.Role, p.What, p.Expected, p.Observed, p.Pass)
 	}
 	for _, v := range r.Violations {
 		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
@@ -137,9 +144,22 @@ func Verify(ctx context.Context, cli client.APIClient, s Spec, o VerifyOptions) 
 	if o.OutsideAddress != "" {
 		core.add("outside address", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
 	}
+	direct := allowedDirect(o.AllowedTarget)
+	if direct != "" {
+		core.add("allowed host directly", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: direct})
+	}
 	if o.DNSName != "" {
 		core.add("DNS "+o.DNSName, ExpectNoDNS, probe.Check{Kind: probe.DNS, Target: o.DNSName})
 	}
+	dnsDirect := func(rp *roleProbe) {
+		if o.DNSName == "" || len(s.Proxy.DNS) == 0 {
+			return
+		}
+		srv := netip.AddrPortFrom(s.Proxy.DNS[0], 53).String()
+		rp.add("proxy's DNS server udp/53", ExpectBlocked, probe.Check{Kind: probe.DNSAt, Via: srv, Target: o.DNSName})
+		rp.add("proxy's DNS server tcp/53", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: srv})
+	}
+	dnsDirect(core)
 
 	fe := &roleProbe{role: RoleFetch, networks: roles[RoleFetch].Networks}
 	for k, v := range roles[RoleFetch].Env {
@@ -149,6 +169,9 @@ func Verify(ctx context.Context, cli client.APIClient, s Spec, o VerifyOptions) 
 	if o.AllowedTarget != "" {
 		fe.add("allowed host via proxy", ExpectAllowed, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.AllowedTarget})
 	}
+	if direct != "" {
+		fe.add("allowed host directly", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: direct})
+	}
 	if o.DeniedTarget != "" {
 		fe.add("disallowed host via proxy", ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.DeniedTarget})
 	}
@@ -157,6 +180,7 @@ func Verify(ctx context.Context, cli client.APIClient, s Spec, o VerifyOptions) 
 		fe.add("outside address via proxy", ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.OutsideAddress})
 	}
 	fe.add("host via fetchnet gateway", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(fetch)})
+	dnsDirect(fe)
 
 	te := &roleProbe{role: RoleToolExec, networks: roles[RoleToolExec].Networks}
 	te.add("proxy", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
@@ -193,6 +217,18 @@ func Verify(ctx context.Context, cli client.APIClient, s Spec, o VerifyOptions) 
 	return rep, nil
 }
 
+// allowedDirect returns the allowed target when its host is an IP literal,
+// else "". A name would have to be resolved inside CORE or FETCH, which
+// have no DNS of their own: the dial would fail on the lookup and prove
+// nothing about the firewall.
+func allowedDirect(target string) string {
+	ap, err := netip.ParseAddrPort(target)
+	if err != nil {
+		return ""
+	}
+	return ap.String()
+}
+
 func pass(expected, observed string) bool {
 	switch expected {
 	case ExpectBlocked:
@@ -221,12 +257,16 @@ func runRole(ctx context.Context, cli client.APIClient, s Spec, o VerifyOptions,
 		mode = rp.networks[0]
 	}
 	pids := int64(32)
+	var dns []string
+	for _, d := range s.Proxy.DNS {
+		dns = append(dns, d.String())
+	}
 	name := fmt.Sprintf("%s-probe-%s-%d", s.Name, strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(rp.role)), time.Now().UnixNano()%1e6)
 	resp, err := cli.ContainerCreate(ctx, &container.Config{
 		Image: o.Image, Entrypoint: []string{"/usr/local/bin/agent-runner"}, Cmd: args, Env: rp.env, User: ProxyUser,
 		Labels: engine.Labels("probe", map[string]string{"threegate": s.Name, "threegate.role": rp.role}),
 	}, &container.HostConfig{
-		NetworkMode: container.NetworkMode(mode), ReadonlyRootfs: true, CapDrop: []string{"ALL"},
+		NetworkMode: container.NetworkMode(mode), ReadonlyRootfs: true, CapDrop: []string{"ALL"}, DNS: dns,
 		SecurityOpt: []string{"no-new-privileges"},
 		Resources:   container.Resources{Memory: 64 << 20, MemorySwap: 64 << 20, PidsLimit: &pids},
 	}, nil, nil, name)

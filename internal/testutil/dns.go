@@ -1,0 +1,111 @@
+package testutil
+
+import (
+	"encoding/binary"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/net/dns/dnsmessage"
+)
+
+// DNSServer is a tiny authoritative DNS server in the outside namespace.
+type DNSServer struct {
+	Addr    string        // ip:53
+	Queries *atomic.Int64 // questions answered, over UDP and TCP
+}
+
+// StartDNS serves A records for names (lowercase, rooted: "allowed.test.")
+// on the namespace's address, port 53, over UDP and TCP, and NXDOMAIN for
+// anything else. It stops in t.Cleanup.
+func (o *Outside) StartDNS(t testing.TB, names map[string]string) *DNSServer {
+	t.Helper()
+	addr := o.Addr(53)
+	ns := "/run/netns/" + o.NS
+	pc, err := inNetns(ns, func() (net.PacketConn, error) { return net.ListenPacket("udp", addr) })
+	if err != nil {
+		t.Fatalf("dns: listen udp in %s: %v", o.NS, err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	ln, err := listenInNetns(ns, addr)
+	if err != nil {
+		t.Fatalf("dns: listen tcp in %s: %v", o.NS, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	srv := &DNSServer{Addr: addr, Queries: new(atomic.Int64)}
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if out := answerDNS(names, buf[:n], srv.Queries); out != nil {
+				_, _ = pc.WriteTo(out, from)
+			}
+		}
+	}()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serveDNSConn(c, names, srv.Queries)
+		}
+	}()
+	return srv
+}
+
+// serveDNSConn answers length-prefixed queries on one TCP connection.
+func serveDNSConn(c net.Conn, names map[string]string, queries *atomic.Int64) {
+	defer c.Close()
+	for {
+		var l [2]byte
+		if _, err := io.ReadFull(c, l[:]); err != nil {
+			return
+		}
+		req := make([]byte, binary.BigEndian.Uint16(l[:]))
+		if _, err := io.ReadFull(c, req); err != nil {
+			return
+		}
+		out := answerDNS(names, req, queries)
+		if out == nil {
+			return
+		}
+		if _, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(out))), out...)); err != nil {
+			return
+		}
+	}
+}
+
+func answerDNS(names map[string]string, raw []byte, queries *atomic.Int64) []byte {
+	var req dnsmessage.Message
+	if err := req.Unpack(raw); err != nil || len(req.Questions) != 1 {
+		return nil
+	}
+	queries.Add(1)
+	q := req.Questions[0]
+	resp := dnsmessage.Message{
+		Header:    dnsmessage.Header{ID: req.ID, Response: true, Authoritative: true, RecursionDesired: req.RecursionDesired, RecursionAvailable: true},
+		Questions: req.Questions,
+	}
+	ip, ok := names[strings.ToLower(q.Name.String())]
+	switch {
+	case !ok:
+		resp.RCode = dnsmessage.RCodeNameError
+	case q.Type == dnsmessage.TypeA:
+		resp.Answers = []dnsmessage.Resource{{
+			Header: dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 1},
+			Body:   &dnsmessage.AResource{A: netip.MustParseAddr(ip).As4()},
+		}}
+	}
+	out, err := resp.Pack()
+	if err != nil {
+		return nil
+	}
+	return out
+}
