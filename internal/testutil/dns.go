@@ -36,18 +36,7 @@ func (o *Outside) StartDNS(t testing.TB, names map[string]string) *DNSServer {
 	}
 	t.Cleanup(func() { ln.Close() })
 	srv := &DNSServer{Addr: addr, Queries: new(atomic.Int64)}
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			if out := answerDNS(names, buf[:n], srv.Queries); out != nil {
-				_, _ = pc.WriteTo(out, from)
-			}
-		}
-	}()
+	go serveDNSPackets(pc, names, srv.Queries)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -58,6 +47,34 @@ func (o *Outside) StartDNS(t testing.TB, names map[string]string) *DNSServer {
 		}
 	}()
 	return srv
+}
+
+// StartLoopbackDNS serves the same answers over UDP on 127.0.0.1, on a free
+// port, for tests that need no namespace. It stops in t.Cleanup.
+func StartLoopbackDNS(t testing.TB, names map[string]string) (netip.AddrPort, *atomic.Int64) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	queries := new(atomic.Int64)
+	go serveDNSPackets(pc, names, queries)
+	return netip.MustParseAddrPort(pc.LocalAddr().String()), queries
+}
+
+// serveDNSPackets answers UDP queries until pc is closed.
+func serveDNSPackets(pc net.PacketConn, names map[string]string, queries *atomic.Int64) {
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		if out := answerDNS(names, buf[:n], queries); out != nil {
+			_, _ = pc.WriteTo(out, from)
+		}
+	}
 }
 
 // serveDNSConn answers length-prefixed queries on one TCP connection.
