@@ -3,14 +3,10 @@ package provider
 import (
 	"context"
 	"errors"
-	"fmt"
-	"slices"
-	"sort"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/mapvalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
-	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
@@ -36,24 +32,6 @@ func NewIsolationImageResource() resource.Resource { return &isolationImageResou
 
 type isolationImageResource struct {
 	data *providerData
-}
-
-type isolationImageModel struct {
-	ID              types.String `tfsdk:"id"`
-	BaseImage       types.String `tfsdk:"base_image"`
-	Packages        types.List   `tfsdk:"packages"`
-	PackageManager  types.String `tfsdk:"package_manager"`
-	EnvVars         types.Map    `tfsdk:"env_vars"`
-	Pull            types.String `tfsdk:"pull"`
-	KeepLocally     types.Bool   `tfsdk:"keep_locally"`
-	Image           types.String `tfsdk:"image"`
-	ImageID         types.String `tfsdk:"image_id"`
-	IsolatedImage   types.String `tfsdk:"isolated_image"`
-	IsolatedImageID types.String `tfsdk:"isolated_image_id"`
-	ContentHash     types.String `tfsdk:"content_hash"`
-	RunnerVersion   types.String `tfsdk:"runner_version"`
-	RunnerSHA256    types.String `tfsdk:"runner_sha256"`
-	Dockerfile      types.String `tfsdk:"dockerfile"`
 }
 
 func (r *isolationImageResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -205,62 +183,9 @@ func (r *isolationImageResource) ValidateConfig(ctx context.Context, req resourc
 	}
 }
 
-// spec converts the model's inputs; ok is false when one is unknown.
-func (m isolationImageModel) spec(ctx context.Context, diags *diag.Diagnostics) (s image.Spec, ok bool) {
-	if m.BaseImage.IsUnknown() || m.Packages.IsUnknown() || m.PackageManager.IsUnknown() || m.EnvVars.IsUnknown() {
-		return s, false
-	}
-	s.BaseImage = m.BaseImage.ValueString()
-	s.Manager = image.Manager(m.PackageManager.ValueString())
-	if !m.Packages.IsNull() {
-		var pkgs []types.String
-		diags.Append(m.Packages.ElementsAs(ctx, &pkgs, false)...)
-		for _, p := range pkgs {
-			if p.IsUnknown() {
-				return s, false
-			}
-			s.Packages = append(s.Packages, p.ValueString())
-		}
-	}
-	if !m.EnvVars.IsNull() {
-		var env map[string]types.String
-		diags.Append(m.EnvVars.ElementsAs(ctx, &env, false)...)
-		s.Env = map[string]string{}
-		for k, v := range env {
-			if v.IsUnknown() {
-				return s, false
-			}
-			s.Env[k] = v.ValueString()
-		}
-		if len(s.Env) == 0 {
-			s.Env = nil
-		}
-	}
-	return s, !diags.HasError()
-}
-
-// runner resolves the agent-runner binary for the daemon's architecture,
-// checks it can run there, and hashes it.
-func (r *isolationImageResource) runner(ctx context.Context, b *image.Builder) (image.Binary, error) {
-	osName, arch, err := b.DaemonPlatform(ctx)
-	if err != nil {
-		return image.Binary{}, err
-	}
-	if osName != "linux" {
-		return image.Binary{}, fmt.Errorf("the Docker daemon runs %s containers; isolation images need a Linux daemon", osName)
-	}
-	p, err := r.data.RunnerBinary(arch)
-	if err != nil {
-		return image.Binary{}, err
-	}
-	bin, err := image.InspectBinary(p)
-	if err != nil {
-		return image.Binary{}, err
-	}
-	return bin, bin.CheckArch(arch)
-}
-
-func (r *isolationImageResource) builder(ctx context.Context, diags *diag.Diagnostics) *image.Builder {
+// service returns the image service on the provider's daemon, or nil after
+// adding a diagnostic.
+func (r *isolationImageResource) service(ctx context.Context, diags *diag.Diagnostics) *image.Service {
 	if !requireProviderData(r.data, "meepa_isolation_image", diags) {
 		return nil
 	}
@@ -268,7 +193,27 @@ func (r *isolationImageResource) builder(ctx context.Context, diags *diag.Diagno
 	if cli == nil {
 		return nil
 	}
-	return image.NewBuilder(cli)
+	return image.NewService(cli, r.data.version, r.data.RunnerBinary, loggerFor(ctx))
+}
+
+// addImageError words a service error by what failed.
+func addImageError(diags *diag.Diagnostics, fallback, what string, err error) {
+	summary := fallback
+	switch {
+	case errors.Is(err, image.ErrArchMismatch):
+		summary = "Wrong agent-runner Architecture"
+	case errors.Is(err, image.ErrRunnerUnusable):
+		summary = "Unusable agent-runner Binary"
+	case errors.Is(err, image.ErrInvalidSpec):
+		summary = "Invalid Isolation Image"
+	case errors.Is(err, image.ErrInUse):
+		summary = "Isolation Image In Use"
+	case errors.Is(err, image.ErrForeign):
+		summary = "Not An Isolation Image"
+	case errors.Is(err, image.ErrNotFound):
+		summary = "Image Not Found"
+	}
+	addRuntimeError(diags, summary, what, err)
 }
 
 // ModifyPlan shows what apply will make: the Dockerfile always (when the
@@ -303,142 +248,30 @@ func (r *isolationImageResource) ModifyPlan(ctx context.Context, req resource.Mo
 		resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 		return
 	}
-	if err := spec.Validate(); err != nil {
-		resp.Diagnostics.AddError("Invalid Isolation Image", err.Error())
+	svc := r.service(ctx, &resp.Diagnostics)
+	if svc == nil {
 		return
 	}
-
-	b := r.builder(ctx, &resp.Diagnostics)
-	if b == nil {
-		return
-	}
-	bin, err := r.runner(ctx, b)
-	if err != nil {
-		resp.Diagnostics.AddError("Unusable agent-runner Binary", err.Error())
-		return
-	}
-	baseID, err := b.BaseID(ctx, spec.BaseImage)
-	if err != nil {
-		addRuntimeError(&resp.Diagnostics, "Cannot Inspect Base Image", "inspect "+spec.BaseImage, err)
-		return
-	}
-	if !exists && image.Pull(plan.Pull.ValueString()) == image.PullAlways {
-		baseID = "" // the pull at apply may bring another image
-	}
-	names, err := image.Plan(spec, r.data.version, baseID)
-	if err != nil {
-		resp.Diagnostics.AddError("Invalid Isolation Image", err.Error())
-		return
-	}
-
+	var prior *image.Prior
 	if exists {
 		oldSpec, _ := state.spec(ctx, &resp.Diagnostics)
-		replace := replaceReasons(spec, oldSpec, state, names, bin, baseID)
-		if len(replace) == 0 {
-			plan.keepComputed(state)
-			resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
-			return
-		}
-		tflog.Info(ctx, "isolation image will be replaced", map[string]any{"reasons": fmt.Sprint(replace)})
-		resp.RequiresReplace = append(resp.RequiresReplace, replace...)
+		prior = &image.Prior{Spec: oldSpec, State: state.imageState()}
 	}
-	plan.setPlanned(spec, names, bin, baseID)
+	p, err := svc.Plan(ctx, spec, image.Pull(plan.Pull.ValueString()), prior)
+	if err != nil {
+		addImageError(&resp.Diagnostics, "Cannot Plan Isolation Image", "plan "+spec.BaseImage, err)
+		return
+	}
+	if exists && len(p.Replace) == 0 {
+		plan.keepComputed(state)
+		resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+		return
+	}
+	for _, a := range p.Replace {
+		resp.RequiresReplace = append(resp.RequiresReplace, path.Root(a))
+	}
+	plan.setPlanned(p.State)
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
-}
-
-// replaceReasons names the attributes whose change makes a new image.
-func replaceReasons(spec, old image.Spec, state isolationImageModel, n image.Names, bin image.Binary, baseID string) []path.Path {
-	var p []path.Path
-	if spec.BaseImage != old.BaseImage {
-		p = append(p, path.Root("base_image"))
-	}
-	if !slices.Equal(sorted(spec.Packages), sorted(old.Packages)) {
-		p = append(p, path.Root("packages"))
-	}
-	if spec.Manager != old.Manager {
-		p = append(p, path.Root("package_manager"))
-	}
-	if !maps(spec.Env, old.Env) {
-		p = append(p, path.Root("env_vars"))
-	}
-	// With the base gone from the daemon the images in state still stand;
-	// only a base that is there and different forces a rebuild.
-	if baseID != "" && n.ContentHash != state.ContentHash.ValueString() {
-		p = append(p, path.Root("content_hash"))
-	}
-	if baseID == "" && state.ContentHash.ValueString() == "" {
-		p = append(p, path.Root("content_hash")) // changed out of band
-	}
-	if bin.SHA256 != state.RunnerSHA256.ValueString() {
-		p = append(p, path.Root("runner_sha256"))
-	}
-	if n.Isolated != "" && n.Isolated != state.IsolatedImage.ValueString() {
-		p = append(p, path.Root("isolated_image"))
-	}
-	return p
-}
-
-func sorted(s []string) []string {
-	s = slices.Clone(s)
-	sort.Strings(s)
-	return s
-}
-
-func maps(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if w, ok := b[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
-
-func (m *isolationImageModel) setComputedUnknown() {
-	for _, v := range []*types.String{&m.ID, &m.Image, &m.ImageID, &m.IsolatedImage, &m.IsolatedImageID,
-		&m.ContentHash, &m.RunnerVersion, &m.RunnerSHA256, &m.Dockerfile} {
-		*v = types.StringUnknown()
-	}
-}
-
-func (m *isolationImageModel) keepComputed(s isolationImageModel) {
-	m.ID, m.Image, m.ImageID = s.ID, s.Image, s.ImageID
-	m.IsolatedImage, m.IsolatedImageID = s.IsolatedImage, s.IsolatedImageID
-	m.ContentHash, m.RunnerVersion, m.RunnerSHA256, m.Dockerfile = s.ContentHash, s.RunnerVersion, s.RunnerSHA256, s.Dockerfile
-}
-
-// setPlanned fills in what is known before building; the rest is unknown.
-func (m *isolationImageModel) setPlanned(spec image.Spec, n image.Names, bin image.Binary, baseID string) {
-	m.setComputedUnknown()
-	m.Dockerfile = types.StringValue(n.Dockerfile)
-	m.RunnerSHA256 = types.StringValue(bin.SHA256)
-	if n.ContentHash != "" {
-		m.ContentHash = types.StringValue(n.ContentHash)
-	}
-	if n.Image != "" {
-		m.Image = types.StringValue(n.Image)
-	}
-	if n.Isolated != "" {
-		m.IsolatedImage = types.StringValue(n.Isolated)
-		m.ID = m.IsolatedImage
-	}
-	if !spec.HasContainerLayer() && baseID != "" {
-		m.ImageID = types.StringValue(baseID)
-	}
-}
-
-func (m *isolationImageModel) setResult(res image.Result) {
-	m.ID = types.StringValue(res.Isolated)
-	m.Image = types.StringValue(res.Image)
-	m.ImageID = types.StringValue(res.ImageID)
-	m.IsolatedImage = types.StringValue(res.Isolated)
-	m.IsolatedImageID = types.StringValue(res.IsolatedID)
-	m.ContentHash = types.StringValue(res.ContentHash)
-	m.RunnerVersion = types.StringValue(res.RunnerVersion)
-	m.RunnerSHA256 = types.StringValue(res.RunnerSHA256)
-	m.Dockerfile = types.StringValue(res.Dockerfile)
 }
 
 func (r *isolationImageResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
@@ -448,38 +281,19 @@ func (r *isolationImageResource) Create(ctx context.Context, req resource.Create
 		return
 	}
 	spec, _ := plan.spec(ctx, &resp.Diagnostics)
-	b := r.builder(ctx, &resp.Diagnostics)
-	if resp.Diagnostics.HasError() || b == nil {
+	svc := r.service(ctx, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() || svc == nil {
 		return
 	}
-	bin, err := r.runner(ctx, b)
+	st, warnings, err := svc.Create(ctx, spec, image.Pull(plan.Pull.ValueString()), plan.KeepLocally.ValueBool())
 	if err != nil {
-		resp.Diagnostics.AddError("Unusable agent-runner Binary", err.Error())
+		addImageError(&resp.Diagnostics, "Image Build Failed", "build "+spec.BaseImage, err)
 		return
 	}
-	tflog.Info(ctx, "building isolation image", map[string]any{"base_image": spec.BaseImage, "runner": bin.Path})
-	res, err := b.Build(ctx, image.Request{
-		Spec:    spec,
-		Pull:    image.Pull(plan.Pull.ValueString()),
-		Version: r.data.version,
-		Runner:  bin,
-		OnLog: func(line string) {
-			tflog.Info(ctx, "docker build output", map[string]any{"base_image": spec.BaseImage, "line": line})
-		},
-		KeepOld: plan.KeepLocally.ValueBool(),
-	})
-	if err != nil {
-		summary := "Image Build Failed"
-		if errors.Is(err, image.ErrArchMismatch) {
-			summary = "Wrong agent-runner Architecture"
-		}
-		resp.Diagnostics.AddError(summary, err.Error())
-		return
-	}
-	for _, w := range res.Warnings {
+	for _, w := range warnings {
 		resp.Diagnostics.AddWarning("Old Isolation Image Kept", w)
 	}
-	plan.setResult(res)
+	plan.setState(st)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
@@ -493,78 +307,25 @@ func (r *isolationImageResource) Read(ctx context.Context, req resource.ReadRequ
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	b := r.builder(ctx, &resp.Diagnostics)
-	if b == nil {
+	svc := r.service(ctx, &resp.Diagnostics)
+	if svc == nil {
 		return
 	}
-	tag := state.IsolatedImage.ValueString()
-	if tag == "" {
-		tag = state.ID.ValueString()
+	prior := state.imageState()
+	obs, err := svc.Read(ctx, prior)
+	if err != nil {
+		addImageError(&resp.Diagnostics, "Cannot Read Isolation Image", "read "+prior.Isolated, err)
+		return
 	}
-	importing := state.IsolatedImageID.IsNull()
-	obs, err := b.Read(ctx, tag)
-	if errors.Is(err, image.ErrNotFound) {
-		if importing {
-			resp.Diagnostics.AddError("Image Not Found", fmt.Sprintf("There is no image %s on the Docker daemon to import.", tag))
-			return
-		}
-		tflog.Info(ctx, "isolation image is gone; removing it from state", map[string]any{"tag": tag})
+	if obs.Gone {
 		resp.State.RemoveResource(ctx)
 		return
 	}
-	if err != nil {
-		addRuntimeError(&resp.Diagnostics, "Cannot Read Isolation Image", "read "+tag, err)
-		return
+	if !obs.Foreign {
+		oldSpec, _ := state.spec(ctx, &resp.Diagnostics)
+		state.readSpec(oldSpec, obs.Spec)
 	}
-	if importing && !obs.Managed {
-		resp.Diagnostics.AddError("Not An Isolation Image",
-			fmt.Sprintf("%s was not built by this provider (it has no %s labels); import takes the isolated_image tag of a meepa_isolation_image.", tag, "io.meepa."))
-		return
-	}
-
-	state.ID = types.StringValue(tag)
-	state.IsolatedImage = types.StringValue(tag)
-	if !obs.Managed {
-		// Someone else's image at our tag. The id in state stays that of
-		// our image, which Delete still has to remove; the empty hash makes
-		// the next plan replace.
-		tflog.Warn(ctx, "isolation tag points at an image this provider did not build", map[string]any{"tag": tag, "id": obs.IsolatedID})
-		state.ContentHash = types.StringValue("")
-		resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
-		return
-	}
-	state.IsolatedImageID = types.StringValue(obs.IsolatedID)
-
-	oldSpec, _ := state.spec(ctx, &resp.Diagnostics)
-	state.readSpec(oldSpec, obs.Spec)
-	if obs.Spec.HasContainerLayer() {
-		if obs.ImageID == "" {
-			tflog.Info(ctx, "container image is gone; removing the isolation image from state", map[string]any{"tag": obs.Image})
-			resp.State.RemoveResource(ctx)
-			return
-		}
-		state.ImageID = types.StringValue(obs.ImageID)
-	} else {
-		state.ImageID = types.StringValue(obs.BaseImageID)
-	}
-	state.Image = types.StringValue(obs.Image)
-	state.ContentHash = types.StringValue(obs.ContentHash)
-	if obs.Spec.HasContainerLayer() && obs.ImageContentHash != obs.ContentHash {
-		state.ContentHash = types.StringValue("") // the container tag moved
-	}
-	state.RunnerSHA256 = types.StringValue(obs.RunnerSHA256)
-	if names, err := image.Plan(obs.Spec, r.data.version, ""); err == nil {
-		state.Dockerfile = types.StringValue(names.Dockerfile)
-	}
-	if state.RunnerVersion.ValueString() == "" {
-		bin := image.Binary{}
-		v, err := b.RunnerVersion(ctx, obs.IsolatedID, bin)
-		if err != nil {
-			addRuntimeError(&resp.Diagnostics, "Cannot Run agent-runner", "agent-runner version in "+tag, err)
-			return
-		}
-		state.RunnerVersion = types.StringValue(v)
-	}
+	state.setState(obs.State)
 	if state.Pull.IsNull() {
 		state.Pull = types.StringValue(string(image.PullMissing))
 	}
@@ -572,35 +333,6 @@ func (r *isolationImageResource) Read(ctx context.Context, req resource.ReadRequ
 		state.KeepLocally = types.BoolValue(false)
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
-}
-
-// readSpec sets the inputs from what the image was built from, keeping the
-// state's package order when only the order differs.
-func (m *isolationImageModel) readSpec(old, got image.Spec) {
-	m.BaseImage = types.StringValue(got.BaseImage)
-	m.PackageManager = types.StringValue(string(got.Manager))
-	if !slices.Equal(sorted(old.Packages), sorted(got.Packages)) {
-		if len(got.Packages) == 0 {
-			m.Packages = types.ListNull(types.StringType)
-		} else {
-			vals := make([]attr.Value, len(got.Packages))
-			for i, p := range got.Packages {
-				vals[i] = types.StringValue(p)
-			}
-			m.Packages = types.ListValueMust(types.StringType, vals)
-		}
-	}
-	if !maps(old.Env, got.Env) {
-		if len(got.Env) == 0 {
-			m.EnvVars = types.MapNull(types.StringType)
-		} else {
-			vals := make(map[string]attr.Value, len(got.Env))
-			for k, v := range got.Env {
-				vals[k] = types.StringValue(v)
-			}
-			m.EnvVars = types.MapValueMust(types.StringType, vals)
-		}
-	}
 }
 
 // Update only records inputs that do not change the image (pull,
@@ -627,20 +359,12 @@ func (r *isolationImageResource) Delete(ctx context.Context, req resource.Delete
 		return
 	}
 	spec, _ := state.spec(ctx, &resp.Diagnostics)
-	b := r.builder(ctx, &resp.Diagnostics)
-	if b == nil {
+	svc := r.service(ctx, &resp.Diagnostics)
+	if svc == nil {
 		return
 	}
-	t := image.Target{Isolated: state.IsolatedImage.ValueString(), IsolatedID: state.IsolatedImageID.ValueString()}
-	if spec.HasContainerLayer() {
-		t.Container, t.ContainerID = state.Image.ValueString(), state.ImageID.ValueString()
-	}
-	if err := b.Delete(ctx, t); err != nil {
-		summary := "Cannot Remove Isolation Image"
-		if errors.Is(err, image.ErrInUse) {
-			summary = "Isolation Image In Use"
-		}
-		resp.Diagnostics.AddError(summary, fmt.Sprintf("Removing %s: %v", t.Isolated, err))
+	if err := svc.Delete(ctx, spec, state.imageState()); err != nil {
+		addImageError(&resp.Diagnostics, "Cannot Remove Isolation Image", "remove "+state.IsolatedImage.ValueString(), err)
 	}
 }
 

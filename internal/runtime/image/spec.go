@@ -7,6 +7,7 @@
 package image
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
@@ -70,6 +71,9 @@ func (s Spec) sortedEnvKeys() []string {
 	return keys
 }
 
+// ErrInvalidSpec marks a spec that Validate refuses.
+var ErrInvalidSpec = errors.New("invalid image spec")
+
 // Validate checks every input that ends up in the generated Dockerfile.
 // Render calls it too, so nothing unchecked ever reaches a RUN line.
 func (s Spec) Validate() error {
@@ -100,7 +104,7 @@ func (s Spec) Validate() error {
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("invalid image spec: %s", strings.Join(errs, "; "))
+		return fmt.Errorf("%w: %s", ErrInvalidSpec, strings.Join(errs, "; "))
 	}
 	return nil
 }
