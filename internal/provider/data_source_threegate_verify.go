@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -16,7 +17,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
-	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 )
@@ -106,24 +106,24 @@ func (d *threegateVerifyDataSource) Configure(_ context.Context, req datasource.
 func (d *threegateVerifyDataSource) Read(ctx context.Context, req datasource.ReadRequest, resp *datasource.ReadResponse) {
 	var m threegateVerifyModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() || !requireProviderData(d.data, "threegate_verify", &resp.Diagnostics) {
+	if resp.Diagnostics.HasError() {
 		return
 	}
-	cli := d.data.dockerClient(ctx, &resp.Diagnostics)
-	if cli == nil {
+	svc := topologyService(ctx, d.data, "threegate_verify", &resp.Diagnostics)
+	if svc == nil {
 		return
 	}
 	name := m.Name.ValueString()
-	in, err := topology.InputFromLive(ctx, cli, name)
-	if err != nil {
+	_, spec, err := svc.Import(ctx, name)
+	var notFound *topology.NotFoundError
+	switch {
+	case errors.As(err, &notFound):
 		resp.Diagnostics.AddAttributeError(path.Root("name"), "ThreeGate Topology Not Found",
 			fmt.Sprintf("Reading topology %q from Docker: %v\n\nName a threegate_network that exists, and give this data source "+
-				"depends_on = [threegate_network.<name>] so that it is read after the topology is made.", name, err))
+				"depends_on = [threegate_network.<name>] so that it is read after the topology is made.", name, notFound.Err))
 		return
-	}
-	spec, ps := topology.Build(in)
-	if len(ps) > 0 {
-		resp.Diagnostics.AddError("ThreeGate Topology Invalid", fmt.Sprintf("topology %q as found is not valid: %v", name, ps[0]))
+	case err != nil:
+		resp.Diagnostics.AddError("ThreeGate Topology Invalid", err.Error())
 		return
 	}
 	opts := topology.VerifyOptions{
@@ -131,8 +131,7 @@ func (d *threegateVerifyDataSource) Read(ctx context.Context, req datasource.Rea
 		OutsideAddress: m.OutsideAddress.ValueString(), DNSName: m.DNSName.ValueString(), HostPort: int(m.HostPort.ValueInt64()),
 		Timeout: time.Duration(m.TimeoutSeconds.ValueInt64()) * time.Second,
 	}
-	tflog.Debug(ctx, "verifying threegate topology", map[string]any{"name": name})
-	rep, err := topology.Verify(ctx, cli, spec, opts)
+	rep, err := svc.Verify(ctx, spec, opts)
 	if err != nil {
 		addRuntimeError(&resp.Diagnostics, "ThreeGate Verification Failed", "running probe containers for "+name, err)
 		return

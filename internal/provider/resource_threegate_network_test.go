@@ -44,7 +44,8 @@ func newTGFixture(t *testing.T) *tgFixture {
 	t.Setenv("TF_ACC_PROVIDER_NAMESPACE", "bogpad")
 	cli := testutil.Docker(t)
 	// Leftovers of crashed runs (an hour old: never a concurrent run's).
-	if swept, err := topology.SweepStale(context.Background(), cli, "tf-acc-tg-", time.Hour); err != nil || len(swept) > 0 {
+	if swept, err := testutil.SweepTopologies(context.Background(), cli, topology.LabelTopology, "tf-acc-tg-", time.Hour,
+		topology.NewService(cli, nil).Teardown); err != nil || len(swept) > 0 {
 		t.Logf("swept stale test topologies %v (err %v)", swept, err)
 	}
 	f := &tgFixture{image: testutil.EnsureRunnerImage(t, cli)}

@@ -19,7 +19,7 @@ func benchHost(b *testing.B) (*Host, Set) {
 	if os.Getenv("MEEPA_DOCKER_TESTS") == "" && os.Getenv("TF_ACC") == "" {
 		b.Skip("changes the host firewall: set MEEPA_DOCKER_TESTS=1")
 	}
-	h, err := Open(context.Background())
+	h, err := Open(context.Background(), nil)
 	if err != nil {
 		b.Skip(err)
 	}

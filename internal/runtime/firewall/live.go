@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/coreos/go-iptables/iptables"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
 )
 
 // ErrNoIptables and ErrNoDockerUser are the preflight failures.
@@ -21,11 +23,13 @@ var (
 type Host struct {
 	ipt     *iptables.IPTables
 	restore string
+	log     logging.Logger
 }
 
 // Open finds iptables and iptables-restore and checks that Docker's
 // DOCKER-USER chain exists. Its errors say what is missing and what to do.
-func Open(ctx context.Context) (*Host, error) {
+// Every change Apply and Remove make is logged to log (nil: not logged).
+func Open(ctx context.Context, log logging.Logger) (*Host, error) {
 	if _, err := exec.LookPath("iptables"); err != nil {
 		return nil, fmt.Errorf("%w (looked on PATH): install iptables (e.g. apt-get install iptables), "+
 			"or set firewall.enabled = false to run the topology without host enforcement", ErrNoIptables)
@@ -46,7 +50,7 @@ func Open(ctx context.Context) (*Host, error) {
 		return nil, fmt.Errorf("%w in the filter table: Docker creates it when its iptables integration is on "+
 			"(dockerd \"iptables\": true, the default); start or reconfigure Docker, then apply again", ErrNoDockerUser)
 	}
-	return &Host{ipt: ipt, restore: restore}, nil
+	return &Host{ipt: ipt, restore: restore, log: logging.Or(log)}, nil
 }
 
 // Live is what iptables shows for the chains a Set cares about.
@@ -213,8 +217,7 @@ func ApplyText(want Set, live Live) string {
 	var b strings.Builder
 	want.writeChains(&b)
 	for _, j := range want.Jumps {
-		pos, end, n := jumpPosition(j, live.Parents[j.Parent])
-		ok := n == 1 && !(end >= 0 && pos > end)
+		ok, n := jumpInPlace(j, live.Parents[j.Parent])
 		if ok {
 			continue
 		}
@@ -225,6 +228,14 @@ func ApplyText(want Set, live Live) string {
 	}
 	b.WriteString("COMMIT\n")
 	return b.String()
+}
+
+// jumpInPlace reports whether the parent holds the jump exactly once and
+// where it runs (above any rule that ends the parent), and how many copies
+// it holds.
+func jumpInPlace(j Jump, parent []string) (ok bool, n int) {
+	pos, end, n := jumpPosition(j, parent)
+	return n == 1 && !(end >= 0 && pos > end), n
 }
 
 // RemoveText is the batch that removes every jump and owned chain of want
@@ -257,7 +268,30 @@ func (h *Host) Apply(ctx context.Context, want Set) error {
 	if _, ok := live.Parents[DockerUser]; !ok {
 		return fmt.Errorf("firewall apply: %w", ErrNoDockerUser)
 	}
-	return h.run(ctx, ApplyText(want, live))
+	if err := h.run(ctx, ApplyText(want, live)); err != nil {
+		return err
+	}
+	h.logApplied(want, live)
+	return nil
+}
+
+// logApplied says what one Apply changed, from the state it started from:
+// the chains it created, the rules it loaded (always all of them, in one
+// transaction) and the jumps it put in place.
+func (h *Host) logApplied(want Set, live Live) {
+	for _, c := range want.Chains {
+		if _, ok := live.Chains[c]; !ok {
+			h.log.Debug("firewall chain created", "owner", want.Owner, "chain", c)
+		}
+	}
+	h.log.Debug("firewall rules applied atomically", "owner", want.Owner, "chains", strings.Join(want.Chains, ","),
+		"rules", len(want.Rules), "drift_repaired", len(Diff(want, live)))
+	for _, j := range want.Jumps {
+		if ok, n := jumpInPlace(j, live.Parents[j.Parent]); !ok {
+			h.log.Debug("firewall jump inserted", "owner", want.Owner, "parent", j.Parent, "target", j.Target,
+				"position", 1, "replaced", n)
+		}
+	}
 }
 
 // Remove deletes the jumps and owned chains of want, in one transaction.
@@ -268,9 +302,23 @@ func (h *Host) Remove(ctx context.Context, want Set) error {
 	}
 	text := RemoveText(want, live)
 	if text == "" {
+		h.log.Trace("firewall rules already absent", "owner", want.Owner)
 		return nil
 	}
-	return h.run(ctx, text)
+	if err := h.run(ctx, text); err != nil {
+		return err
+	}
+	for _, j := range want.Jumps {
+		if _, _, n := jumpPosition(j, live.Parents[j.Parent]); n > 0 {
+			h.log.Debug("firewall jump removed", "owner", want.Owner, "parent", j.Parent, "target", j.Target, "count", n)
+		}
+	}
+	for _, c := range want.Chains {
+		if rules, ok := live.Chains[c]; ok {
+			h.log.Debug("firewall chain removed", "owner", want.Owner, "chain", c, "rules", len(rules))
+		}
+	}
+	return nil
 }
 
 // Check reads live and diffs it against want.

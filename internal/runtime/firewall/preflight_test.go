@@ -15,7 +15,7 @@ import (
 
 func TestOpenWithoutIptables(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	_, err := Open(context.Background())
+	_, err := Open(context.Background(), nil)
 	if !errors.Is(err, ErrNoIptables) || !strings.Contains(err.Error(), "firewall.enabled = false") {
 		t.Fatalf("Open without iptables = %v, want ErrNoIptables with advice", err)
 	}
@@ -49,11 +49,11 @@ func TestOpenWithoutDockerUser(t *testing.T) {
 			return
 		}
 		var r result
-		_, r.missing = Open(context.Background())
+		_, r.missing = Open(context.Background(), nil)
 		if out, err := exec.Command("iptables", "-w", "10", "-t", "filter", "-N", DockerUser).CombinedOutput(); err != nil {
 			r.present = fmt.Errorf("creating %s in the namespace: %v: %s", DockerUser, err, out)
 		} else {
-			_, r.present = Open(context.Background())
+			_, r.present = Open(context.Background(), nil)
 		}
 		done <- r
 	}()

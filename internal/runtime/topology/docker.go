@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net/netip"
@@ -193,70 +192,6 @@ func Drift(s Spec, o Observed) []string {
 	return out
 }
 
-// Ensure brings Docker to spec: networks first, then firewall (so that no
-// container of the topology ever runs unprotected), then the proxy. Only
-// what differs is replaced. firewall may be nil.
-func Ensure(ctx context.Context, cli client.APIClient, s Spec, firewall func(context.Context) error) (Observed, error) {
-	o, err := Observe(ctx, cli, s)
-	if err != nil {
-		return o, err
-	}
-	var replace []Network
-	for _, n := range s.Networks {
-		on, ok := o.Networks[n.Kind]
-		if !ok {
-			continue
-		}
-		if !on.Owned {
-			return o, fmt.Errorf("network %s already exists and does not belong to topology %q (label %s); "+
-				"remove it or choose another name", n.Name, s.Name, LabelTopology)
-		}
-		if !networkMatches(n, on) {
-			if others := foreignEndpoints(on, o.Proxy); len(others) > 0 {
-				return o, fmt.Errorf("network %s must be recreated (subnet, gateway or internal flag changed) but containers "+
-					"are attached: %s; detach or destroy them first", n.Name, strings.Join(others, ", "))
-			}
-			replace = append(replace, n)
-		}
-	}
-	if o.Proxy != nil && (len(replace) > 0 || !proxyConfigured(s, o.Proxy)) {
-		if err := removeContainer(ctx, cli, o.Proxy.ID); err != nil {
-			return o, err
-		}
-		o.Proxy = nil
-	}
-	for _, n := range replace {
-		if err := removeNetwork(ctx, cli, o.Networks[n.Kind].ID); err != nil {
-			return o, err
-		}
-		delete(o.Networks, n.Kind)
-	}
-	for _, n := range s.Networks {
-		if _, ok := o.Networks[n.Kind]; ok {
-			continue
-		}
-		if err := createNetwork(ctx, cli, s, n); err != nil {
-			return o, err
-		}
-	}
-	if firewall != nil {
-		if err := firewall(ctx); err != nil {
-			return o, err
-		}
-	}
-	if o.Proxy != nil && !o.Proxy.Running {
-		// Same configuration, only stopped: start it again.
-		if err := startProxy(ctx, cli, o.Proxy.ID); err != nil {
-			return o, err
-		}
-	} else if o.Proxy == nil {
-		if err := createProxy(ctx, cli, s); err != nil {
-			return o, err
-		}
-	}
-	return Observe(ctx, cli, s)
-}
-
 func foreignEndpoints(on ObservedNetwork, proxy *ObservedProxy) []string {
 	var out []string
 	for id, name := range on.Containers {
@@ -269,15 +204,22 @@ func foreignEndpoints(on ObservedNetwork, proxy *ObservedProxy) []string {
 	return out
 }
 
-func createNetwork(ctx context.Context, cli client.APIClient, s Spec, n Network) error {
-	_, err := cli.NetworkCreate(ctx, n.Name, network.CreateOptions{
+// networkCreateOptions is how every network of a topology is made: a
+// bridge with the planned IPAM (pinned addresses below Docker's dynamic
+// range), internal or not, and the topology's ownership labels.
+func networkCreateOptions(s Spec, n Network) network.CreateOptions {
+	return network.CreateOptions{
 		Driver:   "bridge",
 		Internal: n.Internal,
 		IPAM: &network.IPAM{Driver: "default", Config: []network.IPAMConfig{{
 			Subnet: n.Subnet.String(), Gateway: n.Gateway.String(), IPRange: n.IPRange.String(),
 		}}},
 		Labels: engine.Labels("network", map[string]string{"threegate": s.Name, "threegate.kind": n.Kind}),
-	})
+	}
+}
+
+func (sv *Service) createNetwork(ctx context.Context, s Spec, n Network) error {
+	resp, err := sv.docker.NetworkCreate(ctx, n.Name, networkCreateOptions(s, n))
 	if err != nil {
 		if strings.Contains(err.Error(), "overlaps") {
 			return fmt.Errorf("network create %s: subnet %s overlaps an existing Docker network or host address range: %w; "+
@@ -285,16 +227,23 @@ func createNetwork(ctx context.Context, cli client.APIClient, s Spec, n Network)
 		}
 		return fmt.Errorf("network create %s: %w", n.Name, err)
 	}
+	sv.log.Debug("network created", "topology", s.Name, "network", n.Name, "id", resp.ID, "kind", n.Kind,
+		"subnet", n.Subnet.String(), "gateway", n.Gateway.String(), "internal", n.Internal)
 	return nil
 }
 
 // removeNetwork removes a network, retrying for a bounded time while Docker
 // still lists endpoints of containers it is removing.
-func removeNetwork(ctx context.Context, cli client.APIClient, id string) error {
+func (sv *Service) removeNetwork(ctx context.Context, id, name string) error {
+	cli := sv.docker
 	deadline := time.Now().Add(NetworkRemoveWait)
 	for {
 		err := cli.NetworkRemove(ctx, id)
-		if err == nil || errdefs.IsNotFound(err) {
+		if err == nil {
+			sv.log.Debug("network removed", "network", name, "id", id)
+			return nil
+		}
+		if errdefs.IsNotFound(err) {
 			return nil
 		}
 		if !strings.Contains(err.Error(), "active endpoints") || time.Now().After(deadline) || endpointsLive(ctx, cli, id) {
@@ -333,11 +282,16 @@ func endpointsLive(ctx context.Context, cli client.APIClient, id string) bool {
 	return false
 }
 
-func removeContainer(ctx context.Context, cli client.APIClient, id string) error {
-	err := cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
-	if err != nil && !errdefs.IsNotFound(err) {
+// removeContainer force-removes a container; one already gone is fine.
+func (sv *Service) removeContainer(ctx context.Context, id, name string) error {
+	err := sv.docker.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
+	switch {
+	case errdefs.IsNotFound(err):
+		return nil
+	case err != nil:
 		return fmt.Errorf("container remove %s: %w", id, err)
 	}
+	sv.log.Debug("container removed", "container", name, "id", id)
 	return nil
 }
 
@@ -374,7 +328,8 @@ func ProxyHostConfig(fetchnet string) *container.HostConfig {
 	}
 }
 
-func createProxy(ctx context.Context, cli client.APIClient, s Spec) error {
+func (sv *Service) createProxy(ctx context.Context, s Spec) error {
+	cli := sv.docker
 	if _, err := cli.ImageInspect(ctx, s.Proxy.Image); err != nil {
 		if errdefs.IsNotFound(err) {
 			return fmt.Errorf("proxy image %s is not present on the daemon (nothing is pulled); build it first, "+
@@ -399,19 +354,20 @@ func createProxy(ctx context.Context, cli client.APIClient, s Spec) error {
 	if err := cli.NetworkConnect(ctx, egress.Name, resp.ID, &network.EndpointSettings{
 		IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: s.Proxy.EgressIP.String()},
 	}); err != nil {
-		_ = removeContainer(ctx, cli, resp.ID)
+		_ = sv.removeContainer(ctx, resp.ID, s.Proxy.Name)
 		return fmt.Errorf("network connect %s to %s: %w", s.Proxy.Name, egress.Name, err)
 	}
-	if err := startProxy(ctx, cli, resp.ID); err != nil {
-		return err
-	}
-	return nil
+	sv.log.Debug("proxy container created", "topology", s.Name, "container", s.Proxy.Name, "id", resp.ID,
+		"image", s.Proxy.Image, "config", ProxyConfigHash(s), "ip", s.Proxy.IP.String(), "egress_ip", s.Proxy.EgressIP.String(),
+		"port", s.Proxy.Port, "allow_entries", len(s.Proxy.Allow))
+	return sv.startProxy(ctx, resp.ID, s.Proxy.Name)
 }
 
 // startProxy starts the proxy and checks, for a bounded moment, that it
 // stays up; a proxy that exits at once (bad flag, missing binary) is an
 // error with its last log lines.
-func startProxy(ctx context.Context, cli client.APIClient, id string) error {
+func (sv *Service) startProxy(ctx context.Context, id, name string) error {
+	cli := sv.docker
 	if err := cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
 		return fmt.Errorf("container start proxy: %w", err)
 	}
@@ -430,6 +386,7 @@ func startProxy(ctx context.Context, cli client.APIClient, id string) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+	sv.log.Debug("proxy container started", "container", name, "id", id)
 	return nil
 }
 
@@ -442,41 +399,6 @@ func tailLogs(ctx context.Context, cli client.APIClient, id string) string {
 	var b strings.Builder
 	_, _ = stdcopy.StdCopy(&b, &b, io.LimitReader(rc, 8<<10))
 	return strings.TrimSpace(b.String())
-}
-
-// Destroy removes the proxy and the networks of a topology, and nothing
-// else. Networks with containers still attached are an error that names
-// them. Missing objects are fine.
-func Destroy(ctx context.Context, cli client.APIClient, s Spec) error {
-	o, err := Observe(ctx, cli, s)
-	if err != nil {
-		return err
-	}
-	// Refuse before removing anything, so a refused destroy leaves the
-	// topology (and its firewall) whole for the members still on it.
-	var attached []string
-	for _, n := range s.Networks {
-		if on, ok := o.Networks[n.Kind]; ok && on.Owned {
-			for _, c := range foreignEndpoints(on, o.Proxy) {
-				attached = append(attached, c+" (on "+n.Name+")")
-			}
-		}
-	}
-	if len(attached) > 0 {
-		return fmt.Errorf("topology %s still has members attached: %s; detach or destroy them first", s.Name, strings.Join(attached, ", "))
-	}
-	var errs []error
-	if o.Proxy != nil {
-		errs = append(errs, removeContainer(ctx, cli, o.Proxy.ID))
-	}
-	for _, n := range s.Networks {
-		on, ok := o.Networks[n.Kind]
-		if !ok || !on.Owned {
-			continue
-		}
-		errs = append(errs, removeNetwork(ctx, cli, on.ID))
-	}
-	return errors.Join(errs...)
 }
 
 // Conflicts reports planned subnets that overlap a Docker network that is

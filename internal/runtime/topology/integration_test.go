@@ -26,7 +26,8 @@ import (
 // freeInput picks a unique name and three free /24s in 10.213.0.0/16.
 func freeInput(t *testing.T, cli client.APIClient, prefix string) Input {
 	t.Helper()
-	if swept, err := SweepStale(context.Background(), cli, "meepa-test-tg", time.Hour); err != nil || len(swept) > 0 {
+	if swept, err := testutil.SweepTopologies(context.Background(), cli, LabelTopology, "meepa-test-tg", time.Hour,
+		NewService(cli, nil).Teardown); err != nil || len(swept) > 0 {
 		t.Logf("swept stale test topologies %v (err %v)", swept, err)
 	}
 	for try := 0; try < 30; try++ {
@@ -76,26 +77,26 @@ func TestThreeGateIsolation(t *testing.T) {
 	if len(ps) > 0 {
 		t.Fatal(ps)
 	}
-	fw, err := firewall.Open(ctx)
+	fw, err := firewall.Open(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc := NewService(cli, nil)
 	t.Cleanup(func() {
-		if err := Destroy(context.WithoutCancel(ctx), cli, s); err != nil {
-			t.Errorf("destroy: %v", err)
-		}
-		if err := fw.Remove(context.WithoutCancel(ctx), s.Rules()); err != nil {
-			t.Errorf("firewall remove: %v", err)
+		if err := svc.Teardown(context.WithoutCancel(ctx), s.Name); err != nil {
+			t.Errorf("teardown: %v", err)
 		}
 	})
 
 	// 1. Docker's topology alone.
-	if _, err := Ensure(ctx, cli, s, nil); err != nil {
+	dockerOnly := s
+	dockerOnly.Firewall.Enabled = false
+	if _, err := svc.Apply(ctx, dockerOnly); err != nil {
 		t.Fatal(err)
 	}
 	opts := VerifyOptions{Image: image, AllowedTarget: out.Addr(443), DeniedTarget: out.Addr(8443),
 		OutsideAddress: out.Addr(8443), HostPort: hostPort, DNSName: name, Timeout: 2 * time.Second}
-	before, err := Verify(ctx, cli, s, opts)
+	before, err := svc.Verify(ctx, s, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,13 +111,13 @@ func TestThreeGateIsolation(t *testing.T) {
 	}
 
 	// 2. With the host firewall.
-	if err := fw.Apply(ctx, s.Rules()); err != nil {
+	if _, err := svc.Apply(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	if drift, err := fw.Check(ctx, s.Rules()); err != nil || len(drift) > 0 {
 		t.Fatalf("after apply: drift %v, err %v", drift, err)
 	}
-	after, err := Verify(ctx, cli, s, opts)
+	after, err := svc.Verify(ctx, s, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,11 +289,11 @@ func TestThreeGateIsolation(t *testing.T) {
 	if d := strings.Join(Drift(s, o), "\n"); !strings.Contains(d, "network "+s.Network(EgressNet).Name+" is missing") {
 		t.Errorf("removed network drift = %v", d)
 	}
-	o, err = Ensure(ctx, cli, s, func(ctx context.Context) error { return fw.Apply(ctx, s.Rules()) })
+	st, err := svc.Apply(ctx, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := Drift(s, o); len(d) > 0 {
+	if d := Drift(s, st.Observed); len(d) > 0 {
 		t.Errorf("not restored: %v", d)
 	}
 }
@@ -440,14 +441,15 @@ func TestNetworkWithEndpoints(t *testing.T) {
 	in := freeInput(t, cli, "meepa-test-tgep")
 	in.Proxy = ProxyInput{Image: image, Allow: []string{"example.com"}}
 	s, _ := Build(in)
-	t.Cleanup(func() { _ = Destroy(context.WithoutCancel(ctx), cli, s) })
-	if _, err := Ensure(ctx, cli, s, nil); err != nil {
+	svc := NewService(cli, nil)
+	t.Cleanup(func() { _ = svc.Teardown(context.WithoutCancel(ctx), s.Name) })
+	if _, err := svc.Apply(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	member := "meepa-test-tgep-member-" + s.Name[len(s.Name)-4:]
 	startMember(t, cli, image, s.Network(LLMNet).Name, memberOpts{name: member})
 	start := time.Now()
-	err := Destroy(ctx, cli, s)
+	err := svc.Teardown(ctx, s.Name)
 	if err == nil || !strings.Contains(err.Error(), member) || !strings.Contains(err.Error(), "detach or destroy") {
 		t.Fatalf("destroy with a member attached = %v, want an error naming %s", err, member)
 	}
@@ -463,7 +465,7 @@ func TestNetworkWithEndpoints(t *testing.T) {
 	if len(ps) > 0 {
 		t.Fatal(ps)
 	}
-	if _, err := Ensure(ctx, cli, s2, nil); err == nil || !strings.Contains(err.Error(), member) {
+	if _, err := svc.Apply(ctx, s2); err == nil || !strings.Contains(err.Error(), member) {
 		t.Fatalf("ensure with a changed subnet and a member attached = %v", err)
 	}
 }
@@ -492,7 +494,7 @@ func TestConflicts(t *testing.T) {
 	other.Proxy = ProxyInput{Image: "x"}
 	os, _ := Build(other)
 	n := os.Network(LLMNet)
-	if err := createNetwork(ctx, cli, os, n); err != nil {
+	if err := NewService(cli, nil).createNetwork(ctx, os, n); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cli.NetworkRemove(context.WithoutCancel(ctx), n.Name) })
@@ -518,14 +520,15 @@ func TestSweepStale(t *testing.T) {
 	cli := testutil.Docker(t)
 	in := freeInput(t, cli, "meepa-test-tgsw")
 	s, _ := Build(in)
-	if err := createNetwork(ctx, cli, s, s.Network(LLMNet)); err != nil {
+	svc := NewService(cli, nil)
+	if err := svc.createNetwork(ctx, s, s.Network(LLMNet)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cli.NetworkRemove(context.WithoutCancel(ctx), s.Network(LLMNet).Name) })
-	if swept, err := SweepStale(ctx, cli, s.Name, time.Hour); err != nil || len(swept) != 0 {
+	if swept, err := testutil.SweepTopologies(ctx, cli, LabelTopology, s.Name, time.Hour, svc.Teardown); err != nil || len(swept) != 0 {
 		t.Fatalf("a fresh topology was swept: %v %v", swept, err)
 	}
-	if swept, err := SweepStale(ctx, cli, s.Name, 0); err != nil || len(swept) != 1 {
+	if swept, err := testutil.SweepTopologies(ctx, cli, LabelTopology, s.Name, 0, svc.Teardown); err != nil || len(swept) != 1 {
 		t.Fatalf("sweep = %v, %v", swept, err)
 	}
 	if o, _ := Observe(ctx, cli, s); len(o.Networks) != 0 {

@@ -1,7 +1,9 @@
-// Package topology is the ThreeGate plan: the three networks and their
+// Package topology is ThreeGate: the plan (the three networks and their
 // subnets, the pinned addresses of the egress proxy, the roles and which
-// networks each may join, and the validation of all of it. It has no Docker
-// or iptables calls; the resource and the firewall work from its Spec.
+// networks each may join, and the validation of all of it, as Problems with
+// attribute paths) and the Service that brings a planned topology up on
+// Docker and the host firewall, reads it back, verifies it, imports it and
+// tears it down. This file is the plan: pure data, no Docker or iptables.
 package topology
 
 import (
@@ -433,6 +435,27 @@ func Widening(old, new Spec) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Change is what moving a live topology from one spec to another does to
+// its objects.
+type Change struct {
+	KeepNetworks bool     // every network stays as it is
+	KeepProxy    bool     // and so does the proxy container
+	Opens        []string // what the change widens (Widening)
+}
+
+// Compare plans the move from old to new. drifted says the live topology
+// was found to differ from old; then apply replaces what differs, so no
+// object can be promised to stay.
+func Compare(old, new Spec, drifted bool) Change {
+	c := Change{KeepNetworks: !drifted, Opens: Widening(old, new)}
+	for _, k := range Kinds {
+		a, b := old.Network(k), new.Network(k)
+		c.KeepNetworks = c.KeepNetworks && a.Subnet == b.Subnet && a.Gateway == b.Gateway
+	}
+	c.KeepProxy = c.KeepNetworks && ProxyConfigHash(old) == ProxyConfigHash(new)
+	return c
 }
 
 // FirewallParams are the facts of the topology the host firewall needs.

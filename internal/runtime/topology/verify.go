@@ -123,7 +123,7 @@ func (rp *roleProbe) add(what, expected string, c probe.Check) {
 // Verify runs short-lived probe containers in each role and compares what
 // they reach with what the spec allows; it also checks every container
 // attached to the topology's networks against the membership rules.
-func Verify(ctx context.Context, cli client.APIClient, s Spec, o VerifyOptions) (Report, error) {
+func (sv *Service) Verify(ctx context.Context, s Spec, o VerifyOptions) (Report, error) {
 	if o.Image == "" {
 		o.Image = s.Proxy.Image
 	}
@@ -133,6 +133,7 @@ func Verify(ctx context.Context, cli client.APIClient, s Spec, o VerifyOptions) 
 	if o.Timeout == 0 {
 		o.Timeout = 2 * time.Second
 	}
+	sv.log.Debug("verifying threegate topology", "topology", s.Name, "image", o.Image)
 	llm, fetch := s.Network(LLMNet), s.Network(FetchNet)
 	proxyAddr := netip.AddrPortFrom(s.Proxy.IP, uint16(s.Proxy.Port)).String()
 	gw := func(n Network) string { return netip.AddrPortFrom(n.Gateway, uint16(o.HostPort)).String() }
@@ -198,7 +199,7 @@ func Verify(ctx context.Context, cli client.APIClient, s Spec, o VerifyOptions) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = runRole(ctx, cli, s, o, rp)
+			errs[i] = sv.runRole(ctx, s, o, rp)
 		}()
 	}
 	wg.Wait()
@@ -209,7 +210,7 @@ func Verify(ctx context.Context, cli client.APIClient, s Spec, o VerifyOptions) 
 	for _, rp := range all {
 		rep.Probes = append(rep.Probes, rp.rows...)
 	}
-	v, err := Violations(ctx, cli, s)
+	v, err := Violations(ctx, sv.docker, s)
 	if err != nil {
 		return rep, err
 	}
@@ -247,7 +248,8 @@ func pass(expected, observed string) bool {
 
 // runRole runs one probe container with the role's networks and fills the
 // observed column.
-func runRole(ctx context.Context, cli client.APIClient, s Spec, o VerifyOptions, rp *roleProbe) error {
+func (sv *Service) runRole(ctx context.Context, s Spec, o VerifyOptions, rp *roleProbe) error {
+	cli := sv.docker
 	args := []string{"probe", "--timeout", o.Timeout.String()}
 	for _, c := range rp.checks {
 		args = append(args, c.String())
@@ -273,11 +275,13 @@ func runRole(ctx context.Context, cli client.APIClient, s Spec, o VerifyOptions,
 	if err != nil {
 		return fmt.Errorf("probe %s: container create: %w", rp.role, err)
 	}
+	sv.log.Debug("probe container created", "topology", s.Name, "container", name, "id", resp.ID, "role", rp.role,
+		"networks", strings.Join(rp.networks, ","), "checks", len(rp.checks))
 	defer func() {
 		// A fresh context: the probe must go even when ctx was cancelled.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		_ = removeContainer(rctx, cli, resp.ID)
+		_ = sv.removeContainer(rctx, resp.ID, name)
 	}()
 	for _, n := range rp.networks[min(1, len(rp.networks)):] {
 		if err := cli.NetworkConnect(ctx, n, resp.ID, &network.EndpointSettings{}); err != nil {
