@@ -101,7 +101,11 @@ func ValidateSettings(c *Config) error {
 	for _, e := range unjoin(landlock.Validate(c.FileAccess)) {
 		var fe *landlock.FieldError
 		if errors.As(e, &fe) {
-			errs = append(errs, &FieldError{Field: "file_access." + fe.Field, Index: fe.Index, Err: errors.New(fe.Msg)})
+			msg := errors.New(fe.Msg)
+			if fe.Index >= 0 {
+				msg = fmt.Errorf("%q: %s", fe.Path, fe.Msg)
+			}
+			errs = append(errs, &FieldError{Field: "file_access." + fe.Field, Index: fe.Index, Err: msg})
 		} else {
 			field("file_access", e)
 		}
