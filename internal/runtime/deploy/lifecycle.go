@@ -165,7 +165,11 @@ func (s *Service) writeFiles(a *Agent, l Listener, existed bool) ([]Warning, []b
 		return warnings, nil, stepErr(StepWorkspace, "", "making the workspace "+wsPath, err)
 	}
 	if res.Created {
-		s.log.Info("workspace created", "agent_id", id, "path", wsPath, "owner", owner)
+		who := "unchanged"
+		if owner != nil {
+			who = fmt.Sprintf("%d:%d", owner.UID, owner.GID)
+		}
+		s.log.Info("workspace created", "agent_id", id, "path", wsPath, "owner", who)
 	}
 	if res.SoulWritten {
 		s.log.Info("workspace file written", "agent_id", id, "path", wsPath, "file", workspace.SoulFile)
