@@ -31,6 +31,7 @@ type (
 const (
 	DefaultMemoryLimit    = runner.DefaultMemoryLimit
 	MinHostMemoryLimit    = runner.MinHostMemoryLimit
+	MinMemoryLimit        = sandbox.MinMemoryLimitText
 	DefaultTimeoutSeconds = runner.DefaultTimeoutSeconds
 	MaxTimeoutSeconds     = runner.MaxTimeoutSeconds
 	DefaultPidsLimit      = runner.DefaultPidsLimit
