@@ -134,10 +134,12 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 
 	plan.Token = state.Token
 	plan.ConfigHash = types.StringUnknown()
-	var apiKey types.String
-	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("llm").AtName("api_key"), &apiKey)...)
+	// The write-only values are only in the configuration.
+	apiKey, secrets := writeOnlyValues(ctx, req.Config, &resp.Diagnostics)
 	if !apiKey.IsUnknown() && !plan.WorkspacePath.IsUnknown() {
-		a, known := agentOf(ctx, plan, apiKey.ValueString(), &resp.Diagnostics)
+		m := plan
+		m.Secrets = secrets
+		a, known := agentOf(ctx, m, apiKey.ValueString(), &resp.Diagnostics)
 		if h := svc.Plan(a).ConfigHash; known && h != "" {
 			plan.ConfigHash = types.StringValue(h)
 		}
@@ -277,9 +279,10 @@ func (r *agentResource) Update(ctx context.Context, req resource.UpdateRequest, 
 // apply runs the service's Apply for plan and fills plan's computed values
 // from its result.
 func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan, prior *agentModel, redeploy bool, diags *diag.Diagnostics) {
-	var apiKey types.String
-	diags.Append(config.GetAttribute(ctx, path.Root("llm").AtName("api_key"), &apiKey)...)
-	a, known := agentOf(ctx, *plan, apiKey.ValueString(), diags)
+	apiKey, secrets := writeOnlyValues(ctx, config, diags)
+	m := *plan
+	m.Secrets = secrets
+	a, known := agentOf(ctx, m, apiKey.ValueString(), diags)
 	if diags.HasError() {
 		return
 	}
@@ -313,6 +316,16 @@ func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan, 
 // tfConfigGetter is the part of tfsdk.Config that apply reads.
 type tfConfigGetter interface {
 	GetAttribute(ctx context.Context, p path.Path, target interface{}) diag.Diagnostics
+}
+
+// writeOnlyValues reads the write-only attributes, which plan and state
+// never hold, from the configuration.
+func writeOnlyValues(ctx context.Context, config tfConfigGetter, diags *diag.Diagnostics) (types.String, types.Map) {
+	var apiKey types.String
+	secrets := types.MapNull(types.StringType)
+	diags.Append(config.GetAttribute(ctx, path.Root("llm").AtName("api_key"), &apiKey)...)
+	diags.Append(config.GetAttribute(ctx, path.Root("secrets"), &secrets)...)
+	return apiKey, secrets
 }
 
 func (r *agentResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {

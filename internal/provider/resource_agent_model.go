@@ -219,7 +219,7 @@ func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagn
 }
 
 // modelOf fills the model from an agent read back from disk (for import):
-// everything but the write-only API key, which state never holds.
+// everything but the write-only API key and secrets, which state never holds.
 func modelOf(m *agentModel, a deploy.Agent) {
 	c, meta := a.Config, a.Meta
 	m.ID, m.AgentID = types.StringValue(c.AgentID), types.StringValue(c.AgentID)
@@ -228,14 +228,8 @@ func modelOf(m *agentModel, a deploy.Agent) {
 		"base_url": types.StringValue(c.LLM.BaseURL), "api_key": types.StringNull(),
 		"max_steps": types.Int64Value(int64(orDefault(c.MaxSteps, deploy.DefaultMaxSteps))),
 	})
+	// Write-only, as the API key: state never holds the secrets.
 	m.Secrets = types.MapNull(types.StringType)
-	if len(c.Secrets) > 0 {
-		vals := map[string]attr.Value{}
-		for k, v := range c.Secrets {
-			vals[k] = types.StringValue(v)
-		}
-		m.Secrets = types.MapValueMust(types.StringType, vals)
-	}
 	m.InjectCredentialsEnv, m.InjectSecretsEnv = types.BoolValue(c.InjectCredentialsEnv), types.BoolValue(c.InjectSecretsEnv)
 	m.RedactSecrets = types.BoolValue(c.RedactSecrets)
 	network := types.StringValue(c.Container.Network)

@@ -90,8 +90,9 @@ func agentSchema() schema.Schema {
 				MarkdownDescription: "Keep `SOUL.md` equal to `soul`: the agent's edits show as drift and the next apply overwrites them. Default `false`.",
 			},
 			"secrets": schema.MapAttribute{
-				Optional: true, Sensitive: true, ElementType: types.StringType,
-				MarkdownDescription: "Extra secret values for the agent loop (e.g. tool credentials), handed over on stdin. " +
+				Optional: true, Sensitive: true, WriteOnly: true, ElementType: types.StringType,
+				MarkdownDescription: "Extra secret values for the agent loop (e.g. tool credentials), handed over on stdin " +
+					"(write-only, as `llm.api_key`: never in plan or state; a change changes `config_hash`, which replaces the runner). " +
 					"Exported to tool processes with `inject_secrets_env` (then each name must be an environment variable name, " +
 					"`" + deploy.EnvNamePattern.String() + "`, and not `HOME`, `TMPDIR`, `PATH` or a dynamic loader variable), replaced by `[REDACTED]` in replies with `redact_secrets`.",
 			},

@@ -5,7 +5,9 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
@@ -66,9 +68,11 @@ func TestRuntimeRoundTrip(t *testing.T) {
 	meta := deploy.Meta{Soul: "s", Memory: "m", ManageSoul: true, Deployment: "container", RunnerImage: "runner:1"}
 	var m agentModel
 	modelOf(&m, deploy.Agent{Config: in, Meta: meta})
-	if !m.LLM.Attributes()["api_key"].IsNull() {
-		t.Fatal("the API key was read back into the model")
+	if !m.LLM.Attributes()["api_key"].IsNull() || !m.Secrets.IsNull() {
+		t.Fatal("a write-only value (the API key, the secrets) was read back into the model")
 	}
+	// As apply does: the write-only secrets come from the configuration.
+	m.Secrets = types.MapValueMust(types.StringType, map[string]attr.Value{"A": types.StringValue("1")})
 	var diags diag.Diagnostics
 	a, known := agentOf(ctx, m, "sk", &diags)
 	if !known || diags.HasError() {

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
@@ -98,6 +100,14 @@ func planVerdict(t *testing.T, c deploy.Config) error {
 	t.Helper()
 	var m agentModel
 	modelOf(&m, deploy.Agent{Config: c, Meta: deploy.Meta{Deployment: deploy.ModeContainer}})
+	// The configuration holds the write-only secrets that state does not.
+	if len(c.Secrets) > 0 {
+		vals := map[string]attr.Value{}
+		for k, v := range c.Secrets {
+			vals[k] = types.StringValue(v)
+		}
+		m.Secrets = types.MapValueMust(types.StringType, vals)
+	}
 	var diags diag.Diagnostics
 	validateAgentConfig(context.Background(), m, &diags)
 	if !diags.HasError() {
