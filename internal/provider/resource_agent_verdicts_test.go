@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,6 +10,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/tfversion"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
@@ -138,3 +141,29 @@ func runnerVerdict(t *testing.T, c deploy.Config) error {
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// TestAgentPlanRefusesWhatTheRunnerRefuses: through terraform, the two
+// settings the plan used to accept and the runner then refused at apply
+// are plan-time errors on their attributes, and nothing is made. No daemon.
+func TestAgentPlanRefusesWhatTheRunnerRefuses(t *testing.T) {
+	stateDir := t.TempDir()
+	for _, tc := range []struct{ name, body, attr, want string }{
+		{"root user", `container_mode = { enabled = true, user = "0:0" }`, "container_mode.user", `never runs as root`},
+		{"host mode 64m", `container_mode = { memory_limit = "64m" }`, "container_mode.memory_limit", `below 128m.*host mode`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resource.UnitTest(t, resource.TestCase{
+				TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+				ProtoV6ProviderFactories: testAccProviders,
+				Steps: []resource.TestStep{{
+					Config:      agentConfigWith(stateDir, tc.body),
+					PlanOnly:    true,
+					ExpectError: errorOn(tc.attr, tc.want),
+				}},
+			})
+		})
+	}
+	if entries, _ := os.ReadDir(stateDir); len(entries) != 0 {
+		t.Fatalf("state dir not empty after plan-time errors: %v", entries)
+	}
+}
