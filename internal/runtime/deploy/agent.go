@@ -80,15 +80,6 @@ func ValidateSettings(c *Config) error { return runner.ValidateSettings(c) }
 // CheckToolEnvName says why a name cannot be a tool's environment variable.
 func CheckToolEnvName(k string) error { return agent.CheckToolEnvName(k) }
 
-// CheckNetwork is ValidateSettings' check of container_mode.network.
-func CheckNetwork(v string) error { return runner.CheckNetwork(v) }
-
-// CheckMemoryLimit is ValidateSettings' parse of a memory limit.
-func CheckMemoryLimit(s string) error {
-	_, err := sandbox.MemoryBytes(s)
-	return err
-}
-
 // Agent is one agent as its owner describes it: the runner's config and
 // what lies beyond it (the metadata).
 type Agent struct {

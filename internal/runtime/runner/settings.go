@@ -90,7 +90,7 @@ func ValidateSettings(c *Config) error {
 		field("container_mode.pids_limit", fmt.Errorf("must be between %d and %d, got %d", MinPidsLimit, MaxPidsLimit, p))
 	}
 	if len(cm.Networks) == 0 {
-		field("container_mode.network", CheckNetwork(cm.Network))
+		field("container_mode.network", checkNetwork(cm.Network))
 	}
 	if cm.Runtime != "" && !slices.Contains(Runtimes, cm.Runtime) {
 		field("container_mode.runtime", fmt.Errorf("%q is not one of %s", cm.Runtime, strings.Join(Runtimes, ", ")))
@@ -136,9 +136,9 @@ func checkMemory(cm ContainerMode) error {
 	return nil
 }
 
-// CheckNetwork accepts the spec's network modes (empty reads as "none") and
+// checkNetwork accepts the spec's network modes (empty reads as "none") and
 // explains why "host" is refused.
-func CheckNetwork(v string) error {
+func checkNetwork(v string) error {
 	switch {
 	case v == "" || slices.Contains(Networks, v):
 		return nil
