@@ -48,7 +48,10 @@ func runServe(args []string) int {
 			return nil, err
 		}
 		if *unrestricted {
+			// The flag turns every rule off: a deny list has nothing
+			// left to act on (and would be refused with unrestricted).
 			cfg.FileAccess.Unrestricted = true
+			cfg.FileAccess.Deny = nil
 		}
 		return cfg, nil
 	}

@@ -112,7 +112,7 @@ func run(rounds, burst, perAgent, reps int) error {
 		if err := os.Mkdir(ws, 0o755); err != nil {
 			return "", err
 		}
-		return ws, os.Chown(ws, 65534, 65534)
+		return ws, os.Chown(ws, sandbox.DefaultUID, sandbox.DefaultGID)
 	}
 	wsA, err := newWorkspace("bare")
 	if err != nil {

@@ -76,7 +76,7 @@ func TestAccAgent_external(t *testing.T) {
 				if rel, err := filepath.Rel(wsPath, layout.ConfigFile); err != nil || !strings.HasPrefix(rel, "..") {
 					return fmt.Errorf("runner config %s inside the workspace", layout.ConfigFile)
 				}
-				for _, f := range []string{layout.ConfigFile, metaFile(layout)} {
+				for _, f := range []string{layout.ConfigFile, deploy.MetaFile(layout)} {
 					if err := checkFileMode(f, 0o600); err != nil {
 						return err
 					}
@@ -90,7 +90,7 @@ func TestAccAgent_external(t *testing.T) {
 					return fmt.Errorf("runner config: agent %q workspace %q listen %q container %+v token matches %v key matches %v",
 						c.AgentID, c.Workspace, c.Listen, c.Container, c.Token == a["token"], c.LLM.APIKey == testAPIKey)
 				}
-				if meta, err := readMeta(layout); err != nil || meta.Deployment != "external" {
+				if meta, err := deploy.ReadMeta(layout); err != nil || meta.Deployment != "external" {
 					return fmt.Errorf("metadata: %+v %v", meta, err)
 				}
 				// No runner container: the operator runs the service.

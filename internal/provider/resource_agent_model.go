@@ -2,37 +2,13 @@ package provider
 
 import (
 	"context"
-	"os"
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
-)
-
-// Lists that build both validators and descriptions, so docs never drift
-// from validation.
-var (
-	llmProviders      = []string{"openai", "anthropic", "offline"}
-	containerNetworks = []string{"bridge", "none"}
-	containerRuntimes = []string{"runc", "crun", "runsc"}
-	threegateRoles    = []string{"core", "fetch", "tool_exec"}
-	deploymentModes   = []string{"container", "external"}
-)
-
-// Defaults of the spec's container_mode and file_access, and of the extras.
-const (
-	defaultMemoryLimit    = "512m"
-	defaultTimeoutSeconds = 300
-	defaultNetwork        = "bridge"
-	defaultPidsLimit      = 256
-	defaultUser           = "65534:65534"
-	defaultRuntime        = "runc"
-	defaultMaxSteps       = 8
-	defaultDeployment     = "container"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 )
 
 type agentModel struct {
@@ -126,9 +102,9 @@ func emptyStringList() types.List { return types.ListValueMust(types.StringType,
 func defaultContainerMode() types.Object {
 	return types.ObjectValueMust(containerModeAttrTypes, map[string]attr.Value{
 		"enabled": types.BoolValue(false), "image": types.StringValue(""),
-		"memory_limit": types.StringValue(defaultMemoryLimit), "timeout_seconds": types.Int64Value(defaultTimeoutSeconds),
-		"network": types.StringValue(defaultNetwork), "pids_limit": types.Int64Value(defaultPidsLimit),
-		"user": types.StringValue(defaultUser), "runtime": types.StringValue(defaultRuntime), "prestart": types.BoolValue(true),
+		"memory_limit": types.StringValue(deploy.DefaultMemoryLimit), "timeout_seconds": types.Int64Value(deploy.DefaultTimeoutSeconds),
+		"network": types.StringValue(deploy.DefaultNetwork), "pids_limit": types.Int64Value(deploy.DefaultPidsLimit),
+		"user": types.StringValue(deploy.DefaultUser), "runtime": types.StringValue(deploy.DefaultRuntime), "prestart": types.BoolValue(true),
 	})
 }
 
@@ -142,7 +118,7 @@ func defaultFileAccess() types.Object {
 
 func defaultRunner() types.Object {
 	return types.ObjectValueMust(runnerAttrTypes, map[string]attr.Value{
-		"listen": types.StringNull(), "deployment": types.StringValue(defaultDeployment), "image": types.StringValue(""),
+		"listen": types.StringNull(), "deployment": types.StringValue(deploy.DefaultMode), "image": types.StringValue(""),
 	})
 }
 
@@ -174,39 +150,26 @@ func listOf(ss []string) types.List {
 	return types.ListValueMust(types.StringType, vals)
 }
 
-// runtimeInputs is what the model says the runner must be, in runtime terms.
-type runtimeInputs struct {
-	Config     runner.Config
-	Deployment string
-	// RunnerImage runs `agent-runner serve`; container_mode.image unless
-	// runner.image is set.
-	RunnerImage string
-	Threegate   *threegateModel
-}
-
-// toRuntime converts the model (plan or state) into the runner's config.
-// The token and the API key are passed in: the token lives in state, the
-// API key only in the configuration (write-only). known is false when some
-// input is not yet known (then the result must not be used).
-func toRuntime(ctx context.Context, m agentModel, workspace, listen, token, apiKey string, diags *diag.Diagnostics) (ri runtimeInputs, known bool) {
+// agentOf converts the model (plan or state) into the agent the service
+// takes. The API key is passed in: it lives only in the configuration
+// (write-only). known is false when some input is not yet known (then the
+// result must not be used).
+func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagnostics) (a deploy.Agent, known bool) {
 	llm, ok1 := objectAs[llmModel](ctx, m.LLM, diags)
 	cm, ok2 := objectAs[containerModeModel](ctx, m.ContainerMode, diags)
 	fa, ok3 := objectAs[fileAccessModel](ctx, m.FileAccess, diags)
 	rn, ok4 := objectAs[runnerModel](ctx, m.Runner, diags)
-	if !ok1 || !ok2 || !ok3 || !ok4 || diags.HasError() {
-		return ri, false
+	if !ok1 || !ok2 || !ok3 || !ok4 || diags.HasError() || m.Secrets.IsUnknown() {
+		return a, false
 	}
 	if !m.Threegate.IsNull() {
 		tg, ok := objectAs[threegateModel](ctx, m.Threegate, diags)
 		if !ok || tg.Network.IsUnknown() || tg.Role.IsUnknown() {
-			return ri, false
+			return a, false
 		}
-		ri.Threegate = &tg
+		a.Meta.ThreegateNetwork, a.Meta.ThreegateRole = tg.Network.ValueString(), tg.Role.ValueString()
 	}
 	var secrets map[string]string
-	if m.Secrets.IsUnknown() {
-		return ri, false
-	}
 	if !m.Secrets.IsNull() {
 		diags.Append(m.Secrets.ElementsAs(ctx, &secrets, false)...)
 	}
@@ -218,41 +181,25 @@ func toRuntime(ctx context.Context, m agentModel, workspace, listen, token, apiK
 		rn.Deployment, rn.Image,
 	} {
 		if v.IsUnknown() {
-			return ri, false
+			return a, false
 		}
 	}
-	ri.Config = runner.Config{
-		AgentID:   m.AgentID.ValueString(),
-		Workspace: workspace,
-		Listen:    listen,
-		Token:     token,
-		Container: runner.ContainerMode{
-			Enabled:        cm.Enabled.ValueBool(),
-			Image:          cm.Image.ValueString(),
-			MemoryLimit:    cm.MemoryLimit.ValueString(),
-			TimeoutSeconds: int(cm.TimeoutSeconds.ValueInt64()),
-			Network:        cm.Network.ValueString(),
-			PidsLimit:      cm.PidsLimit.ValueInt64(),
-			User:           cm.User.ValueString(),
-			Runtime:        cm.Runtime.ValueString(),
-			Prestart:       cm.Prestart.ValueBool(),
+	a.Config = deploy.Config{
+		AgentID: m.AgentID.ValueString(),
+		Listen:  rn.Listen.ValueString(),
+		Token:   m.Token.ValueString(),
+		Container: deploy.ContainerMode{
+			Enabled: cm.Enabled.ValueBool(), Image: cm.Image.ValueString(), MemoryLimit: cm.MemoryLimit.ValueString(),
+			TimeoutSeconds: int(cm.TimeoutSeconds.ValueInt64()), Network: cm.Network.ValueString(), PidsLimit: cm.PidsLimit.ValueInt64(),
+			User: cm.User.ValueString(), Runtime: cm.Runtime.ValueString(), Prestart: cm.Prestart.ValueBool(),
 		},
-		FileAccess: runner.FileAccess{
-			Unrestricted:      fa.Unrestricted.ValueBool(),
-			AllowRead:         stringList(ctx, fa.AllowRead, diags),
-			AllowReadWrite:    stringList(ctx, fa.AllowReadWrite, diags),
-			Deny:              stringList(ctx, fa.Deny, diags),
-			AllowHomeDotfiles: fa.AllowHomeDotfiles.ValueBool(),
-			AllowNetwork:      fa.AllowNetwork.ValueBool(),
-			// allow_home_dotfiles means the dotfiles of the host user who
-			// runs Terraform, not of whoever the runner runs as.
-			HomeDir: hostHome(),
+		FileAccess: deploy.FileAccess{
+			Unrestricted: fa.Unrestricted.ValueBool(), AllowRead: stringList(ctx, fa.AllowRead, diags),
+			AllowReadWrite: stringList(ctx, fa.AllowReadWrite, diags), Deny: stringList(ctx, fa.Deny, diags),
+			AllowHomeDotfiles: fa.AllowHomeDotfiles.ValueBool(), AllowNetwork: fa.AllowNetwork.ValueBool(),
 		},
-		LLM: agent.LLMConfig{
-			Provider: llm.Provider.ValueString(),
-			Model:    llm.Model.ValueString(),
-			BaseURL:  llm.BaseURL.ValueString(),
-			APIKey:   apiKey,
+		LLM: deploy.LLMConfig{
+			Provider: llm.Provider.ValueString(), Model: llm.Model.ValueString(), BaseURL: llm.BaseURL.ValueString(), APIKey: apiKey,
 		},
 		Secrets:              secrets,
 		InjectCredentialsEnv: m.InjectCredentialsEnv.ValueBool(),
@@ -260,44 +207,38 @@ func toRuntime(ctx context.Context, m agentModel, workspace, listen, token, apiK
 		RedactSecrets:        m.RedactSecrets.ValueBool(),
 		MaxSteps:             int(llm.MaxSteps.ValueInt64()),
 	}
-	if ri.Threegate != nil {
-		// The role's networks and env are resolved at apply; the plan keys
-		// on the threegate network id and role instead (in Settings).
-		ri.Config.Container.Network = ""
+	if a.Meta.ThreegateNetwork != "" {
+		// The role's networks and env are resolved at apply; the hash
+		// keys on the topology and role instead.
+		a.Config.Container.Network = ""
 	}
-	ri.Deployment = rn.Deployment.ValueString()
-	ri.RunnerImage = rn.Image.ValueString()
-	if ri.RunnerImage == "" {
-		ri.RunnerImage = cm.Image.ValueString()
-	}
-	return ri, !diags.HasError()
+	a.Meta.Soul, a.Meta.Memory = m.Soul.ValueString(), m.Memory.ValueString()
+	a.Meta.ManageSoul, a.Meta.ForceDestroyWorkspace = m.ManageSoul.ValueBool(), m.ForceDestroyWorkspace.ValueBool()
+	a.Meta.Deployment, a.Meta.RunnerImage = rn.Deployment.ValueString(), rn.Image.ValueString()
+	return a, !diags.HasError()
 }
 
-// fromRuntime fills the model from a runner config read back from disk (for
-// import): everything but the write-only API key, which state never holds.
-func fromRuntime(m *agentModel, c *runner.Config, meta agentMeta) {
-	m.ID = types.StringValue(c.AgentID)
-	m.AgentID = types.StringValue(c.AgentID)
+// modelOf fills the model from an agent read back from disk (for import):
+// everything but the write-only API key and secrets, which state never holds.
+func modelOf(m *agentModel, a deploy.Agent) {
+	c, meta := a.Config, a.Meta
+	m.ID, m.AgentID = types.StringValue(c.AgentID), types.StringValue(c.AgentID)
 	m.LLM = types.ObjectValueMust(llmAttrTypes, map[string]attr.Value{
 		"provider": types.StringValue(c.LLM.Provider), "model": types.StringValue(c.LLM.Model),
 		"base_url": types.StringValue(c.LLM.BaseURL), "api_key": types.StringNull(),
-		"max_steps": types.Int64Value(int64(orDefault(c.MaxSteps, defaultMaxSteps))),
+		"max_steps": types.Int64Value(int64(orDefault(c.MaxSteps, deploy.DefaultMaxSteps))),
 	})
-	if len(c.Secrets) == 0 {
-		m.Secrets = types.MapNull(types.StringType)
-	} else {
-		vals := map[string]attr.Value{}
-		for k, v := range c.Secrets {
-			vals[k] = types.StringValue(v)
-		}
-		m.Secrets = types.MapValueMust(types.StringType, vals)
-	}
-	m.InjectCredentialsEnv = types.BoolValue(c.InjectCredentialsEnv)
-	m.InjectSecretsEnv = types.BoolValue(c.InjectSecretsEnv)
+	// Write-only, as the API key: state never holds the secrets.
+	m.Secrets = types.MapNull(types.StringType)
+	m.InjectCredentialsEnv, m.InjectSecretsEnv = types.BoolValue(c.InjectCredentialsEnv), types.BoolValue(c.InjectSecretsEnv)
 	m.RedactSecrets = types.BoolValue(c.RedactSecrets)
 	network := types.StringValue(c.Container.Network)
+	m.Threegate = types.ObjectNull(threegateAttrTypes)
 	if meta.ThreegateNetwork != "" {
 		network = types.StringNull()
+		m.Threegate = types.ObjectValueMust(threegateAttrTypes, map[string]attr.Value{
+			"network": types.StringValue(meta.ThreegateNetwork), "role": types.StringValue(meta.ThreegateRole),
+		})
 	}
 	m.ContainerMode = types.ObjectValueMust(containerModeAttrTypes, map[string]attr.Value{
 		"enabled": types.BoolValue(c.Container.Enabled), "image": types.StringValue(c.Container.Image),
@@ -311,27 +252,13 @@ func fromRuntime(m *agentModel, c *runner.Config, meta agentMeta) {
 		"allow_read_write": listOf(c.FileAccess.AllowReadWrite), "deny": listOf(c.FileAccess.Deny),
 		"allow_home_dotfiles": types.BoolValue(c.FileAccess.AllowHomeDotfiles), "allow_network": types.BoolValue(c.FileAccess.AllowNetwork),
 	})
-	if meta.ThreegateNetwork != "" {
-		m.Threegate = types.ObjectValueMust(threegateAttrTypes, map[string]attr.Value{
-			"network": types.StringValue(meta.ThreegateNetwork), "role": types.StringValue(meta.ThreegateRole),
-		})
-	} else {
-		m.Threegate = types.ObjectNull(threegateAttrTypes)
-	}
 	m.Runner = types.ObjectValueMust(runnerAttrTypes, map[string]attr.Value{
 		"listen": types.StringValue(c.Listen), "deployment": types.StringValue(meta.Deployment),
 		"image": types.StringValue(meta.RunnerImage),
 	})
-	m.Soul = types.StringValue(meta.Soul)
-	m.Memory = types.StringValue(meta.Memory)
-	m.ManageSoul = types.BoolValue(meta.ManageSoul)
-	m.ForceDestroyWorkspace = types.BoolValue(meta.ForceDestroyWorkspace)
+	m.Soul, m.Memory = types.StringValue(meta.Soul), types.StringValue(meta.Memory)
+	m.ManageSoul, m.ForceDestroyWorkspace = types.BoolValue(meta.ManageSoul), types.BoolValue(meta.ForceDestroyWorkspace)
 	m.Token = types.StringValue(c.Token)
-}
-
-func hostHome() string {
-	h, _ := os.UserHomeDir()
-	return h
 }
 
 func orDefault(v, d int) int {
@@ -339,17 +266,4 @@ func orDefault(v, d int) int {
 		return d
 	}
 	return v
-}
-
-// agentMeta is what the model holds beyond runner.Config, kept beside the
-// config (no secrets in it) so that import can restore the whole resource.
-type agentMeta struct {
-	Soul                  string `json:"soul"`
-	Memory                string `json:"memory"`
-	ManageSoul            bool   `json:"manage_soul"`
-	ForceDestroyWorkspace bool   `json:"force_destroy_workspace"`
-	Deployment            string `json:"deployment"`
-	RunnerImage           string `json:"runner_image"`
-	ThreegateNetwork      string `json:"threegate_network,omitempty"`
-	ThreegateRole         string `json:"threegate_role,omitempty"`
 }

@@ -5,29 +5,17 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
-
-func TestParseMemoryLimit(t *testing.T) {
-	good := map[string]int64{"512m": 512 << 20, "1g": 1 << 30, "6m": 6 << 20, "7000000": 7000000, "2G": 2 << 30, "65536k": 64 << 20}
-	for in, want := range good {
-		got, err := ParseMemoryLimit(in)
-		if err != nil || got != want {
-			t.Errorf("ParseMemoryLimit(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"512x", "0", "-1m", "", "1.5g", "5m", "m", "512 m", "512mb", "1e9"} {
-		if _, err := ParseMemoryLimit(bad); err == nil {
-			t.Errorf("ParseMemoryLimit(%q) accepted", bad)
-		}
-	}
-}
 
 func TestAgentSchemaImplementation(t *testing.T) {
 	ctx := context.Background()
@@ -62,18 +50,6 @@ func TestAgentSchemaImplementation(t *testing.T) {
 	}
 }
 
-func TestParseUser(t *testing.T) {
-	if o := parseUser("1000:2000"); o.UID != 1000 || o.GID != 2000 {
-		t.Error(o)
-	}
-	if o := parseUser("1000"); o.UID != 1000 || o.GID != 1000 {
-		t.Error(o)
-	}
-	if o := parseUser(""); o.UID != 65534 {
-		t.Error(o)
-	}
-}
-
 // TestRuntimeRoundTrip: a runner config read back for import and converted
 // again gives the same config (the API key aside, which is write-only), so
 // import and the hash of the file on disk agree with what apply wrote.
@@ -84,32 +60,36 @@ func TestRuntimeRoundTrip(t *testing.T) {
 		Container: runner.ContainerMode{Enabled: true, Image: "img:1", MemoryLimit: "1g", TimeoutSeconds: 60, Network: "none",
 			PidsLimit: 128, User: "1000:1000", Runtime: "runc", Prestart: false},
 		FileAccess: runner.FileAccess{AllowRead: []string{"/srv/a"}, AllowReadWrite: []string{"/srv/b"}, Deny: []string{"/srv/b/c"},
-			AllowHomeDotfiles: true, AllowNetwork: false, HomeDir: hostHome()},
+			AllowHomeDotfiles: true, AllowNetwork: false},
 		LLM:                  agent.LLMConfig{Provider: "openai", Model: "m", BaseURL: "http://x/v1", APIKey: "sk"},
 		Secrets:              map[string]string{"A": "1"},
 		InjectCredentialsEnv: true, InjectSecretsEnv: false, RedactSecrets: true, MaxSteps: 5,
 	}
-	meta := agentMeta{Soul: "s", Memory: "m", ManageSoul: true, Deployment: "container", RunnerImage: "runner:1"}
+	meta := deploy.Meta{Soul: "s", Memory: "m", ManageSoul: true, Deployment: "container", RunnerImage: "runner:1"}
 	var m agentModel
-	fromRuntime(&m, &in, meta)
-	if !m.LLM.Attributes()["api_key"].IsNull() {
-		t.Fatal("the API key was read back into the model")
+	modelOf(&m, deploy.Agent{Config: in, Meta: meta})
+	if !m.LLM.Attributes()["api_key"].IsNull() || !m.Secrets.IsNull() {
+		t.Fatal("a write-only value (the API key, the secrets) was read back into the model")
 	}
+	// As apply does: the write-only secrets come from the configuration.
+	m.Secrets = types.MapValueMust(types.StringType, map[string]attr.Value{"A": types.StringValue("1")})
 	var diags diag.Diagnostics
-	ri, known := toRuntime(ctx, m, in.Workspace, in.Listen, in.Token, "sk", &diags)
+	a, known := agentOf(ctx, m, "sk", &diags)
 	if !known || diags.HasError() {
-		t.Fatalf("toRuntime: known=%v %v", known, diags)
+		t.Fatalf("agentOf: known=%v %v", known, diags)
 	}
-	if !reflect.DeepEqual(ri.Config, in) {
-		t.Errorf("round trip:\n got %+v\nwant %+v", ri.Config, in)
+	// The service fills the workspace; the rest comes back as it went.
+	a.Config.Workspace = in.Workspace
+	if !reflect.DeepEqual(a.Config, in) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", a.Config, in)
 	}
-	if ri.RunnerImage != "runner:1" || ri.Deployment != "container" || ri.Threegate != nil {
-		t.Errorf("settings: %+v", ri)
+	if a.RunnerImage() != "runner:1" || a.Meta != meta {
+		t.Errorf("settings: %+v", a.Meta)
 	}
 	// Without runner.image the runner runs container_mode.image.
 	meta.RunnerImage = ""
-	fromRuntime(&m, &in, meta)
-	if ri, _ := toRuntime(ctx, m, in.Workspace, in.Listen, in.Token, "", &diags); ri.RunnerImage != "img:1" {
-		t.Errorf("runner image %q", ri.RunnerImage)
+	modelOf(&m, deploy.Agent{Config: in, Meta: meta})
+	if a, _ := agentOf(ctx, m, "", &diags); a.RunnerImage() != "img:1" {
+		t.Errorf("runner image %q", a.RunnerImage())
 	}
 }

@@ -1,85 +1,20 @@
 package provider
 
 import (
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
-
 	"context"
 	"errors"
 	"fmt"
 	"net/url"
-	"regexp"
-	"slices"
 	"strings"
 
-	"github.com/docker/go-units"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/image"
 )
-
-// minMemoryBytes is Docker's own lower bound for a container memory limit.
-const minMemoryBytes = 6 << 20
-
-// memoryLimitPattern is the spec's size form: a positive integer and an
-// optional b/k/m/g unit ("512m", "1g"). Docker accepts more (fractions,
-// "MiB"), but the spec's form is what the docs promise, and one form keeps
-// config_hash stable.
-var memoryLimitPattern = regexp.MustCompile(`^[0-9]+[bkmgBKMG]?$`)
-
-// ParseMemoryLimit returns the bytes of a memory_limit or an error that says
-// what is accepted.
-func ParseMemoryLimit(s string) (int64, error) {
-	if !memoryLimitPattern.MatchString(s) {
-		return 0, fmt.Errorf("%q is not a size: write a positive number with an optional unit b, k, m or g, e.g. \"512m\" or \"1g\"", s)
-	}
-	n, err := units.RAMInBytes(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a size: %v", s, err)
-	}
-	if n <= 0 {
-		return 0, fmt.Errorf("%q: the limit must be positive, e.g. \"512m\"", s)
-	}
-	if n < minMemoryBytes {
-		return 0, fmt.Errorf("%q is below Docker's minimum of 6m", s)
-	}
-	return n, nil
-}
-
-// memoryLimit validates memory_limit with the parser the runner uses.
-func memoryLimit() validator.String {
-	return stringCheck{
-		summary: "Invalid Memory Limit",
-		desc:    "a positive size with an optional unit b, k, m or g (e.g. `512m`, `1g`), at least `6m`",
-		check: func(s string) error {
-			_, err := ParseMemoryLimit(s)
-			return err
-		},
-	}
-}
-
-// containerNetwork accepts the spec's two modes and explains why "host" is
-// refused, instead of a bare "must be one of".
-func containerNetwork() validator.String {
-	return stringCheck{
-		summary: "Invalid Container Network",
-		desc:    "one of " + codeList(containerNetworks),
-		check: func(v string) error {
-			switch {
-			case slices.Contains(containerNetworks, v):
-				return nil
-			case v == "host":
-				return errors.New("\"host\" would put the per-message container in the host's network namespace: the agent could " +
-					"reach every service listening on the host (including ones bound to 127.0.0.1) and its traffic would " +
-					"bypass Docker's and ThreeGate's isolation. Use \"bridge\" for outbound access, \"none\" for no network, " +
-					"or a threegate block for the ThreeGate topology")
-			default:
-				return fmt.Errorf("%q is not a container network mode; use one of %s", v, codeList(containerNetworks))
-			}
-		},
-	}
-}
 
 // listenAddress validates runner.listen with the parser apply uses.
 func listenAddress() validator.String {
@@ -93,7 +28,7 @@ func listenAddress() validator.String {
 	}
 }
 
-// envNameSuggestion turns a name into one agent.EnvNamePattern accepts.
+// envNameSuggestion turns a name into one deploy.EnvNamePattern accepts.
 func envNameSuggestion(k string) string {
 	b := []byte(strings.ToUpper(k))
 	for i, c := range b {
@@ -104,16 +39,12 @@ func envNameSuggestion(k string) string {
 	if len(b) == 0 || b[0] >= '0' && b[0] <= '9' {
 		b = append([]byte{'_'}, b...)
 	}
-	if agent.CheckToolEnvName(string(b)) != nil {
+	if deploy.CheckToolEnvName(string(b)) != nil {
 		// A name the sandbox reserves (HOME, PATH, …).
 		return "SECRET_" + string(b)
 	}
 	return string(b)
 }
-
-// userPattern is a numeric uid or uid:gid: the provider must chown the
-// workspace to it, and a name would mean something different in every image.
-var userPattern = regexp.MustCompile(`^[0-9]{1,10}(:[0-9]{1,10})?$`)
 
 // scoped wraps a string validator so that each error's detail starts with
 // the attribute's path. Terraform's text output shows only the resource for
@@ -175,4 +106,161 @@ func optionalImageReference() validator.String {
 			return image.ValidateImageRef(s)
 		},
 	}
+}
+
+// notEmpty refuses an explicit empty string where the runner's config reads
+// empty as "the default": in Terraform the default is written out, so an
+// empty value is a mistake. Every other verdict on these attributes is the
+// runner's own (ValidateConfig runs deploy.ValidateSettings).
+func notEmpty() validator.String {
+	return stringCheck{
+		summary: "Empty Value",
+		desc:    "must not be empty (omit it for the default)",
+		check: func(s string) error {
+			if s == "" {
+				return fmt.Errorf("must not be empty; omit it for the default")
+			}
+			return nil
+		},
+	}
+}
+
+// notZero refuses an explicit 0 where the runner's config reads 0 as "the
+// default"; deploy.ValidateSettings judges every other value, with the same
+// bounds.
+func notZero(lo, hi int64) validator.Int64 { return notZeroValidator{lo, hi} }
+
+type notZeroValidator struct{ lo, hi int64 }
+
+func (v notZeroValidator) Description(context.Context) string {
+	return fmt.Sprintf("must be between %d and %d", v.lo, v.hi)
+}
+
+func (v notZeroValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+
+func (v notZeroValidator) ValidateInt64(_ context.Context, req validator.Int64Request, resp *validator.Int64Response) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() || req.ConfigValue.ValueInt64() != 0 {
+		return
+	}
+	resp.Diagnostics.AddAttributeError(req.Path, "Invalid Value",
+		fmt.Sprintf("%s: must be between %d and %d, got 0; omit it for the default.", req.Path, v.lo, v.hi))
+}
+
+// settingSummaries are the diagnostics' summaries of the settings the
+// runner checks (deploy.ValidateSettings), by field.
+var settingSummaries = map[string]string{
+	"container_mode.memory_limit":    "Invalid Memory Limit",
+	"container_mode.user":            "Invalid User",
+	"container_mode.timeout_seconds": "Invalid Timeout",
+	"container_mode.pids_limit":      "Invalid Pids Limit",
+	"container_mode.network":         "Invalid Container Network",
+	"container_mode.runtime":         "Invalid Runtime",
+	"max_steps":                      "Invalid Max Steps",
+	"secrets":                        "Invalid Secret Name",
+}
+
+// validateSettings runs the runner's own start-time check of the settings
+// on the config this plan would write, so the plan refuses exactly what the
+// runner would. Unknown values are left out (their zero is the default,
+// which passes) and checked again once known.
+func validateSettings(ctx context.Context, m agentModel, diags *diag.Diagnostics) {
+	c, skip := settingsOf(ctx, m, diags)
+	if diags.HasError() {
+		return
+	}
+	for _, e := range unjoin(deploy.ValidateSettings(&c)) {
+		var fe *deploy.FieldError
+		if !errors.As(e, &fe) {
+			diags.AddError("Invalid Agent Settings", e.Error())
+			continue
+		}
+		if skip[strings.SplitN(fe.Field, ".", 2)[0]] || skip[fe.Field] {
+			continue
+		}
+		addSettingError(fe, diags)
+	}
+}
+
+// addSettingError puts a runner verdict on the attribute at fault.
+func addSettingError(fe *deploy.FieldError, diags *diag.Diagnostics) {
+	p := path.Empty()
+	field := fe.Field
+	if field == "max_steps" {
+		field = "llm.max_steps"
+	}
+	for _, name := range strings.Split(field, ".") {
+		p = p.AtName(name)
+	}
+	summary, detail := settingSummaries[fe.Field], fe.Error()+"."
+	switch {
+	case fe.Key != "":
+		p = p.AtMapKey(fe.Key)
+		detail = fmt.Sprintf("secrets[%q]: with inject_secrets_env the name becomes an environment variable of the agent's "+
+			"tools, and %v. Rename it (e.g. %q), or set inject_secrets_env = false.", fe.Key, fe.Err, envNameSuggestion(fe.Key))
+	case fe.Index >= 0:
+		p = p.AtListIndex(fe.Index)
+		summary = "Invalid File Access Path"
+	case fe.Field == "file_access.deny":
+		summary = "Deny With Unrestricted"
+	case summary == "":
+		summary = "Invalid File Access"
+	}
+	diags.AddAttributeError(p, summary, detail)
+}
+
+// settingsOf is the config the runner would be given, as far as the
+// configuration is known, and the blocks or fields to leave unjudged: a null
+// value is the schema's default; an unknown one its runtime zero, which
+// passes, and an unknown that another verdict depends on skips that one.
+func settingsOf(ctx context.Context, m agentModel, diags *diag.Diagnostics) (deploy.Config, map[string]bool) {
+	skip := map[string]bool{}
+	var cm containerModeModel
+	var fa fileAccessModel
+	var llm llmModel
+	decode := func(o types.Object, name string, target any) {
+		if o.IsUnknown() {
+			skip[name] = true
+		} else if !o.IsNull() {
+			diags.Append(o.As(ctx, target, objectAsOpts)...)
+		}
+	}
+	decode(m.ContainerMode, "container_mode", &cm)
+	decode(m.FileAccess, "file_access", &fa)
+	decode(m.LLM, "llm", &llm)
+	for _, l := range []types.List{fa.AllowRead, fa.AllowReadWrite, fa.Deny} {
+		if l.IsUnknown() || containsUnknown(l) {
+			skip["file_access"] = true
+		}
+	}
+	if cm.Enabled.IsUnknown() {
+		// Host mode's memory floor applies only once the mode is known.
+		skip["container_mode.memory_limit"] = true
+	}
+	c := deploy.Config{
+		Container: deploy.ContainerMode{
+			Enabled: cm.Enabled.ValueBool(), MemoryLimit: cm.MemoryLimit.ValueString(), User: cm.User.ValueString(),
+			TimeoutSeconds: int(cm.TimeoutSeconds.ValueInt64()), PidsLimit: cm.PidsLimit.ValueInt64(),
+			Network: cm.Network.ValueString(), Runtime: cm.Runtime.ValueString(),
+		},
+		MaxSteps:         int(llm.MaxSteps.ValueInt64()),
+		InjectSecretsEnv: !m.InjectSecretsEnv.IsUnknown() && (m.InjectSecretsEnv.IsNull() || m.InjectSecretsEnv.ValueBool()),
+	}
+	if !skip["file_access"] {
+		c.FileAccess = deploy.FileAccess{
+			Unrestricted: fa.Unrestricted.ValueBool(), AllowRead: stringList(ctx, fa.AllowRead, diags),
+			AllowReadWrite: stringList(ctx, fa.AllowReadWrite, diags), Deny: stringList(ctx, fa.Deny, diags),
+		}
+	}
+	if !m.Secrets.IsNull() && !m.Secrets.IsUnknown() {
+		c.Secrets = map[string]string{}
+		for k := range m.Secrets.Elements() {
+			c.Secrets[k] = ""
+		}
+	}
+	if !m.Threegate.IsNull() {
+		// With threegate the role's networks replace container_mode.network
+		// (a conflict is its own error).
+		c.Container.Network = ""
+	}
+	return c, skip
 }

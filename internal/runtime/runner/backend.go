@@ -160,6 +160,8 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	// What the owner chose is checked as the provider's plan checks it.
+	errs = append(errs, ValidateSettings(c))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("runner config: %w", err)
 	}

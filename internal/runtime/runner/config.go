@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
 // Config is the per-agent service's configuration, the file given to
@@ -49,7 +50,8 @@ type Config struct {
 	// http_proxy / https_proxy / no_proxy). It is set on the per-message
 	// container, where `docker inspect` shows it, so it must hold no secret.
 	Env map[string]string `json:"env,omitempty"`
-	// MaxSteps bounds the agent loop's LLM/tool steps; zero means 8.
+	// MaxSteps bounds the agent loop's LLM/tool steps; zero means
+	// DefaultMaxSteps.
 	MaxSteps int `json:"max_steps,omitempty"`
 	// DockerHost is the daemon the per-message containers run on; empty
 	// means DOCKER_HOST, else the local socket.
@@ -75,9 +77,9 @@ type ContainerMode struct {
 	// Networks are named networks to join (a ThreeGate role's networks);
 	// the first is attached at create, the rest before start.
 	Networks []string `json:"networks,omitempty"`
-	// PidsLimit bounds processes and threads; zero means 256.
+	// PidsLimit bounds processes and threads; zero means DefaultPidsLimit.
 	PidsLimit int64 `json:"pids_limit"`
-	// User is "uid:gid" for the agent loop; empty means 65534:65534. Root is
+	// User is "uid:gid" for the agent loop; empty means DefaultUser. Root is
 	// refused. The runner chowns the workspace to it at start when it sees
 	// the workspace at this path and runs as root; otherwise the workspace
 	// must already be writable by this user.
@@ -97,7 +99,7 @@ type FileAccess = landlock.FileAccess
 // Timeout is the per-message limit.
 func (c ContainerMode) Timeout() time.Duration {
 	if c.TimeoutSeconds <= 0 {
-		return 300 * time.Second
+		return sandbox.DefaultTimeout
 	}
 	return time.Duration(c.TimeoutSeconds) * time.Second
 }

@@ -341,7 +341,7 @@ func (d *Docker) discardPending(p *pending) {
 func (d *Docker) Run(ctx context.Context, job Job) (Outcome, error) {
 	begin := time.Now()
 	if job.Timeout <= 0 {
-		job.Timeout = 300 * time.Second
+		job.Timeout = DefaultTimeout
 	}
 	// The timeout covers the whole message, a slow start included.
 	ctx, cancel := context.WithTimeout(ctx, job.Timeout)

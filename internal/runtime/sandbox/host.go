@@ -200,7 +200,7 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 
 	timeout := job.Timeout
 	if timeout <= 0 {
-		timeout = 300 * time.Second
+		timeout = DefaultTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -11,16 +11,12 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/strslice"
-	"github.com/docker/go-units"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 )
 
-// Defaults of Spec's zero fields.
+// Defaults of Spec's zero fields (the limits are in limits.go).
 const (
-	DefaultMemoryLimit = "512m"
-	DefaultPidsLimit   = 256
-	DefaultUser        = "65534:65534"
 	// TmpSize is the spec's /tmp tmpfs size.
 	TmpSize = "256m"
 	// WorkspaceDir is where the agent workspace appears inside the container.
@@ -70,10 +66,7 @@ type Spec struct {
 	TmpNoexec bool
 }
 
-var (
-	userRe    = regexp.MustCompile(`^[0-9]+(:[0-9]+)?$`)
-	envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-)
+var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // dockerSockets are where daemons keep their socket; /var/run is usually a
 // link to /run.
@@ -104,39 +97,13 @@ func CheckHostDir(p string) error {
 	return nil
 }
 
-// MemoryBytes parses a Docker size such as "512m" or "1g" (binary units, as
-// `docker run --memory` does). Docker refuses limits under 6 MiB.
-func MemoryBytes(s string) (int64, error) {
-	if s == "" {
-		s = DefaultMemoryLimit
-	}
-	n, err := units.RAMInBytes(s)
-	if err != nil {
-		return 0, fmt.Errorf("memory limit %q: %w", s, err)
-	}
-	if n < 6*1024*1024 {
-		return 0, fmt.Errorf("memory limit %q: below Docker's minimum of 6m", s)
-	}
-	return n, nil
-}
-
-// uid returns the numeric uid and gid of s.User (default nobody).
+// uidGid returns s.User (default nobody) as "uid:gid".
 func (s Spec) uidGid() (string, error) {
-	u := s.User
-	if u == "" {
-		u = DefaultUser
+	u, err := ParseUser(s.User)
+	if err != nil {
+		return "", err
 	}
-	if !userRe.MatchString(u) {
-		return "", fmt.Errorf("user %q: want numeric uid:gid", u)
-	}
-	if !strings.Contains(u, ":") {
-		u += ":" + u
-	}
-	uid, gid, _ := strings.Cut(u, ":")
-	if strings.TrimLeft(uid, "0") == "" || strings.TrimLeft(gid, "0") == "" {
-		return "", fmt.Errorf("user %q: per-message containers never run as root", u)
-	}
-	return u, nil
+	return u.String(), nil
 }
 
 // HardenedSpec is the one place that says what a per-message container is:

@@ -1,0 +1,111 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/docker/docker/client"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+)
+
+// stepSummaries title the agent service's errors by the step that failed.
+var stepSummaries = map[string]string{
+	deploy.StepToken:           "Token Generation Failed",
+	deploy.StepListen:          "Invalid Listen Address",
+	deploy.StepDocker:          "Docker Daemon Unreachable",
+	deploy.StepRuntime:         "Runtime Not Available",
+	deploy.StepThreegate:       "ThreeGate Role Not Resolved",
+	deploy.StepWorkspace:       "Workspace Failed",
+	deploy.StepFiles:           "Runner Files Failed",
+	deploy.StepConfig:          "Runner Config Failed",
+	deploy.StepDeploy:          "Runner Deploy Failed",
+	deploy.StepHealth:          "Runner Unhealthy",
+	deploy.StepRemove:          "Runner Remove Failed",
+	deploy.StepRemoveFiles:     "Runner Files Remove Failed",
+	deploy.StepRead:            "Runner Read Failed",
+	deploy.StepReadWorkspace:   "Workspace Read Failed",
+	deploy.StepRemoveWorkspace: "Workspace Remove Failed",
+	deploy.StepImport:          "Agent Not Found",
+}
+
+// stepPaths are the attributes at fault for the steps that have one.
+var stepPaths = map[string]path.Path{
+	"listen":                 path.Root("runner").AtName("listen"),
+	"container_mode.runtime": path.Root("container_mode").AtName("runtime"),
+	"threegate":              path.Root("threegate"),
+}
+
+// warningSummaries title the service's warnings.
+var warningSummaries = map[string]string{
+	"workspace ownership": "Workspace Ownership",
+	"workspace recreated": "Workspace Recreated",
+}
+
+// addServiceError turns the agent service's error (one step's, or a step's
+// and its rollback's, joined) into diagnostics.
+func (r *agentResource) addServiceError(diags *diag.Diagnostics, err error) {
+	for _, e := range unjoin(err) {
+		var se *deploy.StepError
+		if !errors.As(e, &se) {
+			diags.AddError("Agent Operation Failed", e.Error())
+			continue
+		}
+		summary, detail := stepSummaries[se.Step], se.Error()
+		switch {
+		case se.Step == deploy.StepDocker:
+			detail = fmt.Sprintf("The provider could not reach the Docker daemon at %s: %v\n\n"+
+				"Start the daemon, or point the provider's docker_host (or DOCKER_HOST) at one that runs.",
+				engine.HostOf(r.data.docker.opts), se.Err)
+		case se.Step == deploy.StepImport:
+			detail = se.Err.Error() + ". Import works for agents this provider (with this state_dir) made."
+		case se.Step == deploy.StepListen:
+			detail = se.Err.Error()
+		}
+		if p, ok := stepPaths[se.Field]; ok {
+			diags.AddAttributeError(p, summary, detail)
+		} else {
+			diags.AddError(summary, detail)
+		}
+	}
+}
+
+// docker is the service's daemon connection: the provider's lazy one.
+func (r *agentResource) docker(ctx context.Context) (client.APIClient, error) {
+	return r.data.docker.Client(ctx)
+}
+
+// priorOf is what the state recorded of the last apply; nil for none.
+func priorOf(ctx context.Context, m *agentModel) *deploy.Prior {
+	if m == nil {
+		return nil
+	}
+	p := &deploy.Prior{
+		RunnerStatus:      m.RunnerStatus.ValueString(),
+		RunnerContainerID: m.RunnerContainerID.ValueString(),
+		LandlockABI:       deploy.NoABI,
+		// A state without a readable runner block may have left one.
+		Deployment: deploy.ModeContainer,
+	}
+	if !m.LandlockABI.IsNull() && !m.LandlockABI.IsUnknown() {
+		p.LandlockABI = m.LandlockABI.ValueInt64()
+	}
+	var diags diag.Diagnostics
+	if rn, ok := objectAs[runnerModel](ctx, m.Runner, &diags); ok {
+		p.Deployment = rn.Deployment.ValueString()
+	}
+	return p
+}
+
+// abiValue is a Landlock ABI in state: null when none was reported.
+func abiValue(abi int64) types.Int64 {
+	if abi < 0 {
+		return types.Int64Null()
+	}
+	return types.Int64Value(abi)
+}

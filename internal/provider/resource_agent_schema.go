@@ -1,0 +1,285 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/listdefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/objectdefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+)
+
+// agentSchema is meepa_agent's schema. Defaults and bounds come from the
+// runtime's constants, and the settings the runner checks at start are
+// checked at plan by the same function (ValidateConfig), so neither the
+// docs nor the plan can drift from the runner.
+func agentSchema() schema.Schema {
+	return schema.Schema{
+		MarkdownDescription: "One agent: its persistent workspace (`<state_dir>/agents/<agent_id>/`), its isolation policy " +
+			"(container mode, Landlock file access, or unrestricted), its LLM settings and secrets, and a running " +
+			"`agent-runner serve` that answers its messages — one fresh hardened container per message in container mode.\n\n" +
+			"The provider must run on the Docker host: the workspace is a host directory that the per-message containers bind-mount.",
+		Attributes: map[string]schema.Attribute{
+			// Required.
+			"agent_id": schema.StringAttribute{
+				Required: true,
+				MarkdownDescription: "The agent's id: `" + deploy.IDPattern + "` (lower-case letters, digits, `_` and `-`, " +
+					"at most 63 characters). It names the workspace directory and the runner container " +
+					"(`meepa-runner-<agent_id>`), so it cannot hold `/`, `..` or spaces. Changing it makes a new agent.",
+				Validators: []validator.String{stringvalidator.RegexMatches(agentIDRegexp,
+					"must be 1-63 characters of a-z, 0-9, _ and -, starting with a letter or digit (it becomes a directory and container name)")},
+				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
+			},
+			"llm": schema.SingleNestedAttribute{
+				Required:            true,
+				MarkdownDescription: "Which model answers and how to reach it.",
+				Attributes: map[string]schema.Attribute{
+					"provider": schema.StringAttribute{
+						Required: true,
+						MarkdownDescription: "One of " + codeList(deploy.LLMProviders) + ". `openai` is any OpenAI-compatible " +
+							"chat-completions endpoint (OpenAI, Ollama, vLLM, LiteLLM, a gateway on ThreeGate's llmnet); " +
+							"`offline` is the embedded deterministic responder (not a model): `!sh <cmd>` runs a shell command, " +
+							"anything else gets a fixed answer.",
+						Validators: []validator.String{stringvalidator.OneOf(deploy.LLMProviders...)},
+					},
+					"model": schema.StringAttribute{
+						Optional: true, Computed: true, Default: stringdefault.StaticString(""),
+						MarkdownDescription: "Model name, e.g. `gpt-4o-mini` or `claude-sonnet-4-5`.",
+					},
+					"base_url": schema.StringAttribute{
+						Optional: true, Computed: true, Default: stringdefault.StaticString(""),
+						MarkdownDescription: "API base URL: " + baseURL().Description(context.Background()) + "; empty means the vendor's default.",
+						Validators:          []validator.String{scoped(baseURL())},
+					},
+					"api_key": schema.StringAttribute{
+						Optional: true, Sensitive: true, WriteOnly: true,
+						MarkdownDescription: "API key (write-only: Terraform never stores it in plan or state; needs Terraform 1.11+). " +
+							"It reaches the agent loop only on stdin, never an env var (unless `inject_credentials_env`), a file in " +
+							"the workspace, or a log. A changed key changes `config_hash`, which replaces the runner.",
+					},
+					"max_steps": schema.Int64Attribute{
+						Optional: true, Computed: true, Default: int64default.StaticInt64(deploy.DefaultMaxSteps),
+						MarkdownDescription: fmt.Sprintf("Bound on LLM/tool steps per message, 1 to %d. Default `%d`.", deploy.MaxMaxSteps, deploy.DefaultMaxSteps),
+						Validators:          []validator.Int64{notZero(1, deploy.MaxMaxSteps)},
+					},
+				},
+			},
+
+			// Optional.
+			"soul": schema.StringAttribute{
+				Optional: true, Computed: true, Default: stringdefault.StaticString(""),
+				MarkdownDescription: "Initial `SOUL.md` (the agent's system prompt). Written when the workspace is made and never " +
+					"over the agent's own edits, unless `manage_soul`.",
+			},
+			"memory": schema.StringAttribute{
+				Optional: true, Computed: true, Default: stringdefault.StaticString(""),
+				MarkdownDescription: "Initial `MEMORY.md`. Written when the workspace is made; afterwards it belongs to the agent.",
+			},
+			"manage_soul": schema.BoolAttribute{
+				Optional: true, Computed: true, Default: booldefault.StaticBool(false),
+				MarkdownDescription: "Keep `SOUL.md` equal to `soul`: the agent's edits show as drift and the next apply overwrites them. Default `false`.",
+			},
+			"secrets": schema.MapAttribute{
+				Optional: true, Sensitive: true, WriteOnly: true, ElementType: types.StringType,
+				MarkdownDescription: "Extra secret values for the agent loop (e.g. tool credentials), handed over on stdin " +
+					"(write-only, as `llm.api_key`: never in plan or state; a change changes `config_hash`, which replaces the runner). " +
+					"Exported to tool processes with `inject_secrets_env` (then each name must be an environment variable name, " +
+					"`" + deploy.EnvNamePattern.String() + "`, and not `HOME`, `TMPDIR`, `PATH` or a dynamic loader variable), replaced by `[REDACTED]` in replies with `redact_secrets`.",
+			},
+			"inject_credentials_env": schema.BoolAttribute{
+				Optional: true, Computed: true, Default: booldefault.StaticBool(true),
+				MarkdownDescription: "Export the LLM credentials to the agent's tool processes (the spec's `image_config` flag, per agent). Default `true`.",
+			},
+			"inject_secrets_env": schema.BoolAttribute{
+				Optional: true, Computed: true, Default: booldefault.StaticBool(true),
+				MarkdownDescription: "Export `secrets` to the agent's tool processes. Default `true`.",
+			},
+			"redact_secrets": schema.BoolAttribute{
+				Optional: true, Computed: true, Default: booldefault.StaticBool(true),
+				MarkdownDescription: "Replace every known secret value by `[REDACTED]` in replies and logs. Default `true`.",
+			},
+			"container_mode": schema.SingleNestedAttribute{
+				Optional: true, Computed: true, Default: objectdefault.StaticValue(defaultContainerMode()),
+				MarkdownDescription: "Run each message's whole agent loop in a fresh hardened container (read-only rootfs, all " +
+					"capabilities dropped, no-new-privileges, memory and pids limits, " + deploy.TmpSize + " tmpfs `/tmp`, only the workspace " +
+					"mounted at `/workspace`). The spec's fields and defaults, plus `pids_limit`, `user`, `runtime` and `prestart`.",
+				Attributes: map[string]schema.Attribute{
+					"enabled": schema.BoolAttribute{
+						Optional: true, Computed: true, Default: booldefault.StaticBool(false),
+						MarkdownDescription: "Run the agent loop in a per-message container. Default `false` (then `file_access` applies).",
+					},
+					"image": schema.StringAttribute{
+						Optional: true, Computed: true, Default: stringdefault.StaticString(""),
+						MarkdownDescription: "Image of the per-message containers, and of the runner unless `runner.image` is set. " +
+							"Use an isolation image: `meepa_isolation_image.<name>.isolated_image`. Required when `enabled` or " +
+							"when the provider runs the runner (`runner.deployment = \"container\"`) and `runner.image` is empty.",
+						Validators: []validator.String{scoped(optionalImageReference())},
+					},
+					"memory_limit": schema.StringAttribute{
+						Optional: true, Computed: true, Default: stringdefault.StaticString(deploy.DefaultMemoryLimit),
+						MarkdownDescription: "Memory cap per message (swap equal to it; exceeding it is reported as OOM): " +
+							"a positive size with an optional unit b, k, m or g (e.g. `512m`, `1g`), at least `" + deploy.MinMemoryLimit + "`, and at least `" +
+							deploy.MinHostMemoryLimit + "` in host mode (the limit also bounds the runner's agent child). Default `" + deploy.DefaultMemoryLimit + "`.",
+						Validators: []validator.String{scoped(notEmpty())},
+					},
+					"timeout_seconds": schema.Int64Attribute{
+						Optional: true, Computed: true, Default: int64default.StaticInt64(deploy.DefaultTimeoutSeconds),
+						MarkdownDescription: fmt.Sprintf("Seconds before a message's container is killed, 1 to %d. Default `%d`.", deploy.MaxTimeoutSeconds, deploy.DefaultTimeoutSeconds),
+						Validators:          []validator.Int64{notZero(1, deploy.MaxTimeoutSeconds)},
+					},
+					"network": schema.StringAttribute{
+						Optional: true, Computed: true, Default: stringdefault.StaticString(deploy.DefaultNetwork),
+						MarkdownDescription: "Network of the per-message containers: " + codeList(deploy.Networks) + ". `bridge` " +
+							"allows outbound connections (an LLM API), `none` has no network. `host` is refused (it would defeat the " +
+							"isolation). Null when `threegate` is set (the role's networks are used). Default `" + deploy.DefaultNetwork + "`.",
+						Validators: []validator.String{scoped(notEmpty())},
+					},
+					"pids_limit": schema.Int64Attribute{
+						Optional: true, Computed: true, Default: int64default.StaticInt64(deploy.DefaultPidsLimit),
+						MarkdownDescription: fmt.Sprintf("Process limit per message container (stops fork bombs), %d to %d. Default `%d`.", deploy.MinPidsLimit, deploy.MaxPidsLimit, deploy.DefaultPidsLimit),
+						Validators:          []validator.Int64{notZero(deploy.MinPidsLimit, deploy.MaxPidsLimit)},
+					},
+					"user": schema.StringAttribute{
+						Optional: true, Computed: true, Default: stringdefault.StaticString(deploy.DefaultUser),
+						MarkdownDescription: "Numeric `uid:gid` the agent loop runs as, never root; the workspace is owned by it. Default `" + deploy.DefaultUser + "` (nobody).",
+						Validators:          []validator.String{scoped(notEmpty())},
+					},
+					"runtime": schema.StringAttribute{
+						Optional: true, Computed: true, Default: stringdefault.StaticString(deploy.DefaultRuntime),
+						MarkdownDescription: "OCI runtime: " + codeList(deploy.Runtimes) + "; `crun` and `runsc` (gVisor) only when the " +
+							"daemon has them (checked at apply). Default `" + deploy.DefaultRuntime + "`.",
+						Validators: []validator.String{scoped(notEmpty())},
+					},
+					"prestart": schema.BoolAttribute{
+						Optional: true, Computed: true, Default: booldefault.StaticBool(true),
+						MarkdownDescription: "Keep the next container started and waiting on stdin, so a message does not wait for a " +
+							"container start. Every message still gets a container that has never seen another. Default `true`.",
+					},
+				},
+			},
+			"file_access": schema.SingleNestedAttribute{
+				Optional: true, Computed: true, Default: objectdefault.StaticValue(defaultFileAccess()),
+				MarkdownDescription: "Host-mode file access (container mode off), enforced with Landlock on each message's agent " +
+					"process: `deny` beats `allow_read_write` beats `allow_read`; writes are denied unless allowed. The spec's fields and defaults.",
+				Attributes: map[string]schema.Attribute{
+					"unrestricted": schema.BoolAttribute{
+						Optional: true, Computed: true, Default: booldefault.StaticBool(false),
+						MarkdownDescription: "Turn all file access restrictions off (the `--unrestricted` flag). Default `false`.",
+					},
+					"allow_read": schema.ListAttribute{
+						Optional: true, Computed: true, ElementType: types.StringType, Default: listdefault.StaticValue(emptyStringList()),
+						MarkdownDescription: "Absolute paths the agent may read but not write. Mounted read-only into the runner at the same path.",
+					},
+					"allow_read_write": schema.ListAttribute{
+						Optional: true, Computed: true, ElementType: types.StringType, Default: listdefault.StaticValue(emptyStringList()),
+						MarkdownDescription: "Absolute paths the agent may read and write.",
+					},
+					"deny": schema.ListAttribute{
+						Optional: true, Computed: true, ElementType: types.StringType, Default: listdefault.StaticValue(emptyStringList()),
+						MarkdownDescription: "Absolute paths always denied, whatever else allows them. An error together with `unrestricted`.",
+					},
+					"allow_home_dotfiles": schema.BoolAttribute{
+						Optional: true, Computed: true, Default: booldefault.StaticBool(false),
+						MarkdownDescription: "Allow reading dotfiles in the home directory. Default `false`.",
+					},
+					"allow_network": schema.BoolAttribute{
+						Optional: true, Computed: true, Default: booldefault.StaticBool(true),
+						MarkdownDescription: "Allow outbound network access (TCP, enforced with Landlock ABI 4+). Default `true`.",
+					},
+				},
+			},
+			"threegate": schema.SingleNestedAttribute{
+				Optional: true,
+				MarkdownDescription: "Place the agent in a ThreeGate topology: its per-message containers join exactly the role's " +
+					"networks and get the role's env (FETCH: `http_proxy`/`https_proxy`/`no_proxy`). Excludes `container_mode.network`.",
+				Attributes: map[string]schema.Attribute{
+					"network": schema.StringAttribute{
+						Required:            true,
+						MarkdownDescription: "The `threegate_network`'s `id`.",
+					},
+					"role": schema.StringAttribute{
+						Required:            true,
+						MarkdownDescription: "One of " + codeList(deploy.ThreegateRoles) + ".",
+						Validators:          []validator.String{stringvalidator.OneOf(deploy.ThreegateRoles...)},
+					},
+				},
+			},
+			"runner": schema.SingleNestedAttribute{
+				Optional: true, Computed: true, Default: objectdefault.StaticValue(defaultRunner()),
+				MarkdownDescription: "The agent's `agent-runner serve` service.",
+				Attributes: map[string]schema.Attribute{
+					"listen": schema.StringAttribute{
+						Optional: true, Computed: true,
+						MarkdownDescription: "Where the runner listens: " + listenAddress().Description(context.Background()) +
+							". Default: the unix socket `<state_dir>/runners/<agent_id>/run/runner.sock`.",
+						Validators: []validator.String{scoped(listenAddress())},
+					},
+					"deployment": schema.StringAttribute{
+						Optional: true, Computed: true, Default: stringdefault.StaticString(deploy.DefaultMode),
+						MarkdownDescription: "One of " + codeList(deploy.Modes) + ". `container`: the provider runs the service as " +
+							"the container `meepa-runner-<agent_id>` (restart `unless-stopped`). `external`: the provider writes the " +
+							"config and an operator runs `agent-runner serve --config <file>` (e.g. from a systemd unit). Default `" + deploy.DefaultMode + "`.",
+						Validators: []validator.String{stringvalidator.OneOf(deploy.Modes...)},
+					},
+					"image": schema.StringAttribute{
+						Optional: true, Computed: true, Default: stringdefault.StaticString(""),
+						MarkdownDescription: "Image the runner service runs from (it needs `agent-runner` on its PATH). Empty: `container_mode.image`.",
+						Validators:          []validator.String{scoped(optionalImageReference())},
+					},
+				},
+			},
+			"force_destroy_workspace": schema.BoolAttribute{
+				Optional: true, Computed: true, Default: booldefault.StaticBool(false),
+				MarkdownDescription: "Delete the workspace (and everything the agent wrote) on destroy. Default `false`: destroy keeps it.",
+			},
+
+			// Computed.
+			"id": schema.StringAttribute{
+				Computed:            true,
+				MarkdownDescription: "The agent id.",
+			},
+			"workspace_path": schema.StringAttribute{
+				Computed:            true,
+				MarkdownDescription: "The workspace on the host, `<state_dir>/agents/<agent_id>` (mode 0700).",
+			},
+			"endpoint": schema.StringAttribute{
+				Computed: true,
+				MarkdownDescription: "Where to send messages: `unix:///<path>` (e.g. `curl --unix-socket <path> http://localhost/v1/messages`) " +
+					"or `http://127.0.0.1:<port>`. `POST /v1/messages` with `Authorization: Bearer <token>` and `{\"text\": \"...\"}`.",
+			},
+			"token": schema.StringAttribute{
+				Computed: true, Sensitive: true,
+				MarkdownDescription: "Bearer token for the runner's API: 32 random bytes, hex, made once and stable across updates.",
+			},
+			"runner_container_id": schema.StringAttribute{
+				Computed:            true,
+				MarkdownDescription: "The runner container's id; empty for `external` deployment.",
+			},
+			"runner_status": schema.StringAttribute{
+				Computed: true,
+				MarkdownDescription: "`running`, or `external`. Read reports `missing`, `stopped`, `restarting` or `stale` (running an " +
+					"older config) as drift, which the next apply repairs.",
+			},
+			"config_hash": schema.StringAttribute{
+				Computed: true,
+				MarkdownDescription: "SHA-256 over the runner's non-secret config and deployment, and a keyed hash of its secrets " +
+					"(token, API key, `secrets`; the key stays in a 0600 file beside the config). It changes when any of them does, " +
+					"including the write-only API key.",
+			},
+			"landlock_abi": schema.Int64Attribute{
+				Computed:            true,
+				MarkdownDescription: "The Landlock ABI the runner detected (its `/healthz`); null when the runner does not report it or runs `external`.",
+			},
+		},
+	}
+}

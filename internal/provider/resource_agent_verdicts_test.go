@@ -1,0 +1,169 @@
+package provider
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/tfversion"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+)
+
+// TestPlanAndRunnerAgree feeds the same agent settings to the plan's
+// validation (what meepa_agent's ValidateConfig runs on the configuration)
+// and to the runner's start (`agent-runner serve`: LoadConfig of the file
+// apply writes, then the checks runner.New makes before it listens), and
+// requires the same verdict from both, and the expected one. The plan may
+// refuse more only where the schema refuses an explicit zero or empty value
+// that the config file reads as "the default"; those are not in this table.
+func TestPlanAndRunnerAgree(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(c *deploy.Config)
+		ok     bool
+	}{
+		{"defaults, host mode", func(c *deploy.Config) {}, true},
+		{"defaults, container mode", func(c *deploy.Config) { c.Container.Enabled = true }, true},
+		{"root user, container mode", func(c *deploy.Config) { c.Container.Enabled = true; c.Container.User = "0:0" }, false},
+		{"root user, host mode", func(c *deploy.Config) { c.Container.User = "0:0" }, false},
+		{"root group", func(c *deploy.Config) { c.Container.Enabled = true; c.Container.User = "1000:0" }, false},
+		{"user name", func(c *deploy.Config) { c.Container.User = "nobody" }, false},
+		{"uid alone", func(c *deploy.Config) { c.Container.Enabled = true; c.Container.User = "1000" }, true},
+		{"64m, host mode", func(c *deploy.Config) { c.Container.MemoryLimit = "64m" }, false},
+		{"64m, container mode", func(c *deploy.Config) { c.Container.Enabled = true; c.Container.MemoryLimit = "64m" }, true},
+		{"128m, host mode", func(c *deploy.Config) { c.Container.MemoryLimit = "128m" }, true},
+		{"5m, container mode", func(c *deploy.Config) { c.Container.Enabled = true; c.Container.MemoryLimit = "5m" }, false},
+		{"memory unit", func(c *deploy.Config) { c.Container.MemoryLimit = "512x" }, false},
+		{"memory fraction", func(c *deploy.Config) { c.Container.MemoryLimit = "1.5g" }, false},
+		{"memory zero", func(c *deploy.Config) { c.Container.MemoryLimit = "0" }, false},
+		{"timeout huge", func(c *deploy.Config) { c.Container.TimeoutSeconds = deploy.MaxTimeoutSeconds + 1 }, false},
+		{"timeout negative", func(c *deploy.Config) { c.Container.TimeoutSeconds = -1 }, false},
+		{"timeout max", func(c *deploy.Config) { c.Container.TimeoutSeconds = deploy.MaxTimeoutSeconds }, true},
+		{"pids low", func(c *deploy.Config) { c.Container.PidsLimit = deploy.MinPidsLimit - 1 }, false},
+		{"pids high", func(c *deploy.Config) { c.Container.PidsLimit = deploy.MaxPidsLimit + 1 }, false},
+		{"network host", func(c *deploy.Config) { c.Container.Network = "host" }, false},
+		{"network none", func(c *deploy.Config) { c.Container.Network = "none" }, true},
+		{"runtime unknown", func(c *deploy.Config) { c.Container.Runtime = "kata" }, false},
+		{"max steps high", func(c *deploy.Config) { c.MaxSteps = deploy.MaxMaxSteps + 1 }, false},
+		{"relative allow_read", func(c *deploy.Config) { c.FileAccess.AllowRead = []string{"data"} }, false},
+		{"unclean deny", func(c *deploy.Config) { c.FileAccess.Deny = []string{"/srv/../etc"} }, false},
+		{"deny with unrestricted", func(c *deploy.Config) {
+			c.FileAccess.Unrestricted = true
+			c.FileAccess.Deny = []string{"/srv/secret"}
+		}, false},
+		{"secret name with inject", func(c *deploy.Config) { c.Secrets = map[string]string{"gh-token": "x"} }, false},
+		{"reserved secret name", func(c *deploy.Config) { c.Secrets = map[string]string{"HOME": "/"} }, false},
+		{"secret name without inject", func(c *deploy.Config) {
+			c.Secrets = map[string]string{"gh-token": "x"}
+			c.InjectSecretsEnv = false
+		}, true},
+	}
+	state := t.TempDir()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := deploy.Config{
+				AgentID:   "a1",
+				Workspace: filepath.Join(state, "agents", "a1"),
+				Listen:    "unix://" + filepath.Join(state, "runners", "a1", "run", "runner.sock"),
+				Token:     "tok",
+				Container: deploy.ContainerMode{
+					Image: "img:1", MemoryLimit: deploy.DefaultMemoryLimit, TimeoutSeconds: deploy.DefaultTimeoutSeconds,
+					Network: deploy.DefaultNetwork, PidsLimit: deploy.DefaultPidsLimit, User: deploy.DefaultUser,
+					Runtime: deploy.DefaultRuntime, Prestart: true,
+				},
+				FileAccess:       deploy.FileAccess{AllowNetwork: true},
+				LLM:              deploy.LLMConfig{Provider: "offline"},
+				InjectSecretsEnv: true, InjectCredentialsEnv: true, RedactSecrets: true,
+				MaxSteps: deploy.DefaultMaxSteps,
+			}
+			tc.change(&c)
+			plan := planVerdict(t, c)
+			start := runnerVerdict(t, c)
+			if (plan == nil) != (start == nil) {
+				t.Fatalf("the plan and the runner disagree:\n plan:   %v\n runner: %v", plan, start)
+			}
+			if (plan == nil) != tc.ok {
+				t.Fatalf("verdict %v, want ok=%v", plan, tc.ok)
+			}
+		})
+	}
+}
+
+// planVerdict is what meepa_agent's ValidateConfig says of a configuration
+// that holds c's settings.
+func planVerdict(t *testing.T, c deploy.Config) error {
+	t.Helper()
+	var m agentModel
+	modelOf(&m, deploy.Agent{Config: c, Meta: deploy.Meta{Deployment: deploy.ModeContainer}})
+	// The configuration holds the write-only secrets that state does not.
+	if len(c.Secrets) > 0 {
+		vals := map[string]attr.Value{}
+		for k, v := range c.Secrets {
+			vals[k] = types.StringValue(v)
+		}
+		m.Secrets = types.MapValueMust(types.StringType, vals)
+	}
+	var diags diag.Diagnostics
+	validateAgentConfig(context.Background(), m, &diags)
+	if !diags.HasError() {
+		return nil
+	}
+	var parts []string
+	for _, d := range diags.Errors() {
+		parts = append(parts, d.Summary()+": "+d.Detail())
+	}
+	return errorString(strings.Join(parts, "; "))
+}
+
+// runnerVerdict is what `agent-runner serve` says of the same settings at
+// start: the file as apply writes it, loaded and validated.
+func runnerVerdict(t *testing.T, c deploy.Config) error {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "config.json")
+	if err := runner.WriteConfig(file, &c); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := runner.LoadConfig(file)
+	if err != nil {
+		return err
+	}
+	return loaded.Validate()
+}
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+// TestAgentPlanRefusesWhatTheRunnerRefuses: through terraform, the two
+// settings the plan used to accept and the runner then refused at apply
+// are plan-time errors on their attributes, and nothing is made. No daemon.
+func TestAgentPlanRefusesWhatTheRunnerRefuses(t *testing.T) {
+	stateDir := t.TempDir()
+	for _, tc := range []struct{ name, body, attr, want string }{
+		{"root user", `container_mode = { enabled = true, user = "0:0" }`, "container_mode.user", `never runs as root`},
+		{"host mode 64m", `container_mode = { memory_limit = "64m" }`, "container_mode.memory_limit", `below 128m.*host mode`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resource.UnitTest(t, resource.TestCase{
+				TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+				ProtoV6ProviderFactories: testAccProviders,
+				Steps: []resource.TestStep{{
+					Config:      agentConfigWith(stateDir, tc.body),
+					PlanOnly:    true,
+					ExpectError: errorOn(tc.attr, tc.want),
+				}},
+			})
+		})
+	}
+	if entries, _ := os.ReadDir(stateDir); len(entries) != 0 {
+		t.Fatalf("state dir not empty after plan-time errors: %v", entries)
+	}
+}

@@ -1,0 +1,206 @@
+package deploy
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
+)
+
+// The runner's config types and the agent's rules, as the service's callers
+// (the provider, the bench, tests) see them: they need no other runtime
+// package to describe an agent.
+type (
+	Config        = runner.Config
+	ContainerMode = runner.ContainerMode
+	FileAccess    = runner.FileAccess
+	LLMConfig     = agent.LLMConfig
+	FieldError    = runner.FieldError
+)
+
+// Defaults and bounds of an agent's settings (see runner).
+const (
+	DefaultMemoryLimit    = runner.DefaultMemoryLimit
+	MinHostMemoryLimit    = runner.MinHostMemoryLimit
+	MinMemoryLimit        = sandbox.MinMemoryLimitText
+	DefaultTimeoutSeconds = runner.DefaultTimeoutSeconds
+	MaxTimeoutSeconds     = runner.MaxTimeoutSeconds
+	DefaultPidsLimit      = runner.DefaultPidsLimit
+	MinPidsLimit          = runner.MinPidsLimit
+	MaxPidsLimit          = runner.MaxPidsLimit
+	DefaultUser           = runner.DefaultUser
+	DefaultMaxSteps       = runner.DefaultMaxSteps
+	MaxMaxSteps           = runner.MaxMaxSteps
+	DefaultNetwork        = runner.DefaultNetwork
+	DefaultRuntime        = runner.DefaultRuntime
+	TmpSize               = sandbox.TmpSize
+	// IDPattern is what an agent id may look like (it names a directory
+	// and containers).
+	IDPattern = workspace.IDPattern
+)
+
+// Deployment modes: the provider runs the runner as a container, or an
+// operator runs it (e.g. from a systemd unit).
+const (
+	ModeContainer = "container"
+	ModeExternal  = "external"
+	// DefaultMode is the deployment when none is chosen.
+	DefaultMode = ModeContainer
+)
+
+// Value lists for validators and docs.
+var (
+	Modes          = []string{ModeContainer, ModeExternal}
+	Networks       = runner.Networks
+	Runtimes       = runner.Runtimes
+	ThreegateRoles = []string{"core", "fetch", "tool_exec"}
+	// LLMProviders are the accepted llm providers.
+	LLMProviders = agent.Providers
+	// EnvNamePattern is what a secret's name must match with
+	// inject_secrets_env.
+	EnvNamePattern = agent.EnvNamePattern
+)
+
+// ValidID reports whether id can name an agent.
+func ValidID(id string) bool { return workspace.ValidID(id) }
+
+// ValidateSettings is the runner's own check of an agent's settings (the
+// one the runner runs at start); each error is a *FieldError.
+func ValidateSettings(c *Config) error { return runner.ValidateSettings(c) }
+
+// CheckToolEnvName says why a name cannot be a tool's environment variable.
+func CheckToolEnvName(k string) error { return agent.CheckToolEnvName(k) }
+
+// Agent is one agent as its owner describes it: the runner's config and
+// what lies beyond it (the metadata).
+type Agent struct {
+	// Config is the runner's config. Listen is as the host sees it (empty:
+	// the default socket); Workspace is set by the service; Token is
+	// empty for a new agent (Apply makes one).
+	Config Config
+	Meta   Meta
+}
+
+// RunnerImage runs `agent-runner serve`: Meta.RunnerImage, else the
+// per-message image.
+func (a Agent) RunnerImage() string {
+	if a.Meta.RunnerImage != "" {
+		return a.Meta.RunnerImage
+	}
+	return a.Config.Container.Image
+}
+
+// Deployment is Meta.Deployment or its default.
+func (a Agent) Deployment() string {
+	if a.Meta.Deployment == "" {
+		return DefaultMode
+	}
+	return a.Meta.Deployment
+}
+
+// Meta is what an agent holds beyond its runner's config, kept beside the
+// config as agent.json (no secrets in it) so that import can restore the
+// whole agent.
+type Meta struct {
+	Soul                  string `json:"soul"`
+	Memory                string `json:"memory"`
+	ManageSoul            bool   `json:"manage_soul"`
+	ForceDestroyWorkspace bool   `json:"force_destroy_workspace"`
+	Deployment            string `json:"deployment"`
+	// RunnerImage is the runner's own image as given; empty means the
+	// per-message image.
+	RunnerImage      string `json:"runner_image"`
+	ThreegateNetwork string `json:"threegate_network,omitempty"`
+	ThreegateRole    string `json:"threegate_role,omitempty"`
+}
+
+// MetaFile is where an agent's Meta is kept.
+func MetaFile(l Layout) string { return filepath.Join(l.Dir, "agent.json") }
+
+// WriteMeta writes agent.json, 0600, replacing the old one at once.
+func WriteMeta(l Layout, m Meta) error {
+	raw, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("agent meta: %w", err)
+	}
+	tmp := MetaFile(l) + ".tmp"
+	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+		return fmt.Errorf("agent meta: %w", err)
+	}
+	if err := os.Rename(tmp, MetaFile(l)); err != nil {
+		return fmt.Errorf("agent meta: %w", err)
+	}
+	return nil
+}
+
+// ReadMeta reads agent.json.
+func ReadMeta(l Layout) (Meta, error) {
+	var m Meta
+	raw, err := os.ReadFile(MetaFile(l))
+	if errors.Is(err, fs.ErrNotExist) {
+		return m, fmt.Errorf("%s is missing", MetaFile(l))
+	}
+	if err != nil {
+		return m, fmt.Errorf("agent meta: %w", err)
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return m, fmt.Errorf("agent meta %s: %w", MetaFile(l), err)
+	}
+	return m, nil
+}
+
+// anyAddress is the listen address a runner in a container takes: it must
+// listen on the container's interface for the port published on the host's
+// 127.0.0.1.
+const anyAddress = "0.0.0.0:"
+
+// ServedListen is the listen address written into the runner's config: a
+// containerised runner on a TCP port listens on every interface of its
+// container; anything else listens where the host sees it.
+func ServedListen(deployment string, l Listener) string {
+	if deployment == ModeContainer && l.Port != 0 {
+		return anyAddress + strconv.Itoa(l.Port)
+	}
+	return l.String()
+}
+
+// HostListen turns a config's listen address back into the host's view
+// (the inverse of ServedListen).
+func HostListen(s string) string {
+	if port, ok := strings.CutPrefix(s, anyAddress); ok {
+		return "127.0.0.1:" + port
+	}
+	return s
+}
+
+// WorkspaceOwner says who must own the workspace: the per-message
+// container's user in container mode, the runner's (this process's) user in
+// host mode, where the agent runs as the runner's child. When this process
+// cannot hand the workspace over it returns nil and a warning.
+func WorkspaceOwner(c Config) (*workspace.Owner, string) {
+	me := workspace.Owner{UID: os.Getuid(), GID: os.Getgid()}
+	if !c.Container.Enabled {
+		return &me, ""
+	}
+	u, err := sandbox.ParseUser(c.Container.User)
+	if err != nil {
+		// ValidateSettings refuses such a user before anything is made.
+		return nil, fmt.Sprintf("container_mode.user: %v; the workspace keeps its owner.", err)
+	}
+	want := workspace.Owner{UID: u.UID, GID: u.GID}
+	if me.UID == 0 || want == me {
+		return &want, ""
+	}
+	return nil, fmt.Sprintf("The provider runs as uid %d and cannot hand the workspace to %d:%d (container_mode.user); "+
+		"the per-message containers may be unable to write /workspace. Run the provider as root or set "+
+		"container_mode.user = \"%d:%d\".", me.UID, want.UID, want.GID, me.UID, me.GID)
+}

@@ -1,0 +1,401 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/docker/docker/client"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
+)
+
+// More steps (see StepError).
+const (
+	StepToken           = "token"
+	StepReadWorkspace   = "workspace read"
+	StepRemoveWorkspace = "workspace remove"
+)
+
+// Runner statuses Apply and Read report.
+const (
+	StatusRunning    = "running"
+	StatusExternal   = "external"
+	StatusMissing    = "missing"
+	StatusStopped    = "stopped"
+	StatusRestarting = "restarting"
+	// StatusStale is a running runner whose config hash is not the
+	// config's on disk.
+	StatusStale = "stale"
+)
+
+// NoABI stands for "no Landlock ABI reported".
+const NoABI = -1
+
+// Prior is what the previous apply of an agent recorded.
+type Prior struct {
+	// Deployment is the recorded deployment mode; a runner container may
+	// be left from a "container" one.
+	Deployment        string
+	RunnerStatus      string
+	RunnerContainerID string
+	LandlockABI       int64
+}
+
+// Applied is an agent as Apply left it.
+type Applied struct {
+	Token             string
+	WorkspacePath     string
+	Endpoint          string
+	ConfigHash        string
+	RunnerStatus      string
+	RunnerContainerID string
+	// LandlockABI is what the runner's /healthz reported, or NoABI.
+	LandlockABI int64
+	Warnings    []Warning
+}
+
+// Apply makes the agent real: the workspace (never destroying the agent's
+// work), the runner's files, and, for a container deployment, the runner
+// container when redeploy is set or there is no prior. prior is nil for a
+// new agent. A runner that fails to come up is removed, and so are a new
+// agent's runner files (they hold its secrets).
+func (s *Service) Apply(ctx context.Context, a Agent, prior *Prior, redeploy bool) (Applied, error) {
+	id := a.Config.AgentID
+	out := Applied{Token: a.Config.Token, LandlockABI: NoABI}
+	if out.Token == "" {
+		tok, err := NewToken()
+		if err != nil {
+			return out, stepErr(StepToken, "", "generating the runner's bearer token", err)
+		}
+		out.Token = tok
+		a.Config.Token = tok
+	}
+	listener, err := ParseListen(a.Config.Listen)
+	if a.Config.Listen == "" {
+		listener, err = Listener{Unix: s.Layout(id).Socket}, nil
+	}
+	if err != nil {
+		return out, stepErr(StepListen, "listen", "the listen address", err)
+	}
+	s.complete(&a, listener)
+	cli, err := s.resolve(ctx, &a)
+	if err != nil {
+		return out, err
+	}
+	warnings, key, err := s.writeFiles(&a, listener, prior != nil)
+	out.Warnings = warnings
+	if err != nil {
+		return out, err
+	}
+	out.WorkspacePath = a.Config.Workspace
+	out.Endpoint = listener.Endpoint()
+	out.ConfigHash = s.hash(a, key)
+
+	if a.Deployment() != ModeContainer {
+		// An operator runs the service; a container left from an earlier
+		// container deployment would be a second runner, so that one case
+		// needs the daemon. An agent that was always external, in host
+		// mode, needs none.
+		if cli == nil && prior != nil && prior.Deployment == ModeContainer {
+			if cli, err = s.docker(ctx); err != nil {
+				return out, err
+			}
+		}
+		if cli != nil {
+			if err := s.removeRunner(ctx, cli, id, StopTimeout(a.Config)); err != nil {
+				return out, err
+			}
+		}
+		out.RunnerStatus = StatusExternal
+		return out, nil
+	}
+	if !redeploy && prior != nil {
+		out.RunnerStatus, out.RunnerContainerID, out.LandlockABI = prior.RunnerStatus, prior.RunnerContainerID, prior.LandlockABI
+		return out, nil
+	}
+	err = s.deployRunner(ctx, cli, a, listener, out.ConfigHash, prior == nil, &out)
+	return out, err
+}
+
+// resolve connects to the daemon when the agent needs it, checks the OCI
+// runtime and resolves a threegate role into networks and env.
+func (s *Service) resolve(ctx context.Context, a *Agent) (client.APIClient, error) {
+	cm := a.Config.Container
+	if a.Deployment() != ModeContainer && !cm.Enabled && a.Meta.ThreegateNetwork == "" {
+		return nil, nil
+	}
+	cli, err := s.docker(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if cm.Enabled && cm.Runtime != "" && cm.Runtime != DefaultRuntime {
+		if err := CheckRuntime(ctx, cli, cm.Runtime); err != nil {
+			return nil, stepErr(StepRuntime, "container_mode.runtime", "checking the OCI runtime", err)
+		}
+	}
+	if a.Meta.ThreegateNetwork != "" {
+		nets, env, err := resolveThreegate(ctx, cli, a.Meta.ThreegateNetwork, a.Meta.ThreegateRole)
+		if err != nil {
+			return nil, stepErr(StepThreegate, "threegate", "resolving the threegate role", err)
+		}
+		a.Config.Container.Network = ""
+		a.Config.Container.Networks = nets
+		a.Config.Env = env
+		s.log.Debug("threegate role resolved", "agent_id", a.Config.AgentID, "topology", a.Meta.ThreegateNetwork,
+			"role", a.Meta.ThreegateRole, "networks", nets)
+	}
+	return cli, nil
+}
+
+// writeFiles makes the workspace and writes the runner's files: the config
+// (with the listen address the runner itself takes) and agent.json. It
+// returns the hash key.
+func (s *Service) writeFiles(a *Agent, l Listener, existed bool) ([]Warning, []byte, error) {
+	var warnings []Warning
+	id, wsPath := a.Config.AgentID, a.Config.Workspace
+	owner, warn := WorkspaceOwner(a.Config)
+	if warn != "" {
+		warnings = append(warnings, Warning{Topic: "workspace ownership", Detail: warn})
+	}
+	res, err := workspace.Ensure(workspace.Spec{Dir: wsPath, Soul: a.Meta.Soul, Memory: a.Meta.Memory, ManageSoul: a.Meta.ManageSoul, Owner: owner})
+	if err != nil {
+		return warnings, nil, stepErr(StepWorkspace, "", "making the workspace "+wsPath, err)
+	}
+	if res.Created {
+		who := "unchanged"
+		if owner != nil {
+			who = fmt.Sprintf("%d:%d", owner.UID, owner.GID)
+		}
+		s.log.Info("workspace created", "agent_id", id, "path", wsPath, "owner", who)
+	}
+	if res.SoulWritten {
+		s.log.Info("workspace file written", "agent_id", id, "path", wsPath, "file", workspace.SoulFile)
+	}
+	if res.Created && existed {
+		warnings = append(warnings, Warning{Topic: "workspace recreated", Detail: fmt.Sprintf(
+			"The workspace %s was missing and has been made again with the initial SOUL.md and MEMORY.md. "+
+				"Whatever the agent had written there was lost outside Terraform.", wsPath)})
+	}
+	layout := s.Layout(id)
+	key, err := Prepare(layout)
+	if err != nil {
+		return warnings, nil, stepErr(StepFiles, "", "preparing "+layout.Dir, err)
+	}
+	s.log.Debug("runner directory ready", "agent_id", id, "dir", layout.Dir)
+	cfg := a.Config
+	cfg.Listen = ServedListen(a.Deployment(), l)
+	if err := WriteConfig(layout, &cfg); err != nil {
+		return warnings, nil, stepErr(StepConfig, "", "writing "+layout.ConfigFile, err)
+	}
+	s.log.Info("runner config written", "agent_id", id, "file", layout.ConfigFile, "listen", cfg.Listen)
+	meta := a.Meta
+	meta.Deployment = a.Deployment()
+	if err := WriteMeta(layout, meta); err != nil {
+		return warnings, nil, stepErr(StepConfig, "", "writing the agent's metadata", err)
+	}
+	s.log.Debug("agent metadata written", "agent_id", id, "file", MetaFile(layout))
+	return warnings, key, nil
+}
+
+// deployRunner replaces the runner container and waits for its /healthz.
+// A runner that failed is removed: with its restart policy it would
+// crash-loop; and a new agent's failed create leaves no state that would
+// ever remove its config, so its files (secrets) go too.
+func (s *Service) deployRunner(ctx context.Context, cli client.APIClient, a Agent, l Listener, hash string, isNew bool, out *Applied) error {
+	id := a.Config.AgentID
+	name := ContainerName(id)
+	dep, err := ForConfig(a.Config, Placement{
+		Image: a.RunnerImage(), Layout: s.Layout(id), Listener: l, Workspace: a.Config.Workspace, ConfigHash: hash, DockerSocket: s.o.DockerSocket,
+	})
+	if err != nil {
+		return stepErr(StepDeploy, "", "preparing the runner of "+id, err)
+	}
+	rollback := func(err error) error {
+		errs := []error{err}
+		if rerr := Remove(context.WithoutCancel(ctx), cli, id, time.Second); rerr != nil {
+			errs = append(errs, stepErr(StepRemove, "", "removing the failed "+name, rerr))
+		} else {
+			s.log.Info("failed runner container removed", "agent_id", id, "container", name)
+		}
+		if isNew {
+			if rerr := RemoveFiles(s.Layout(id)); rerr != nil {
+				errs = append(errs, stepErr(StepRemoveFiles, "", "removing the runner's files", rerr))
+			} else {
+				s.log.Info("runner files removed", "agent_id", id, "dir", s.Layout(id).Dir)
+			}
+		}
+		return errors.Join(errs...)
+	}
+	s.log.Info("deploying runner", "agent_id", id, "image", dep.Image, "container", name)
+	cid, err := Deploy(ctx, cli, dep)
+	if err != nil {
+		return rollback(stepErr(StepDeploy, "", "starting "+name+" from "+dep.Image, err))
+	}
+	s.log.Info("runner container created", "agent_id", id, "container", name, "id", cid, "image", dep.Image, "config_hash", hash)
+	health, err := WaitHealthy(ctx, cli, cid, l, s.o.HealthTimeout)
+	if err != nil {
+		return rollback(stepErr(StepHealth, "", name+" did not become healthy", err))
+	}
+	out.RunnerContainerID = cid
+	out.RunnerStatus = StatusRunning
+	out.LandlockABI = health.Int("landlock_abi")
+	return nil
+}
+
+func (s *Service) removeRunner(ctx context.Context, cli client.APIClient, id string, timeout time.Duration) error {
+	if err := Remove(ctx, cli, id, timeout); err != nil {
+		return stepErr(StepRemove, "", "removing the runner container of "+id, err)
+	}
+	s.log.Debug("runner container removed (if there was one)", "agent_id", id, "container", ContainerName(id))
+	return nil
+}
+
+// Observed is what Read found of an agent.
+type Observed struct {
+	// WorkspacePath is "" when the workspace is gone.
+	WorkspacePath string
+	// Soul is SOUL.md's content when the workspace has one.
+	Soul        string
+	SoulPresent bool
+	// ConfigHash is the hash of the config on disk as Apply would compute
+	// it; "" when the file or its key is gone or unreadable.
+	ConfigHash string
+	// RunnerStatus is one of the Status* values; RunnerContainerID is set
+	// for a container deployment.
+	RunnerStatus      string
+	RunnerContainerID string
+}
+
+// Read observes an agent as it is: its workspace, its config on disk and
+// its runner container. a is the agent as last applied (its settings beyond
+// the config file: deployment, runner image, threegate).
+func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
+	id := a.Config.AgentID
+	var o Observed
+	wsPath := s.WorkspacePath(id)
+	ws, err := workspace.Inspect(wsPath)
+	if err != nil {
+		return o, stepErr(StepReadWorkspace, "", "reading "+wsPath, err)
+	}
+	if ws.Exists {
+		o.WorkspacePath, o.Soul, o.SoulPresent = wsPath, ws.Soul, ws.SoulPresent
+	}
+	o.ConfigHash = s.hashOnDisk(a)
+	if a.Deployment() != ModeContainer {
+		o.RunnerStatus = StatusExternal
+		return o, nil
+	}
+	cli, err := s.docker(ctx)
+	if err != nil {
+		return o, err
+	}
+	st, err := Inspect(ctx, cli, id)
+	if err != nil {
+		return o, stepErr(StepRead, "", "inspecting "+ContainerName(id), err)
+	}
+	o.RunnerStatus, o.RunnerContainerID = st.State, st.ID
+	if st.State == StatusRunning && st.ConfigHash != o.ConfigHash {
+		o.RunnerStatus = StatusStale
+	}
+	return o, nil
+}
+
+// hashOnDisk hashes the runner's config file as Apply would have; "" when
+// the file or the key is gone or unreadable (drift either way).
+func (s *Service) hashOnDisk(a Agent) string {
+	layout := s.Layout(a.Config.AgentID)
+	cfg, err := runner.LoadConfig(layout.ConfigFile)
+	if err != nil {
+		s.log.Debug("runner config unreadable", "file", layout.ConfigFile, "error", err.Error())
+		return ""
+	}
+	key, err := ReadHashKey(layout)
+	if err != nil {
+		return ""
+	}
+	if a.Deployment() == ModeContainer {
+		cfg.Listen = HostListen(cfg.Listen)
+	}
+	// The runner image is the one last applied, whatever the file says.
+	a.Meta.RunnerImage = a.RunnerImage()
+	a.Config = *cfg
+	return s.hash(a, key)
+}
+
+// Remove takes an agent down: its runner container (unless an operator runs
+// it), its runner files (they hold the token and the secrets) and, only
+// with Meta.ForceDestroyWorkspace, its workspace; otherwise the workspace
+// and everything the agent wrote stay.
+func (s *Service) Remove(ctx context.Context, a Agent) error {
+	id := a.Config.AgentID
+	if a.Deployment() != ModeExternal {
+		cli, err := s.docker(ctx)
+		if err != nil {
+			return err
+		}
+		if err := Remove(ctx, cli, id, StopTimeout(a.Config)); err != nil {
+			return stepErr(StepRemove, "", "removing "+ContainerName(id), err)
+		}
+		s.log.Info("runner container removed", "agent_id", id, "container", ContainerName(id))
+	}
+	layout := s.Layout(id)
+	if err := RemoveFiles(layout); err != nil {
+		return stepErr(StepRemoveFiles, "", "removing the runner's files", err)
+	}
+	s.log.Info("runner files removed", "agent_id", id, "dir", layout.Dir)
+	wsPath := s.WorkspacePath(id)
+	if !a.Meta.ForceDestroyWorkspace {
+		s.log.Info("keeping the agent's workspace", "agent_id", id, "path", wsPath)
+		return nil
+	}
+	if err := workspace.Remove(wsPath); err != nil {
+		return stepErr(StepRemoveWorkspace, "", "removing "+wsPath, err)
+	}
+	s.log.Info("workspace removed", "agent_id", id, "path", wsPath)
+	return nil
+}
+
+// Imported is an agent read back from its files.
+type Imported struct {
+	Agent    Agent
+	Endpoint string
+	// LandlockABI is the live runner's, or NoABI.
+	LandlockABI int64
+}
+
+// Import restores an agent from the runner's config and agent.json under
+// the state directory. The config holds the secrets, the API key among
+// them; the caller decides what of it to keep.
+func (s *Service) Import(ctx context.Context, id string) (Imported, error) {
+	out := Imported{LandlockABI: NoABI}
+	if !ValidID(id) {
+		return out, stepErr(StepImport, "", "importing "+id, fmt.Errorf("%q is not an agent id (%s)", id, IDPattern))
+	}
+	layout := s.Layout(id)
+	cfg, err := runner.LoadConfig(layout.ConfigFile)
+	if err != nil {
+		return out, stepErr(StepImport, "", "importing "+id, fmt.Errorf("no runner config for agent %q under %s: %w", id, s.o.StateDir, err))
+	}
+	meta, err := ReadMeta(layout)
+	if err != nil {
+		return out, stepErr(StepImport, "", "importing "+id, fmt.Errorf("agent %q has a runner config but no readable metadata: %w; "+
+			"restore agent.json (in %s) from a backup, or check that the state directory is the one the agent was made with", id, err, layout.Dir))
+	}
+	cfg.Listen = HostListen(cfg.Listen)
+	out.Agent = Agent{Config: *cfg, Meta: meta}
+	l, err := ParseListen(cfg.Listen)
+	if err != nil {
+		return out, nil
+	}
+	out.Endpoint = l.Endpoint()
+	// Only the live runner knows its Landlock ABI.
+	if meta.Deployment == ModeContainer {
+		if h, err := CheckHealth(ctx, l); err == nil {
+			out.LandlockABI = h.Int("landlock_abi")
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,211 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/client"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
+)
+
+// DefaultHealthTimeout bounds the wait for a new runner's /healthz.
+const DefaultHealthTimeout = 60 * time.Second
+
+// Options configure a Service. Zero values: no logging, DefaultHealthTimeout,
+// DefaultDockerSocket.
+type Options struct {
+	// StateDir holds agents/<id> (workspaces) and runners/<id> (runner files).
+	StateDir string
+	// Version of the program that deploys: part of the config hash, since
+	// a new version may make a different runner container.
+	Version string
+	// Docker returns the daemon client. It is called only by an operation
+	// that needs the daemon, so a host-mode agent run by an operator needs
+	// none.
+	Docker func(ctx context.Context) (client.APIClient, error)
+	// DockerSocket is the daemon's socket on this host, mounted into a
+	// container-mode runner.
+	DockerSocket  string
+	HealthTimeout time.Duration
+	Logger        logging.Logger
+}
+
+// Service runs the lifecycle of agents: plan, apply with rollback, read,
+// remove and import. It owns each agent's workspace, the runner's files
+// (config, hash key, socket directory, agent.json) and the runner container.
+type Service struct {
+	o   Options
+	log logging.Logger
+}
+
+// NewService returns the agent service for o.
+func NewService(o Options) *Service {
+	if o.HealthTimeout == 0 {
+		o.HealthTimeout = DefaultHealthTimeout
+	}
+	if o.DockerSocket == "" {
+		o.DockerSocket = DefaultDockerSocket
+	}
+	return &Service{o: o, log: logging.Or(o.Logger)}
+}
+
+// Steps of a lifecycle, named in a StepError.
+const (
+	StepListen      = "listen"
+	StepDocker      = "docker"
+	StepRuntime     = "runtime"
+	StepThreegate   = "threegate"
+	StepWorkspace   = "workspace"
+	StepFiles       = "runner files"
+	StepConfig      = "runner config"
+	StepDeploy      = "runner deploy"
+	StepHealth      = "runner health"
+	StepRemove      = "runner remove"
+	StepRemoveFiles = "runner files remove"
+	StepRead        = "read"
+	StepImport      = "import"
+)
+
+// StepError says which step failed, and the setting at fault when one is
+// (in the config file's terms, e.g. "container_mode.runtime").
+type StepError struct {
+	Step  string
+	Field string
+	// What is the object the step worked on ("making the workspace /s/a").
+	What string
+	Err  error
+}
+
+func (e *StepError) Error() string { return e.What + ": " + e.Err.Error() }
+func (e *StepError) Unwrap() error { return e.Err }
+
+func stepErr(step, field, what string, err error) error {
+	return &StepError{Step: step, Field: field, What: what, Err: err}
+}
+
+// Warning is something the caller should tell the agent's owner.
+type Warning struct {
+	// Topic is "workspace ownership" or "workspace recreated".
+	Topic  string
+	Detail string
+}
+
+// Layout is the agent's runner files under the service's state directory.
+func (s *Service) Layout(agentID string) Layout { return LayoutFor(s.o.StateDir, agentID) }
+
+// WorkspacePath is the agent's workspace under the state directory.
+func (s *Service) WorkspacePath(agentID string) string { return workspace.Path(s.o.StateDir, agentID) }
+
+// Planned is what Plan derives before anything is made.
+type Planned struct {
+	WorkspacePath string
+	// Listen is the listen address with its default filled in.
+	Listen string
+	// Endpoint is where clients reach the runner; "" while Listen is invalid.
+	Endpoint string
+	// ConfigHash is what Apply will record; "" when it cannot be known yet
+	// (a new agent has no token and no hash key).
+	ConfigHash string
+}
+
+// Plan derives the values an agent will have, without touching anything.
+// Validation is ValidateSettings (and ParseListen for the listen address).
+func (s *Service) Plan(a Agent) Planned {
+	id := a.Config.AgentID
+	p := Planned{WorkspacePath: s.WorkspacePath(id), Listen: a.Config.Listen}
+	if p.Listen == "" {
+		p.Listen = "unix://" + s.Layout(id).Socket
+	}
+	l, err := ParseListen(p.Listen)
+	if err != nil {
+		return p
+	}
+	p.Endpoint = l.Endpoint()
+	if a.Config.Token == "" {
+		return p
+	}
+	key, err := ReadHashKey(s.Layout(id))
+	if err != nil {
+		return p
+	}
+	s.complete(&a, l)
+	p.ConfigHash = s.hash(a, key)
+	return p
+}
+
+// complete fills what the service decides: the workspace, the listen
+// address in its one form, and the home whose dotfiles allow_home_dotfiles
+// means (the host user's who deploys, not the runner's).
+func (s *Service) complete(a *Agent, l Listener) {
+	a.Config.Workspace = s.WorkspacePath(a.Config.AgentID)
+	a.Config.Listen = l.String()
+	if a.Config.FileAccess.HomeDir == "" {
+		a.Config.FileAccess.HomeDir, _ = os.UserHomeDir()
+	}
+}
+
+// hash is ConfigHash over what a plan can know: a threegate role's networks
+// and env are resolved at apply, so the hash covers the threegate network
+// and role in their place.
+func (s *Service) hash(a Agent, key []byte) string {
+	c := a.Config
+	set := Settings{Mode: a.Deployment(), Image: a.RunnerImage(), Version: s.o.Version}
+	if a.Meta.ThreegateNetwork != "" {
+		c.Container.Network, c.Container.Networks, c.Env = "", nil, nil
+		set.ThreegateNetwork, set.ThreegateRole = a.Meta.ThreegateNetwork, a.Meta.ThreegateRole
+	}
+	return ConfigHash(c, set, key)
+}
+
+func (s *Service) docker(ctx context.Context) (client.APIClient, error) {
+	if s.o.Docker == nil {
+		return nil, stepErr(StepDocker, "", "connecting to the Docker daemon", errors.New("no Docker client configured"))
+	}
+	cli, err := s.o.Docker(ctx)
+	if err != nil {
+		return nil, stepErr(StepDocker, "", "connecting to the Docker daemon", err)
+	}
+	return cli, nil
+}
+
+// CheckRuntime asks the daemon whether it has an OCI runtime.
+func CheckRuntime(ctx context.Context, cli client.APIClient, name string) error {
+	info, err := cli.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("docker info: %w", err)
+	}
+	if _, ok := info.Runtimes[name]; ok {
+		return nil
+	}
+	have := make([]string, 0, len(info.Runtimes))
+	for k := range info.Runtimes {
+		have = append(have, k)
+	}
+	return fmt.Errorf("the Docker daemon has no %q runtime (it has: %s); install it and register it in daemon.json, or use runc", name, strings.Join(have, ", "))
+}
+
+// threegateRoleNames maps the agent's role names onto the topology's.
+var threegateRoleNames = map[string]string{
+	"core": topology.RoleCore, "fetch": topology.RoleFetch, "tool_exec": topology.RoleToolExec,
+}
+
+// resolveThreegate returns the networks a role's members join and the env
+// they get, from the live topology whose id (its name) is given.
+func resolveThreegate(ctx context.Context, cli client.APIClient, networkID, role string) ([]string, map[string]string, error) {
+	name, ok := threegateRoleNames[role]
+	if !ok {
+		return nil, nil, fmt.Errorf("unknown role %q", role)
+	}
+	nets, env, err := topology.ResolveRole(ctx, cli, networkID, name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (apply the threegate_network first, and give its id)", err)
+	}
+	return nets, env, nil
+}

@@ -1,0 +1,163 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
+)
+
+// Defaults and bounds of the settings an agent's owner chooses. The zero
+// value of a Config field means its default; the provider's schema writes
+// the defaults out and its docs quote them, from these constants.
+const (
+	DefaultMemoryLimit    = sandbox.DefaultMemoryLimit
+	DefaultTimeoutSeconds = sandbox.DefaultTimeoutSeconds
+	MaxTimeoutSeconds     = sandbox.MaxTimeoutSeconds
+	DefaultPidsLimit      = sandbox.DefaultPidsLimit
+	MinPidsLimit          = sandbox.MinPidsLimit
+	MaxPidsLimit          = sandbox.MaxPidsLimit
+	DefaultUser           = sandbox.DefaultUser
+	DefaultMaxSteps       = agent.DefaultMaxSteps
+	MaxMaxSteps           = agent.MaxMaxSteps
+	// DefaultNetwork is the spec's container_mode.network. An empty Network
+	// in a config file means "none" (fail closed); the provider writes the
+	// spec's default explicitly.
+	DefaultNetwork = "bridge"
+	// DefaultRuntime is the OCI runtime every daemon has.
+	DefaultRuntime = "runc"
+	// MinHostMemoryLimit is the least memory_limit host mode runs with.
+	MinHostMemoryLimit = sandbox.MinHostMemoryText
+)
+
+// Networks and Runtimes are the values ContainerMode.Network and Runtime
+// take (besides empty).
+var (
+	Networks = []string{"bridge", "none"}
+	Runtimes = []string{"runc", "crun", "runsc"}
+)
+
+// FieldError is a setting at fault, named by its path in the config file
+// ("container_mode.memory_limit", "file_access.allow_read" at Index,
+// "secrets" at Key), which is also its attribute path in the provider's
+// schema (but for max_steps, which the schema keeps under llm).
+type FieldError struct {
+	Field string
+	// Index is the entry of a list, or -1.
+	Index int
+	// Key is the entry of a map, or "".
+	Key string
+	Err error
+}
+
+func (e *FieldError) Error() string {
+	switch {
+	case e.Index >= 0:
+		return fmt.Sprintf("%s[%d]: %v", e.Field, e.Index, e.Err)
+	case e.Key != "":
+		return fmt.Sprintf("%s[%q]: %v", e.Field, e.Key, e.Err)
+	}
+	return e.Field + ": " + e.Err.Error()
+}
+
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// ValidateSettings is the one check of what an owner sets: the provider's
+// plan runs it on the config it would write, and the runner runs it at start
+// (Validate). A zero value is its default and passes. Each error is a
+// *FieldError; several are joined.
+func ValidateSettings(c *Config) error {
+	var errs []error
+	field := func(name string, err error) {
+		if err != nil {
+			errs = append(errs, &FieldError{Field: name, Index: -1, Err: err})
+		}
+	}
+	cm := c.Container
+	field("container_mode.memory_limit", checkMemory(cm))
+	if _, err := sandbox.ParseUser(cm.User); err != nil {
+		field("container_mode.user", err)
+	}
+	if t := cm.TimeoutSeconds; t < 0 || t > MaxTimeoutSeconds {
+		field("container_mode.timeout_seconds", fmt.Errorf("must be between 1 and %d, got %d", MaxTimeoutSeconds, t))
+	}
+	if p := cm.PidsLimit; p != 0 && (p < MinPidsLimit || p > MaxPidsLimit) {
+		field("container_mode.pids_limit", fmt.Errorf("must be between %d and %d, got %d", MinPidsLimit, MaxPidsLimit, p))
+	}
+	if len(cm.Networks) == 0 {
+		field("container_mode.network", checkNetwork(cm.Network))
+	}
+	if cm.Runtime != "" && !slices.Contains(Runtimes, cm.Runtime) {
+		field("container_mode.runtime", fmt.Errorf("%q is not one of %s", cm.Runtime, strings.Join(Runtimes, ", ")))
+	}
+	if c.MaxSteps < 0 || c.MaxSteps > MaxMaxSteps {
+		field("max_steps", fmt.Errorf("must be between 1 and %d, got %d", MaxMaxSteps, c.MaxSteps))
+	}
+	for _, e := range unjoin(landlock.Validate(c.FileAccess)) {
+		var fe *landlock.FieldError
+		if errors.As(e, &fe) {
+			msg := errors.New(fe.Msg)
+			if fe.Index >= 0 {
+				msg = fmt.Errorf("%q: %s", fe.Path, fe.Msg)
+			}
+			errs = append(errs, &FieldError{Field: "file_access." + fe.Field, Index: fe.Index, Err: msg})
+		} else {
+			field("file_access", e)
+		}
+	}
+	// With inject_secrets_env each name becomes a tool's environment
+	// variable; the agent loop refuses any other name, on every message.
+	if c.InjectSecretsEnv {
+		for _, k := range slices.Sorted(maps.Keys(c.Secrets)) {
+			if err := agent.CheckToolEnvName(k); err != nil {
+				errs = append(errs, &FieldError{Field: "secrets", Index: -1, Key: k, Err: err})
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkMemory parses memory_limit; host mode needs more than Docker's
+// minimum, since the limit also bounds the agent-runner child itself.
+func checkMemory(cm ContainerMode) error {
+	n, err := sandbox.MemoryBytes(cm.MemoryLimit)
+	if err != nil {
+		return err
+	}
+	if !cm.Enabled && n < sandbox.MinHostMemory {
+		return fmt.Errorf("%q is below %s, the least the agent loop starts with in host mode (container_mode.enabled = false)",
+			cm.MemoryLimit, MinHostMemoryLimit)
+	}
+	return nil
+}
+
+// checkNetwork accepts the spec's network modes (empty reads as "none") and
+// explains why "host" is refused.
+func checkNetwork(v string) error {
+	switch {
+	case v == "" || slices.Contains(Networks, v):
+		return nil
+	case v == "host":
+		return errors.New("\"host\" would put the per-message container in the host's network namespace: the agent could " +
+			"reach every service listening on the host (including ones bound to 127.0.0.1) and its traffic would " +
+			"bypass Docker's and ThreeGate's isolation. Use \"bridge\" for outbound access, \"none\" for no network, " +
+			"or a threegate block for the ThreeGate topology")
+	default:
+		return fmt.Errorf("%q is not a container network mode; use one of %s", v, strings.Join(Networks, ", "))
+	}
+}
+
+func unjoin(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}

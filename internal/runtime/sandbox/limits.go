@@ -1,0 +1,105 @@
+package sandbox
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/docker/go-units"
+)
+
+// The limits of a per-message sandbox and their defaults. They are the one
+// source of these numbers: the runner's config, the provider's schema and
+// its docs all take them from here.
+const (
+	DefaultMemoryLimit = "512m"
+	// MinMemoryBytes is Docker's own lower bound for a memory limit.
+	MinMemoryBytes     = 6 << 20
+	MinMemoryLimitText = "6m"
+
+	DefaultPidsLimit = 256
+	MinPidsLimit     = 16
+	MaxPidsLimit     = 1 << 20
+
+	DefaultTimeoutSeconds = 300
+	MaxTimeoutSeconds     = 86400
+	DefaultTimeout        = DefaultTimeoutSeconds * time.Second
+
+	// DefaultUser is nobody: the agent never runs as root.
+	DefaultUser = "65534:65534"
+	// DefaultUID and DefaultGID are DefaultUser's numbers.
+	DefaultUID = 65534
+	DefaultGID = 65534
+)
+
+// memoryPattern is the spec's size form: a positive integer and an optional
+// b/k/m/g unit ("512m", "1g"). Docker accepts more (fractions, "MiB"), but
+// one form is what the docs promise and keeps a config's hash stable.
+var memoryPattern = regexp.MustCompile(`^[0-9]+[bkmgBKMG]?$`)
+
+// MemoryBytes is the one parser of a memory limit ("512m", "1g": binary
+// units, as `docker run --memory`), used by the provider's plan and by the
+// runner alike. Empty means DefaultMemoryLimit; below Docker's minimum of
+// 6m is refused.
+func MemoryBytes(s string) (int64, error) {
+	if s == "" {
+		s = DefaultMemoryLimit
+	}
+	if !memoryPattern.MatchString(s) {
+		return 0, fmt.Errorf("%q is not a size: write a positive number with an optional unit b, k, m or g, e.g. \"512m\" or \"1g\"", s)
+	}
+	n, err := units.RAMInBytes(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a size: %w", s, err)
+	}
+	if n <= 0 {
+		return 0, fmt.Errorf("%q: the limit must be positive, e.g. \"512m\"", s)
+	}
+	if n < MinMemoryBytes {
+		return 0, fmt.Errorf("%q is below Docker's minimum of %s", s, MinMemoryLimitText)
+	}
+	return n, nil
+}
+
+// User is a numeric user and group.
+type User struct{ UID, GID int }
+
+// String is the "uid:gid" form Docker takes.
+func (u User) String() string { return strconv.Itoa(u.UID) + ":" + strconv.Itoa(u.GID) }
+
+// userPattern is a numeric uid or uid:gid: a name would mean something
+// different in every image, and the workspace is chowned to the numbers.
+var userPattern = regexp.MustCompile(`^[0-9]{1,10}(:[0-9]{1,10})?$`)
+
+// ParseUser is the one parser of a sandbox user: a numeric "uid" (then the
+// gid is the same) or "uid:gid"; empty means DefaultUser. Root (uid or gid
+// 0) is refused: the agent never runs as root.
+func ParseUser(s string) (User, error) {
+	if s == "" {
+		s = DefaultUser
+	}
+	if !userPattern.MatchString(s) {
+		return User{}, fmt.Errorf("%q: must be a numeric uid or uid:gid, e.g. %s", s, DefaultUser)
+	}
+	uid, gid, found := strings.Cut(s, ":")
+	if !found {
+		gid = uid
+	}
+	var u User
+	for _, f := range []struct {
+		text string
+		dst  *int
+	}{{uid, &u.UID}, {gid, &u.GID}} {
+		n, err := strconv.ParseUint(f.text, 10, 32)
+		if err != nil {
+			return User{}, fmt.Errorf("%q: %s is not a 32-bit id", s, f.text)
+		}
+		*f.dst = int(n)
+	}
+	if u.UID == 0 || u.GID == 0 {
+		return User{}, fmt.Errorf("%q: the agent never runs as root (uid or gid 0); use e.g. %s", s, DefaultUser)
+	}
+	return u, nil
+}
