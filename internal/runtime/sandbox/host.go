@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,7 +58,16 @@ type HostOptions struct {
 	// Protect are paths the agent never reaches whatever FileAccess allows
 	// (see landlock.Spec.Protect); nothing without Landlock.
 	Protect []string
-	Logger  hclog.Logger
+	// StateDir is the provider's state directory (<state_dir>, holding
+	// runners/ and agents/), when the runner knows it: everything in it
+	// but the agent's own workspace is denied, so that no allow reaches
+	// another agent's workspace or a runner's files.
+	StateDir string
+	// UID is the dedicated uid (and gid) the agent runs under; 0: derived
+	// from AgentID (AgentUID). Used when the runner may switch uid
+	// (CAP_SETUID, CAP_SETGID and CAP_CHOWN: a runner running as root).
+	UID    int
+	Logger hclog.Logger
 }
 
 // Host runs each message as a fresh child process on this machine: the
@@ -77,6 +88,14 @@ type Host struct {
 	memBytes int64
 	pids     int64
 	home     string
+	// user is the agent's dedicated uid, nil when the runner cannot
+	// switch uid (then the agent runs as the runner's uid, which the
+	// runner warns about at start).
+	user *landlock.ChildUser
+	// hide: this runner may mount, so a deny inside an allow is hidden by
+	// a mount in the child's own mount namespace rather than expanded
+	// around.
+	hide bool
 }
 
 // NewHost checks the options. It does not require Landlock: each message
@@ -84,6 +103,9 @@ type Host struct {
 func NewHost(o HostOptions) (*Host, error) {
 	if err := CheckWorkspace(o.Workspace); err != nil {
 		return nil, fmt.Errorf("host backend: %w", err)
+	}
+	if err := CheckNoSymlinks(o.Workspace); err != nil {
+		return nil, fmt.Errorf("host backend: workspace %w", err)
 	}
 	if o.RunnerBinary == "" {
 		exe, err := os.Executable()
@@ -121,6 +143,11 @@ func NewHost(o HostOptions) (*Host, error) {
 	}
 	h := &Host{opts: o, log: o.Logger, memBytes: mem, pids: pids, home: home}
 	if !o.FileAccess.Unrestricted {
+		if err := h.setupIdentity(); err != nil {
+			return nil, fmt.Errorf("host backend: %w", err)
+		}
+	}
+	if !o.FileAccess.Unrestricted {
 		// A contradiction in the rules (a deny over the workspace) is a
 		// config error: say so at start, not only at the first message.
 		if _, err := h.Ruleset(o.TmpRoot); err != nil {
@@ -133,6 +160,77 @@ func NewHost(o HostOptions) (*Host, error) {
 			"workspace", o.Workspace)
 	}
 	return h, nil
+}
+
+// setupIdentity picks the agent's uid and whether denied paths can be
+// hidden, from what this process may do, and gives the workspace to that
+// uid.
+func (h *Host) setupIdentity() error {
+	caps := effectiveCaps()
+	h.hide = hasCaps(caps, capSysAdmin)
+	if !h.hide {
+		for _, w := range landlock.ExpandedDenies(h.opts.FileAccess) {
+			h.log.Warn("host mode: "+w, "workspace", h.opts.Workspace)
+		}
+	}
+	if !hasCaps(caps, capSetuid, capSetgid, capChown) {
+		h.log.Warn("host mode: the agent runs under the runner's own uid, since the runner lacks CAP_SETUID, CAP_SETGID or CAP_CHOWN "+
+			"(it does not run as root): Unix permissions do not protect the runner's files from it, only Landlock does, "+
+			"and it can chmod what it owns; run the runner as root for a dedicated agent uid",
+			"uid", os.Getuid())
+		return nil
+	}
+	uid := h.opts.UID
+	if uid == 0 {
+		uid = AgentUID(h.opts.AgentID)
+	}
+	if uid < 0 {
+		return fmt.Errorf("agent uid %d: want a positive uid", uid)
+	}
+	if err := searchableBy(h.opts.Workspace, uid, uid); err != nil {
+		return fmt.Errorf("workspace %s: %w", h.opts.Workspace, err)
+	}
+	if err := ChownTree(h.opts.Workspace, uid, uid); err != nil {
+		return fmt.Errorf("workspace: give it to the agent's uid %d: %w", uid, err)
+	}
+	// Its own uid only: other agents (other uids) cannot enter it.
+	if err := os.Chmod(h.opts.Workspace, 0o700); err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	h.user = &landlock.ChildUser{UID: uid, GID: uid}
+	return nil
+}
+
+// stateProtect are the entries of the state directory the agent never
+// reaches: everything but its own workspace (other agents' workspaces, the
+// runners' configs and sockets).
+func (h *Host) stateProtect() []string {
+	if h.opts.StateDir == "" {
+		return nil
+	}
+	var out []string
+	entries, _ := os.ReadDir(h.opts.StateDir)
+	agents := filepath.Join(h.opts.StateDir, "agents")
+	for _, e := range entries {
+		p := filepath.Join(h.opts.StateDir, e.Name())
+		if p != agents || filepath.Dir(h.opts.Workspace) != agents {
+			if !within(h.opts.Workspace, p) {
+				out = append(out, p)
+			}
+			continue
+		}
+		others, _ := os.ReadDir(agents)
+		for _, o := range others {
+			if q := filepath.Join(agents, o.Name()); q != h.opts.Workspace {
+				out = append(out, q)
+			}
+		}
+	}
+	return out
+}
+
+func within(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
 }
 
 // Ready is always true: a process start is a few milliseconds, so there is
@@ -149,6 +247,15 @@ func (h *Host) Health() map[string]any {
 		"landlock_abi":  landlock.DetectABI(),
 		"unrestricted":  h.opts.FileAccess.Unrestricted,
 		"process_limit": "rlimit",
+		// The runner's own uid, or the agent's dedicated one.
+		"agent_uid":   os.Getuid(),
+		"deny_inside": "expand",
+	}
+	if h.user != nil {
+		m["agent_uid"] = h.user.UID
+	}
+	if h.hide {
+		m["deny_inside"] = "mount"
 	}
 	if dir := pidsCgroupParent(); dir != "" {
 		m["process_limit"] = "cgroup"
@@ -164,7 +271,8 @@ func (h *Host) Ruleset(tmp string) (*landlock.Ruleset, error) {
 		TmpDir:       tmp,
 		RunnerBinary: h.opts.RunnerBinary,
 		Home:         h.home,
-		Protect:      h.opts.Protect,
+		Protect:      append(slices.Clone(h.opts.Protect), h.stateProtect()...),
+		Hide:         h.hide,
 	})
 }
 
@@ -172,22 +280,47 @@ func (h *Host) Ruleset(tmp string) (*landlock.Ruleset, error) {
 // rules cannot be compiled or the kernel cannot enforce them (fail closed).
 func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	begin := time.Now()
+	// The agent could have replaced its workspace (or a parent it may
+	// write) by a link since the last message.
+	if err := CheckNoSymlinks(h.opts.Workspace); err != nil {
+		return Outcome{}, fmt.Errorf("workspace %w", err)
+	}
 	tmp, err := os.MkdirTemp(h.opts.TmpRoot, "meepa-tmp-")
 	if err != nil {
 		return Outcome{}, fmt.Errorf("private tmpdir: %w", err)
 	}
 	defer os.RemoveAll(tmp)
+	uid := os.Getuid()
+	if h.user != nil {
+		uid = h.user.UID
+		if err := os.Chown(tmp, h.user.UID, h.user.GID); err != nil {
+			return Outcome{}, fmt.Errorf("private tmpdir: %w", err)
+		}
+	}
 
 	child, err := h.childConfig(tmp)
 	if err != nil {
 		return Outcome{}, err
 	}
+	hides := child.Ruleset != nil && len(child.Ruleset.Hide) > 0
+	if hides {
+		dir, err := os.MkdirTemp(h.opts.TmpRoot, "meepa-hide-")
+		if err != nil {
+			return Outcome{}, fmt.Errorf("hide denied paths: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		child.EmptyFile = filepath.Join(dir, "empty")
+		if err := os.WriteFile(child.EmptyFile, nil, 0o444); err != nil {
+			return Outcome{}, fmt.Errorf("hide denied paths: %w", err)
+		}
+	}
 	cg := newPidsCgroup(h.opts.AgentID, h.pids)
 	if cg == nil {
-		// RLIMIT_NPROC counts every task of the uid, not of the agent:
-		// allow pids_limit more than the uid runs now. Shared with the
-		// uid's other processes, and not binding for uid 0 at all.
-		child.NProc = uint64(h.pids + userTasks(os.Getuid()))
+		// RLIMIT_NPROC counts every task of the uid: allow pids_limit more
+		// than the uid runs now. With a dedicated uid that is the agent's
+		// own; under the runner's uid it is shared with the runner, and it
+		// does not bind uid 0 at all.
+		child.NProc = uint64(h.pids + userTasks(uid))
 	}
 	defer cg.remove()
 	cfgJSON, err := json.Marshal(child)
@@ -236,6 +369,11 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 		// Stdin is copied by os/exec; a background process that kept it
 		// open must not hold Wait.
 		WaitDelay: 2 * time.Second,
+	}
+	if hides {
+		// A mount namespace of its own (Go makes its mounts private), where
+		// the child covers the denied paths before it restricts itself.
+		cmd.SysProcAttr.Unshareflags = syscall.CLONE_NEWNS
 	}
 	if err := cmd.Start(); err != nil {
 		return Outcome{}, fmt.Errorf("start agent child: %w", err)
@@ -319,6 +457,7 @@ func (h *Host) childConfig(tmp string) (*landlock.ChildConfig, error) {
 		h.log.Debug("landlock", "note", n)
 	}
 	child.Ruleset = rs
+	child.User = h.user
 	return child, nil
 }
 
