@@ -187,6 +187,18 @@ func (h *Host) setupIdentity() error {
 	if uid < 0 {
 		return fmt.Errorf("agent uid %d: want a positive uid", uid)
 	}
+	// The provider makes <state_dir> and agents/ 0700; the agent's uid must
+	// pass through them (search only: it still cannot list them, and every
+	// workspace in them is its own uid's, mode 0700).
+	if sd := h.opts.StateDir; sd != "" && filepath.Dir(h.opts.Workspace) == filepath.Join(sd, "agents") {
+		for _, dir := range []string{sd, filepath.Dir(h.opts.Workspace)} {
+			if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o001 == 0 {
+				if err := os.Chmod(dir, fi.Mode().Perm()|0o001); err != nil {
+					return fmt.Errorf("state directory %s: let the agent's uid pass through: %w", dir, err)
+				}
+			}
+		}
+	}
 	if err := searchableBy(h.opts.Workspace, uid, uid); err != nil {
 		return fmt.Errorf("workspace %s: %w", h.opts.Workspace, err)
 	}

@@ -219,6 +219,12 @@ func TestHostDenyInsideAllowIsExact(t *testing.T) {
 	cfg := filepath.Join(mkdir(t, state, "runners", "a1"), "config.json")
 	writeFile(t, cfg, `{"token":"runner-token"}`)
 	ws := mkdir(t, state, "agents", "a1")
+	// The provider's layout is 0700; the runner lets the agent's uid pass.
+	for _, p := range []string{state, filepath.Join(state, "agents")} {
+		if err := os.Chmod(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
 	h, err := NewHost(HostOptions{
 		AgentID:   testAgentID,
 		Workspace: ws,
