@@ -104,10 +104,7 @@ func CheckNoSymlinks(p string) error {
 // is left as it is, with everything beneath it). root itself is opened
 // with no link in its path.
 func ChownTree(root string, uid, gid int) error {
-	fd, err := unix.Openat2(unix.AT_FDCWD, root, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS,
-	})
+	fd, err := openDirNoSymlinks(root)
 	if err != nil {
 		return fmt.Errorf("chown %s: open without following links: %w", root, err)
 	}
@@ -121,6 +118,36 @@ func ChownTree(root string, uid, gid int) error {
 		return fmt.Errorf("chown %s: %w", root, err)
 	}
 	return chownDir(fd, root, st.Dev, uid, gid, 0)
+}
+
+// openDirNoSymlinks opens the directory p with no symbolic link in any
+// component: openat2 RESOLVE_NO_SYMLINKS, or on kernels before 5.6 (container
+// mode still runs there) a walk from "/" opening each component O_NOFOLLOW.
+func openDirNoSymlinks(p string) (int, error) {
+	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{Flags: flags, Resolve: unix.RESOLVE_NO_SYMLINKS})
+	if !errors.Is(err, unix.ENOSYS) {
+		return fd, err
+	}
+	if !filepath.IsAbs(p) {
+		return -1, fmt.Errorf("%q: want an absolute path", p)
+	}
+	fd, err = unix.Open("/", flags, 0)
+	if err != nil {
+		return -1, err
+	}
+	for _, part := range strings.Split(filepath.Clean(p), "/") {
+		if part == "" {
+			continue
+		}
+		next, err := unix.Openat(fd, part, flags, 0)
+		unix.Close(fd)
+		if err != nil {
+			return -1, err
+		}
+		fd = next
+	}
+	return fd, nil
 }
 
 // chownDir chowns the entries of the open directory dirfd (and closes it).
