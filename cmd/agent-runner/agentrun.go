@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
 // agent-run is what every per-message sandbox runs: a container from the
@@ -44,6 +45,12 @@ func runAgent(args []string) int {
 	logLevel := fs.String("log-level", "warn", "stderr log level: trace, debug, info, warn, error, off")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	// Before the request (API key, secrets) is read: the tools this loop
+	// starts run as its uid and must not read its memory.
+	if err := landlock.SetNonDumpable(); err != nil {
+		fmt.Fprintf(os.Stderr, "agent-run: %v\n", err)
+		return 1
 	}
 	log := hclog.New(&hclog.LoggerOptions{
 		Name:   "agent-run",

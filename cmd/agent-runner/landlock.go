@@ -25,6 +25,10 @@ func runLandlockExec(args []string) int {
 	if len(args) != 0 {
 		return fail(fmt.Errorf("landlock-exec takes no arguments"))
 	}
+	// Its config names the paths it hides and the uid it becomes.
+	if err := landlock.SetNonDumpable(); err != nil {
+		return fail(err)
+	}
 	f := os.NewFile(3, "landlock-config")
 	if f == nil {
 		return fail(fmt.Errorf("no config on fd 3"))

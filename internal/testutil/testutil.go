@@ -57,6 +57,11 @@ func RunnerBinary(t testing.TB) string {
 			runnerErr = err
 			return
 		}
+		// Host mode runs it under the agent's own uid, which must reach it.
+		if err := os.Chmod(dir, 0o755); err != nil {
+			runnerErr = err
+			return
+		}
 		runnerPath = filepath.Join(dir, "agent-runner")
 		cmd := exec.Command("go", "build", "-trimpath", "-o", runnerPath, "./cmd/agent-runner")
 		cmd.Dir = RepoRoot()

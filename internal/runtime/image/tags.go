@@ -53,15 +53,77 @@ func ContainerTag(hash string) string { return ContainerRepo + ":" + hash }
 // IsolatedTag is the isolation image's reference,
 // meepagateway-isolated:{version}-{base}, where {base} is the image it
 // layers onto with every character a tag cannot hold (':' '/' '@' …)
-// replaced by '-'. A tag longer than Docker's 128 characters keeps its
-// head and ends in a hash of the whole, so it stays unique.
+// replaced by '-'.
+//
+// The mapping is injective in the base reference: replacing characters loses
+// information ("registry.example.com/team:v1" and
+// "registry.example.com-team:v1" both read "registry.example.com-team-v1"),
+// so whenever the tag is not the ordinary one it ends in a hash of the raw
+// version and reference. Ordinary tags are kept as the spec writes them:
+// the provider's own container images (meepa-sandbox:<content hash>), and
+// references that need no replacement at all; an ordinary-looking
+// reference that ends like a hash suffix ("x-0123456789ab") is hashed too,
+// so that it can never equal another reference's hashed tag. A tag longer
+// than Docker's 128 characters keeps its head and ends in the same hash.
 func IsolatedTag(version, base string) string {
 	tag := sanitizeTag(version + "-" + base)
-	if len(tag) > maxTagLen {
-		sum := sha256.Sum256([]byte(tag))
-		tag = strings.TrimRight(tag[:maxTagLen-hashLen-1], "-.") + "-" + hex.EncodeToString(sum[:])[:hashLen]
+	if !ordinaryIsolated(version, base) || len(tag) > maxTagLen {
+		sum := refHash(version, base)
+		if len(tag) > maxTagLen-hashLen-1 {
+			tag = tag[:maxTagLen-hashLen-1]
+		}
+		tag = strings.TrimRight(tag, "-.") + "-" + sum
 	}
 	return IsolatedRepo + ":" + tag
+}
+
+// ordinaryIsolated: version-base can be written as it is, without a hash,
+// and still name this (version, base) pair only.
+func ordinaryIsolated(version, base string) bool {
+	// The version is one per provider build; the mapping is injective in
+	// the base for a given version.
+	if version == "" || sanitizeTag(version) != version {
+		return false
+	}
+	if h, ok := strings.CutPrefix(base, ContainerRepo+":"); ok && isHex(h, hashLen) {
+		return true
+	}
+	if sanitizeTag(base) != base {
+		return false
+	}
+	// "x-0123456789ab" written as is could equal the hashed tag of "x/…";
+	// and "meepa-sandbox-<hash>" would equal the provider's own image's.
+	if i := strings.LastIndexByte(base, '-'); i >= 0 && isHex(base[i+1:], hashLen) {
+		return false
+	}
+	return true
+}
+
+// refHash is the short hash that keeps a non-ordinary isolation tag
+// unique: over the raw, length-prefixed version and reference.
+func refHash(version, base string) string {
+	h := sha256.New()
+	for _, f := range []string{version, base} {
+		var n [8]byte
+		for i, l := 0, uint64(len(f)); i < 8; i++ {
+			n[i] = byte(l >> (8 * i))
+		}
+		h.Write(n[:])
+		h.Write([]byte(f))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:hashLen]
+}
+
+func isHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // sanitizeTag maps s onto Docker's tag grammar [A-Za-z0-9_][A-Za-z0-9_.-]*.

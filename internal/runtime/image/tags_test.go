@@ -61,9 +61,11 @@ var tagRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 func TestIsolatedTag(t *testing.T) {
 	tests := map[[2]string]string{
 		{"0.1.0", "meepa-sandbox:3f9a1c2b3d4e"}:                 "meepagateway-isolated:0.1.0-meepa-sandbox-3f9a1c2b3d4e",
-		{"0.1.0", "ghcr.io/bogpad/meepagateway-sandbox:latest"}: "meepagateway-isolated:0.1.0-ghcr.io-bogpad-meepagateway-sandbox-latest",
-		{"0.1.0+dirty", "localhost:5000/x/y:1"}:                 "meepagateway-isolated:0.1.0-dirty-localhost-5000-x-y-1",
-		{"", "img"}:                                             "meepagateway-isolated:v-img",
+		{"0.1.0-test", "meepa-sandbox:3f9a1c2b3d4e"}:            "meepagateway-isolated:0.1.0-test-meepa-sandbox-3f9a1c2b3d4e",
+		{"0.1.0", "busybox"}:                                    "meepagateway-isolated:0.1.0-busybox",
+		{"0.1.0", "ghcr.io/bogpad/meepagateway-sandbox:latest"}: "meepagateway-isolated:0.1.0-ghcr.io-bogpad-meepagateway-sandbox-latest-" + refHash("0.1.0", "ghcr.io/bogpad/meepagateway-sandbox:latest"),
+		{"0.1.0+dirty", "localhost:5000/x/y:1"}:                 "meepagateway-isolated:0.1.0-dirty-localhost-5000-x-y-1-" + refHash("0.1.0+dirty", "localhost:5000/x/y:1"),
+		{"", "img"}:                                             "meepagateway-isolated:v-img-" + refHash("", "img"),
 	}
 	for in, want := range tests {
 		if got := IsolatedTag(in[0], in[1]); got != want {
@@ -84,6 +86,39 @@ func TestIsolatedTag(t *testing.T) {
 	}
 }
 
+// Sanitising loses information; the tags of two different references never
+// meet, whatever they sanitise to (issue 11: the two registry references
+// below shared one isolation tag).
+func TestIsolatedTagInjective(t *testing.T) {
+	refs := []string{
+		"registry.example.com/team:v1",
+		"registry.example.com-team:v1",
+		"registry.example.com-team-v1",
+		"registry.example.com/team/v1",
+		"registry.example.com:team-v1",
+		"meepa-sandbox:3f9a1c2b3d4e",
+		"meepa-sandbox-3f9a1c2b3d4e",
+		"meepa/sandbox:3f9a1c2b3d4e",
+		"x",
+		"x-" + refHash("0.1.0", "x/y"),
+		"x/y",
+		"img@sha256:" + strings.Repeat("0", 64),
+		"img:sha256-" + strings.Repeat("0", 64),
+	}
+	seen := map[string]string{}
+	for _, r := range refs {
+		tag := IsolatedTag("0.1.0", r)
+		if prev, ok := seen[tag]; ok {
+			t.Errorf("%q and %q share the isolation tag %q", prev, r, tag)
+		}
+		seen[tag] = r
+		_, tg, _ := strings.Cut(tag, ":")
+		if !tagRE.MatchString(tg) {
+			t.Errorf("tag %q of %q is not a valid Docker tag", tg, r)
+		}
+	}
+}
+
 func TestPlanNames(t *testing.T) {
 	s := Spec{BaseImage: "meepa-test/busybox:latest", Manager: ManagerApk, Packages: []string{"jq"}}
 	n, err := Plan(s, "0.1.0", "")
@@ -99,7 +134,7 @@ func TestPlanNames(t *testing.T) {
 	}
 	bare := Spec{BaseImage: "meepa-test/busybox:latest"}
 	n, _ = Plan(bare, "0.1.0", "")
-	if n.Image != bare.BaseImage || n.Isolated != "meepagateway-isolated:0.1.0-meepa-test-busybox-latest" || n.Dockerfile != "" {
+	if n.Image != bare.BaseImage || n.Isolated != "meepagateway-isolated:0.1.0-meepa-test-busybox-latest-"+refHash("0.1.0", bare.BaseImage) || n.Dockerfile != "" {
 		t.Errorf("no container layer: %+v", n)
 	}
 }

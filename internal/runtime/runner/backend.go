@@ -85,6 +85,7 @@ func HostOptions(cfg *Config, log hclog.Logger) sandbox.HostOptions {
 		PidsLimit:   cfg.Container.PidsLimit,
 		Env:         cfg.Env,
 		Protect:     protectedPaths(cfg.Path),
+		StateDir:    stateDir(cfg.Path),
 		Logger:      log,
 	}
 }
@@ -102,6 +103,18 @@ func protectedPaths(configPath string) []string {
 		p = append(p, runners)
 	}
 	return p
+}
+
+// stateDir is <state_dir> when the config lies in the provider's layout
+// (<state_dir>/runners/<id>/config.json), else "".
+func stateDir(configPath string) string {
+	if configPath == "" {
+		return ""
+	}
+	if runners := filepath.Dir(filepath.Dir(configPath)); filepath.Base(runners) == "runners" {
+		return filepath.Dir(runners)
+	}
+	return ""
 }
 
 func userOrDefault(u string) string {

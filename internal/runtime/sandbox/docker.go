@@ -7,9 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -184,12 +181,9 @@ func chownTree(s Spec) error {
 	us, gs, _ := strings.Cut(u, ":")
 	uid, _ := strconv.Atoi(us)
 	gid, _ := strconv.Atoi(gs)
-	err = filepath.WalkDir(s.Workspace, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, uid, gid)
-	})
+	// No link followed, no other filesystem entered: the agent owns what
+	// is in its workspace and could plant a link to /etc there.
+	err = ChownTree(s.Workspace, uid, gid)
 	if err != nil {
 		return fmt.Errorf("workspace %s: make it owned by %s: %w", s.Workspace, u, err)
 	}

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,7 +58,16 @@ type HostOptions struct {
 	// Protect are paths the agent never reaches whatever FileAccess allows
 	// (see landlock.Spec.Protect); nothing without Landlock.
 	Protect []string
-	Logger  hclog.Logger
+	// StateDir is the provider's state directory (<state_dir>, holding
+	// runners/ and agents/), when the runner knows it: everything in it
+	// but the agent's own workspace is denied, so that no allow reaches
+	// another agent's workspace or a runner's files.
+	StateDir string
+	// UID is the dedicated uid (and gid) the agent runs under; 0: derived
+	// from AgentID (AgentUID). Used when the runner may switch uid
+	// (CAP_SETUID, CAP_SETGID and CAP_CHOWN: a runner running as root).
+	UID    int
+	Logger hclog.Logger
 }
 
 // Host runs each message as a fresh child process on this machine: the
@@ -80,6 +88,14 @@ type Host struct {
 	memBytes int64
 	pids     int64
 	home     string
+	// user is the agent's dedicated uid, nil when the runner cannot
+	// switch uid (then the agent runs as the runner's uid, which the
+	// runner warns about at start).
+	user *landlock.ChildUser
+	// hide: this runner may mount, so a deny inside an allow is hidden by
+	// a mount in the child's own mount namespace rather than expanded
+	// around.
+	hide bool
 }
 
 // NewHost checks the options. It does not require Landlock: each message
@@ -87,6 +103,9 @@ type Host struct {
 func NewHost(o HostOptions) (*Host, error) {
 	if err := CheckWorkspace(o.Workspace); err != nil {
 		return nil, fmt.Errorf("host backend: %w", err)
+	}
+	if err := CheckNoSymlinks(o.Workspace); err != nil {
+		return nil, fmt.Errorf("host backend: workspace %w", err)
 	}
 	if o.RunnerBinary == "" {
 		exe, err := os.Executable()
@@ -124,6 +143,11 @@ func NewHost(o HostOptions) (*Host, error) {
 	}
 	h := &Host{opts: o, log: o.Logger, memBytes: mem, pids: pids, home: home}
 	if !o.FileAccess.Unrestricted {
+		if err := h.setupIdentity(); err != nil {
+			return nil, fmt.Errorf("host backend: %w", err)
+		}
+	}
+	if !o.FileAccess.Unrestricted {
 		// A contradiction in the rules (a deny over the workspace) is a
 		// config error: say so at start, not only at the first message.
 		if _, err := h.Ruleset(o.TmpRoot); err != nil {
@@ -136,6 +160,89 @@ func NewHost(o HostOptions) (*Host, error) {
 			"workspace", o.Workspace)
 	}
 	return h, nil
+}
+
+// setupIdentity picks the agent's uid and whether denied paths can be
+// hidden, from what this process may do, and gives the workspace to that
+// uid.
+func (h *Host) setupIdentity() error {
+	caps := effectiveCaps()
+	h.hide = hasCaps(caps, capSysAdmin)
+	if !h.hide {
+		for _, w := range landlock.ExpandedDenies(h.opts.FileAccess) {
+			h.log.Warn("host mode: "+w, "workspace", h.opts.Workspace)
+		}
+	}
+	if !hasCaps(caps, capSetuid, capSetgid, capChown) {
+		h.log.Warn("host mode: the agent runs under the runner's own uid, since the runner lacks CAP_SETUID, CAP_SETGID or CAP_CHOWN "+
+			"(it does not run as root): Unix permissions do not protect the runner's files from it, only Landlock does, "+
+			"and it can chmod what it owns; run the runner as root for a dedicated agent uid",
+			"uid", os.Getuid())
+		return nil
+	}
+	uid := h.opts.UID
+	if uid == 0 {
+		uid = AgentUID(h.opts.AgentID)
+	}
+	if uid < 0 {
+		return fmt.Errorf("agent uid %d: want a positive uid", uid)
+	}
+	// The provider makes <state_dir> and agents/ 0700; the agent's uid must
+	// pass through them (search only: it still cannot list them, and every
+	// workspace in them is its own uid's, mode 0700).
+	if sd := h.opts.StateDir; sd != "" && filepath.Dir(h.opts.Workspace) == filepath.Join(sd, "agents") {
+		for _, dir := range []string{sd, filepath.Dir(h.opts.Workspace)} {
+			if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o001 == 0 {
+				if err := os.Chmod(dir, fi.Mode().Perm()|0o001); err != nil {
+					return fmt.Errorf("state directory %s: let the agent's uid pass through: %w", dir, err)
+				}
+			}
+		}
+	}
+	if err := searchableBy(h.opts.Workspace, uid, uid); err != nil {
+		return fmt.Errorf("workspace %s: %w", h.opts.Workspace, err)
+	}
+	if err := ChownTree(h.opts.Workspace, uid, uid); err != nil {
+		return fmt.Errorf("workspace: give it to the agent's uid %d: %w", uid, err)
+	}
+	// Its own uid only: other agents (other uids) cannot enter it.
+	if err := os.Chmod(h.opts.Workspace, 0o700); err != nil {
+		return fmt.Errorf("workspace: %w", err)
+	}
+	h.user = &landlock.ChildUser{UID: uid, GID: uid}
+	return nil
+}
+
+// stateProtect are the entries of the state directory the agent never
+// reaches: everything but its own workspace (other agents' workspaces, the
+// runners' configs and sockets).
+func (h *Host) stateProtect() []string {
+	if h.opts.StateDir == "" {
+		return nil
+	}
+	var out []string
+	entries, _ := os.ReadDir(h.opts.StateDir)
+	agents := filepath.Join(h.opts.StateDir, "agents")
+	for _, e := range entries {
+		p := filepath.Join(h.opts.StateDir, e.Name())
+		if p != agents || filepath.Dir(h.opts.Workspace) != agents {
+			if !within(h.opts.Workspace, p) {
+				out = append(out, p)
+			}
+			continue
+		}
+		others, _ := os.ReadDir(agents)
+		for _, o := range others {
+			if q := filepath.Join(agents, o.Name()); q != h.opts.Workspace {
+				out = append(out, q)
+			}
+		}
+	}
+	return out
+}
+
+func within(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
 }
 
 // Ready is always true: a process start is a few milliseconds, so there is
@@ -152,6 +259,15 @@ func (h *Host) Health() map[string]any {
 		"landlock_abi":  landlock.DetectABI(),
 		"unrestricted":  h.opts.FileAccess.Unrestricted,
 		"process_limit": "rlimit",
+		// The runner's own uid, or the agent's dedicated one.
+		"agent_uid":   os.Getuid(),
+		"deny_inside": "expand",
+	}
+	if h.user != nil {
+		m["agent_uid"] = h.user.UID
+	}
+	if h.hide {
+		m["deny_inside"] = "mount"
 	}
 	if dir := pidsCgroupParent(); dir != "" {
 		m["process_limit"] = "cgroup"
@@ -167,7 +283,8 @@ func (h *Host) Ruleset(tmp string) (*landlock.Ruleset, error) {
 		TmpDir:       tmp,
 		RunnerBinary: h.opts.RunnerBinary,
 		Home:         h.home,
-		Protect:      h.opts.Protect,
+		Protect:      append(slices.Clone(h.opts.Protect), h.stateProtect()...),
+		Hide:         h.hide,
 	})
 }
 
@@ -175,22 +292,47 @@ func (h *Host) Ruleset(tmp string) (*landlock.Ruleset, error) {
 // rules cannot be compiled or the kernel cannot enforce them (fail closed).
 func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	begin := time.Now()
+	// The agent could have replaced its workspace (or a parent it may
+	// write) by a link since the last message.
+	if err := CheckNoSymlinks(h.opts.Workspace); err != nil {
+		return Outcome{}, fmt.Errorf("workspace %w", err)
+	}
 	tmp, err := os.MkdirTemp(h.opts.TmpRoot, "meepa-tmp-")
 	if err != nil {
 		return Outcome{}, fmt.Errorf("private tmpdir: %w", err)
 	}
 	defer os.RemoveAll(tmp)
+	uid := os.Getuid()
+	if h.user != nil {
+		uid = h.user.UID
+		if err := os.Chown(tmp, h.user.UID, h.user.GID); err != nil {
+			return Outcome{}, fmt.Errorf("private tmpdir: %w", err)
+		}
+	}
 
 	child, err := h.childConfig(tmp)
 	if err != nil {
 		return Outcome{}, err
 	}
+	hides := child.Ruleset != nil && len(child.Ruleset.Hide) > 0
+	if hides {
+		dir, err := os.MkdirTemp(h.opts.TmpRoot, "meepa-hide-")
+		if err != nil {
+			return Outcome{}, fmt.Errorf("hide denied paths: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		child.EmptyFile = filepath.Join(dir, "empty")
+		if err := os.WriteFile(child.EmptyFile, nil, 0o444); err != nil {
+			return Outcome{}, fmt.Errorf("hide denied paths: %w", err)
+		}
+	}
 	cg := newPidsCgroup(h.opts.AgentID, h.pids)
 	if cg == nil {
-		// RLIMIT_NPROC counts every task of the uid, not of the agent:
-		// allow pids_limit more than the uid runs now. Shared with the
-		// uid's other processes, and not binding for uid 0 at all.
-		child.NProc = uint64(h.pids + userTasks(os.Getuid()))
+		// RLIMIT_NPROC counts every task of the uid: allow pids_limit more
+		// than the uid runs now. With a dedicated uid that is the agent's
+		// own; under the runner's uid it is shared with the runner, and it
+		// does not bind uid 0 at all.
+		child.NProc = uint64(h.pids + userTasks(uid))
 	}
 	defer cg.remove()
 	cfgJSON, err := json.Marshal(child)
@@ -239,6 +381,11 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 		// Stdin is copied by os/exec; a background process that kept it
 		// open must not hold Wait.
 		WaitDelay: 2 * time.Second,
+	}
+	if hides {
+		// A mount namespace of its own (Go makes its mounts private), where
+		// the child covers the denied paths before it restricts itself.
+		cmd.SysProcAttr.Unshareflags = syscall.CLONE_NEWNS
 	}
 	if err := cmd.Start(); err != nil {
 		return Outcome{}, fmt.Errorf("start agent child: %w", err)
@@ -322,6 +469,7 @@ func (h *Host) childConfig(tmp string) (*landlock.ChildConfig, error) {
 		h.log.Debug("landlock", "note", n)
 	}
 	child.Ruleset = rs
+	child.User = h.user
 	return child, nil
 }
 
@@ -409,38 +557,6 @@ func killSession(sid int) {
 	}
 }
 
-// userTasks counts the tasks (threads) whose real uid is uid, as
-// RLIMIT_NPROC does.
-func userTasks(uid int) int64 {
-	entries, _ := os.ReadDir("/proc")
-	var n int64
-	want := strconv.Itoa(uid)
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		raw, err := os.ReadFile("/proc/" + e.Name() + "/status")
-		if err != nil {
-			continue
-		}
-		var real string
-		var threads int64
-		for _, line := range strings.Split(string(raw), "\n") {
-			if v, ok := strings.CutPrefix(line, "Uid:"); ok {
-				if f := strings.Fields(v); len(f) > 0 {
-					real = f[0]
-				}
-			} else if v, ok := strings.CutPrefix(line, "Threads:"); ok {
-				threads, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			}
-		}
-		if real == want {
-			n += threads
-		}
-	}
-	return n
-}
-
 // sessionOf reads the session id from /proc/<pid>/stat (-1 if unknown).
 // The command name may hold spaces and parentheses, so fields are counted
 // after the last ')': state, ppid, pgrp, session.
@@ -462,134 +578,4 @@ func sessionOf(pid int) int {
 		return -1
 	}
 	return sid
-}
-
-// pidsCgroup is a per-message child of this process's pids cgroup, when
-// this process may make one (cgroup v1 pids controller, or v2 with pids
-// enabled for its children). It bounds the agent's tasks and finds the
-// ones that left the process group.
-type pidsCgroup struct{ dir string }
-
-func newPidsCgroup(agentID string, max int64) *pidsCgroup {
-	parent := pidsCgroupParent()
-	if parent == "" {
-		return nil
-	}
-	var b [cgroupSuffixBytes]byte
-	_, _ = rand.Read(b[:])
-	dir := filepath.Join(parent, "meepa-"+safeName(agentID)+"-"+hex.EncodeToString(b[:]))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		return nil
-	}
-	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.FormatInt(max, 10)), 0o644); err != nil {
-		_ = os.Remove(dir)
-		return nil
-	}
-	return &pidsCgroup{dir: dir}
-}
-
-// pidsCgroupParent is this process's pids cgroup directory when it has one
-// it may write, else "".
-func pidsCgroupParent() string {
-	raw, err := os.ReadFile("/proc/self/cgroup")
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		var dir string
-		switch {
-		case parts[0] == "0" && parts[1] == "":
-			dir = filepath.Join("/sys/fs/cgroup", parts[2])
-			ctl, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
-			if err != nil || !strings.Contains(" "+string(ctl)+" ", " pids ") {
-				continue
-			}
-		case strings.Contains(","+parts[1]+",", ",pids,"):
-			dir = filepath.Join("/sys/fs/cgroup/pids", parts[2])
-		default:
-			continue
-		}
-		if syscall.Access(dir, 2 /* W_OK */) == nil {
-			return dir
-		}
-	}
-	return ""
-}
-
-// sweepPidsCgroups removes the empty per-message cgroups a crashed runner of
-// this agent left behind (a cgroup with tasks in it refuses rmdir).
-func sweepPidsCgroups(agentID string) {
-	parent := pidsCgroupParent()
-	if parent == "" {
-		return
-	}
-	left, _ := filepath.Glob(filepath.Join(parent, cgroupPattern(agentID)))
-	for _, dir := range left {
-		_ = os.Remove(dir)
-	}
-}
-
-// cgroupSuffixBytes is the random part of a per-message cgroup's name.
-const cgroupSuffixBytes = 6
-
-// cgroupPattern matches the per-message cgroups of agentID and of no other
-// agent: "meepa-a-*" would also match agent "a-b"'s, and the sweep could
-// remove one of them between its mkdir and its first task.
-func cgroupPattern(agentID string) string {
-	return "meepa-" + safeName(agentID) + "-" + strings.Repeat("[0-9a-f]", 2*cgroupSuffixBytes)
-}
-
-func (c *pidsCgroup) add(pid int) error {
-	if c == nil {
-		return nil
-	}
-	return os.WriteFile(filepath.Join(c.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
-}
-
-func (c *pidsCgroup) killAll() {
-	if c == nil {
-		return
-	}
-	for range 10 {
-		raw, err := os.ReadFile(filepath.Join(c.dir, "cgroup.procs"))
-		if err != nil || len(bytes.TrimSpace(raw)) == 0 {
-			return
-		}
-		for _, f := range strings.Fields(string(raw)) {
-			if p, err := strconv.Atoi(f); err == nil {
-				_ = syscall.Kill(p, syscall.SIGKILL)
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (c *pidsCgroup) remove() {
-	if c == nil {
-		return
-	}
-	c.killAll()
-	for range 50 {
-		if err := os.Remove(c.dir); err == nil || errors.Is(err, os.ErrNotExist) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func safeName(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
-			b.WriteRune(r)
-		}
-	}
-	if b.Len() == 0 {
-		return "agent"
-	}
-	return b.String()
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
+const testAgentID = "tf-acc-host"
+
 // These tests run the real agent-runner under real Landlock (unprivileged
 // is enough); they need Linux with Landlock ABI 4 or newer.
 func requireLandlock(t *testing.T, abi int) {
@@ -29,9 +31,9 @@ func requireLandlock(t *testing.T, abi int) {
 
 func newHost(t *testing.T, fa landlock.FileAccess) (*Host, string) {
 	t.Helper()
-	ws := mkdir(t, t.TempDir(), "workspace")
+	ws := mkdir(t, sharedTempDir(t), "workspace")
 	h, err := NewHost(HostOptions{
-		AgentID:      "tf-acc-host",
+		AgentID:      testAgentID,
 		Workspace:    ws,
 		FileAccess:   fa,
 		RunnerBinary: testutil.RunnerBinary(t),
@@ -40,6 +42,20 @@ func newHost(t *testing.T, fa landlock.FileAccess) (*Host, string) {
 		t.Fatal(err)
 	}
 	return h, ws
+}
+
+// sharedTempDir is a temporary directory others may traverse (t.TempDir's
+// are 0700): a root runner runs the agent under the agent's own uid, which
+// must reach its workspace and what its rules grant.
+func sharedTempDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for p := dir; p != os.TempDir() && p != "/"; p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
 
 func mkdir(t *testing.T, parts ...string) string {
@@ -111,9 +127,33 @@ func expectDenied(t *testing.T, h *Host, cmd string) {
 	}
 }
 
+// expectFails wants cmd to fail without printing leak.
+func expectFails(t *testing.T, h *Host, cmd, leak string) {
+	t.Helper()
+	code, out := shell(t, h, cmd)
+	if code == 0 || (leak != "" && strings.Contains(out, leak)) {
+		t.Errorf("%q: exit %d, output %q; want a failure showing nothing", cmd, code, out)
+	}
+}
+
+// giveToAgent makes paths owned by the test agent's uid when the runner
+// (this test) is root and so runs the agent under that uid.
+func giveToAgent(t *testing.T, paths ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return
+	}
+	uid := AgentUID(testAgentID)
+	for _, p := range paths {
+		if err := os.Chown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestHostFileAccess(t *testing.T) {
 	requireLandlock(t, landlock.MinNetABI)
-	root := t.TempDir()
+	root := sharedTempDir(t)
 	a := mkdir(t, root, "a")
 	b := mkdir(t, root, "b")
 	secret := mkdir(t, b, "secret")
@@ -128,6 +168,9 @@ func TestHostFileAccess(t *testing.T) {
 	writeFile(t, filepath.Join(home, "notes.txt"), "home notes")
 	outside := mkdir(t, root, "outside")
 
+	// allow_read_write grants what Unix permissions allow: under a root
+	// runner the agent has its own uid, to which B must be writable.
+	giveToAgent(t, b, filepath.Join(b, "existing.txt"), filepath.Join(b, "sub"))
 	fa := landlock.FileAccess{
 		AllowRead:      []string{a, home},
 		AllowReadWrite: []string{b},
@@ -146,10 +189,14 @@ func TestHostFileAccess(t *testing.T) {
 	if raw, _ := os.ReadFile(filepath.Join(b, "existing.txt")); string(raw) != "written\n" {
 		t.Errorf("B/existing.txt = %q after the agent wrote it", raw)
 	}
-	expectDenied(t, h, "cat "+filepath.Join(secret, "key"))
-	expectDenied(t, h, "ls "+secret)
-	expectDenied(t, h, "echo x > "+filepath.Join(secret, "key"))
-	expectDenied(t, h, "echo x > "+filepath.Join(secret, "new"))
+	// Hidden by a mount (a root runner) or denied by Landlock: either
+	// way it shows and takes nothing.
+	expectFails(t, h, "cat "+filepath.Join(secret, "key"), "top-secret")
+	expectFails(t, h, "echo x > "+filepath.Join(secret, "key"), "")
+	expectFails(t, h, "echo x > "+filepath.Join(secret, "new"), "")
+	if code, out := shell(t, h, "ls "+secret); strings.Contains(out, "key") {
+		t.Errorf("ls of the denied directory: exit %d, output %q", code, out)
+	}
 	expectDenied(t, h, "cat /etc/shadow")
 	expectDenied(t, h, "cat "+filepath.Join(other, "MEMORY.md"))
 	expectDenied(t, h, "echo x > "+filepath.Join(outside, "x"))
@@ -291,7 +338,7 @@ func TestHostTimeoutKillsTheGroup(t *testing.T) {
 
 func TestHostMemoryAndPidsLimits(t *testing.T) {
 	requireLandlock(t, landlock.MinFSABI)
-	ws := mkdir(t, t.TempDir(), "workspace")
+	ws := mkdir(t, sharedTempDir(t), "workspace")
 	newLimited := func(mem string, pids int64) *Host {
 		h, err := NewHost(HostOptions{AgentID: "tf-acc-limits", Workspace: ws, FileAccess: landlock.FileAccess{AllowNetwork: true},
 			RunnerBinary: testutil.RunnerBinary(t), MemoryLimit: mem, PidsLimit: pids})
@@ -331,7 +378,7 @@ func TestHostMemoryAndPidsLimits(t *testing.T) {
 }
 
 func TestNewHostRefusesContradictoryRules(t *testing.T) {
-	ws := mkdir(t, t.TempDir(), "workspace")
+	ws := mkdir(t, sharedTempDir(t), "workspace")
 	_, err := NewHost(HostOptions{Workspace: ws, RunnerBinary: testutil.RunnerBinary(t),
 		FileAccess: landlock.FileAccess{Deny: []string{filepath.Dir(ws)}}})
 	if err == nil || !strings.Contains(err.Error(), "always read-write") {
@@ -373,7 +420,7 @@ func TestCgroupPatternIsPerAgent(t *testing.T) {
 // allow_read of its whole directory tree.
 func TestHostProtectBeatsAllow(t *testing.T) {
 	requireLandlock(t, landlock.MinFSABI)
-	root := t.TempDir()
+	root := sharedTempDir(t)
 	cfgDir := mkdir(t, root, "runners", "a1")
 	cfg := filepath.Join(cfgDir, "config.json")
 	writeFile(t, cfg, `{"token":"tok-secret"}`)
@@ -392,5 +439,9 @@ func TestHostProtectBeatsAllow(t *testing.T) {
 	if got := expectOK(t, h, "cat "+filepath.Join(root, "readable.txt")); !strings.Contains(got, "open") {
 		t.Errorf("allowed file: %q", got)
 	}
-	expectDenied(t, h, "cat "+cfg)
+	// Denied by Landlock, or covered by an empty file (a root runner):
+	// the token never shows.
+	if code, out := shell(t, h, "cat "+cfg); strings.Contains(out, "tok-secret") {
+		t.Errorf("cat of the protected config: exit %d, output %q", code, out)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,7 +25,11 @@ func TestMain(m *testing.M) {
 	if len(os.Args) == 4 && os.Args[1] == "meepa-probe" {
 		os.Exit(probe(os.Args[2], os.Args[3]))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if probePath != "" {
+		os.RemoveAll(filepath.Dir(probePath))
+	}
+	os.Exit(code)
 }
 
 func probe(what, arg string) int {
@@ -54,6 +59,61 @@ func probe(what, arg string) int {
 		_, err = unix.Setsid()
 	case "chown":
 		err = os.Chown(arg, 1, 1)
+	case "chmod":
+		err = os.Chmod(arg, 0o644)
+	case "sctp":
+		var fd int
+		if fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_SCTP); err == nil {
+			unix.Close(fd)
+		}
+	case "smc":
+		var fd int
+		if fd, err = unix.Socket(unix.AF_SMC, unix.SOCK_STREAM, 0); err == nil {
+			unix.Close(fd)
+		}
+	case "tcp-socket":
+		var fd int
+		if fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM, 0); err == nil {
+			unix.Close(fd)
+		}
+	case "socketpair":
+		// arg: dgram, seqpacket or stream
+		typ := map[string]int{"dgram": unix.SOCK_DGRAM, "seqpacket": unix.SOCK_SEQPACKET, "stream": unix.SOCK_STREAM}[arg]
+		var fds [2]int
+		if fds, err = unix.Socketpair(unix.AF_UNIX, typ, 0); err == nil {
+			unix.Close(fds[0])
+			unix.Close(fds[1])
+		}
+	case "ptrace":
+		pid := atoi(arg)
+		if err = unix.PtraceAttach(pid); err == nil {
+			var ws unix.WaitStatus
+			_, _ = unix.Wait4(pid, &ws, unix.WALL, nil)
+			_ = unix.PtraceDetach(pid)
+		}
+	case "vmread":
+		err = vmRead(atoi(arg))
+	case "procmem":
+		var f *os.File
+		if f, err = os.Open("/proc/" + arg + "/mem"); err == nil {
+			f.Close()
+		}
+	case "userns":
+		err = unix.Unshare(unix.CLONE_NEWUSER)
+	case "keyctl":
+		_, err = unix.KeyctlGetKeyringID(unix.KEY_SPEC_SESSION_KEYRING, true)
+	case "bpf":
+		_, _, e := unix.Syscall(unix.SYS_BPF, 0, 0, 0)
+		if e != 0 {
+			err = e
+		}
+	case "userfaultfd":
+		fd, _, e := unix.Syscall(unix.SYS_USERFAULTFD, 0, 0, 0)
+		if e != 0 {
+			err = e
+		} else {
+			unix.Close(int(fd))
+		}
 	default:
 		err = fmt.Errorf("unknown probe %q", what)
 	}
@@ -66,6 +126,30 @@ func probe(what, arg string) int {
 		return 13
 	}
 	return 1
+}
+
+func atoi(s string) int {
+	var n int
+	_, _ = fmt.Sscanf(s, "%d", &n)
+	return n
+}
+
+// vmRead reads 8 bytes of pid's memory with process_vm_readv, at the start
+// of its first mapping when its maps can be read, else where a static Go
+// binary's text starts on amd64.
+func vmRead(pid int) error {
+	addr := uintptr(0x401000)
+	if raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid)); err == nil {
+		var lo uint64
+		if _, err := fmt.Sscanf(string(raw), "%x-", &lo); err == nil {
+			addr = uintptr(lo)
+		}
+	}
+	buf := make([]byte, 8)
+	local := []unix.Iovec{{Base: &buf[0], Len: 8}}
+	remote := []unix.RemoteIovec{{Base: addr, Len: 8}}
+	_, err := unix.ProcessVMReadv(pid, local, remote, 0)
+	return err
 }
 
 type netipAddrPort struct{ port int }
@@ -83,15 +167,47 @@ func parseAddr(s string) (netipAddrPort, error) {
 // probeHost is a host backend that may run this test binary.
 func probeHost(t *testing.T, allowNetwork bool) (*Host, string) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err == nil {
-		exe, err = filepath.EvalSymlinks(exe)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	exe := probeBinary(t)
 	h, _ := newHost(t, landlock.FileAccess{AllowRead: []string{exe}, AllowNetwork: allowNetwork})
 	return h, exe
+}
+
+var (
+	probeOnce sync.Once
+	probePath string
+	probeErr  error
+)
+
+// probeBinary is a copy of this test binary where the agent's own uid can
+// run it (go test's build directory is 0700); TestMain removes it.
+func probeBinary(t *testing.T) string {
+	t.Helper()
+	probeOnce.Do(func() {
+		exe, err := os.Executable()
+		if err != nil {
+			probeErr = err
+			return
+		}
+		raw, err := os.ReadFile(exe)
+		if err != nil {
+			probeErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "meepa-probe-")
+		if err == nil {
+			err = os.Chmod(dir, 0o755)
+		}
+		if err != nil {
+			probeErr = err
+			return
+		}
+		probePath = filepath.Join(dir, "probe")
+		probeErr = os.WriteFile(probePath, raw, 0o755)
+	})
+	if probeErr != nil {
+		t.Fatal(probeErr)
+	}
+	return probePath
 }
 
 func TestHostSocketFilter(t *testing.T) {

@@ -8,3 +8,6 @@ const (
 	auditArch = unix.AUDIT_ARCH_AARCH64
 	x32Bit    = 0
 )
+
+// archDenied: arm64 has none of amd64's legacy calls (iopl, uselib, …).
+var archDenied []uint32

@@ -19,6 +19,19 @@ type ChildConfig struct {
 	// NProc is RLIMIT_NPROC (0: unchanged); the backend sets it when no
 	// pids cgroup is available.
 	NProc uint64 `json:"nproc,omitempty"`
+	// User is the dedicated uid and gid the child becomes before it
+	// restricts itself (nil: it keeps the runner's). Needs CAP_SETUID and
+	// CAP_SETGID, which the child then loses with the rest.
+	User *ChildUser `json:"user,omitempty"`
+	// EmptyFile is a read-only empty regular file the child bind-mounts
+	// over the denied files of Ruleset.Hide (directories get a tmpfs).
+	EmptyFile string `json:"empty_file,omitempty"`
+}
+
+// ChildUser is a numeric uid and gid, with no supplementary groups.
+type ChildUser struct {
+	UID int `json:"uid"`
+	GID int `json:"gid"`
 }
 
 // ChildErrorPrefix starts the stderr line of a child that could not

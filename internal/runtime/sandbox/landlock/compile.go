@@ -89,8 +89,19 @@ type Ruleset struct {
 	// DenyTCP handles TCP bind and connect with no port allowed
 	// (allow_network = false).
 	DenyTCP bool `json:"deny_tcp"`
+	// Hide are denied paths inside granted trees that the restricted child
+	// covers with an empty read-only mount before it restricts itself
+	// (Spec.Hide); the trees around them are then granted whole.
+	Hide []Hidden `json:"hide,omitempty"`
 	// Notes record what the compiler dropped or expanded, for the log.
 	Notes []string `json:"notes,omitempty"`
+}
+
+// Hidden is a denied path the child mounts over: an empty read-only tmpfs
+// over a directory, an empty read-only file over anything else.
+type Hidden struct {
+	Path string `json:"path"`
+	Dir  bool   `json:"dir,omitempty"`
 }
 
 // MinFSABI is the lowest Landlock ABI the file rules need: ABI 3 is the
@@ -186,6 +197,14 @@ type Spec struct {
 	// the secrets, and other agents' configs lie beside it), which an
 	// allow_read of "/" would otherwise hand to the agent in host mode.
 	Protect []string
+	// Hide: the child can mount over denied paths (it runs in a mount
+	// namespace of its own, with the privilege to mount). A deny inside a
+	// granted tree is then exact: the tree is granted whole and the denied
+	// path is covered (Ruleset.Hide). Without it the tree is expanded
+	// around the denied path (see the package doc). Denied paths that do
+	// not exist yet, and paths reached through a symlink, are always
+	// expanded around: there is nothing to mount over.
+	Hide bool
 }
 
 // FieldError is a problem with one entry of a file_access list.
@@ -234,6 +253,36 @@ func Validate(fa FileAccess) error {
 	return errors.Join(errs...)
 }
 
+// ExpandedDenies are the deny entries that lie strictly inside an
+// allow_read or allow_read_write path, as written (plan time: nothing is
+// resolved). A runner that can mount over them (a runner running as root:
+// the provider's process deployment, or an external runner started as root)
+// makes them exact; a runner without that privilege (an external runner
+// started as another user, a runner container without CAP_SYS_ADMIN)
+// expands the allow around each of them instead, so that the allowed
+// directory itself cannot be listed or written directly. The provider
+// warns about them at plan for such runners, and the runner logs the same
+// text at start, so plan and runtime say the same thing.
+func ExpandedDenies(fa FileAccess) []string {
+	var out []string
+	for _, d := range fa.Deny {
+		d = filepath.Clean(d)
+		for _, l := range []struct {
+			field string
+			paths []string
+		}{{"allow_read", fa.AllowRead}, {"allow_read_write", fa.AllowReadWrite}} {
+			for _, a := range l.paths {
+				if a = filepath.Clean(a); d != a && within(d, a) {
+					out = append(out, fmt.Sprintf("deny %q lies inside %s %q: without the privilege to mount over it "+
+						"(a runner not running as root), %s is expanded around it, so %s itself can neither be listed "+
+						"nor written directly; with it, %s stays whole and %s is hidden", d, l.field, a, a, a, a, d))
+				}
+			}
+		}
+	}
+	return out
+}
+
 type grant struct {
 	path    string
 	access  Access
@@ -270,6 +319,9 @@ func Compile(s Spec) (*Ruleset, error) {
 	// Denies first: the grants are checked against them.
 	if err := c.resolveDenies(s); err != nil {
 		return nil, err
+	}
+	if s.Hide {
+		c.markHideable()
 	}
 	grants, err := c.builtinGrants(s)
 	if err != nil {
@@ -315,6 +367,7 @@ func (c *compiler) resolveDenies(s Spec) error {
 		// link and make the deny miss its target at the next message.
 		if lex := filepath.Clean(p); lex != r {
 			c.deny = append(c.deny, lex)
+			c.lexicalOnly = append(c.lexicalOnly, lex)
 		}
 	}
 	if !s.FileAccess.AllowHomeDotfiles && s.Home != "" {
@@ -411,6 +464,12 @@ func (c *compiler) userGrants(fa FileAccess) ([]grant, error) {
 type compiler struct {
 	rs   *Ruleset
 	deny []string
+	// hideable are the denies the child mounts over (Spec.Hide): they do
+	// not make a grant expand.
+	hideable map[string]Hidden
+	// lexicalOnly are denies as written through a symlink; they are
+	// always expanded around.
+	lexicalOnly []string
 	// writable are the roots of the trees the agent may write.
 	writable []string
 	// home is the resolved home directory whose dotfiles are denied to user
@@ -481,9 +540,13 @@ func (c *compiler) homeDotfile(p string) bool {
 	return strings.HasPrefix(first, ".")
 }
 
-// holdsDenied: something strictly beneath p is denied for g.
+// holdsDenied: something strictly beneath p is denied for g, and is not
+// hidden by a mount.
 func (c *compiler) holdsDenied(p string, g grant) bool {
 	for _, d := range c.deny {
+		if _, hidden := c.hideable[d]; hidden {
+			continue
+		}
 		if d != p && within(d, p) {
 			return true
 		}
@@ -566,6 +629,49 @@ func (c *compiler) put(r Rule) {
 	c.rules[r.Path] = r
 }
 
+// markHideable picks the denies a mount can cover: existing paths, not
+// symbolic links, not reached through one (the resolved and the written path
+// agree), and not the root.
+func (c *compiler) markHideable() {
+	c.hideable = map[string]Hidden{}
+	for _, d := range c.deny {
+		if d == "/" || slices.Contains(c.lexicalOnly, d) {
+			continue
+		}
+		fi, err := os.Lstat(d)
+		if err != nil || fi.Mode()&fs.ModeSymlink != 0 {
+			continue
+		}
+		c.hideable[d] = Hidden{Path: d, Dir: fi.IsDir()}
+	}
+	// A deny written through a symlink stays expanded around (its parent
+	// loses its write rights, so the link cannot be repointed); the path it
+	// resolves to is hidden as well.
+}
+
+// hides lists the hideable denies a grant can reach, outermost only: a
+// mount over D/secret also hides D/secret/key.
+func (c *compiler) hides() []Hidden {
+	var out []Hidden
+	paths := make([]string, 0, len(c.hideable))
+	for p := range c.hideable {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		if len(out) > 0 && within(p, out[len(out)-1].Path) {
+			continue
+		}
+		for _, r := range c.rs.Rules {
+			if !r.Literal && !r.File && r.Path != p && within(p, r.Path) {
+				out = append(out, c.hideable[p])
+				break
+			}
+		}
+	}
+	return out
+}
+
 // finish drops rules that an ancestor rule already covers with at least the
 // same access (Landlock unions rights down the tree) and sorts the rest.
 func (c *compiler) finish() {
@@ -580,6 +686,10 @@ func (c *compiler) finish() {
 			continue
 		}
 		c.rs.Rules = append(c.rs.Rules, r)
+	}
+	c.rs.Hide = c.hides()
+	for _, h := range c.rs.Hide {
+		c.note("deny %s lies inside a granted tree: the child covers it with an empty read-only mount", h.Path)
 	}
 }
 

@@ -378,3 +378,68 @@ func TestCompileProtect(t *testing.T) {
 		t.Errorf("rules %q: want b and b/secret expanded around the protected key", paths)
 	}
 }
+
+// With Spec.Hide a deny inside an allow is exact: the allow stays whole and
+// the denied path is listed for a mount; a missing denied path, and one
+// written through a link, are still expanded around.
+func TestCompileHide(t *testing.T) {
+	root := tree(t)
+	p := func(rel string) string { return filepath.Join(root, rel) }
+	compile := func(fa FileAccess) *Ruleset {
+		t.Helper()
+		rs, err := Compile(Spec{FileAccess: fa, Workspace: p("ws"), TmpDir: p("tmp"), RunnerBinary: p("bin/agent-runner"),
+			System: []SystemPath{}, Hide: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs
+	}
+	rule := func(rs *Ruleset, path string) (Rule, bool) {
+		for _, r := range rs.Rules {
+			if r.Path == path {
+				return r, true
+			}
+		}
+		return Rule{}, false
+	}
+
+	rs := compile(FileAccess{AllowReadWrite: []string{p("b")}, Deny: []string{p("b/secret"), p("b/file.txt"), p("b/secret/key")}})
+	if r, ok := rule(rs, p("b")); !ok || r.Access != ReadWrite {
+		t.Errorf("b is not granted whole: %+v", rs.Rules)
+	}
+	want := []Hidden{{Path: p("b/file.txt")}, {Path: p("b/secret"), Dir: true}}
+	if !slices.Equal(rs.Hide, want) {
+		t.Errorf("Hide = %+v, want %+v (b/secret/key lies under b/secret)", rs.Hide, want)
+	}
+
+	// A deny outside every allow needs no mount.
+	rs = compile(FileAccess{AllowRead: []string{p("a")}, Deny: []string{p("b/secret")}})
+	if len(rs.Hide) != 0 {
+		t.Errorf("Hide = %+v for a deny outside every allow", rs.Hide)
+	}
+
+	// A denied path that does not exist: b is expanded as before.
+	rs = compile(FileAccess{AllowReadWrite: []string{p("b")}, Deny: []string{p("b/not-yet")}})
+	if _, ok := rule(rs, p("b")); ok || len(rs.Hide) != 0 {
+		t.Errorf("missing deny: b granted whole or hidden: %+v %+v", rs.Rules, rs.Hide)
+	}
+
+	// Written through the link blink -> b/secret: b/secret is hidden, and
+	// the link's directory (root) is not granted whole.
+	rs = compile(FileAccess{AllowReadWrite: []string{root}, Deny: []string{p("blink")}})
+	if _, ok := rule(rs, root); ok {
+		t.Errorf("the link's directory is granted whole: %+v", rs.Rules)
+	}
+	if !slices.Contains(rs.Hide, Hidden{Path: p("b/secret"), Dir: true}) {
+		t.Errorf("Hide = %+v, want b/secret", rs.Hide)
+	}
+}
+
+func TestExpandedDenies(t *testing.T) {
+	fa := FileAccess{AllowRead: []string{"/srv"}, AllowReadWrite: []string{"/srv/b"}, Deny: []string{"/srv/b/secret", "/etc/x", "/srv"}}
+	got := ExpandedDenies(fa)
+	if len(got) != 2 || !strings.Contains(got[0], `deny "/srv/b/secret" lies inside allow_read "/srv"`) ||
+		!strings.Contains(got[1], `allow_read_write "/srv/b"`) || !strings.Contains(got[1], "without the privilege to mount") {
+		t.Errorf("ExpandedDenies = %q", got)
+	}
+}

@@ -5,6 +5,7 @@ package landlock
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -17,6 +18,21 @@ import (
 // on a locked OS thread and exec from that same thread, so that the exec'd
 // program (even as uid 0) starts with none.
 func DropCapabilities() error {
+	if err := dropBounding(); err != nil {
+		return err
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}
+
+// dropBounding empties the ambient and bounding sets, as far as this
+// thread may (an unprivileged runner's bounding set cannot be changed; its
+// permitted set, emptied by DropCapabilities, is what counts).
+func dropBounding() error {
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
@@ -26,19 +42,11 @@ func DropCapabilities() error {
 			break // past the kernel's last capability
 		}
 		if errors.Is(err, unix.EPERM) {
-			// No CAP_SETPCAP: an unprivileged runner; its bounding set
-			// cannot be changed, but its permitted set is what counts and
-			// is emptied below.
-			break
+			break // no CAP_SETPCAP
 		}
 		if err != nil {
 			return fmt.Errorf("drop bounding capability %d: %w", c, err)
 		}
-	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capset: %w", err)
 	}
 	return nil
 }
@@ -54,20 +62,31 @@ const (
 )
 
 // InstallSocketFilter installs a seccomp filter on every thread of the
-// process that complements Landlock where it has no reach on older kernels:
+// process that complements Landlock where it has no reach. It starts from
+// Docker's default profile: what that profile refuses to a container
+// without capabilities is refused here too (the child has none), and the
+// socket rules are stricter:
 //
 //   - socket(AF_UNIX) fails with EACCES: before Landlock ABI 9 a sandboxed
 //     process may connect to any pathname unix socket it can name, the
-//     Docker daemon's among them. socketpair(2) still works.
-//   - io_uring_setup fails with EPERM: io_uring can create sockets without
-//     the socket(2) syscall this filter sees.
-//   - setsid fails with EPERM: every process of the agent stays in the
-//     session the host backend gave it, which is how it finds and kills
-//     them at the timeout and at the end of the message.
-//   - with denyNet, socket() for every family other than AF_INET/AF_INET6
-//     stream sockets fails with EACCES (no UDP, raw, netlink, vsock or
-//     packet sockets), as does IPPROTO_MPTCP, which Landlock's TCP rules do
-//     not cover; the remaining TCP sockets are Landlock's to deny.
+//     Docker daemon's among them. socketpair(2) works for stream pairs only:
+//     a datagram or seqpacket pair's sendto(2) reaches pathname datagram
+//     sockets such as /dev/log.
+//   - with denyNet, no AF_INET/AF_INET6 socket at all (EACCES); Landlock's
+//     TCP rules deny the rest of TCP as well, a second layer.
+//   - otherwise only AF_INET/AF_INET6 TCP stream sockets (protocol 0 or
+//     IPPROTO_TCP) and UDP datagram sockets (0 or IPPROTO_UDP, for DNS):
+//     no SCTP, MPTCP, ICMP, raw, packet, netlink, vsock or SMC sockets,
+//     none of which the agent needs and some of which Landlock's TCP rules
+//     do not see.
+//   - the deny list (EPERM): tracing and reading other processes' memory
+//     (ptrace, process_vm_readv/writev, pidfd_getfd, kcmp), the kernel
+//     keyrings, bpf, userfaultfd, perf_event_open, namespaces (unshare,
+//     setns, clone with a CLONE_NEW* flag), mounts, modules, kexec, reboot,
+//     swap, clocks, NUMA policy, io_uring, setsid (every process of the
+//     agent stays in the session the host backend kills at the end of the
+//     message); clone3 fails with ENOSYS, as under Docker, so that libc
+//     falls back to clone, whose flags the filter can see.
 //   - a syscall through another ABI (x32, 32-bit compat) fails with EPERM,
 //     so that none of the above can be bypassed through it.
 //
@@ -80,6 +99,45 @@ func InstallSocketFilter(denyNet bool) error {
 	}
 	return nil
 }
+
+// deniedSyscalls are refused with EPERM on every architecture; archDenied
+// (arch_*.go) adds the ones only some architectures have. The list is
+// Docker's default profile's refusals for a process without capabilities
+// in moby/profiles v0.3.0, plus keyctl, add_key, request_key and
+// userfaultfd, which that profile leaves out of its allow list.
+var deniedSyscalls = []uint32{
+	// Other processes' memory and descriptors.
+	unix.SYS_PTRACE, unix.SYS_PROCESS_VM_READV, unix.SYS_PROCESS_VM_WRITEV, unix.SYS_PIDFD_GETFD,
+	unix.SYS_KCMP, unix.SYS_PROCESS_MADVISE,
+	// Kernel keyrings: shared by uid, and a long history of bugs.
+	unix.SYS_KEYCTL, unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY,
+	// Kernel attack surface a tool never needs.
+	unix.SYS_BPF, unix.SYS_USERFAULTFD, unix.SYS_PERF_EVENT_OPEN, unix.SYS_FANOTIFY_INIT,
+	unix.SYS_IO_URING_SETUP, unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER,
+	unix.SYS_LOOKUP_DCOOKIE, unix.SYS_SYSLOG, unix.SYS_VHANGUP,
+	// Namespaces (clone is checked by its flags below).
+	unix.SYS_UNSHARE, unix.SYS_SETNS,
+	// Mounts.
+	unix.SYS_MOUNT, unix.SYS_UMOUNT2, unix.SYS_PIVOT_ROOT, unix.SYS_CHROOT,
+	unix.SYS_FSOPEN, unix.SYS_FSCONFIG, unix.SYS_FSMOUNT, unix.SYS_FSPICK,
+	unix.SYS_MOVE_MOUNT, unix.SYS_OPEN_TREE, unix.SYS_MOUNT_SETATTR,
+	unix.SYS_OPEN_BY_HANDLE_AT, unix.SYS_NAME_TO_HANDLE_AT,
+	unix.SYS_QUOTACTL, unix.SYS_QUOTACTL_FD,
+	// The machine.
+	unix.SYS_INIT_MODULE, unix.SYS_FINIT_MODULE, unix.SYS_DELETE_MODULE,
+	unix.SYS_KEXEC_LOAD, unix.SYS_KEXEC_FILE_LOAD, unix.SYS_REBOOT,
+	unix.SYS_SWAPON, unix.SYS_SWAPOFF, unix.SYS_ACCT,
+	unix.SYS_SETHOSTNAME, unix.SYS_SETDOMAINNAME,
+	unix.SYS_SETTIMEOFDAY, unix.SYS_CLOCK_SETTIME,
+	unix.SYS_GET_MEMPOLICY, unix.SYS_SET_MEMPOLICY, unix.SYS_MBIND, unix.SYS_SET_MEMPOLICY_HOME_NODE,
+	// The session the backend kills at the end of the message.
+	unix.SYS_SETSID,
+}
+
+// cloneNamespaces are the clone(2) flags that make a new namespace
+// (CLONE_NEWNS … CLONE_NEWNET), refused as Docker does.
+const cloneNamespaces = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
+	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
 
 // asm is a tiny BPF assembler with forward labels.
 type asm struct {
@@ -131,6 +189,7 @@ func socketFilter(denyNet bool) []unix.SockFilter {
 	allow := uint32(unix.SECCOMP_RET_ALLOW)
 	eperm := uint32(unix.SECCOMP_RET_ERRNO) | uint32(unix.EPERM)
 	eacces := uint32(unix.SECCOMP_RET_ERRNO) | uint32(unix.EACCES)
+	enosys := uint32(unix.SECCOMP_RET_ERRNO) | uint32(unix.ENOSYS)
 
 	a := &asm{labels: map[string]int{}}
 	a.ld(offArch)
@@ -139,27 +198,54 @@ func socketFilter(denyNet bool) []unix.SockFilter {
 	if x32Bit != 0 {
 		a.jmp(unix.BPF_JGE, x32Bit, "eperm", "")
 	}
-	a.jmp(unix.BPF_JEQ, unix.SYS_IO_URING_SETUP, "eperm", "")
-	a.jmp(unix.BPF_JEQ, unix.SYS_SETSID, "eperm", "")
+	for _, nr := range append(slices.Clone(deniedSyscalls), archDenied...) {
+		a.jmp(unix.BPF_JEQ, nr, "eperm", "")
+	}
+	a.jmp(unix.BPF_JEQ, unix.SYS_CLONE3, "enosys", "")
+	a.jmp(unix.BPF_JEQ, unix.SYS_CLONE, "clone", "")
+	a.jmp(unix.BPF_JEQ, unix.SYS_SOCKETPAIR, "socketpair", "")
 	a.jmp(unix.BPF_JEQ, unix.SYS_SOCKET, "socket", "allow")
 
-	a.label("socket")
+	// clone(flags, …) on amd64 and arm64: flags is the first argument.
+	a.label("clone")
 	a.ld(offArg0)
-	a.jmp(unix.BPF_JEQ, unix.AF_UNIX, "eacces", "")
+	a.and(cloneNamespaces)
+	a.jmp(unix.BPF_JEQ, 0, "allow", "eperm")
+
+	a.label("socketpair")
+	a.ld(offArg1)
+	a.and(0xf) // SOCK_TYPE_MASK: without SOCK_NONBLOCK / SOCK_CLOEXEC
+	a.jmp(unix.BPF_JEQ, unix.SOCK_STREAM, "allow", "eacces")
+
+	a.label("socket")
 	if denyNet {
+		// No family at all: AF_UNIX is refused always, AF_INET/AF_INET6
+		// without network, every other family always.
+		a.ret(eacces)
+	} else {
+		a.ld(offArg0)
 		a.jmp(unix.BPF_JEQ, unix.AF_INET, "inet", "")
 		a.jmp(unix.BPF_JEQ, unix.AF_INET6, "inet", "eacces")
 		a.label("inet")
 		a.ld(offArg1)
-		a.and(0xf) // SOCK_TYPE_MASK: without SOCK_NONBLOCK / SOCK_CLOEXEC
-		a.jmp(unix.BPF_JEQ, unix.SOCK_STREAM, "", "eacces")
+		a.and(0xf)
+		a.jmp(unix.BPF_JEQ, unix.SOCK_STREAM, "stream", "")
+		a.jmp(unix.BPF_JEQ, unix.SOCK_DGRAM, "dgram", "eacces")
+		a.label("stream")
 		a.ld(offArg2)
-		a.jmp(unix.BPF_JEQ, unix.IPPROTO_MPTCP, "eacces", "allow")
+		a.jmp(unix.BPF_JEQ, 0, "allow", "")
+		a.jmp(unix.BPF_JEQ, unix.IPPROTO_TCP, "allow", "eacces")
+		a.label("dgram")
+		a.ld(offArg2)
+		a.jmp(unix.BPF_JEQ, 0, "allow", "")
+		a.jmp(unix.BPF_JEQ, unix.IPPROTO_UDP, "allow", "eacces")
 	}
 	a.label("allow")
 	a.ret(allow)
 	a.label("eacces")
 	a.ret(eacces)
+	a.label("enosys")
+	a.ret(enosys)
 	a.label("eperm")
 	a.ret(eperm)
 	return a.assemble()

@@ -1,0 +1,224 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Agent uids. A host-mode agent runs under a uid of its own, so that Unix
+// permissions keep it from the runner's files (its config, the state
+// directory) and chmod/chown on them fail, whatever Landlock allows. The
+// uid is derived from the agent id (AgentUID) unless HostOptions.UID sets
+// one; its group is the same number.
+const (
+	// AgentUIDBase and AgentUIDRange place derived uids far above the ids
+	// distributions hand out (system < 1000, users < 60000, subordinate
+	// ranges from 100000 in blocks of 65536 for a few thousand users).
+	AgentUIDBase  = 2_000_000_000
+	AgentUIDRange = 100_000_000
+)
+
+// AgentUID is the uid host mode runs agentID under when none is
+// configured: a stable hash of the id in [AgentUIDBase, AgentUIDBase +
+// AgentUIDRange). Two agents meet on one uid with a chance of about
+// n²/2·10⁻⁸ for n agents on a host; even then Landlock keeps each out of
+// the other's workspace.
+func AgentUID(agentID string) int {
+	h := fnv.New32a()
+	h.Write([]byte(agentID))
+	return AgentUIDBase + int(h.Sum32()%AgentUIDRange)
+}
+
+// Capability numbers (linux/capability.h) the host backend asks for.
+const (
+	capChown    = 0
+	capSetgid   = 6
+	capSetuid   = 7
+	capSysAdmin = 21
+)
+
+// effectiveCaps reads this process's effective capability set.
+func effectiveCaps() uint64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				return 0
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+func hasCaps(set uint64, caps ...int) bool {
+	for _, c := range caps {
+		if set&(1<<c) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// CheckNoSymlinks refuses a path with a symbolic link in any of its
+// components: an agent that can write the workspace's parent could replace
+// the workspace by a link to "/" and be granted the host read-write at the
+// next message.
+func CheckNoSymlinks(p string) error {
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return fmt.Errorf("%q: want an absolute, clean path", p)
+	}
+	cur := "/"
+	for _, part := range strings.Split(p, "/") {
+		if part == "" {
+			continue
+		}
+		cur = filepath.Join(cur, part)
+		fi, err := os.Lstat(cur)
+		if err != nil {
+			return fmt.Errorf("%q: %w", p, err)
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return fmt.Errorf("%q: %s is a symbolic link; a workspace is used only by its real path, with no link in it (replace the link by the directory, or give the real path)", p, cur)
+		}
+	}
+	return nil
+}
+
+// ChownTree gives root and everything beneath it to uid:gid without
+// following a symbolic link anywhere (links are chowned themselves) and
+// without crossing into another filesystem (a mount point inside the tree
+// is left as it is, with everything beneath it). root itself is opened
+// with no link in its path.
+func ChownTree(root string, uid, gid int) error {
+	fd, err := openDirNoSymlinks(root)
+	if err != nil {
+		return fmt.Errorf("chown %s: open without following links: %w", root, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("chown %s: %w", root, err)
+	}
+	if err := unix.Fchown(fd, uid, gid); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("chown %s: %w", root, err)
+	}
+	return chownDir(fd, root, st.Dev, uid, gid, 0)
+}
+
+// openDirNoSymlinks opens the directory p with no symbolic link in any
+// component: openat2 RESOLVE_NO_SYMLINKS, or on kernels before 5.6 (container
+// mode still runs there) a walk from "/" opening each component O_NOFOLLOW.
+func openDirNoSymlinks(p string) (int, error) {
+	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{Flags: flags, Resolve: unix.RESOLVE_NO_SYMLINKS})
+	if !errors.Is(err, unix.ENOSYS) {
+		return fd, err
+	}
+	if !filepath.IsAbs(p) {
+		return -1, fmt.Errorf("%q: want an absolute path", p)
+	}
+	fd, err = unix.Open("/", flags, 0)
+	if err != nil {
+		return -1, err
+	}
+	for _, part := range strings.Split(filepath.Clean(p), "/") {
+		if part == "" {
+			continue
+		}
+		next, err := unix.Openat(fd, part, flags, 0)
+		unix.Close(fd)
+		if err != nil {
+			return -1, err
+		}
+		fd = next
+	}
+	return fd, nil
+}
+
+// chownDir chowns the entries of the open directory dirfd (and closes it).
+func chownDir(dirfd int, path string, dev uint64, uid, gid, depth int) error {
+	dir := os.NewFile(uintptr(dirfd), path)
+	defer dir.Close()
+	if depth > 256 {
+		return fmt.Errorf("chown %s: too deep", path)
+	}
+	for {
+		names, err := dir.Readdirnames(256)
+		for _, name := range names {
+			child := filepath.Join(path, name)
+			var st unix.Stat_t
+			if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				if errors.Is(err, unix.ENOENT) {
+					continue
+				}
+				return fmt.Errorf("chown %s: %w", child, err)
+			}
+			if st.Dev != dev {
+				continue // a mount point: another filesystem
+			}
+			if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				if err := unix.Fchownat(dirfd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil && !errors.Is(err, unix.ENOENT) {
+					return fmt.Errorf("chown %s: %w", child, err)
+				}
+				continue
+			}
+			sub, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				if errors.Is(err, unix.ENOENT) {
+					continue
+				}
+				return fmt.Errorf("chown %s: %w", child, err)
+			}
+			if err := unix.Fchown(sub, uid, gid); err != nil {
+				unix.Close(sub)
+				return fmt.Errorf("chown %s: %w", child, err)
+			}
+			if err := chownDir(sub, child, dev, uid, gid, depth+1); err != nil {
+				return err
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("chown %s: list: %w", path, err)
+		}
+	}
+}
+
+// searchableBy reports the first directory above p (p excluded) that uid
+// (group gid) cannot traverse, judged by mode bits and owner: the agent
+// must reach its workspace after it has become uid.
+func searchableBy(p string, uid, gid int) error {
+	for dir := filepath.Dir(p); ; dir = filepath.Dir(dir) {
+		var st unix.Stat_t
+		if err := unix.Stat(dir, &st); err != nil {
+			return fmt.Errorf("%s: %w", dir, err)
+		}
+		ok := st.Mode&0o001 != 0 ||
+			(int(st.Uid) == uid && st.Mode&0o100 != 0) ||
+			(int(st.Gid) == gid && st.Mode&0o010 != 0)
+		if !ok {
+			return fmt.Errorf("%s (mode %#o, owner %d:%d) cannot be traversed by the agent's uid %d; make it searchable by others (chmod o+x %s)",
+				dir, st.Mode&0o7777, st.Uid, st.Gid, uid, dir)
+		}
+		if dir == "/" {
+			return nil
+		}
+	}
+}
