@@ -78,7 +78,7 @@ func TestAuditLineOnePerMessageNoTextNoSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(s.Handler())
+	ts := httptest.NewServer(s.handler())
 	defer ts.Close()
 
 	type sent struct {

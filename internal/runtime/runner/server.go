@@ -166,9 +166,6 @@ func New(ctx context.Context, cfg *Config, o Options) (*Server, error) {
 	return s, nil
 }
 
-// Handler serves the API (for tests and embedding).
-func (s *Server) Handler() http.Handler { return s.http.Handler }
-
 // Listen opens "unix:///path" (replacing a stale socket, mode 0660) or a
 // TCP "host:port".
 func Listen(addr string) (net.Listener, error) {

@@ -64,6 +64,11 @@ func testConfig() *Config {
 	}
 }
 
+// handler is the server's mux without a listener: tests drive it through
+// httptest, which also lets them send a request after Shutdown has closed
+// the real listener.
+func (s *Server) handler() http.Handler { return s.http.Handler }
+
 func newTestServer(t *testing.T, cfg *Config, b *scripted) (*Server, *httptest.Server) {
 	t.Helper()
 	s, err := New(context.Background(), cfg, Options{
@@ -75,7 +80,7 @@ func newTestServer(t *testing.T, cfg *Config, b *scripted) (*Server, *httptest.S
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(s.Handler())
+	ts := httptest.NewServer(s.handler())
 	t.Cleanup(ts.Close)
 	return s, ts
 }
@@ -245,7 +250,7 @@ func TestQueueBoundAndCancel(t *testing.T) {
 	}
 
 	rec := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	s.handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	for _, want := range []string{
 		`meepa_runner_messages_total{outcome="ok"} 2`,
 		`meepa_runner_messages_total{outcome="queue_full"} 1`,
@@ -329,7 +334,7 @@ func TestReloadSwapsBackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(s.Handler())
+	ts := httptest.NewServer(s.handler())
 	defer ts.Close()
 	if _, m := post(t, ts.URL, "tok-123", `{"text":"a"}`); m["reply"] != "old" {
 		t.Fatalf("before reload: %v", m)
