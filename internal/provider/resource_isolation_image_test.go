@@ -456,21 +456,16 @@ func errRE(re string) *regexp.Regexp {
 	return regexp.MustCompile("(?s)" + strings.ReplaceAll(re, " ", `\s+`))
 }
 
-// TestAccIsolationImage_errors: bad input fails at plan time on its
-// attribute; build-time faults fail with a clear error.
-func TestAccIsolationImage_errors(t *testing.T) {
-	testutil.RequireDocker(t)
-	cli := testutil.Docker(t)
-	fake := ensureFakeApkBase(t, cli)
-	foreign := patchedArchBinary(t, testutil.RunnerBinary(t))
+// TestIsolationImage_planErrors: bad input fails at plan time on its
+// attribute. A unit test: validation never reaches Docker.
+func TestIsolationImage_planErrors(t *testing.T) {
 	cfg := func(body string) string {
 		return fmt.Sprintf("resource \"meepa_isolation_image\" \"test\" {\n%s\n}\n", body)
 	}
 	planErr := func(body, re string) resource.TestStep {
 		return resource.TestStep{Config: cfg(body), PlanOnly: true, ExpectError: errRE(re)}
 	}
-	resource.Test(t, resource.TestCase{
-		PreCheck:                 func() { testAccPreCheck(t) },
+	resource.UnitTest(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProviders,
 		Steps: []resource.TestStep{
 			planErr(`packages = ["jq; rm -rf /"]`, `Invalid Package Name`),
@@ -488,6 +483,24 @@ func TestAccIsolationImage_errors(t *testing.T) {
 			planErr(`env_vars = { HOME = "/root" }`, `HOME is set by the isolation image`),
 			planErr("env_vars = { X = \"a\\nRUN touch /pwned\" }", `Invalid Environment Variable Value`),
 			planErr(`pull = "sometimes"`, `value must be one of`),
+		},
+	})
+}
+
+// TestAccIsolationImage_errors: build-time faults fail with a clear error
+// (bad input fails at plan time: TestIsolationImage_planErrors).
+func TestAccIsolationImage_errors(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	fake := ensureFakeApkBase(t, cli)
+	foreign := patchedArchBinary(t, testutil.RunnerBinary(t))
+	cfg := func(body string) string {
+		return fmt.Sprintf("resource \"meepa_isolation_image\" \"test\" {\n%s\n}\n", body)
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{
 			{
 				Config: cfg(`
   base_image = "meepa-test/tf-acc-does-not-exist:1"

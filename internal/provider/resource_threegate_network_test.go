@@ -404,7 +404,9 @@ func TestAccThreegateNetwork_lifecycle(t *testing.T) {
 	})
 }
 
-func TestAccThreegateNetwork_badInput(t *testing.T) {
+// TestThreegateNetwork_badInput: every bad input is a plan-time error on its
+// attribute. A unit test: planning a threegate_network needs no daemon.
+func TestThreegateNetwork_badInput(t *testing.T) {
 	t.Setenv("TF_ACC_PROVIDER_NAMESPACE", "bogpad")
 	cfg := func(body string) string {
 		return `
@@ -441,7 +443,7 @@ resource "threegate_network" "bad" {
 	for _, c := range cases {
 		steps = append(steps, resource.TestStep{Config: cfg(c.body), PlanOnly: true, ExpectError: regexp.MustCompile(c.want)})
 	}
-	resource.Test(t, resource.TestCase{ProtoV6ProviderFactories: testAccProviders, Steps: steps})
+	resource.UnitTest(t, resource.TestCase{ProtoV6ProviderFactories: testAccProviders, Steps: steps})
 }
 
 // TestAccThreegateNetwork_overlapAtPlan: overlap with a host route is known
