@@ -92,7 +92,7 @@ func TestAgentRunInHardenedContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(ws) })
+	testutil.Cleanup(t, "remove "+ws, func() error { return os.RemoveAll(ws) })
 	if err := os.Chown(ws, 65534, 65534); err != nil {
 		t.Skipf("cannot hand the workspace to nobody: %v", err)
 	}

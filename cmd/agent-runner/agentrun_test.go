@@ -208,7 +208,7 @@ func TestAgentRunOtherUID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	testutil.Cleanup(t, "remove "+dir, func() error { return os.RemoveAll(dir) })
 	os.Chmod(dir, 0o755)
 	bin := filepath.Join(dir, "agent-runner")
 	data, err := os.ReadFile(testutil.RunnerBinary(t))

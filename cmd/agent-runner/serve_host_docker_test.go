@@ -102,7 +102,9 @@ func TestServeHostModeInContainer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { cli.ContainerRemove(context.Background(), created.ID, container.RemoveOptions{Force: true}) })
+			testutil.Cleanup(t, "remove container", func() error {
+				return testutil.Gone(cli.ContainerRemove(context.Background(), created.ID, container.RemoveOptions{Force: true}))
+			})
 			if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
 				t.Fatal(err)
 			}

@@ -53,8 +53,13 @@ func hostServe(t *testing.T, fa runner.FileAccess, env []string, flags ...string
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
+		// An interrupt is serve's graceful stop: it must exit cleanly.
+		if err := testutil.Gone(cmd.Process.Signal(os.Interrupt)); err != nil {
+			t.Errorf("cleanup: interrupt serve: %v", err)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("cleanup: serve after interrupt: %v", err)
+		}
 	})
 	c := unixClient(sock)
 	waitUp(t, c, 10*time.Second, stderr.String)

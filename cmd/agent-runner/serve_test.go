@@ -61,7 +61,10 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 		}
 		return ids
 	}
-	t.Cleanup(func() { sandbox.RemoveOrphans(context.Background(), cli, cfg.AgentID) })
+	testutil.Cleanup(t, "remove orphan containers", func() error {
+		_, err := sandbox.RemoveOrphans(context.Background(), cli, cfg.AgentID)
+		return err
+	})
 
 	serve := func() *exec.Cmd {
 		cmd := exec.Command(bin, "serve", "--config", cfgPath)
@@ -71,8 +74,10 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
+			if err := testutil.Gone(cmd.Process.Kill()); err != nil {
+				t.Errorf("cleanup: kill serve: %v", err)
+			}
+			_ = cmd.Wait() // "signal: killed": the kill above
 			if t.Failed() {
 				t.Logf("serve logs:\n%s", logs.String())
 			}

@@ -43,7 +43,7 @@ func TestAccAgent_external(t *testing.T) {
 	id := "tf-acc-agent-ext" + "-" + runID
 	wsPath := filepath.Join(stateDir, "agents", id)
 	layout := deploy.LayoutFor(stateDir, id)
-	t.Cleanup(func() { cleanupAgent(cli, id) })
+	cleanupAgent(t, cli, id)
 	cfg := agentAccConfig(stateDir, id, image, "512m", `runner = { deployment = "external" }`)
 
 	resource.Test(t, resource.TestCase{

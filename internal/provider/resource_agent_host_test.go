@@ -85,7 +85,7 @@ func TestAccAgent_hostMode(t *testing.T) {
 	if port == srvPort {
 		srvPort++
 	}
-	t.Cleanup(func() { cleanupAgent(cli, id) })
+	cleanupAgent(t, cli, id)
 	cfg := func(network, dotfiles bool) string {
 		return fmt.Sprintf(`
 provider "meepa" {

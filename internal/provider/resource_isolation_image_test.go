@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -164,11 +165,9 @@ func TestAccIsolationImage_lifecycle(t *testing.T) {
 	beforeRunner := map[string]string{"image": "", "isolated_image": "", "isolated_image_id": ""}
 	final := map[string]string{"image": "", "isolated_image": "", "isolated_image_id": ""}
 	cur := map[string]string{"isolated_image": ""}
-	t.Cleanup(func() {
-		for _, a := range []map[string]string{kept} {
-			removeImage(cli, a["isolated_image"])
-			removeImage(cli, a["image"])
-		}
+	// keep_locally left these behind on purpose.
+	testutil.Cleanup(t, "remove kept images", func() error {
+		return errors.Join(removeImage(cli, kept["isolated_image"]), removeImage(cli, kept["image"]))
 	})
 
 	newTag := statecheck.CompareValue(compare.ValuesDiffer())
@@ -286,8 +285,12 @@ func TestAccIsolationImage_lifecycle(t *testing.T) {
 			},
 			{
 				// The isolation image removed out of band: the plan rebuilds it.
-				PreConfig: func() { removeImage(cli, cur["isolated_image"]) },
-				Config:    imageConfig(base, []string{"jq", "curl", "git"}, false),
+				PreConfig: func() {
+					if err := removeImage(cli, cur["isolated_image"]); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: imageConfig(base, []string{"jq", "curl", "git"}, false),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction(imgAddr, plancheck.ResourceActionCreate),
 				}},
@@ -585,10 +588,10 @@ resource "meepa_isolation_image" "test" {
   base_image = %q
   env_vars   = { RUN_ID = %q }
 }`, base, runID)
-	removeUser := func() {
-		_ = cli.ContainerRemove(context.Background(), name, container.RemoveOptions{Force: true})
+	removeUser := func() error {
+		return testutil.Gone(cli.ContainerRemove(context.Background(), name, container.RemoveOptions{Force: true}))
 	}
-	t.Cleanup(removeUser)
+	testutil.Cleanup(t, "remove container "+name, removeUser)
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProviders,
@@ -607,9 +610,13 @@ resource "meepa_isolation_image" "test" {
 				ExpectError: errRE(`Isolation Image In Use.*used by container\(s\) ` + name),
 			},
 			{
-				PreConfig: removeUser,
-				Config:    config,
-				Check:     checkPresent(t, cli, made, "image", "isolated_image"),
+				PreConfig: func() {
+					if err := removeUser(); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: config,
+				Check:  checkPresent(t, cli, made, "image", "isolated_image"),
 			},
 		},
 	})

@@ -65,7 +65,7 @@ func ensureBareBase(t *testing.T, cli *client.Client) string {
 	if err := cli.ImageTag(context.Background(), testutil.BusyboxImage, ref); err != nil {
 		t.Fatalf("tag %s: %v", ref, err)
 	}
-	t.Cleanup(func() { removeImage(cli, ref) })
+	testutil.Cleanup(t, "remove image "+ref, func() error { return removeImage(cli, ref) })
 	return ref
 }
 
@@ -122,9 +122,14 @@ func imageID(t *testing.T, cli *client.Client, ref string) string {
 	return ins.ID
 }
 
-// removeImage removes ref (or id) if it exists; for cleanups.
-func removeImage(cli *client.Client, ref string) {
-	_, _ = cli.ImageRemove(context.Background(), ref, dimage.RemoveOptions{PruneChildren: true})
+// removeImage removes ref (or id); an image already gone, or a ref never
+// filled in (a step that failed first), is done.
+func removeImage(cli *client.Client, ref string) error {
+	if ref == "" {
+		return nil
+	}
+	_, err := cli.ImageRemove(context.Background(), ref, dimage.RemoveOptions{PruneChildren: true})
+	return testutil.Gone(err)
 }
 
 // buildRunnerVersion builds agent-runner with another version stamped in:

@@ -79,7 +79,7 @@ func Docker(t testing.TB) *client.Client {
 	if err != nil {
 		t.Fatalf("docker: %v (run scripts/ensure-docker.sh)", err)
 	}
-	t.Cleanup(func() { cli.Close() })
+	Cleanup(t, "docker client close", cli.Close)
 	return cli
 }
 

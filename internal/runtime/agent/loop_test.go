@@ -279,7 +279,12 @@ func TestWorkspaceNotWritable(t *testing.T) {
 	}
 	ws := t.TempDir()
 	os.Chmod(ws, 0o555)
-	t.Cleanup(func() { os.Chmod(ws, 0o755) })
+	t.Cleanup(func() {
+		// Writable again, so t.TempDir can remove it.
+		if err := os.Chmod(ws, 0o755); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
 	rep := runReq(t, ws, offlineReq("x"))
 	if rep.ErrorKind != ErrKindWorkspace || !strings.Contains(rep.Error, "not writable") {
 		t.Errorf("got %q %q", rep.ErrorKind, rep.Error)

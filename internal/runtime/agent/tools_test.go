@@ -18,7 +18,11 @@ func newToolbox(t *testing.T) (*Toolbox, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { tb.Close() })
+	t.Cleanup(func() {
+		if err := tb.Close(); err != nil {
+			t.Errorf("cleanup: close toolbox: %v", err)
+		}
+	})
 	return tb, ws
 }
 

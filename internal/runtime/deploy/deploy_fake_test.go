@@ -51,7 +51,11 @@ func fakeDaemon(t *testing.T, removeStatus int) (client.APIClient, *[]string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cli.Close() })
+	t.Cleanup(func() {
+		if err := cli.Close(); err != nil {
+			t.Errorf("cleanup: docker client close: %v", err)
+		}
+	})
 	return cli, &removed
 }
 

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 func listen(t *testing.T) net.Listener {
@@ -14,7 +16,7 @@ func listen(t *testing.T) net.Listener {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	testutil.Cleanup(t, "close listener", func() error { return testutil.Gone(ln.Close()) })
 	return ln
 }
 

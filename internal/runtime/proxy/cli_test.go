@@ -43,10 +43,11 @@ func TestAgentRunnerProxyProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
+	testutil.Cleanup(t, "kill proxy", func() error {
+		if cmd.ProcessState != nil {
+			return nil
 		}
+		return testutil.Gone(cmd.Process.Kill())
 	})
 
 	// The startup line on stderr says where it listens and what it allows.

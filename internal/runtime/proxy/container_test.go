@@ -52,8 +52,8 @@ func TestProxyInHardenedContainer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("container create: %v", err)
 	}
-	t.Cleanup(func() {
-		cli.ContainerRemove(context.Background(), created.ID, container.RemoveOptions{Force: true})
+	testutil.Cleanup(t, "remove proxy container", func() error {
+		return testutil.Gone(cli.ContainerRemove(context.Background(), created.ID, container.RemoveOptions{Force: true}))
 	})
 	if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
 		t.Fatalf("container start: %v", err)

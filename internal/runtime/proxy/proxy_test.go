@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 // --- helpers ---------------------------------------------------------------
@@ -76,7 +78,7 @@ func startEcho(t *testing.T) *tcpServer {
 		t.Fatal(err)
 	}
 	s := &tcpServer{ln: ln}
-	t.Cleanup(func() { ln.Close() })
+	testutil.Cleanup(t, "close listener", func() error { return testutil.Gone(ln.Close()) })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -163,7 +165,9 @@ func startProxy(t *testing.T, opts Options, adjust ...func(*Server)) *testProxy 
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		srv.Shutdown(ctx)
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("cleanup: proxy shutdown: %v", err)
+		}
 		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("Serve returned %v, want http.ErrServerClosed", err)
 		}
@@ -236,7 +240,7 @@ func connect(t *testing.T, proxyAddr, target string) (*http.Response, string, ne
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
+	testutil.Cleanup(t, "close connection", func() error { return testutil.Gone(c.Close()) })
 	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})

@@ -51,7 +51,7 @@ func testAgentConfig(t *testing.T, cli *client.Client, id string) *Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	testutil.Cleanup(t, "remove "+sockDir, func() error { return os.RemoveAll(sockDir) })
 	return &Config{
 		AgentID:   "tf-acc-" + id + "-" + runToken,
 		Workspace: t.TempDir(),

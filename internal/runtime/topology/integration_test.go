@@ -373,8 +373,8 @@ func startMember(t *testing.T, cli client.APIClient, image, net string, o member
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
+	testutil.Cleanup(t, "remove container", func() error {
+		return testutil.Gone(cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true}))
 	})
 	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		t.Fatal(err)
@@ -440,7 +440,7 @@ func TestNetworkWithEndpoints(t *testing.T) {
 	in := freeInput(t, cli, "meepa-test-tgep")
 	in.Proxy = ProxyInput{Image: image, Allow: []string{"example.com"}}
 	s, _ := Build(in)
-	t.Cleanup(func() { _ = Destroy(context.WithoutCancel(ctx), cli, s) })
+	testutil.Cleanup(t, "destroy topology", func() error { return Destroy(context.WithoutCancel(ctx), cli, s) })
 	if _, err := Ensure(ctx, cli, s, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -495,7 +495,7 @@ func TestConflicts(t *testing.T) {
 	if err := createNetwork(ctx, cli, os, n); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cli.NetworkRemove(context.WithoutCancel(ctx), n.Name) })
+	testutil.Cleanup(t, "remove network "+n.Name, func() error { return testutil.Gone(cli.NetworkRemove(context.WithoutCancel(ctx), n.Name)) })
 	in = freeInput(t, cli, "meepa-test-tgcf")
 	in.Proxy = ProxyInput{Image: "x"}
 	in.Subnets[EgressNet] = n.Subnet.String()
@@ -521,7 +521,9 @@ func TestSweepStale(t *testing.T) {
 	if err := createNetwork(ctx, cli, s, s.Network(LLMNet)); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cli.NetworkRemove(context.WithoutCancel(ctx), s.Network(LLMNet).Name) })
+	testutil.Cleanup(t, "remove llmnet", func() error {
+		return testutil.Gone(cli.NetworkRemove(context.WithoutCancel(ctx), s.Network(LLMNet).Name))
+	})
 	if swept, err := SweepStale(ctx, cli, s.Name, time.Hour); err != nil || len(swept) != 0 {
 		t.Fatalf("a fresh topology was swept: %v %v", swept, err)
 	}
