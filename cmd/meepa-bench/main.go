@@ -325,8 +325,11 @@ func bareCycle(ctx context.Context, cli *client.Client, spec sandbox.Spec, reque
 
 func checkReply(out []byte) error {
 	var r agent.Reply
-	if err := json.Unmarshal(out, &r); err != nil || r.ErrorKind != "" || !strings.HasPrefix(r.Reply, "offline:") {
-		return fmt.Errorf("unexpected reply %q (%v)", out, err)
+	if err := json.Unmarshal(out, &r); err != nil {
+		return fmt.Errorf("unexpected reply %q: %w", out, err)
+	}
+	if r.ErrorKind != "" || !strings.HasPrefix(r.Reply, "offline:") {
+		return fmt.Errorf("unexpected reply %q", out)
 	}
 	return nil
 }
@@ -371,7 +374,7 @@ func dockerRun(args []string, request []byte) error {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return fmt.Errorf("docker run: %v: %s", err, stderr.String())
+		return fmt.Errorf("docker run: %w: %s", err, stderr.String())
 	}
 	return checkReply(out)
 }
@@ -510,7 +513,7 @@ func buildImages(ctx context.Context, cli *client.Client) error {
 	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/agent-runner")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build agent-runner (run from the repository root): %v\n%s", err, out)
+		return fmt.Errorf("go build agent-runner (run from the repository root): %w\n%s", err, out)
 	}
 	return testimage.Runner(ctx, cli, runnerImage, baseImage, bin)
 }

@@ -41,7 +41,7 @@ func sendTo(l deploy.Listener, token, text string) (agent.Reply, int, error) {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode == 200 {
+	if resp.StatusCode == http.StatusOK {
 		if err := json.Unmarshal(raw, &r); err != nil {
 			return r, resp.StatusCode, fmt.Errorf("reply %q: %w", raw, err)
 		}

@@ -62,7 +62,7 @@ func RunnerBinary(t testing.TB) string {
 		cmd.Dir = RepoRoot()
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			runnerErr = fmt.Errorf("go build agent-runner: %v\n%s", err, out)
+			runnerErr = fmt.Errorf("go build agent-runner: %w\n%s", err, out)
 		}
 	})
 	if runnerErr != nil {

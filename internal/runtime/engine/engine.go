@@ -104,7 +104,7 @@ func Connect(ctx context.Context, o Options) (*client.Client, error) {
 	}
 	if _, err := cli.Ping(ctx); err != nil {
 		cli.Close()
-		return nil, fmt.Errorf("%w at %s: %v", ErrUnreachable, o.Host, err)
+		return nil, fmt.Errorf("%w at %s: %w", ErrUnreachable, o.Host, err)
 	}
 	cli.NegotiateAPIVersion(ctx)
 	return cli, nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,7 +71,7 @@ func TestAgentRunnerProxyProcess(t *testing.T) {
 	}
 
 	resp, _, tun := connect(t, addr, hostPort("127.0.0.1", echo.port()))
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("allowed CONNECT: %d", resp.StatusCode)
 	}
 	tun.Write([]byte("hi"))
@@ -79,7 +80,7 @@ func TestAgentRunnerProxyProcess(t *testing.T) {
 		t.Fatalf("echo %q", b)
 	}
 	resp, body, _ := connect(t, addr, hostPort("127.0.0.1", echo.port()+1))
-	if resp.StatusCode != 403 || !strings.Contains(body, "not in allowlist") {
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "not in allowlist") {
 		t.Fatalf("denied CONNECT: %d %q", resp.StatusCode, body)
 	}
 

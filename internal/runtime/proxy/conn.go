@@ -18,7 +18,7 @@ func pipe(dst idleConn, src io.Reader) int64 {
 		cw.CloseWrite()
 	} else {
 		// An error (idle timeout, reset) ends both directions.
-		dst.Conn.Close()
+		dst.Close()
 		if c, ok := src.(interface{ Close() error }); ok {
 			c.Close()
 		}
@@ -44,7 +44,7 @@ type idleConn struct {
 
 func (c idleConn) Read(p []byte) (int, error) {
 	for {
-		c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+		c.SetReadDeadline(time.Now().Add(c.idle))
 		n, err := c.Conn.Read(p)
 		if n > 0 {
 			c.act.touch()
@@ -57,7 +57,7 @@ func (c idleConn) Read(p []byte) (int, error) {
 }
 
 func (c idleConn) Write(p []byte) (int, error) {
-	c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
+	c.SetWriteDeadline(time.Now().Add(c.idle))
 	n, err := c.Conn.Write(p)
 	if n > 0 {
 		c.act.touch()
@@ -74,7 +74,7 @@ type readerWithIdle struct {
 
 func (r readerWithIdle) Read(p []byte) (int, error) {
 	for {
-		r.conn.Conn.SetReadDeadline(time.Now().Add(r.conn.idle))
+		r.conn.SetReadDeadline(time.Now().Add(r.conn.idle))
 		n, err := r.r.Read(p)
 		if n > 0 {
 			r.conn.act.touch()
@@ -86,7 +86,7 @@ func (r readerWithIdle) Read(p []byte) (int, error) {
 	}
 }
 
-func (r readerWithIdle) Close() error { return r.conn.Conn.Close() }
+func (r readerWithIdle) Close() error { return r.conn.Close() }
 
 func isTimeout(err error) bool {
 	var ne net.Error

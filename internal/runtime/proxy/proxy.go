@@ -270,7 +270,7 @@ func (s *Server) tunnel(w http.ResponseWriter, rec *AuditRecord, upstream net.Co
 	// behind the CONNECT; they sit in the server's buffer.
 	var fromClient io.Reader = client
 	if n := buf.Reader.Buffered(); n > 0 {
-		pre, _ := buf.Reader.Peek(n)
+		pre, _ := buf.Peek(n)
 		fromClient = io.MultiReader(bytes.NewReader(bytes.Clone(pre)), client)
 	}
 	act := &activity{}

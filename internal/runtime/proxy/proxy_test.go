@@ -298,7 +298,7 @@ func TestConnectAllowedBytesFlow(t *testing.T) {
 	}
 
 	rec := p.waitRecords(t, 1)[0]
-	if rec.Method != "CONNECT" || rec.Host != "echo.test" || rec.Port != echo.port() || rec.IP != "127.0.0.1" {
+	if rec.Method != http.MethodConnect || rec.Host != "echo.test" || rec.Port != echo.port() || rec.IP != "127.0.0.1" {
 		t.Errorf("audit = %+v", rec)
 	}
 	if rec.Decision != DecisionAllow || rec.Status != 200 {
@@ -386,7 +386,7 @@ func TestPlainHTTPForward(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || string(body) != "plain hello" {
+	if resp.StatusCode != http.StatusOK || string(body) != "plain hello" {
 		t.Fatalf("status %d body %q", resp.StatusCode, body)
 	}
 	s := <-got
@@ -398,7 +398,7 @@ func TestPlainHTTPForward(t *testing.T) {
 	}
 
 	rec := p.waitRecords(t, 1)[0]
-	if rec.Method != "GET" || rec.Host != "plain.test" || rec.Decision != DecisionAllow || rec.Status != 200 || rec.BytesDown != int64(len("plain hello")) {
+	if rec.Method != http.MethodGet || rec.Host != "plain.test" || rec.Decision != DecisionAllow || rec.Status != 200 || rec.BytesDown != int64(len("plain hello")) {
 		t.Errorf("audit = %+v", rec)
 	}
 	for _, secret := range []string{"sekrit-token", "c2VrcmV0", "/x"} {
@@ -417,7 +417,7 @@ func TestPlainHTTPForward(t *testing.T) {
 	resp.Body.Close()
 	<-got
 	rec = p.waitRecords(t, 2)[1]
-	if rec.Method != "POST" || rec.BytesUp != int64(len(payload)) || rec.Decision != DecisionAllow {
+	if rec.Method != http.MethodPost || rec.BytesUp != int64(len(payload)) || rec.Decision != DecisionAllow {
 		t.Errorf("audit = %+v", rec)
 	}
 	if strings.Contains(p.audit.String(), "private-form-value") {
@@ -497,7 +497,7 @@ func TestRebindingNeverReachesPrivate(t *testing.T) {
 
 	// first request: allowed, reaches "public" (the echo server via the hook)
 	resp, _, tun := connect(t, p.addr, hostPort("flip.test", echo.port()))
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("first CONNECT status %d", resp.StatusCode)
 	}
 	tun.Write([]byte("x"))
@@ -608,7 +608,7 @@ func TestIPLiteralEntryIsExplicit(t *testing.T) {
 	p := startProxy(t, Options{Allow: allow})
 
 	resp, _, tun := connect(t, p.addr, hostPort("127.0.0.1", echo.port()))
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d, want 200", resp.StatusCode)
 	}
 	tun.Close()
@@ -636,7 +636,7 @@ func TestIPv6LiteralConnect(t *testing.T) {
 	allow, _ := ParseAllowlist([]string{hostPort("::1", port)})
 	p := startProxy(t, Options{Allow: allow})
 	resp, _, tun := connect(t, p.addr, hostPort("::1", port))
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 	tun.Write([]byte("v6"))
@@ -654,11 +654,11 @@ func TestResolutionFailureAndBadRequests(t *testing.T) {
 	p := startProxy(t, Options{Allow: allow, Resolver: newResolver(nil)})
 
 	resp, body, _ := connect(t, p.addr, "missing.test:443")
-	if resp.StatusCode != 403 || !strings.Contains(body, "resolution failure: no such host") {
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "resolution failure: no such host") {
 		t.Errorf("unresolvable: %d %q", resp.StatusCode, body)
 	}
 	resp, body, _ = connect(t, p.addr, "ok.test")
-	if resp.StatusCode != 400 || !strings.Contains(body, "missing port") {
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "missing port") {
 		t.Errorf("CONNECT without port: %d %q", resp.StatusCode, body)
 	}
 
@@ -677,7 +677,7 @@ func TestResolutionFailureAndBadRequests(t *testing.T) {
 		}
 		b, _ := io.ReadAll(r.Body)
 		c.Close()
-		if r.StatusCode != 400 || !strings.Contains(string(b), tc.want) {
+		if r.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), tc.want) {
 			t.Errorf("%q: %d %q", tc.line, r.StatusCode, b)
 		}
 	}
@@ -695,7 +695,7 @@ func TestMaxConns(t *testing.T) {
 	p := startProxy(t, Options{Allow: allow, MaxConns: 1})
 
 	resp, _, tun := connect(t, p.addr, hostPort("127.0.0.1", echo.port()))
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 	c, err := net.Dial("tcp", p.addr)
@@ -717,7 +717,7 @@ func TestMaxConns(t *testing.T) {
 		if tun != nil {
 			tun.Close()
 		}
-		return resp.StatusCode == 200
+		return resp.StatusCode == http.StatusOK
 	})
 }
 
@@ -726,7 +726,7 @@ func TestIdleTunnelIsClosed(t *testing.T) {
 	allow, _ := ParseAllowlist([]string{hostPort("127.0.0.1", echo.port())})
 	p := startProxy(t, Options{Allow: allow, IdleTimeout: 200 * time.Millisecond})
 	resp, _, tun := connect(t, p.addr, hostPort("127.0.0.1", echo.port()))
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 	tun.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -752,7 +752,7 @@ func TestShutdownClosesTunnelsAfterGrace(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	resp, _, tun := connect(t, ln.Addr().String(), hostPort("127.0.0.1", echo.port()))
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -811,7 +811,7 @@ func TestConnectEarlyClientBytes(t *testing.T) {
 	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\nearly-bytes", target, target)
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-	if err != nil || resp.StatusCode != 200 {
+	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("CONNECT: %v %v", resp, err)
 	}
 	c.(*net.TCPConn).CloseWrite()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"net/netip"
 	"testing"
 
@@ -42,7 +43,7 @@ func TestDNSResolverUsesConfiguredServers(t *testing.T) {
 	allow, _ := ParseAllowlist([]string{hostPort("dns.test", echo.port())})
 	p := startProxy(t, Options{Allow: allow, AllowPrivate: loopbackOnly(), Resolver: NewDNSResolver([]netip.AddrPort{srv})})
 	resp, _, tun := connect(t, p.addr, hostPort("DNS.test.", echo.port()))
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 	tun.Close()

@@ -160,7 +160,7 @@ func TestMessageRejections(t *testing.T) {
 		t.Errorf("rejected requests reached the sandbox: %d", len(b.jobs))
 	}
 	resp, _ := http.Get(ts.URL + "/v1/messages")
-	if resp.StatusCode != 405 {
+	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET: %d", resp.StatusCode)
 	}
 }
@@ -250,7 +250,7 @@ func TestQueueBoundAndCancel(t *testing.T) {
 	}
 
 	rec := httptest.NewRecorder()
-	s.handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	s.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	for _, want := range []string{
 		`meepa_runner_messages_total{outcome="ok"} 2`,
 		`meepa_runner_messages_total{outcome="queue_full"} 1`,
@@ -277,7 +277,7 @@ func TestHealthzAndShutdown(t *testing.T) {
 	var h map[string]any
 	json.NewDecoder(resp.Body).Decode(&h)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || h["ok"] != true || h["agent_id"] != "a1" || h["mode"] != "container" || h["ready"] != true || h["landlock_abi"] != 7.0 {
+	if resp.StatusCode != http.StatusOK || h["ok"] != true || h["agent_id"] != "a1" || h["mode"] != "container" || h["ready"] != true || h["landlock_abi"] != 7.0 {
 		t.Errorf("healthz %d %v", resp.StatusCode, h)
 	}
 	if err := s.Shutdown(context.Background()); err != nil {
