@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/errdefs"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
@@ -94,7 +94,7 @@ func TestAccAgent_external(t *testing.T) {
 					return fmt.Errorf("metadata: %+v %v", meta, err)
 				}
 				// No runner container: the operator runs the service.
-				if _, err := cli.ContainerInspect(context.Background(), deploy.ContainerName(id)); !errdefs.IsNotFound(err) {
+				if _, err := cli.ContainerInspect(context.Background(), deploy.ContainerName(id)); !cerrdefs.IsNotFound(err) {
 					return fmt.Errorf("container %s exists for an external runner (inspect: %v)", deploy.ContainerName(id), err)
 				}
 				// What the operator's unit runs, run by hand.

@@ -11,10 +11,10 @@ import (
 	"sync"
 	"testing"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	dimage "github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
@@ -113,7 +113,7 @@ func runIn(cli *client.Client, ref string, cmd ...string) (string, int, error) {
 func imageID(t *testing.T, cli *client.Client, ref string) string {
 	t.Helper()
 	ins, err := cli.ImageInspect(context.Background(), ref)
-	if errdefs.IsNotFound(err) {
+	if cerrdefs.IsNotFound(err) {
 		return ""
 	}
 	if err != nil {

@@ -321,7 +321,7 @@ func (b *Builder) ensureBase(ctx context.Context, ref string, pull Pull, logf fu
 	rc, err := b.cli.ImagePull(ctx, ref, dimage.PullOptions{})
 	if err == nil {
 		_, err = readStream(rc, logf)
-		rc.Close()
+		err = errors.Join(err, rc.Close())
 	}
 	if err != nil {
 		return "", fmt.Errorf("pull base image %s: %w (is its registry reachable? A locally built base needs pull = %q)", ref, err, PullNever)
@@ -350,7 +350,7 @@ func (b *Builder) build(ctx context.Context, tag string, tarball io.Reader, labe
 	if err != nil {
 		return "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read-only stream
 	id, err := readStream(resp.Body, logf)
 	if err != nil {
 		return "", err
@@ -469,7 +469,7 @@ func (b *Builder) run(ctx context.Context, ref string, cmd []string) (string, in
 	if err != nil {
 		return "", code, fmt.Errorf("container logs: %w", err)
 	}
-	defer logs.Close()
+	defer func() { _ = logs.Close() }() // read-only stream
 	var out bytes.Buffer
 	if _, err := stdcopy.StdCopy(&out, &out, logs); err != nil {
 		return "", code, fmt.Errorf("container logs: %w", err)

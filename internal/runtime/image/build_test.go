@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	dimage "github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -40,7 +40,7 @@ func rtBase(t *testing.T, cli *client.Client, name string) string {
 func exists(t *testing.T, cli *client.Client, ref string) bool {
 	t.Helper()
 	_, err := cli.ImageInspect(context.Background(), ref)
-	if err != nil && !errdefs.IsNotFound(err) {
+	if err != nil && !cerrdefs.IsNotFound(err) {
 		t.Fatal(err)
 	}
 	return err == nil

@@ -31,7 +31,7 @@ func InspectBinary(path string) (Binary, error) {
 	if err != nil {
 		return Binary{}, fmt.Errorf("open agent-runner: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	b := Binary{Path: path}
 	ef, err := elf.NewFile(f)
 	if err != nil {

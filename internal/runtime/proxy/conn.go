@@ -14,13 +14,15 @@ import (
 // other direction can finish; it returns the bytes copied.
 func pipe(dst idleConn, src io.Reader) int64 {
 	n, err := io.Copy(dst, src)
+	// Errors closing are not the tunnel's: the bytes are counted, and a
+	// peer that already went away is what ends most tunnels.
 	if cw, ok := dst.Conn.(interface{ CloseWrite() error }); ok && err == nil {
-		cw.CloseWrite()
+		_ = cw.CloseWrite()
 	} else {
 		// An error (idle timeout, reset) ends both directions.
-		dst.Close()
+		_ = dst.Close()
 		if c, ok := src.(interface{ Close() error }); ok {
-			c.Close()
+			_ = c.Close()
 		}
 	}
 	return n
@@ -44,7 +46,8 @@ type idleConn struct {
 
 func (c idleConn) Read(p []byte) (int, error) {
 	for {
-		c.SetReadDeadline(time.Now().Add(c.idle))
+		// A connection that cannot take a deadline fails the read below.
+		_ = c.SetReadDeadline(time.Now().Add(c.idle))
 		n, err := c.Conn.Read(p)
 		if n > 0 {
 			c.act.touch()
@@ -57,7 +60,7 @@ func (c idleConn) Read(p []byte) (int, error) {
 }
 
 func (c idleConn) Write(p []byte) (int, error) {
-	c.SetWriteDeadline(time.Now().Add(c.idle))
+	_ = c.SetWriteDeadline(time.Now().Add(c.idle)) // as in Read
 	n, err := c.Conn.Write(p)
 	if n > 0 {
 		c.act.touch()
@@ -74,7 +77,7 @@ type readerWithIdle struct {
 
 func (r readerWithIdle) Read(p []byte) (int, error) {
 	for {
-		r.conn.SetReadDeadline(time.Now().Add(r.conn.idle))
+		_ = r.conn.SetReadDeadline(time.Now().Add(r.conn.idle)) // as in idleConn.Read
 		n, err := r.r.Read(p)
 		if n > 0 {
 			r.conn.act.touch()
@@ -141,7 +144,8 @@ type deadlineWriter struct {
 }
 
 func (d deadlineWriter) Write(p []byte) (int, error) {
-	d.rc.SetWriteDeadline(time.Now().Add(d.idle))
+	// A writer without deadlines (not a net/http one) just writes.
+	_ = d.rc.SetWriteDeadline(time.Now().Add(d.idle))
 	return d.w.Write(p)
 }
 
@@ -174,21 +178,25 @@ func (l *limitListener) Accept() (net.Conn, error) {
 				l.reject(c)
 			}()
 		default:
-			c.Close()
+			_ = c.Close() // dropped unanswered: nothing to report to
 		}
 	}
 }
 
 func (l *limitListener) reject(c net.Conn) {
 	start := time.Now()
-	c.SetDeadline(time.Now().Add(deniedConnLingerPeriod))
-	io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: 40\r\n\r\nmeepa proxy: too many open connections\r\n")
-	c.Close()
-	l.s.audit.write(AuditRecord{
+	// The 503 is a courtesy to a client over the bound: if it cannot be
+	// written in time, closing is the answer. The audit line is what counts.
+	_ = c.SetDeadline(time.Now().Add(deniedConnLingerPeriod))
+	_, _ = io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: 40\r\n\r\nmeepa proxy: too many open connections\r\n")
+	_ = c.Close()
+	if err := l.s.audit.write(AuditRecord{
 		Time: start.UTC().Format(time.RFC3339Nano), Client: c.RemoteAddr().String(),
 		Decision: DecisionDeny, Reason: "too many open connections", Status: http.StatusServiceUnavailable,
 		DurationMS: durationMS(time.Since(start)),
-	})
+	}); err != nil {
+		l.s.log.Error("audit write failed", "error", err)
+	}
 }
 
 type limitedConn struct {

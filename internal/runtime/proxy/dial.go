@@ -71,7 +71,7 @@ func (s *Server) connect(ctx context.Context, t Target) (net.Conn, string, error
 			peer = tcp.AddrPort().Addr().Unmap().WithZone("")
 		}
 		if peer != a {
-			conn.Close()
+			_ = conn.Close() // never used: the refusal is the result
 			return nil, peer.String(), &refusal{status: http.StatusForbidden, reason: "connected to an unvetted address " + peer.String(), ip: peer.String()}
 		}
 		return conn, a.String(), nil

@@ -141,7 +141,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.mu.Lock()
 		s.closing = true
 		for c := range s.hijacked {
-			c.Close()
+			_ = c.Close() // the tunnel's pipes end on it; nothing to report
 		}
 		s.mu.Unlock()
 		<-done
@@ -149,7 +149,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		// http.Server gave up on idle-but-open client connections; they are
 		// closed now, which is what a deadline means here.
-		s.http.Close()
+		if err := s.http.Close(); err != nil {
+			return fmt.Errorf("proxy close: %w", err)
+		}
 		return nil
 	}
 	return err
@@ -236,11 +238,14 @@ func (s *Server) refuse(w http.ResponseWriter, rec *AuditRecord, ref *refusal, w
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Connection", "close")
 	w.WriteHeader(ref.status)
-	fmt.Fprintf(w, "meepa proxy: refused %s: %s\n", sanitizeText(what), ref.reason)
+	// The refusal is already audited; a client gone before reading it
+	// changes nothing.
+	_, _ = fmt.Fprintf(w, "meepa proxy: refused %s: %s\n", sanitizeText(what), ref.reason)
 }
 
 func (s *Server) tunnel(w http.ResponseWriter, rec *AuditRecord, upstream net.Conn) {
-	defer upstream.Close()
+	// Closing either end of a finished tunnel has nothing left to tell.
+	defer func() { _ = upstream.Close() }()
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		rec.Decision, rec.Status, rec.Reason = DecisionError, http.StatusInternalServerError, "connection cannot be hijacked"
@@ -259,7 +264,7 @@ func (s *Server) tunnel(w http.ResponseWriter, rec *AuditRecord, upstream net.Co
 	}
 	s.track(client, true)
 	defer s.track(client, false)
-	defer client.Close()
+	defer func() { _ = client.Close() }()
 
 	rec.Decision, rec.Status, rec.Reason = DecisionAllow, http.StatusOK, "allowed"
 	if _, err := client.Write([]byte("HTTP/1.1 200 Connection Established\r\n\r\n")); err != nil {
@@ -308,7 +313,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *AuditRecor
 		MaxResponseHeaderBytes: defaultMaxHeaderBytes * 4,
 	}
 	defer tr.CloseIdleConnections()
-	defer upstream.Close()
+	defer func() { _ = upstream.Close() }() // the exchange is over either way
 
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
@@ -317,10 +322,12 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *AuditRecor
 	rc := http.NewResponseController(w)
 	var body *countingReader
 	if r.Body != nil && r.Body != http.NoBody {
-		body = newCountingReader(r.Body, func() { rc.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout)) })
+		// Without read deadlines (not a net/http connection) the idle rule
+		// still holds upstream.
+		body = newCountingReader(r.Body, func() { _ = rc.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout)) })
 		out.Body = body
 		defer func() {
-			upstream.Close() // ends a body write the upstream stopped reading
+			_ = upstream.Close() // ends a body write the upstream stopped reading
 			rec.BytesUp = body.final(s.opts.IdleTimeout)
 		}()
 	}
@@ -329,7 +336,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *AuditRecor
 		s.refuse(w, rec, &refusal{status: http.StatusBadGateway, reason: "upstream: " + err.Error()}, rec.Host)
 		return
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read-only
 	removeHopHeaders(resp.Header)
 	for k, vs := range resp.Header {
 		for _, v := range vs {
@@ -369,7 +376,7 @@ func (s *Server) track(c net.Conn, add bool) {
 	defer s.mu.Unlock()
 	if add {
 		if s.closing {
-			c.Close() // Shutdown's deadline has passed; no new tunnels
+			_ = c.Close() // Shutdown's deadline has passed; no new tunnels
 			return
 		}
 		s.hijacked[c] = struct{}{}

@@ -188,8 +188,7 @@ func Listen(addr string) (net.Listener, error) {
 			return nil, fmt.Errorf("listen %s: %w", addr, err)
 		}
 		if err := os.Chmod(path, 0o660); err != nil {
-			ln.Close()
-			return nil, fmt.Errorf("listen %s: %w", addr, err)
+			return nil, errors.Join(fmt.Errorf("listen %s: %w", addr, err), ln.Close())
 		}
 		return ln, nil
 	}
@@ -572,7 +571,9 @@ func (h Health) MarshalJSON() ([]byte, error) {
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	_, b, _ := s.snapshot()
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	s.metrics.write(w, b.Ready())
+	if err := s.metrics.write(w, b.Ready()); err != nil {
+		s.log.Debug("metrics: client gone", "error", err)
+	}
 }
 
 func writeError(w http.ResponseWriter, status int, id, kind, msg string) {
