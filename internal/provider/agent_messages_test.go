@@ -39,7 +39,7 @@ func sendTo(l deploy.Listener, token, text string) (agent.Reply, int, error) {
 	if err != nil {
 		return r, 0, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode == http.StatusOK {
 		if err := json.Unmarshal(raw, &r); err != nil {

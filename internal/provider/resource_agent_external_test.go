@@ -127,12 +127,15 @@ func serveExternal(t *testing.T, layout deploy.Layout, agentID, endpoint, token 
 	go func() { exited <- cmd.Wait() }()
 	defer func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
+		// How it exits is not this test's question (logged); that it exits is.
+		var werr error
 		select {
-		case <-exited:
+		case werr = <-exited:
 		case <-time.After(30 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			werr = <-exited
 		}
+		t.Logf("external runner exited: %v", werr)
 		if err == nil {
 			// Stopped, the runner leaves no per-message container behind
 			// (not even a prestarted one).

@@ -3,6 +3,7 @@ package provider
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -80,14 +81,16 @@ func ensureFakeApkBase(t *testing.T, cli *client.Client) string {
 
 // runIn is `docker run --rm ref cmd...` through the Engine API; it returns
 // the combined output and the exit code.
-func runIn(cli *client.Client, ref string, cmd ...string) (string, int, error) {
+func runIn(cli *client.Client, ref string, cmd ...string) (_ string, _ int, err error) {
 	ctx := context.Background()
 	c, err := cli.ContainerCreate(ctx, &container.Config{Image: ref, Cmd: cmd, Labels: engine.Labels("test", nil)},
 		&container.HostConfig{NetworkMode: "none"}, nil, nil, "")
 	if err != nil {
 		return "", 0, fmt.Errorf("create: %w", err)
 	}
-	defer cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	defer func() {
+		err = errors.Join(err, testutil.Gone(cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})))
+	}()
 	waitC, errC := cli.ContainerWait(ctx, c.ID, container.WaitConditionNextExit)
 	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
 		return "", 0, fmt.Errorf("start: %w", err)
@@ -103,7 +106,7 @@ func runIn(cli *client.Client, ref string, cmd ...string) (string, int, error) {
 	if err != nil {
 		return "", code, err
 	}
-	defer logs.Close()
+	defer func() { _ = logs.Close() }()
 	var out bytes.Buffer
 	_, err = stdcopy.StdCopy(&out, &out, logs)
 	return out.String(), code, err

@@ -29,3 +29,12 @@ func Gone(err error) error {
 	}
 	return err
 }
+
+// Must fails t at once when a step of the test's own setup fails (a file
+// it writes, a link it makes): what follows would test nothing.
+func Must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

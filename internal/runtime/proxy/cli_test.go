@@ -28,7 +28,7 @@ func TestAgentRunnerProxyProcess(t *testing.T) {
 	dir := t.TempDir()
 	auditPath := filepath.Join(dir, "audit.jsonl")
 	allowFile := filepath.Join(dir, "allow.txt")
-	os.WriteFile(allowFile, []byte("# test allowlist\n\n*.unused.example:8443  # comment\n"), 0o644)
+	testutil.Must(t, os.WriteFile(allowFile, []byte("# test allowlist\n\n*.unused.example:8443  # comment\n"), 0o644))
 
 	cmd := exec.Command(bin, "proxy",
 		"--listen", "127.0.0.1:0",
@@ -65,7 +65,10 @@ func TestAgentRunnerProxyProcess(t *testing.T) {
 	if addr == "" {
 		t.Fatalf("no startup line (scan error %v)", sc.Err())
 	}
-	go func() { io.Copy(io.Discard, stderr); exited <- cmd.Wait() }()
+	go func() {
+		_, _ = io.Copy(io.Discard, stderr) // drained so the proxy never blocks on it
+		exited <- cmd.Wait()
+	}()
 	if allow, _ := json.Marshal(startup["allow"]); !bytes.Contains(allow, []byte("*.unused.example:8443")) {
 		t.Errorf("startup allow list %s lacks the allow-file entry", allow)
 	}
@@ -74,8 +77,8 @@ func TestAgentRunnerProxyProcess(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("allowed CONNECT: %d", resp.StatusCode)
 	}
-	tun.Write([]byte("hi"))
-	tun.(*net.TCPConn).CloseWrite()
+	_, _ = tun.Write([]byte("hi"))
+	_ = tun.(*net.TCPConn).CloseWrite()
 	if b, _ := io.ReadAll(tun); string(b) != "hi" {
 		t.Fatalf("echo %q", b)
 	}
@@ -88,7 +91,7 @@ func TestAgentRunnerProxyProcess(t *testing.T) {
 		b, _ := os.ReadFile(auditPath)
 		return bytes.Count(b, []byte("\n")) >= 2
 	})
-	cmd.Process.Signal(syscall.SIGTERM)
+	testutil.Must(t, cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case err := <-exited:
 		if err != nil {

@@ -119,9 +119,9 @@ func containerLogs(t *testing.T, cli *client.Client, id string) (string, string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	var out, errb bytes.Buffer
-	stdcopy.StdCopy(&out, &errb, rc)
+	_, _ = stdcopy.StdCopy(&out, &errb, rc)
 	return out.String(), errb.String()
 }
 
@@ -139,7 +139,7 @@ func execIn(t *testing.T, cli *client.Client, id string, env []string, cmd ...st
 	}
 	defer att.Close()
 	var out, errb bytes.Buffer
-	stdcopy.StdCopy(&out, &errb, att.Reader)
+	_, _ = stdcopy.StdCopy(&out, &errb, att.Reader)
 	insp, err := cli.ContainerExecInspect(ctx, ex.ID)
 	if err != nil {
 		t.Fatal(err)

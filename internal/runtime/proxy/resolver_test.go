@@ -19,7 +19,7 @@ func TestDNSResolverUsesConfiguredServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadAddr := netip.MustParseAddrPort(dead.LocalAddr().String())
-	dead.Close()
+	_ = dead.Close()
 
 	r := NewDNSResolver([]netip.AddrPort{deadAddr, srv})
 	addrs, err := r.LookupNetIP(context.Background(), "ip", "dns.test.")
@@ -46,7 +46,7 @@ func TestDNSResolverUsesConfiguredServers(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	tun.Close()
+	_ = tun.Close()
 	if rec := p.waitRecords(t, 1)[0]; rec.IP != "127.0.0.1" || rec.Host != "dns.test" {
 		t.Errorf("audit = %+v", rec)
 	}

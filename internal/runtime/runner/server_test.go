@@ -16,6 +16,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 // scripted is a Backend for the HTTP layer's unit tests: it answers what
@@ -95,7 +96,7 @@ func post(t *testing.T, url, token, body string) (int, map[string]any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var m map[string]any
 	raw, _ := io.ReadAll(resp.Body)
 	if err := json.Unmarshal(raw, &m); err != nil {
@@ -159,7 +160,11 @@ func TestMessageRejections(t *testing.T) {
 	if len(b.jobs) != 0 {
 		t.Errorf("rejected requests reached the sandbox: %d", len(b.jobs))
 	}
-	resp, _ := http.Get(ts.URL + "/v1/messages")
+	resp, err := http.Get(ts.URL + "/v1/messages")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET: %d", resp.StatusCode)
 	}
@@ -224,7 +229,13 @@ func TestQueueBoundAndCancel(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/messages", strings.NewReader(`{"text":"2"}`))
 	req.Header.Set("Authorization", "Bearer tok-123")
 	gone := make(chan struct{})
-	go func() { http.DefaultClient.Do(req); close(gone) }()
+	go func() {
+		// Cancelled below: the error is the point.
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+		}
+		close(gone)
+	}()
 	waitQueued(1)
 	if code, m := post(t, ts.URL, "tok-123", `{"text":"3"}`); code != 429 || errKind(m) != KindQueueFull {
 		t.Errorf("queue full: %d %v", code, m)
@@ -275,8 +286,8 @@ func TestHealthzAndShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	var h map[string]any
-	json.NewDecoder(resp.Body).Decode(&h)
-	resp.Body.Close()
+	testutil.Must(t, json.NewDecoder(resp.Body).Decode(&h))
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || h["ok"] != true || h["agent_id"] != "a1" || h["mode"] != "container" || h["ready"] != true || h["landlock_abi"] != 7.0 {
 		t.Errorf("healthz %d %v", resp.StatusCode, h)
 	}
@@ -311,7 +322,11 @@ func TestHostModeFailsClosed(t *testing.T) {
 	if err != nil {
 		return
 	}
-	defer s.Shutdown(context.Background())
+	defer func() {
+		if err := s.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
 	if _, _, mode := s.snapshot(); mode != ModeHost {
 		t.Fatalf("container mode off ran in mode %q", mode)
 	}

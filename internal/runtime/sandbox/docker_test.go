@@ -176,7 +176,11 @@ func TestDockerRemovesOrphansAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close(ctx)
+	defer func() {
+		if err := d.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
 	if left := agentContainers(t, cli, agentA); len(left) != 0 {
 		t.Errorf("orphan left: %+v", left)
 	}
@@ -221,7 +225,7 @@ func TestDockerNamedNetworks(t *testing.T) {
 	ctx := context.Background()
 	var names []string
 	for _, n := range []string{uniq("tf-acc-sbx-net-a"), uniq("tf-acc-sbx-net-b")} {
-		cli.NetworkRemove(ctx, n)
+		testutil.Must(t, testutil.Gone(cli.NetworkRemove(ctx, n))) // a leftover of a crashed run
 		if _, err := cli.NetworkCreate(ctx, n, network.CreateOptions{Internal: true, Labels: engine.Labels("test-network", nil)}); err != nil {
 			t.Fatal(err)
 		}
@@ -235,7 +239,11 @@ func TestDockerNamedNetworks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close(ctx)
+	defer func() {
+		if err := d.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
 	out, err := d.Run(ctx, Job{MessageID: "m", Stdin: []byte("x"), Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -322,7 +322,11 @@ func runOn(t *testing.T, cli client.APIClient, image, net, check string, more ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.ContainerRemove(ctx, resp.ID, container.RemoveOptions{Force: true})
+	defer func() {
+		if err := testutil.Gone(cli.ContainerRemove(ctx, resp.ID, container.RemoveOptions{Force: true})); err != nil {
+			t.Errorf("remove container: %v", err)
+		}
+	}()
 	for _, n := range more {
 		if err := cli.NetworkConnect(ctx, n, resp.ID, &network.EndpointSettings{}); err != nil {
 			t.Fatal(err)
@@ -341,7 +345,7 @@ func runOn(t *testing.T, cli client.APIClient, image, net, check string, more ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	var stdout, stderr bytes.Buffer
 	_, _ = stdcopy.StdCopy(&stdout, &stderr, rc)
 	var r probe.Result
