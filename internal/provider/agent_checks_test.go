@@ -1,3 +1,6 @@
+// Checks on what an agent leaves on the host, shared by the agent
+// acceptance tests.
+
 package provider
 
 import (

@@ -1,3 +1,6 @@
+// The agent configuration the acceptance tests apply, the values that must
+// never leak from it, and the cleanup of what it makes.
+
 package provider
 
 import (
@@ -6,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/client"
+
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
-	"github.com/docker/docker/client"
 )
 
 // Values that must never leave the runner's 0600 config and the agent

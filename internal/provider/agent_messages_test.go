@@ -1,3 +1,5 @@
+// Messages to a running agent, and a look at the container one runs in.
+
 package provider
 
 import (
@@ -10,13 +12,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
 )
 
 // sendMessage posts a message over the runner's unix socket; token "" sends

@@ -11,9 +11,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 	dimage "github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 // debianBase is a minimal Debian tree made with debootstrap and imported

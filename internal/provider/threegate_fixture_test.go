@@ -1,3 +1,6 @@
+// A test ThreeGate topology (free name and subnets, an outside host), its
+// configuration and the checks on the networks and rules it makes.
+
 package provider
 
 import (
@@ -9,15 +12,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/firewall"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
-	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/firewall"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 // tgFixture is one test topology: a unique name and free subnets.
