@@ -176,10 +176,11 @@ func serveExternal(t *testing.T, layout deploy.Layout, agentID, endpoint, token 
 	return nil
 }
 
-// TestAccAgent_externalHostModeNeedsNoDaemon: an agent whose runner an
+// TestAgent_externalHostModeNeedsNoDaemon: an agent whose runner an
 // operator runs, in Landlock host mode, has nothing for the provider to do
 // on Docker, so create, plan and destroy work with the daemon unreachable.
-func TestAccAgent_externalHostModeNeedsNoDaemon(t *testing.T) {
+// A unit test: it only writes files under a temporary state_dir.
+func TestAgent_externalHostModeNeedsNoDaemon(t *testing.T) {
 	stateDir := t.TempDir()
 	id := "tf-acc-agent-nod" + "-" + runID
 	layout := deploy.LayoutFor(stateDir, id)
@@ -195,7 +196,7 @@ resource "meepa_agent" "t" {
   runner   = { deployment = "external", image = "unused:1" }
 }
 `, stateDir, id)
-	resource.Test(t, resource.TestCase{
+	resource.UnitTest(t, resource.TestCase{
 		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
 		ProtoV6ProviderFactories: testAccProviders,
 		CheckDestroy: func(*terraform.State) error {
