@@ -51,7 +51,9 @@ func runInContainer(t *testing.T, cli *client.Client, img, ws string, req agent.
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+	testutil.Cleanup(t, "remove container", func() error {
+		return testutil.Gone(cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true}))
+	})
 	att, err := cli.ContainerAttach(ctx, c.ID, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +65,7 @@ func runInContainer(t *testing.T, cli *client.Client, img, ws string, req agent.
 	if err := json.NewEncoder(att.Conn).Encode(req); err != nil {
 		t.Fatal(err)
 	}
-	att.CloseWrite()
+	_ = att.CloseWrite()
 	var stdout, stderr bytes.Buffer
 	if _, err := stdcopy.StdCopy(&stdout, &stderr, att.Reader); err != nil {
 		t.Fatal(err)
@@ -92,7 +94,7 @@ func TestAgentRunInHardenedContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(ws) })
+	testutil.Cleanup(t, "remove "+ws, func() error { return os.RemoveAll(ws) })
 	if err := os.Chown(ws, 65534, 65534); err != nil {
 		t.Skipf("cannot hand the workspace to nobody: %v", err)
 	}
@@ -118,7 +120,7 @@ func TestAgentRunInHardenedContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mem.Close()
+	defer func() { _ = mem.Close() }()
 	h, err := mem.History(context.Background(), "c", 10)
 	if err != nil || len(h) != 4 || h[2].Text != "!sh cat n.txt; ls" {
 		t.Errorf("memory.db after two containers: %+v, %v", h, err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -35,8 +36,8 @@ func agentRun(t *testing.T, bin, home, stdin string, cred *syscall.Credential, a
 	err := cmd.Run()
 	code := 0
 	if err != nil {
-		ee, ok := err.(*exec.ExitError)
-		if !ok {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
 			t.Fatalf("run agent-run: %v", err)
 		}
 		code = ee.ExitCode()
@@ -65,7 +66,7 @@ func TestAgentRunBinaryIsStatic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
 			t.Fatal("agent-runner has an ELF interpreter: it is dynamically linked (cgo crept in?)")
@@ -110,14 +111,14 @@ func TestAgentRunOffline(t *testing.T) {
 	}
 
 	for _, dir := range []string{ws, other} {
-		filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		testutil.Must(t, filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
 			if err == nil && fi.Mode().IsRegular() {
 				if b, _ := os.ReadFile(p); bytes.Contains(b, []byte(key)) {
 					t.Errorf("key on disk in %s", p)
 				}
 			}
 			return nil
-		})
+		}))
 	}
 }
 
@@ -139,7 +140,7 @@ func TestAgentRunOpenAIThroughBinary(t *testing.T) {
 			}
 			msg = `{"role":"assistant","content":"the tool printed ` + key + `"}`
 		}
-		io.WriteString(w, `{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"finish_reason":"stop","message":`+msg+`}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`)
+		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"finish_reason":"stop","message":`+msg+`}],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`)
 	}))
 	defer srv.Close()
 	ws := t.TempDir()
@@ -178,12 +179,12 @@ func TestAgentRunSIGTERMStillReplies(t *testing.T) {
 			break
 		}
 		if i > 300 {
-			cmd.Process.Kill()
+			_ = cmd.Process.Kill() // failing anyway
 			t.Fatal("the shell never started")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
+	testutil.Must(t, cmd.Process.Signal(syscall.SIGTERM))
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("agent-run after SIGTERM: %v", err)
 	}
@@ -208,8 +209,8 @@ func TestAgentRunOtherUID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	os.Chmod(dir, 0o755)
+	testutil.Cleanup(t, "remove "+dir, func() error { return os.RemoveAll(dir) })
+	testutil.Must(t, os.Chmod(dir, 0o755))
 	bin := filepath.Join(dir, "agent-runner")
 	data, err := os.ReadFile(testutil.RunnerBinary(t))
 	if err != nil {
@@ -220,7 +221,7 @@ func TestAgentRunOtherUID(t *testing.T) {
 	}
 	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
 	ws := filepath.Join(dir, "ws")
-	os.Mkdir(ws, 0o755)
+	testutil.Must(t, os.Mkdir(ws, 0o755))
 	req := request(t, agent.Request{Message: agent.Message{ID: "m1", Text: "!sh id -u"}, LLM: agent.LLMConfig{Provider: agent.ProviderOffline}})
 
 	rep, code := agentRun(t, bin, ws, req, nobody)
@@ -242,8 +243,8 @@ func TestAgentRunOtherUID(t *testing.T) {
 
 	// A memory.db left by another uid and not writable is reported, not
 	// silently opened read-only.
-	os.Chown(filepath.Join(ws, agent.MemoryFile), 0, 0)
-	os.Chmod(filepath.Join(ws, agent.MemoryFile), 0o644)
+	testutil.Must(t, os.Chown(filepath.Join(ws, agent.MemoryFile), 0, 0))
+	testutil.Must(t, os.Chmod(filepath.Join(ws, agent.MemoryFile), 0o644))
 	rep, _ = agentRun(t, bin, ws, req, nobody)
 	if rep.ErrorKind != agent.ErrKindWorkspace || !strings.Contains(rep.Error, "memory.db is not writable") {
 		t.Errorf("root-owned memory.db: %q %q", rep.ErrorKind, rep.Error)

@@ -59,7 +59,7 @@ func waitUp(t *testing.T, c *http.Client, wait time.Duration, logs func() string
 	for deadline := time.Now().Add(wait); ; {
 		resp, err := c.Get("http://runner/healthz")
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			return
 		}
 		if time.Now().After(deadline) {

@@ -58,7 +58,12 @@ func runProxy(args []string) int {
 			log.Error("opening audit log", "error", err)
 			return 1
 		}
-		defer af.Close()
+		defer func() {
+			// Buffered audit records reach the disk only if this succeeds.
+			if err := af.Close(); err != nil {
+				log.Error("closing audit log", "error", err)
+			}
+		}()
 		opts.Audit = af
 	}
 	srv, err := proxy.New(opts)
@@ -170,7 +175,7 @@ func readAllowFile(path string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("allow file: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	var out []string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {

@@ -112,7 +112,9 @@ func runServe(args []string) int {
 			sctx, scancel := context.WithTimeout(context.Background(), cfg.Container.Timeout()+15*time.Second)
 			err := srv.Shutdown(sctx)
 			scancel()
-			<-served
+			if serr := <-served; serr != nil {
+				log.Error("serve", "error", serr)
+			}
 			if err != nil {
 				log.Error("shutdown", "error", err)
 				return 1

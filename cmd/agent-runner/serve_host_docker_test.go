@@ -60,7 +60,7 @@ func TestServeHostModeInContainer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			os.Chmod(dir, 0o755)
+			testutil.Must(t, os.Chmod(dir, 0o755))
 			ws := filepath.Join(dir, "workspace")
 			a := filepath.Join(dir, "a")
 			for _, d := range []string{ws, a} {
@@ -68,7 +68,7 @@ func TestServeHostModeInContainer(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			os.WriteFile(filepath.Join(a, "data.txt"), []byte("read-me"), 0o644)
+			testutil.Must(t, os.WriteFile(filepath.Join(a, "data.txt"), []byte("read-me"), 0o644))
 			sock := filepath.Join(dir, "runner.sock")
 			cfg := &runner.Config{
 				AgentID: "tf-acc-host-ctr", Workspace: ws, Listen: "unix://" + sock, Token: "test-token",
@@ -102,7 +102,9 @@ func TestServeHostModeInContainer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { cli.ContainerRemove(context.Background(), created.ID, container.RemoveOptions{Force: true}) })
+			testutil.Cleanup(t, "remove container", func() error {
+				return testutil.Gone(cli.ContainerRemove(context.Background(), created.ID, container.RemoveOptions{Force: true}))
+			})
 			if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
 				t.Fatal(err)
 			}

@@ -54,8 +54,13 @@ func hostServe(t *testing.T, fa runner.FileAccess, env []string, flags ...string
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
+		// An interrupt is serve's graceful stop: it must exit cleanly.
+		if err := testutil.Gone(cmd.Process.Signal(os.Interrupt)); err != nil {
+			t.Errorf("cleanup: interrupt serve: %v", err)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("cleanup: serve after interrupt: %v", err)
+		}
 	})
 	c := unixClient(sock)
 	waitUp(t, c, 10*time.Second, stderr.String)
@@ -72,7 +77,7 @@ func post(t *testing.T, c *http.Client, text string) (int, map[string]any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, _ := io.ReadAll(resp.Body)
 	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
@@ -94,8 +99,8 @@ func TestServeHostMode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	os.WriteFile(filepath.Join(a, "data.txt"), []byte("read-me"), 0o644)
-	os.WriteFile(filepath.Join(secret, "key"), []byte("top-secret"), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(a, "data.txt"), []byte("read-me"), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(secret, "key"), []byte("top-secret"), 0o644))
 	fa := runner.FileAccess{AllowRead: []string{a}, AllowReadWrite: []string{b}, Deny: []string{secret}, AllowNetwork: true}
 
 	c, _, _ := hostServe(t, fa, nil)
@@ -104,8 +109,8 @@ func TestServeHostMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var h map[string]any
-	json.NewDecoder(resp.Body).Decode(&h)
-	resp.Body.Close()
+	testutil.Must(t, json.NewDecoder(resp.Body).Decode(&h))
+	_ = resp.Body.Close()
 	if h["mode"] != "host" || h["landlock_abi"] != float64(landlock.DetectABI()) {
 		t.Errorf("healthz = %v, want mode host and landlock_abi %d", h, landlock.DetectABI())
 	}
@@ -159,8 +164,8 @@ func TestServeHostModeFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	var h map[string]any
-	json.NewDecoder(resp.Body).Decode(&h)
-	resp.Body.Close()
+	testutil.Must(t, json.NewDecoder(resp.Body).Decode(&h))
+	_ = resp.Body.Close()
 	if h["landlock_abi"] != float64(3) {
 		t.Errorf("healthz landlock_abi = %v, want the overridden 3", h["landlock_abi"])
 	}

@@ -35,7 +35,7 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(sockDir)
+	testutil.Cleanup(t, "remove "+sockDir, func() error { return os.RemoveAll(sockDir) })
 	ws := t.TempDir()
 	cfg := &runner.Config{
 		AgentID:   "tf-acc-serve-kill-" + fmt.Sprint(os.Getpid()),
@@ -61,7 +61,10 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 		}
 		return ids
 	}
-	t.Cleanup(func() { sandbox.RemoveOrphans(context.Background(), cli, cfg.AgentID) })
+	testutil.Cleanup(t, "remove orphan containers", func() error {
+		_, err := sandbox.RemoveOrphans(context.Background(), cli, cfg.AgentID)
+		return err
+	})
 
 	serve := func() *exec.Cmd {
 		cmd := exec.Command(bin, "serve", "--config", cfgPath)
@@ -71,8 +74,10 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			cmd.Process.Kill()
-			cmd.Wait()
+			if err := testutil.Gone(cmd.Process.Kill()); err != nil {
+				t.Errorf("cleanup: kill serve: %v", err)
+			}
+			_ = cmd.Wait() // "signal: killed": the kill above
 			if t.Failed() {
 				t.Logf("serve logs:\n%s", logs.String())
 			}
@@ -82,8 +87,8 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 			resp, err := client.Get("http://r/healthz")
 			if err == nil {
 				var h runner.Health
-				json.NewDecoder(resp.Body).Decode(&h)
-				resp.Body.Close()
+				testutil.Must(t, json.NewDecoder(resp.Body).Decode(&h))
+				_ = resp.Body.Close()
 				if h.Ready {
 					return cmd
 				}
@@ -102,7 +107,7 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 		if err != nil {
 			return 0, err.Error()
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		raw, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(raw)
 	}
@@ -121,7 +126,7 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	first.Wait()
+	_ = first.Wait() // "signal: killed": the kill above
 	before := agentContainers()
 	if len(before) == 0 {
 		t.Fatal("no container survived the runner; the test proves nothing")
@@ -148,7 +153,7 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 		t.Fatalf("next message: %d %s", code, body)
 	}
 	// SIGTERM while a message runs: that message still gets its reply.
-	os.Remove(filepath.Join(ws, "started"))
+	testutil.Must(t, os.Remove(filepath.Join(ws, "started")))
 	type result struct {
 		code int
 		body string

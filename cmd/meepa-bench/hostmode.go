@@ -31,7 +31,7 @@ func benchHostMode(ctx context.Context, dir string, rounds int, containerSend, s
 	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/agent-runner")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	if out, err := build.CombinedOutput(); err != nil {
-		return 0, 0, fmt.Errorf("go build agent-runner: %v\n%s", err, out)
+		return 0, 0, fmt.Errorf("go build agent-runner: %w\n%s", err, out)
 	}
 	ws := filepath.Join(dir, "host-workspace")
 	if err := os.Mkdir(ws, 0o700); err != nil {

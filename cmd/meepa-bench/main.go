@@ -24,6 +24,8 @@
 package main
 
 import (
+	"errors"
+
 	"github.com/bogpad/terraform-provider-meepa/internal/testimage"
 
 	"bytes"
@@ -95,17 +97,21 @@ func run(rounds, burst, perAgent, reps int) error {
 	if err != nil {
 		return err
 	}
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	if err := buildImages(ctx, cli); err != nil {
 		return err
 	}
 	// Only this run's tag goes; the layers stay in the build cache.
-	defer cli.ImageRemove(context.WithoutCancel(ctx), runnerImage, image.RemoveOptions{})
+	defer func() {
+		if _, err := cli.ImageRemove(context.WithoutCancel(ctx), runnerImage, image.RemoveOptions{}); err != nil {
+			fmt.Fprintf(os.Stderr, "meepa-bench: remove %s: %v\n", runnerImage, err)
+		}
+	}()
 	tmp, err := os.MkdirTemp("", "meepa-bench-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer removeAll(tmp)
 
 	newWorkspace := func(name string) (string, error) {
 		ws := filepath.Join(tmp, name)
@@ -291,7 +297,11 @@ func bareCycle(ctx context.Context, cli *client.Client, spec sandbox.Spec, reque
 	if err != nil {
 		return err
 	}
-	defer cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	defer func() {
+		if err := cli.ContainerRemove(context.WithoutCancel(ctx), c.ID, container.RemoveOptions{Force: true}); err != nil {
+			fmt.Fprintf(os.Stderr, "meepa-bench: remove container %s: %v\n", c.ID, err)
+		}
+	}()
 	hj, err := cli.ContainerAttach(ctx, c.ID, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
 		return err
@@ -303,7 +313,9 @@ func bareCycle(ctx context.Context, cli *client.Client, spec sandbox.Spec, reque
 	if _, err := hj.Conn.Write(request); err != nil {
 		return err
 	}
-	hj.CloseWrite()
+	if err := hj.CloseWrite(); err != nil {
+		return err
+	}
 	var out, errOut bytes.Buffer
 	if _, err := stdcopy.StdCopy(&out, &errOut, hj.Reader); err != nil {
 		return err
@@ -325,8 +337,11 @@ func bareCycle(ctx context.Context, cli *client.Client, spec sandbox.Spec, reque
 
 func checkReply(out []byte) error {
 	var r agent.Reply
-	if err := json.Unmarshal(out, &r); err != nil || r.ErrorKind != "" || !strings.HasPrefix(r.Reply, "offline:") {
-		return fmt.Errorf("unexpected reply %q (%v)", out, err)
+	if err := json.Unmarshal(out, &r); err != nil {
+		return fmt.Errorf("unexpected reply %q: %w", out, err)
+	}
+	if r.ErrorKind != "" || !strings.HasPrefix(r.Reply, "offline:") {
+		return fmt.Errorf("unexpected reply %q", out)
 	}
 	return nil
 }
@@ -371,7 +386,7 @@ func dockerRun(args []string, request []byte) error {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return fmt.Errorf("docker run: %v: %s", err, stderr.String())
+		return fmt.Errorf("docker run: %w: %s", err, stderr.String())
 	}
 	return checkReply(out)
 }
@@ -405,10 +420,13 @@ func serveRunner(ctx context.Context, cfg *runner.Config, newBackend runner.Back
 	}
 	ln, err := runner.Listen(cfg.Listen)
 	if err != nil {
-		srv.Shutdown(ctx)
-		return nil, err
+		return nil, errors.Join(err, srv.Shutdown(ctx))
 	}
-	go srv.Serve(ln)
+	go func() {
+		if err := srv.Serve(ln); err != nil {
+			fmt.Fprintf(os.Stderr, "meepa-bench: runner serve: %v\n", err)
+		}
+	}()
 	path := strings.TrimPrefix(cfg.Listen, "unix://")
 	return &benchRunner{srv: srv, token: cfg.Token, client: &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: 8,
@@ -421,7 +439,9 @@ func serveRunner(ctx context.Context, cfg *runner.Config, newBackend runner.Back
 func (r *benchRunner) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r.srv.Shutdown(ctx)
+	if err := r.srv.Shutdown(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "meepa-bench: runner shutdown: %v\n", err)
+	}
 }
 
 func (r *benchRunner) send() error {
@@ -431,7 +451,7 @@ func (r *benchRunner) send() error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("status %d: %s", resp.StatusCode, body)
@@ -445,7 +465,7 @@ func (r *benchRunner) health() (runner.Health, error) {
 	if err != nil {
 		return h, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	return h, json.NewDecoder(resp.Body).Decode(&h)
 }
 
@@ -505,12 +525,12 @@ func buildImages(ctx context.Context, cli *client.Client) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer removeAll(dir)
 	bin := filepath.Join(dir, "agent-runner")
 	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/agent-runner")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build agent-runner (run from the repository root): %v\n%s", err, out)
+		return fmt.Errorf("go build agent-runner (run from the repository root): %w\n%s", err, out)
 	}
 	return testimage.Runner(ctx, cli, runnerImage, baseImage, bin)
 }
@@ -520,4 +540,12 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// removeAll removes a scratch directory; a failure is reported, not fatal:
+// the numbers are already printed.
+func removeAll(dir string) {
+	if err := os.RemoveAll(dir); err != nil {
+		fmt.Fprintf(os.Stderr, "meepa-bench: %v\n", err)
+	}
 }

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/errdefs"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
@@ -43,7 +43,7 @@ func TestAccAgent_external(t *testing.T) {
 	id := "tf-acc-agent-ext" + "-" + runID
 	wsPath := filepath.Join(stateDir, "agents", id)
 	layout := deploy.LayoutFor(stateDir, id)
-	t.Cleanup(func() { cleanupAgent(cli, id) })
+	cleanupAgent(t, cli, id)
 	cfg := agentAccConfig(stateDir, id, image, "512m", `runner = { deployment = "external" }`)
 
 	resource.Test(t, resource.TestCase{
@@ -94,7 +94,7 @@ func TestAccAgent_external(t *testing.T) {
 					return fmt.Errorf("metadata: %+v %v", meta, err)
 				}
 				// No runner container: the operator runs the service.
-				if _, err := cli.ContainerInspect(context.Background(), deploy.ContainerName(id)); !errdefs.IsNotFound(err) {
+				if _, err := cli.ContainerInspect(context.Background(), deploy.ContainerName(id)); !cerrdefs.IsNotFound(err) {
 					return fmt.Errorf("container %s exists for an external runner (inspect: %v)", deploy.ContainerName(id), err)
 				}
 				// What the operator's unit runs, run by hand.
@@ -127,12 +127,15 @@ func serveExternal(t *testing.T, layout deploy.Layout, agentID, endpoint, token 
 	go func() { exited <- cmd.Wait() }()
 	defer func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
+		// How it exits is not this test's question (logged); that it exits is.
+		var werr error
 		select {
-		case <-exited:
+		case werr = <-exited:
 		case <-time.After(30 * time.Second):
 			_ = cmd.Process.Kill()
-			<-exited
+			werr = <-exited
 		}
+		t.Logf("external runner exited: %v", werr)
 		if err == nil {
 			// Stopped, the runner leaves no per-message container behind
 			// (not even a prestarted one).
@@ -173,10 +176,11 @@ func serveExternal(t *testing.T, layout deploy.Layout, agentID, endpoint, token 
 	return nil
 }
 
-// TestAccAgent_externalHostModeNeedsNoDaemon: an agent whose runner an
+// TestAgent_externalHostModeNeedsNoDaemon: an agent whose runner an
 // operator runs, in Landlock host mode, has nothing for the provider to do
 // on Docker, so create, plan and destroy work with the daemon unreachable.
-func TestAccAgent_externalHostModeNeedsNoDaemon(t *testing.T) {
+// A unit test: it only writes files under a temporary state_dir.
+func TestAgent_externalHostModeNeedsNoDaemon(t *testing.T) {
 	stateDir := t.TempDir()
 	id := "tf-acc-agent-nod" + "-" + runID
 	layout := deploy.LayoutFor(stateDir, id)
@@ -192,7 +196,7 @@ resource "meepa_agent" "t" {
   runner   = { deployment = "external", image = "unused:1" }
 }
 `, stateDir, id)
-	resource.Test(t, resource.TestCase{
+	resource.UnitTest(t, resource.TestCase{
 		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
 		ProtoV6ProviderFactories: testAccProviders,
 		CheckDestroy: func(*terraform.State) error {

@@ -85,7 +85,7 @@ func TestAccAgent_hostMode(t *testing.T) {
 	if port == srvPort {
 		srvPort++
 	}
-	t.Cleanup(func() { cleanupAgent(cli, id) })
+	cleanupAgent(t, cli, id)
 	cfg := func(network, dotfiles bool) string {
 		return fmt.Sprintf(`
 provider "meepa" {
@@ -298,6 +298,6 @@ func freePort(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port
 }

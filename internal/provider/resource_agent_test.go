@@ -3,19 +3,15 @@ package provider
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
@@ -27,51 +23,9 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
-
-// Values that must never leave the runner's 0600 config and the agent
-// loop's stdin.
-const (
-	testAPIKey = "sk-tfacc-4c0ffee-never-leaks"
-	testSecret = "tfacc-secret-9d1e-never-leaks"
-	// The rotated key neither contains testAPIKey nor is contained in it,
-	// so a search for one can never find the other.
-	testAPIKeyRotated = "sk-tfacc-rot8d-b0a7-never-leaks"
-)
-
-func agentAccConfig(stateDir, id, image, memory string, extra string) string {
-	return agentAccConfigKey(stateDir, id, image, memory, testAPIKey, extra)
-}
-
-func agentAccConfigKey(stateDir, id, image, memory, apiKey, extra string) string {
-	return fmt.Sprintf(`
-provider "meepa" {
-  state_dir = %[1]q
-}
-
-resource "meepa_agent" "t" {
-  agent_id = %[2]q
-  soul     = "You are a test agent."
-  memory   = "Nothing yet."
-  llm = {
-    provider = "offline"
-    api_key  = %[5]q
-  }
-  secrets = { TOOL_TOKEN = %[6]q }
-  container_mode = {
-    enabled      = true
-    image        = %[3]q
-    memory_limit = %[4]q
-    network      = "none"
-  }
-  %[7]s
-}
-`, stateDir, id, image, memory, apiKey, testSecret, extra)
-}
 
 // TestAccAgent_lifecycle walks the issue's scenario with real terraform and
 // the real daemon: create, message, empty plan, import, update, drift,
@@ -84,7 +38,7 @@ func TestAccAgent_lifecycle(t *testing.T) {
 	id := "tf-acc-agent-life" + "-" + runID
 	wsPath := filepath.Join(stateDir, "agents", id)
 	layout := deploy.LayoutFor(stateDir, id)
-	t.Cleanup(func() { cleanupAgent(cli, id) })
+	cleanupAgent(t, cli, id)
 	var firstRunner, prevHash string
 	marker := filepath.Join(wsPath, "skills", "agent-note.md")
 
@@ -288,7 +242,7 @@ func TestAccAgent_forceDestroyWorkspace(t *testing.T) {
 	stateDir := t.TempDir()
 	id := "tf-acc-agent-force" + "-" + runID
 	wsPath := filepath.Join(stateDir, "agents", id)
-	t.Cleanup(func() { cleanupAgent(cli, id) })
+	cleanupAgent(t, cli, id)
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
@@ -358,67 +312,6 @@ func TestAccAgent_forceDestroyWorkspace(t *testing.T) {
 	})
 }
 
-var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
-
-func checkWorkspace(ws string) error {
-	if err := checkFileMode(ws, 0o700|os.ModeDir); err != nil {
-		return err
-	}
-	if err := checkFileMode(filepath.Join(ws, "skills"), 0o700|os.ModeDir); err != nil {
-		return err
-	}
-	soul, err := os.ReadFile(filepath.Join(ws, "SOUL.md"))
-	if err != nil || string(soul) != "You are a test agent." {
-		return fmt.Errorf("SOUL.md: %q %v", soul, err)
-	}
-	mem, err := os.ReadFile(filepath.Join(ws, "MEMORY.md"))
-	if err != nil || string(mem) != "Nothing yet." {
-		return fmt.Errorf("MEMORY.md: %q %v", mem, err)
-	}
-	return nil
-}
-
-func checkFileMode(p string, want os.FileMode) error {
-	st, err := os.Stat(p)
-	if err != nil {
-		return err
-	}
-	if got := st.Mode() & (os.ModeDir | os.ModePerm); got != want {
-		return fmt.Errorf("%s: mode %v, want %v", p, got, want)
-	}
-	return nil
-}
-
-// sendMessage posts a message over the runner's unix socket; token "" sends
-// no Authorization header.
-func sendMessage(sock, token, text string) (agent.Reply, int, error) {
-	return sendTo(deploy.Listener{Unix: sock}, token, text)
-}
-
-// sendTo posts a message to a runner's listener (unix socket or TCP).
-func sendTo(l deploy.Listener, token, text string) (agent.Reply, int, error) {
-	var r agent.Reply
-	hc, base := l.Client(2 * time.Minute)
-	body, _ := json.Marshal(map[string]string{"text": text})
-	req, _ := http.NewRequest(http.MethodPost, base+"/v1/messages", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return r, 0, err
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode == 200 {
-		if err := json.Unmarshal(raw, &r); err != nil {
-			return r, resp.StatusCode, fmt.Errorf("reply %q: %w", raw, err)
-		}
-	}
-	return r, resp.StatusCode, nil
-}
-
 // checkMessageContainer sends a message that keeps its container busy and,
 // while it runs, reads that container from the daemon: every flag the spec
 // lists, the new memory limit, and no secret in its configuration.
@@ -453,57 +346,6 @@ func checkMessageContainer(t *testing.T, cli client.APIClient, sock, token, id, 
 		}
 		return nil
 	})
-}
-
-// whileMessageRuns sends a message that keeps its container busy for a few
-// seconds, finds that container by its labels while it runs (a prestarted
-// one waits on stdin and runs no sleep), and hands its inspect to check.
-func whileMessageRuns(cli client.APIClient, sock, token, id string, check func(container.InspectResponse, []byte) error) error {
-	done := make(chan error, 1)
-	go func() {
-		reply, code, err := sendMessage(sock, token, "!sh sleep 4; echo slept")
-		if err == nil && (code != 200 || !strings.Contains(reply.Reply, "slept")) {
-			err = fmt.Errorf("sleep message: %d %+v", code, reply)
-		}
-		done <- err
-	}()
-	ctx := context.Background()
-	seen := false
-	var checkErr error
-	deadline := time.Now().Add(30 * time.Second)
-	for !seen && time.Now().Before(deadline) {
-		list, err := cli.ContainerList(ctx, container.ListOptions{Filters: filters.NewArgs(
-			filters.Arg("label", engine.LabelManagedBy+"="+engine.ManagedByValue),
-			filters.Arg("label", engine.LabelComponent+"="+sandbox.Component),
-			filters.Arg("label", sandbox.LabelAgent+"="+id),
-		)})
-		if err != nil {
-			return err
-		}
-		for _, c := range list {
-			top, err := cli.ContainerTop(ctx, c.ID, nil)
-			if err != nil || !strings.Contains(fmt.Sprint(top.Processes), "sleep") {
-				continue
-			}
-			ci, raw, err := cli.ContainerInspectWithRaw(ctx, c.ID, false)
-			if err != nil {
-				return err
-			}
-			seen = true
-			checkErr = check(ci, raw)
-			break
-		}
-		if !seen {
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	if err := <-done; err != nil {
-		return err
-	}
-	if !seen {
-		return fmt.Errorf("no running message container seen for %s", id)
-	}
-	return checkErr
 }
 
 // checkNoSecrets: the API key, the secret and any further values (a
@@ -567,12 +409,6 @@ func containsStr(ss []string, s string) bool {
 	return false
 }
 
-// cleanupAgent removes what a failed test may leave: the runner and the
-// agent's message containers.
-func cleanupAgent(cli client.APIClient, id string) {
-	_ = deploy.Remove(context.Background(), cli, id, time.Second)
-}
-
 // TestAccAgent_runnerFails: an image without agent-runner gives a clear
 // error with the runner's log, and leaves no crash-looping container and no
 // config with secrets behind.
@@ -582,7 +418,7 @@ func TestAccAgent_runnerFails(t *testing.T) {
 	bad := testutil.EnsureBusybox(t, cli)
 	stateDir := t.TempDir()
 	id := "tf-acc-agent-fail" + "-" + runID
-	t.Cleanup(func() { cleanupAgent(cli, id) })
+	cleanupAgent(t, cli, id)
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},

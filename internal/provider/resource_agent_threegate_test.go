@@ -36,7 +36,8 @@ func TestAccAgent_threegate(t *testing.T) {
 	tg, llm, fetch, egress, _ := freeTopology(t, cli)
 	id := "tf-acc-agent-fetch" + "-" + runID
 	coreID := "tf-acc-agent-core" + "-" + runID
-	t.Cleanup(func() { cleanupAgent(cli, id); cleanupAgent(cli, coreID) })
+	cleanupAgent(t, cli, id)
+	cleanupAgent(t, cli, coreID)
 	cfg := fmt.Sprintf(`
 provider "meepa" {
   state_dir = %[1]q

@@ -12,11 +12,11 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfversion"
 )
 
-// TestAccAgent_invalidInput: every bad input of the issue is a plan-time
-// error on the right attribute, and nothing is created. No daemon needed
-// (it runs under TF_ACC because it drives the terraform CLI):
-// validation and planning never reach Docker.
-func TestAccAgent_invalidInput(t *testing.T) {
+// TestAgent_invalidInput: every bad input of the issue is a plan-time
+// error on the right attribute, and nothing is created. A unit test: it
+// drives the terraform CLI but no daemon, since validation and planning
+// never reach Docker.
+func TestAgent_invalidInput(t *testing.T) {
 	stateDir := t.TempDir()
 	long := strings.Repeat("a", 100)
 	cases := []struct {
@@ -52,7 +52,7 @@ func TestAccAgent_invalidInput(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := agentConfigWith(stateDir, tc.body)
-			resource.Test(t, resource.TestCase{
+			resource.UnitTest(t, resource.TestCase{
 				TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
 				ProtoV6ProviderFactories: testAccProviders,
 				Steps: []resource.TestStep{{
@@ -117,13 +117,13 @@ resource "meepa_agent" "t" {
 `, stateDir, id, llm, image, extra)
 }
 
-// TestAccAgent_unknownInputs: inputs that come from other resources are
+// TestAgent_unknownInputs: inputs that come from other resources are
 // unknown while planning; validation and ModifyPlan must wait for them
 // instead of erroring (here the whole container_mode, and an image, come
 // from terraform_data outputs). No daemon needed.
-func TestAccAgent_unknownInputs(t *testing.T) {
+func TestAgent_unknownInputs(t *testing.T) {
 	stateDir := t.TempDir()
-	resource.Test(t, resource.TestCase{
+	resource.UnitTest(t, resource.TestCase{
 		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
 		ProtoV6ProviderFactories: testAccProviders,
 		Steps: []resource.TestStep{{
@@ -161,12 +161,12 @@ resource "meepa_agent" "image" {
 	}
 }
 
-// TestAccAgent_unknownThenInvalid: a container_mode that is unknown at
+// TestAgent_unknownThenInvalid: a container_mode that is unknown at
 // plan and turns out to have no image is refused when it becomes known (in
 // the plan Terraform makes at apply), before anything is made.
-func TestAccAgent_unknownThenInvalid(t *testing.T) {
+func TestAgent_unknownThenInvalid(t *testing.T) {
 	stateDir := t.TempDir()
-	resource.Test(t, resource.TestCase{
+	resource.UnitTest(t, resource.TestCase{
 		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
 		ProtoV6ProviderFactories: testAccProviders,
 		Steps: []resource.TestStep{{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -164,11 +165,9 @@ func TestAccIsolationImage_lifecycle(t *testing.T) {
 	beforeRunner := map[string]string{"image": "", "isolated_image": "", "isolated_image_id": ""}
 	final := map[string]string{"image": "", "isolated_image": "", "isolated_image_id": ""}
 	cur := map[string]string{"isolated_image": ""}
-	t.Cleanup(func() {
-		for _, a := range []map[string]string{kept} {
-			removeImage(cli, a["isolated_image"])
-			removeImage(cli, a["image"])
-		}
+	// keep_locally left these behind on purpose.
+	testutil.Cleanup(t, "remove kept images", func() error {
+		return errors.Join(removeImage(cli, kept["isolated_image"]), removeImage(cli, kept["image"]))
 	})
 
 	newTag := statecheck.CompareValue(compare.ValuesDiffer())
@@ -286,8 +285,12 @@ func TestAccIsolationImage_lifecycle(t *testing.T) {
 			},
 			{
 				// The isolation image removed out of band: the plan rebuilds it.
-				PreConfig: func() { removeImage(cli, cur["isolated_image"]) },
-				Config:    imageConfig(base, []string{"jq", "curl", "git"}, false),
+				PreConfig: func() {
+					if err := removeImage(cli, cur["isolated_image"]); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: imageConfig(base, []string{"jq", "curl", "git"}, false),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction(imgAddr, plancheck.ResourceActionCreate),
 				}},
@@ -458,21 +461,16 @@ func errRE(re string) *regexp.Regexp {
 	return regexp.MustCompile("(?s)" + strings.ReplaceAll(re, " ", `\s+`))
 }
 
-// TestAccIsolationImage_errors: bad input fails at plan time on its
-// attribute; build-time faults fail with a clear error.
-func TestAccIsolationImage_errors(t *testing.T) {
-	testutil.RequireDocker(t)
-	cli := testutil.Docker(t)
-	fake := ensureFakeApkBase(t, cli)
-	foreign := patchedArchBinary(t, testutil.RunnerBinary(t))
+// TestIsolationImage_planErrors: bad input fails at plan time on its
+// attribute. A unit test: validation never reaches Docker.
+func TestIsolationImage_planErrors(t *testing.T) {
 	cfg := func(body string) string {
 		return fmt.Sprintf("resource \"meepa_isolation_image\" \"test\" {\n%s\n}\n", body)
 	}
 	planErr := func(body, re string) resource.TestStep {
 		return resource.TestStep{Config: cfg(body), PlanOnly: true, ExpectError: errRE(re)}
 	}
-	resource.Test(t, resource.TestCase{
-		PreCheck:                 func() { testAccPreCheck(t) },
+	resource.UnitTest(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProviders,
 		Steps: []resource.TestStep{
 			planErr(`packages = ["jq; rm -rf /"]`, `Invalid Package Name`),
@@ -490,6 +488,24 @@ func TestAccIsolationImage_errors(t *testing.T) {
 			planErr(`env_vars = { HOME = "/root" }`, `HOME is set by the isolation image`),
 			planErr("env_vars = { X = \"a\\nRUN touch /pwned\" }", `Invalid Environment Variable Value`),
 			planErr(`pull = "sometimes"`, `value must be one of`),
+		},
+	})
+}
+
+// TestAccIsolationImage_errors: build-time faults fail with a clear error
+// (bad input fails at plan time: TestIsolationImage_planErrors).
+func TestAccIsolationImage_errors(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	fake := ensureFakeApkBase(t, cli)
+	foreign := patchedArchBinary(t, testutil.RunnerBinary(t))
+	cfg := func(body string) string {
+		return fmt.Sprintf("resource \"meepa_isolation_image\" \"test\" {\n%s\n}\n", body)
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{
 			{
 				Config: cfg(`
   base_image = "meepa-test/tf-acc-does-not-exist:1"
@@ -574,10 +590,10 @@ resource "meepa_isolation_image" "test" {
   base_image = %q
   env_vars   = { RUN_ID = %q }
 }`, base, runID)
-	removeUser := func() {
-		_ = cli.ContainerRemove(context.Background(), name, container.RemoveOptions{Force: true})
+	removeUser := func() error {
+		return testutil.Gone(cli.ContainerRemove(context.Background(), name, container.RemoveOptions{Force: true}))
 	}
-	t.Cleanup(removeUser)
+	testutil.Cleanup(t, "remove container "+name, removeUser)
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		ProtoV6ProviderFactories: testAccProviders,
@@ -596,9 +612,13 @@ resource "meepa_isolation_image" "test" {
 				ExpectError: errRE(`Isolation Image In Use.*used by container\(s\) ` + name),
 			},
 			{
-				PreConfig: removeUser,
-				Config:    config,
-				Check:     checkPresent(t, cli, made, "image", "isolated_image"),
+				PreConfig: func() {
+					if err := removeUser(); err != nil {
+						t.Fatal(err)
+					}
+				},
+				Config: config,
+				Check:  checkPresent(t, cli, made, "image", "isolated_image"),
 			},
 		},
 	})

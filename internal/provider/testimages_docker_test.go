@@ -3,6 +3,7 @@ package provider
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,10 +12,10 @@ import (
 	"sync"
 	"testing"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	dimage "github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
@@ -65,7 +66,7 @@ func ensureBareBase(t *testing.T, cli *client.Client) string {
 	if err := cli.ImageTag(context.Background(), testutil.BusyboxImage, ref); err != nil {
 		t.Fatalf("tag %s: %v", ref, err)
 	}
-	t.Cleanup(func() { removeImage(cli, ref) })
+	testutil.Cleanup(t, "remove image "+ref, func() error { return removeImage(cli, ref) })
 	return ref
 }
 
@@ -80,14 +81,16 @@ func ensureFakeApkBase(t *testing.T, cli *client.Client) string {
 
 // runIn is `docker run --rm ref cmd...` through the Engine API; it returns
 // the combined output and the exit code.
-func runIn(cli *client.Client, ref string, cmd ...string) (string, int, error) {
+func runIn(cli *client.Client, ref string, cmd ...string) (_ string, _ int, err error) {
 	ctx := context.Background()
 	c, err := cli.ContainerCreate(ctx, &container.Config{Image: ref, Cmd: cmd, Labels: engine.Labels("test", nil)},
 		&container.HostConfig{NetworkMode: "none"}, nil, nil, "")
 	if err != nil {
 		return "", 0, fmt.Errorf("create: %w", err)
 	}
-	defer cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	defer func() {
+		err = errors.Join(err, testutil.Gone(cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})))
+	}()
 	waitC, errC := cli.ContainerWait(ctx, c.ID, container.WaitConditionNextExit)
 	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
 		return "", 0, fmt.Errorf("start: %w", err)
@@ -103,7 +106,7 @@ func runIn(cli *client.Client, ref string, cmd ...string) (string, int, error) {
 	if err != nil {
 		return "", code, err
 	}
-	defer logs.Close()
+	defer func() { _ = logs.Close() }()
 	var out bytes.Buffer
 	_, err = stdcopy.StdCopy(&out, &out, logs)
 	return out.String(), code, err
@@ -113,7 +116,7 @@ func runIn(cli *client.Client, ref string, cmd ...string) (string, int, error) {
 func imageID(t *testing.T, cli *client.Client, ref string) string {
 	t.Helper()
 	ins, err := cli.ImageInspect(context.Background(), ref)
-	if errdefs.IsNotFound(err) {
+	if cerrdefs.IsNotFound(err) {
 		return ""
 	}
 	if err != nil {
@@ -122,9 +125,14 @@ func imageID(t *testing.T, cli *client.Client, ref string) string {
 	return ins.ID
 }
 
-// removeImage removes ref (or id) if it exists; for cleanups.
-func removeImage(cli *client.Client, ref string) {
-	_, _ = cli.ImageRemove(context.Background(), ref, dimage.RemoveOptions{PruneChildren: true})
+// removeImage removes ref (or id); an image already gone, or a ref never
+// filled in (a step that failed first), is done.
+func removeImage(cli *client.Client, ref string) error {
+	if ref == "" {
+		return nil
+	}
+	_, err := cli.ImageRemove(context.Background(), ref, dimage.RemoveOptions{PruneChildren: true})
+	return testutil.Gone(err)
 }
 
 // buildRunnerVersion builds agent-runner with another version stamped in:

@@ -13,6 +13,8 @@ import (
 
 	dimage "github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 // debianBase is a minimal Debian tree made with debootstrap and imported
@@ -43,7 +45,7 @@ func ensureDebianBase(t *testing.T, cli *client.Client) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	testutil.Cleanup(t, "remove "+dir, func() error { return os.RemoveAll(dir) })
 	root := filepath.Join(dir, "root")
 	t.Logf("debootstrap --variant=minbase bookworm %s %s (first run only; the result is cached as %s)", root, mirror, debianBase)
 	cmd := exec.Command("debootstrap", "--variant=minbase", "bookworm", root, mirror)
@@ -65,7 +67,7 @@ func ensureDebianBase(t *testing.T, cli *client.Client) string {
 		t.Fatalf("docker import: %v", err)
 	}
 	_, _ = bufio.NewReader(rc).WriteTo(discard{})
-	rc.Close()
+	_ = rc.Close()
 	if err := tarCmd.Wait(); err != nil {
 		t.Fatalf("tar: %v", err)
 	}

@@ -97,7 +97,7 @@ func Build(ctx context.Context, cli client.APIClient, tag, dockerfile string, fi
 	if err != nil {
 		return fmt.Errorf("build %s: %w", tag, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read-only stream
 	var log strings.Builder
 	if err := jsonmessage.DisplayJSONMessagesStream(resp.Body, &log, 0, false, nil); err != nil {
 		return fmt.Errorf("build %s: %w\n%s", tag, err, log.String())

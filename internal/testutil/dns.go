@@ -29,12 +29,12 @@ func (o *Outside) StartDNS(t testing.TB, names map[string]string) *DNSServer {
 	if err != nil {
 		t.Fatalf("dns: listen udp in %s: %v", o.NS, err)
 	}
-	t.Cleanup(func() { pc.Close() })
+	Cleanup(t, "close dns udp socket", func() error { return Gone(pc.Close()) })
 	ln, err := listenInNetns(ns, addr)
 	if err != nil {
 		t.Fatalf("dns: listen tcp in %s: %v", o.NS, err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	Cleanup(t, "close listener", func() error { return Gone(ln.Close()) })
 	srv := &DNSServer{Addr: addr, Queries: new(atomic.Int64)}
 	go serveDNSPackets(pc, names, srv.Queries)
 	go func() {
@@ -57,7 +57,7 @@ func StartLoopbackDNS(t testing.TB, names map[string]string) (netip.AddrPort, *a
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { pc.Close() })
+	Cleanup(t, "close dns udp socket", func() error { return Gone(pc.Close()) })
 	queries := new(atomic.Int64)
 	go serveDNSPackets(pc, names, queries)
 	return netip.MustParseAddrPort(pc.LocalAddr().String()), queries
@@ -79,7 +79,7 @@ func serveDNSPackets(pc net.PacketConn, names map[string]string, queries *atomic
 
 // serveDNSConn answers length-prefixed queries on one TCP connection.
 func serveDNSConn(c net.Conn, names map[string]string, queries *atomic.Int64) {
-	defer c.Close()
+	defer func() { _ = c.Close() }() // the reply is written or the client is gone
 	for {
 		var l [2]byte
 		if _, err := io.ReadFull(c, l[:]); err != nil {

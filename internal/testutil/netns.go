@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -79,7 +80,7 @@ func StartOutside(t testing.TB, ports ...int) *Outside {
 		if err != nil {
 			t.Fatalf("listen in %s: %v", o.NS, err)
 		}
-		t.Cleanup(func() { ln.Close() })
+		Cleanup(t, "close listener", func() error { return Gone(ln.Close()) })
 		banner := fmt.Sprintf("outside-%d\n", p)
 		go func() {
 			for {
@@ -88,7 +89,7 @@ func StartOutside(t testing.TB, ports ...int) *Outside {
 					return
 				}
 				_, _ = c.Write([]byte(banner))
-				c.Close()
+				_ = c.Close() // one banner per connection
 			}
 		}()
 	}
@@ -137,21 +138,22 @@ func openOnLockedThread[T io.Closer](nsPath string, open func() (T, error)) (v T
 	if err != nil {
 		return zero, true, err
 	}
-	defer orig.Close()
+	defer func() { _ = orig.Close() }() // read-only namespace handle
 	target, err := os.Open(nsPath)
 	if err != nil {
 		return zero, true, err
 	}
-	defer target.Close()
+	defer func() { _ = target.Close() }() // read-only namespace handle
 	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 		return zero, true, fmt.Errorf("setns: %w", err)
 	}
 	v, err = open()
 	if berr := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); berr != nil {
+		berr = fmt.Errorf("setns back: %w", berr)
 		if err == nil {
-			v.Close()
+			berr = errors.Join(berr, v.Close())
 		}
-		return zero, false, fmt.Errorf("setns back: %w", berr)
+		return zero, false, berr
 	}
 	return v, true, err
 }
@@ -165,7 +167,7 @@ func HostService(t testing.TB) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	Cleanup(t, "close listener", func() error { return Gone(ln.Close()) })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -173,7 +175,7 @@ func HostService(t testing.TB) int {
 				return
 			}
 			_, _ = c.Write([]byte("host-service\n"))
-			c.Close()
+			_ = c.Close() // one banner per connection
 		}
 	}()
 	return ln.Addr().(*net.TCPAddr).Port

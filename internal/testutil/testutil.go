@@ -67,7 +67,7 @@ func RunnerBinary(t testing.TB) string {
 		cmd.Dir = RepoRoot()
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			runnerErr = fmt.Errorf("go build agent-runner: %v\n%s", err, out)
+			runnerErr = fmt.Errorf("go build agent-runner: %w\n%s", err, out)
 		}
 	})
 	if runnerErr != nil {
@@ -84,7 +84,7 @@ func Docker(t testing.TB) *client.Client {
 	if err != nil {
 		t.Fatalf("docker: %v (run scripts/ensure-docker.sh)", err)
 	}
-	t.Cleanup(func() { cli.Close() })
+	Cleanup(t, "docker client close", cli.Close)
 	return cli
 }
 

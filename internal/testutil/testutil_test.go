@@ -18,7 +18,11 @@ func TestRunnerImageRunsVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	defer func() {
+		if err := Gone(cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})); err != nil {
+			t.Errorf("remove container: %v", err)
+		}
+	}()
 	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func NewAnthropic(cfg LLMConfig, hc *http.Client) (*Anthropic, error) {
 // Complete implements Client.
 func (a *Anthropic) Complete(ctx context.Context, c Completion) (Answer, error) {
 	params := anthropic.MessageNewParams{
-		Model:     anthropic.Model(a.model),
+		Model:     a.model, // anthropic.Model is an alias of string
 		MaxTokens: int64(a.max),
 	}
 	if c.System != "" {

@@ -70,7 +70,7 @@ func (f *fakeLLM) serve(w http.ResponseWriter, r *http.Request) {
 		a.status = http.StatusOK
 	}
 	w.WriteHeader(a.status)
-	io.WriteString(w, a.body)
+	_, _ = io.WriteString(w, a.body)
 }
 
 func (f *fakeLLM) requests() []map[string]any {

@@ -155,12 +155,16 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 	if err != nil {
 		return finish(ErrKindWorkspace, err)
 	}
-	defer tb.Close()
+	defer func() { _ = tb.Close() }() // a read-only root handle
 	mem, err := OpenMemory(ctx, tb.Dir())
 	if err != nil {
 		return finish(ErrKindWorkspace, err)
 	}
-	defer mem.Close()
+	defer func() {
+		if err := mem.Close(); err != nil {
+			log.Warn("close memory.db", "error", err)
+		}
+	}()
 
 	client := opt.Client
 	if client == nil {

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 func offlineReq(text string) Request {
@@ -210,7 +212,7 @@ func TestMemoryHistoryAcrossRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mem.Close()
+	defer func() { _ = mem.Close() }()
 	h, err := mem.History(context.Background(), "conv-1", 100)
 	if err != nil || len(h) != 4 {
 		t.Errorf("conv-1 history = %v, %v; want 4 messages", h, err)
@@ -233,7 +235,7 @@ func TestOfflineSkipsHistoryButKeepsMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mem.Close()
+	defer func() { _ = mem.Close() }()
 	if h, _ := mem.History(context.Background(), DefaultConversation, 100); len(h) != 4 {
 		t.Errorf("default conversation has %d messages, want 4", len(h))
 	}
@@ -264,7 +266,7 @@ func TestRequestErrors(t *testing.T) {
 func TestWorkspaceErrors(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "f")
-	os.WriteFile(file, nil, 0o644)
+	testutil.Must(t, os.WriteFile(file, nil, 0o644))
 	for name, ws := range map[string]string{"missing": filepath.Join(dir, "nope"), "file": file} {
 		rep := runReq(t, ws, offlineReq("x"))
 		if rep.ErrorKind != ErrKindWorkspace {
@@ -278,8 +280,13 @@ func TestWorkspaceNotWritable(t *testing.T) {
 		t.Skip("root writes through permission bits; the runner tests cover another uid's workspace")
 	}
 	ws := t.TempDir()
-	os.Chmod(ws, 0o555)
-	t.Cleanup(func() { os.Chmod(ws, 0o755) })
+	testutil.Must(t, os.Chmod(ws, 0o555))
+	t.Cleanup(func() {
+		// Writable again, so t.TempDir can remove it.
+		if err := os.Chmod(ws, 0o755); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
 	rep := runReq(t, ws, offlineReq("x"))
 	if rep.ErrorKind != ErrKindWorkspace || !strings.Contains(rep.Error, "not writable") {
 		t.Errorf("got %q %q", rep.ErrorKind, rep.Error)

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -53,8 +54,7 @@ func OpenMemory(ctx context.Context, dir string) (*Memory, error) {
 		"CREATE INDEX IF NOT EXISTS messages_conversation ON messages(conversation_id, id)",
 	} {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("open memory: %s: %w", firstWords(stmt), err)
+			return nil, errors.Join(fmt.Errorf("open memory: %s: %w", firstWords(stmt), err), db.Close())
 		}
 	}
 	return &Memory{db: db}, nil
@@ -79,7 +79,7 @@ func (m *Memory) History(ctx context.Context, conversation string, limit int) ([
 	if err != nil {
 		return nil, fmt.Errorf("read history: %w", err)
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }() // rows.Err below reports what matters
 	var out []ChatMessage
 	for rows.Next() {
 		var cm ChatMessage
@@ -113,8 +113,7 @@ func (m *Memory) Append(ctx context.Context, conversation, messageID, userText, 
 		if _, err := tx.ExecContext(ctx,
 			"INSERT INTO messages (conversation_id, message_id, role, text, created_at) VALUES (?, ?, ?, ?, ?)",
 			conversation, messageID, r[0], r[1], now); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("write memory: %w", err)
+			return errors.Join(fmt.Errorf("write memory: %w", err), tx.Rollback())
 		}
 	}
 	if err := tx.Commit(); err != nil {

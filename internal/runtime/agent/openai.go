@@ -51,7 +51,7 @@ func NewOpenAI(cfg LLMConfig, hc *http.Client) (*OpenAI, error) {
 
 // Complete implements Client.
 func (o *OpenAI) Complete(ctx context.Context, c Completion) (Answer, error) {
-	params := openai.ChatCompletionNewParams{Model: shared.ChatModel(o.model)}
+	params := openai.ChatCompletionNewParams{Model: o.model} // shared.ChatModel is an alias of string
 	if o.max > 0 {
 		params.MaxTokens = openai.Int(int64(o.max))
 	}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 func openaiAnswer(t *testing.T, msg map[string]any, finish string) fakeAnswer {
@@ -35,7 +37,7 @@ func TestOpenAIToolRoundTrip(t *testing.T) {
 		openaiText(t, "done; by the way the key is "+key),
 	)
 	ws := t.TempDir()
-	os.WriteFile(filepath.Join(ws, "SOUL.md"), []byte("You are Wren."), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(ws, "SOUL.md"), []byte("You are Wren."), 0o644))
 	rep := runReq(t, ws, Request{
 		Message:              Message{ID: "m1", Text: "make a file"},
 		LLM:                  LLMConfig{Provider: ProviderOpenAI, Model: "gpt-test", BaseURL: fake.srv.URL + "/v1", APIKey: key},

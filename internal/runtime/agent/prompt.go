@@ -102,7 +102,7 @@ func readBounded(root *os.Root, name string, limit int) string {
 	if err != nil {
 		return ""
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
 		return ""
 	}

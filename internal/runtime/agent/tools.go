@@ -209,7 +209,7 @@ func (t *Toolbox) Shell(ctx context.Context, command string, timeout time.Durati
 	if cmd.Process != nil {
 		// Nothing a command started outlives it (in host mode there is no
 		// container to take stragglers down); ESRCH means none were left.
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	if ctx.Err() == context.DeadlineExceeded {
 		return out.String(), ExitTimeout, fmt.Errorf("command timed out after %s and was killed", timeout)
@@ -272,7 +272,7 @@ func (t *Toolbox) ReadFile(p string) (string, error) {
 	if err != nil {
 		return "", confined("read", p, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	st, err := f.Stat()
 	if err != nil {
 		return "", confined("read", p, err)

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 func newToolbox(t *testing.T) (*Toolbox, string) {
@@ -18,7 +20,11 @@ func newToolbox(t *testing.T) (*Toolbox, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { tb.Close() })
+	t.Cleanup(func() {
+		if err := tb.Close(); err != nil {
+			t.Errorf("cleanup: close toolbox: %v", err)
+		}
+	})
 	return tb, ws
 }
 
@@ -40,7 +46,7 @@ func TestFileToolsInsideWorkspace(t *testing.T) {
 	if r := call(t, tb, ToolReadFile, map[string]any{"path": filepath.Join(ws, "a/b/c.txt")}); r.Content != "hello" {
 		t.Errorf("absolute read = %+v", r)
 	}
-	os.Symlink("b/c.txt", filepath.Join(ws, "a", "inside-link"))
+	testutil.Must(t, os.Symlink("b/c.txt", filepath.Join(ws, "a", "inside-link")))
 	if r := call(t, tb, ToolReadFile, map[string]any{"path": "a/inside-link"}); r.Content != "hello" {
 		t.Errorf("symlink inside the workspace = %+v", r)
 	}
@@ -56,10 +62,10 @@ func TestFileToolsInsideWorkspace(t *testing.T) {
 func TestFileToolsConfinement(t *testing.T) {
 	tb, ws := newToolbox(t)
 	outside := t.TempDir()
-	os.WriteFile(filepath.Join(outside, "secret.txt"), []byte("outside data"), 0o644)
-	os.Symlink(filepath.Join(outside, "secret.txt"), filepath.Join(ws, "link-file"))
-	os.Symlink(outside, filepath.Join(ws, "link-dir"))
-	os.Symlink("../"+filepath.Base(outside), filepath.Join(ws, "rel-link"))
+	testutil.Must(t, os.WriteFile(filepath.Join(outside, "secret.txt"), []byte("outside data"), 0o644))
+	testutil.Must(t, os.Symlink(filepath.Join(outside, "secret.txt"), filepath.Join(ws, "link-file")))
+	testutil.Must(t, os.Symlink(outside, filepath.Join(ws, "link-dir")))
+	testutil.Must(t, os.Symlink("../"+filepath.Base(outside), filepath.Join(ws, "rel-link")))
 
 	escapes := []string{
 		"../" + filepath.Base(outside) + "/secret.txt",
@@ -152,15 +158,15 @@ func TestShellExitTimeoutAndCap(t *testing.T) {
 
 func TestSystemPrompt(t *testing.T) {
 	tb, ws := newToolbox(t)
-	os.WriteFile(filepath.Join(ws, "SOUL.md"), []byte("I am Pip, a careful helper."), 0o644)
-	os.WriteFile(filepath.Join(ws, "MEMORY.md"), []byte("The user likes tea."), 0o644)
-	os.MkdirAll(filepath.Join(ws, "skills", "deploy"), 0o755)
-	os.WriteFile(filepath.Join(ws, "skills", "deploy", "SKILL.md"), []byte("How to deploy."), 0o644)
-	os.WriteFile(filepath.Join(ws, "skills", "brew.md"), []byte(strings.Repeat("b", maxSkillBytes+10)), 0o644)
-	os.WriteFile(filepath.Join(ws, "skills", "notes.txt"), []byte("not a skill"), 0o644)
+	testutil.Must(t, os.WriteFile(filepath.Join(ws, "SOUL.md"), []byte("I am Pip, a careful helper."), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(ws, "MEMORY.md"), []byte("The user likes tea."), 0o644))
+	testutil.Must(t, os.MkdirAll(filepath.Join(ws, "skills", "deploy"), 0o755))
+	testutil.Must(t, os.WriteFile(filepath.Join(ws, "skills", "deploy", "SKILL.md"), []byte("How to deploy."), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(ws, "skills", "brew.md"), []byte(strings.Repeat("b", maxSkillBytes+10)), 0o644))
+	testutil.Must(t, os.WriteFile(filepath.Join(ws, "skills", "notes.txt"), []byte("not a skill"), 0o644))
 	outside := filepath.Join(t.TempDir(), "evil.md")
-	os.WriteFile(outside, []byte("OUTSIDE TEXT"), 0o644)
-	os.Symlink(outside, filepath.Join(ws, "skills", "evil.md"))
+	testutil.Must(t, os.WriteFile(outside, []byte("OUTSIDE TEXT"), 0o644))
+	testutil.Must(t, os.Symlink(outside, filepath.Join(ws, "skills", "evil.md")))
 
 	p := SystemPrompt(tb.Root(), ws)
 	for _, want := range []string{"I am Pip", "The user likes tea.", "## deploy (skills/deploy/SKILL.md)", "How to deploy.", "## brew (skills/brew.md)", "[cut at 4096 bytes]", ws} {

@@ -46,7 +46,7 @@ func TestOneRunnerPerAgent(t *testing.T) {
 	}
 	d := Deployment{AgentID: id, Image: image, Layout: l, Listener: Listener{Unix: l.Socket}, Workspace: ws,
 		User: "0:0", CapAdd: []string{"CHOWN", "DAC_READ_SEARCH"}, StopTimeout: 5 * time.Second, DockerSocket: DefaultDockerSocket}
-	t.Cleanup(func() { _ = Remove(context.Background(), cli, id, time.Second) })
+	testutil.Cleanup(t, "remove runner "+id, func() error { return Remove(context.Background(), cli, id, time.Second) })
 
 	// Count the agent's runner containers as often as the daemon answers.
 	var maxSeen atomic.Int32

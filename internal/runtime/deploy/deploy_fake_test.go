@@ -26,24 +26,24 @@ func fakeDaemon(t *testing.T, removeStatus int) (client.APIClient, *[]string) {
 		w.Header().Set("Content-Type", "application/json")
 		switch {
 		case r.Method == http.MethodGet && p == "/containers/json":
-			w.Write([]byte("[]"))
+			_, _ = w.Write([]byte("[]"))
 		case r.Method == http.MethodPost && p == "/containers/create":
 			w.WriteHeader(http.StatusCreated)
-			w.Write([]byte(`{"Id":"newrunner"}`))
+			_, _ = w.Write([]byte(`{"Id":"newrunner"}`))
 		case r.Method == http.MethodPost && p == "/containers/newrunner/start":
 			w.WriteHeader(http.StatusInternalServerError)
-			w.Write([]byte(`{"message":"start refused"}`))
+			_, _ = w.Write([]byte(`{"message":"start refused"}`))
 		case r.Method == http.MethodDelete && p == "/containers/newrunner":
 			mu.Lock()
 			removed = append(removed, "newrunner")
 			mu.Unlock()
 			w.WriteHeader(removeStatus)
 			if removeStatus >= 300 {
-				w.Write([]byte(`{"message":"remove refused"}`))
+				_, _ = w.Write([]byte(`{"message":"remove refused"}`))
 			}
 		default:
 			w.WriteHeader(http.StatusNotFound)
-			w.Write([]byte(`{"message":"no such container"}`))
+			_, _ = w.Write([]byte(`{"message":"no such container"}`))
 		}
 	}))
 	t.Cleanup(srv.Close)
@@ -51,7 +51,11 @@ func fakeDaemon(t *testing.T, removeStatus int) (client.APIClient, *[]string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cli.Close() })
+	t.Cleanup(func() {
+		if err := cli.Close(); err != nil {
+			t.Errorf("cleanup: docker client close: %v", err)
+		}
+	})
 	return cli, &removed
 }
 

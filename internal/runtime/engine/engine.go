@@ -103,8 +103,7 @@ func Connect(ctx context.Context, o Options) (*client.Client, error) {
 		return nil, fmt.Errorf("docker client for %s: %w", o.Host, err)
 	}
 	if _, err := cli.Ping(ctx); err != nil {
-		cli.Close()
-		return nil, fmt.Errorf("%w at %s: %v", ErrUnreachable, o.Host, err)
+		return nil, errors.Join(fmt.Errorf("%w at %s: %w", ErrUnreachable, o.Host, err), cli.Close())
 	}
 	cli.NegotiateAPIVersion(ctx)
 	return cli, nil

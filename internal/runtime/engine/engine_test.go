@@ -35,7 +35,7 @@ func TestConnectNegotiatesAPIVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Close()
+	defer func() { _ = cli.Close() }()
 	if got := cli.ClientVersion(); got != "1.41" {
 		t.Fatalf("negotiated API version %q, want 1.41 (requests: %v)", got, paths)
 	}

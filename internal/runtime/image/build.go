@@ -9,17 +9,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strings"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
 	dimage "github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
-	"github.com/docker/docker/pkg/jsonmessage"
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
@@ -164,7 +161,7 @@ func (b *Builder) CheckRunner(ctx context.Context, bin Binary) error {
 // does not have it.
 func (b *Builder) BaseID(ctx context.Context, ref string) (string, error) {
 	ins, err := b.cli.ImageInspect(ctx, ref)
-	if errdefs.IsNotFound(err) {
+	if cerrdefs.IsNotFound(err) {
 		return "", nil
 	}
 	if err != nil {
@@ -324,7 +321,7 @@ func (b *Builder) ensureBase(ctx context.Context, ref string, pull Pull, logf fu
 	rc, err := b.cli.ImagePull(ctx, ref, dimage.PullOptions{})
 	if err == nil {
 		_, err = readStream(rc, logf)
-		rc.Close()
+		err = errors.Join(err, rc.Close())
 	}
 	if err != nil {
 		return "", fmt.Errorf("pull base image %s: %w (is its registry reachable? A locally built base needs pull = %q)", ref, err, PullNever)
@@ -353,7 +350,7 @@ func (b *Builder) build(ctx context.Context, tag string, tarball io.Reader, labe
 	if err != nil {
 		return "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read-only stream
 	id, err := readStream(resp.Body, logf)
 	if err != nil {
 		return "", err
@@ -368,64 +365,6 @@ func (b *Builder) build(ctx context.Context, tag string, tarball io.Reader, labe
 		return "", fmt.Errorf("built image %s but %s points at %s (a concurrent build?)", shortID(id), tag, shortID(ins.ID))
 	}
 	return ins.ID, nil
-}
-
-// ansi matches the colour codes the legacy builder wraps stderr in.
-var ansi = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
-
-// tailLines is how many build log lines a failed build's error carries.
-const tailLines = 20
-
-// readStream decodes a pull or build JSON stream, hands each output line to
-// logf, and returns the aux image id, or an error that ends with the last
-// lines of output.
-func readStream(r io.Reader, logf func(string)) (string, error) {
-	var tail []string
-	keep := func(line string) {
-		line = strings.TrimRight(ansi.ReplaceAllString(line, ""), " \r")
-		if strings.TrimSpace(line) == "" {
-			return
-		}
-		logf(line)
-		tail = append(tail, line)
-		if len(tail) > tailLines {
-			tail = tail[1:]
-		}
-	}
-	fail := func(err error) error {
-		if len(tail) == 0 {
-			return err
-		}
-		return fmt.Errorf("%w\n\nlast lines of the build log:\n%s", err, strings.Join(tail, "\n"))
-	}
-	dec := json.NewDecoder(r)
-	var id string
-	for {
-		var m jsonmessage.JSONMessage
-		if err := dec.Decode(&m); err == io.EOF {
-			return id, nil
-		} else if err != nil {
-			return "", fail(fmt.Errorf("read build output: %w", err))
-		}
-		for _, line := range strings.Split(m.Stream, "\n") {
-			keep(line)
-		}
-		if m.Status != "" {
-			keep(strings.TrimSpace(m.ID + " " + m.Status))
-		}
-		if m.Error != nil {
-			return "", fail(errors.New(m.Error.Message))
-		}
-		if m.ErrorMessage != "" {
-			return "", fail(errors.New(m.ErrorMessage))
-		}
-		if m.Aux != nil {
-			var aux struct{ ID string }
-			if json.Unmarshal(*m.Aux, &aux) == nil && aux.ID != "" {
-				id = aux.ID
-			}
-		}
-	}
 }
 
 // buildContext makes the tar build context: the Dockerfile, files, and the
@@ -530,191 +469,12 @@ func (b *Builder) run(ctx context.Context, ref string, cmd []string) (string, in
 	if err != nil {
 		return "", code, fmt.Errorf("container logs: %w", err)
 	}
-	defer logs.Close()
+	defer func() { _ = logs.Close() }() // read-only stream
 	var out bytes.Buffer
 	if _, err := stdcopy.StdCopy(&out, &out, logs); err != nil {
 		return "", code, fmt.Errorf("container logs: %w", err)
 	}
 	return out.String(), code, nil
-}
-
-// Observed is an isolation image as the daemon has it, with what its labels
-// say it was built from. A foreign image at the tag has no labels: every
-// field that comes from one is then empty.
-type Observed struct {
-	IsolatedID   string
-	Managed      bool
-	Spec         Spec
-	ContentHash  string
-	RunnerSHA256 string
-	Image        string // the image it layers onto (label)
-	ImageID      string // that image's current id; "" when it is gone
-	// ImageContentHash is the content hash label of the image now at Image;
-	// it differs from ContentHash when that tag was moved out of band.
-	ImageContentHash string
-	BaseImageID      string // the base's id when it was built (label)
-}
-
-// Read inspects the isolation image at tag; ErrNotFound when it is gone.
-func (b *Builder) Read(ctx context.Context, tag string) (Observed, error) {
-	var o Observed
-	ins, err := b.cli.ImageInspect(ctx, tag)
-	if errdefs.IsNotFound(err) {
-		return o, ErrNotFound
-	}
-	if err != nil {
-		return o, fmt.Errorf("inspect %s: %w", tag, err)
-	}
-	o.IsolatedID = ins.ID
-	var l map[string]string
-	if ins.Config != nil {
-		l = ins.Config.Labels
-	}
-	o.Managed = l[engine.LabelManagedBy] == engine.ManagedByValue && l[engine.LabelComponent] == ComponentIsolation
-	if !o.Managed {
-		return o, nil
-	}
-	o.ContentHash = l[LabelContentHash]
-	o.RunnerSHA256 = l[LabelRunnerSHA256]
-	o.Image = l[LabelContainerImage]
-	o.BaseImageID = l[LabelBaseImageID]
-	o.Spec = Spec{BaseImage: l[LabelBaseImage], Manager: Manager(l[LabelPackageManager])}
-	if err := json.Unmarshal([]byte(l[LabelPackages]), &o.Spec.Packages); err != nil && l[LabelPackages] != "" {
-		return o, fmt.Errorf("%s: label %s: %w", tag, LabelPackages, err)
-	}
-	if err := json.Unmarshal([]byte(l[LabelEnv]), &o.Spec.Env); err != nil && l[LabelEnv] != "" {
-		return o, fmt.Errorf("%s: label %s: %w", tag, LabelEnv, err)
-	}
-	if len(o.Spec.Env) == 0 {
-		o.Spec.Env = nil
-	}
-	if len(o.Spec.Packages) == 0 {
-		o.Spec.Packages = nil
-	}
-	if o.Image != "" {
-		if img, err := b.cli.ImageInspect(ctx, o.Image); err == nil {
-			o.ImageID = img.ID
-			if img.Config != nil {
-				o.ImageContentHash = img.Config.Labels[LabelContentHash]
-			}
-		} else if !errdefs.IsNotFound(err) {
-			return o, fmt.Errorf("inspect %s: %w", o.Image, err)
-		}
-	}
-	return o, nil
-}
-
-// Target names what Delete removes. Container is empty when the isolation
-// image layered straight onto the base (which is never removed).
-type Target struct {
-	Isolated, IsolatedID   string
-	Container, ContainerID string
-}
-
-// Delete removes the isolation image and the container image it made. An
-// image a container still uses is an ErrInUse naming the containers, and
-// nothing is removed; an image already gone is done. The container image
-// stays while another isolation image is built on it.
-func (b *Builder) Delete(ctx context.Context, t Target) error {
-	if err := b.checkUnused(ctx, t.IsolatedID, t.ContainerID); err != nil {
-		return err
-	}
-	if t.Isolated != "" {
-		if err := b.removeTagged(ctx, t.Isolated, t.IsolatedID); err != nil {
-			return err
-		}
-	}
-	if t.Container == "" {
-		return nil
-	}
-	others, err := b.cli.ImageList(ctx, dimage.ListOptions{
-		All:     true,
-		Filters: filters.NewArgs(filters.Arg("label", LabelContainerImage+"="+t.Container)),
-	})
-	if err != nil {
-		return fmt.Errorf("list isolation images on %s: %w", t.Container, err)
-	}
-	for _, o := range others {
-		if o.ID != t.IsolatedID {
-			return nil // still the base of another isolation image
-		}
-	}
-	return b.removeTagged(ctx, t.Container, t.ContainerID)
-}
-
-// removeTagged removes tag when it still points at id. When the tag has
-// moved on (a rebuild, or someone else's image), only our old image id is
-// removed, never what the tag now names.
-func (b *Builder) removeTagged(ctx context.Context, tag, id string) error {
-	ins, err := b.cli.ImageInspect(ctx, tag)
-	switch {
-	case errdefs.IsNotFound(err):
-	case err != nil:
-		return fmt.Errorf("inspect %s: %w", tag, err)
-	case id == "" || ins.ID == id:
-		if _, err := b.cli.ImageRemove(ctx, tag, dimage.RemoveOptions{PruneChildren: true}); err != nil && !errdefs.IsNotFound(err) {
-			return fmt.Errorf("remove image %s: %w", tag, err)
-		}
-		return nil
-	}
-	if id == "" {
-		return nil
-	}
-	return b.removeID(ctx, id)
-}
-
-// removeID removes an untagged image of ours by id; gone is done.
-func (b *Builder) removeID(ctx context.Context, id string) error {
-	ins, err := b.cli.ImageInspect(ctx, id)
-	if errdefs.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("inspect %s: %w", shortID(id), err)
-	}
-	if ins.Config == nil || ins.Config.Labels[engine.LabelManagedBy] != engine.ManagedByValue {
-		return nil
-	}
-	if err := b.checkUnused(ctx, id); err != nil {
-		return err
-	}
-	if len(ins.RepoTags) > 0 {
-		return nil // tagged again by someone: theirs now
-	}
-	if _, err := b.cli.ImageRemove(ctx, id, dimage.RemoveOptions{PruneChildren: true}); err != nil && !errdefs.IsNotFound(err) {
-		return fmt.Errorf("remove image %s: %w", shortID(id), err)
-	}
-	return nil
-}
-
-// checkUnused returns ErrInUse naming every container (running or not)
-// created from one of ids.
-func (b *Builder) checkUnused(ctx context.Context, ids ...string) error {
-	var users []string
-	for _, id := range ids {
-		if id == "" {
-			continue
-		}
-		cs, err := b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("ancestor", id))})
-		if err != nil {
-			return fmt.Errorf("list containers of %s: %w", shortID(id), err)
-		}
-		for _, c := range cs {
-			if c.ImageID != id {
-				continue // built on a child image, which keeps its own layers
-			}
-			name := c.ID[:12]
-			if len(c.Names) > 0 {
-				name = strings.TrimPrefix(c.Names[0], "/")
-			}
-			users = append(users, fmt.Sprintf("%s (%s, image %s)", name, c.State, shortID(id)))
-		}
-	}
-	if len(users) > 0 {
-		return fmt.Errorf("%w: used by container(s) %s; remove them first (or the meepa_agent that runs them), "+
-			"or set keep_locally = true to leave the image", ErrInUse, strings.Join(users, ", "))
-	}
-	return nil
 }
 
 func shortID(id string) string {

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	dimage "github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -30,14 +30,17 @@ func rtBase(t *testing.T, cli *client.Client, name string) string {
 	if err := cli.ImageTag(context.Background(), testutil.BusyboxImage, ref); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = cli.ImageRemove(context.Background(), ref, imageRemoveOpts) })
+	testutil.Cleanup(t, "remove image "+ref, func() error {
+		_, err := cli.ImageRemove(context.Background(), ref, imageRemoveOpts)
+		return testutil.Gone(err)
+	})
 	return ref
 }
 
 func exists(t *testing.T, cli *client.Client, ref string) bool {
 	t.Helper()
 	_, err := cli.ImageInspect(context.Background(), ref)
-	if err != nil && !errdefs.IsNotFound(err) {
+	if err != nil && !cerrdefs.IsNotFound(err) {
 		t.Fatal(err)
 	}
 	return err == nil
@@ -76,7 +79,9 @@ func TestBuildEnvRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = b.Delete(ctx, Target{res.Isolated, res.IsolatedID, res.Image, res.ImageID}) })
+	testutil.Cleanup(t, "delete built images", func() error {
+		return b.Delete(ctx, Target{res.Isolated, res.IsolatedID, res.Image, res.ImageID})
+	})
 
 	ins, err := cli.ImageInspect(ctx, res.IsolatedID)
 	if err != nil {
@@ -122,7 +127,7 @@ func TestDeleteInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	target := Target{Isolated: res.Isolated, IsolatedID: res.IsolatedID}
-	t.Cleanup(func() { _ = b.Delete(ctx, target) })
+	testutil.Cleanup(t, "delete built images", func() error { return b.Delete(ctx, target) })
 
 	name := fmt.Sprintf("meepa-test-image-inuse-%d", os.Getpid())
 	c, err := cli.ContainerCreate(ctx, &container.Config{Image: res.Isolated, Cmd: []string{"true"}}, nil, nil, nil, name)
@@ -130,10 +135,11 @@ func TestDeleteInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	removed := false
-	t.Cleanup(func() {
-		if !removed {
-			_ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	testutil.Cleanup(t, "remove container", func() error {
+		if removed {
+			return nil
 		}
+		return testutil.Gone(cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}))
 	})
 
 	err = b.Delete(ctx, target)

@@ -31,11 +31,11 @@ func InspectBinary(path string) (Binary, error) {
 	if err != nil {
 		return Binary{}, fmt.Errorf("open agent-runner: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	b := Binary{Path: path}
 	ef, err := elf.NewFile(f)
 	if err != nil {
-		return Binary{}, fmt.Errorf("%s is not a Linux ELF executable (%v); the isolation image needs agent-runner built with GOOS=linux", path, err)
+		return Binary{}, fmt.Errorf("%s is not a Linux ELF executable (%w); the isolation image needs agent-runner built with GOOS=linux", path, err)
 	}
 	b.Arch = elfGOARCH(ef)
 	if b.Arch == "" {

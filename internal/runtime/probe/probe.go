@@ -100,7 +100,7 @@ func Run(ctx context.Context, c Check, timeout time.Duration) Result {
 			r.Observed, r.Detail = classify(err), err.Error()
 			return r
 		}
-		defer conn.Close()
+		defer func() { _ = conn.Close() }() // the probe's answer is already taken
 		r.Observed, r.Detail = Open, banner(conn, 300*time.Millisecond)
 	case Connect:
 		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", c.Via)
@@ -108,17 +108,22 @@ func Run(ctx context.Context, c Check, timeout time.Duration) Result {
 			r.Observed, r.Detail = classify(err), "proxy: "+err.Error()
 			return r
 		}
-		defer conn.Close()
+		defer func() { _ = conn.Close() }() // as for TCP
 		if dl, ok := ctx.Deadline(); ok {
 			_ = conn.SetDeadline(dl)
 		}
-		fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", c.Target, c.Target)
+		if _, err := fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", c.Target, c.Target); err != nil {
+			r.Observed, r.Detail = classify(err), "proxy: "+err.Error()
+			return r
+		}
 		br := bufio.NewReader(conn)
 		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 		if err != nil {
 			r.Observed, r.Detail = classify(err), "proxy reply: "+err.Error()
 			return r
 		}
+		// A CONNECT reply's body is the tunnel: Close does not read it.
+		defer func() { _ = resp.Body.Close() }()
 		switch resp.StatusCode {
 		case http.StatusOK:
 			r.Observed = Allowed

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 func listen(t *testing.T) net.Listener {
@@ -14,7 +16,7 @@ func listen(t *testing.T) net.Listener {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	testutil.Cleanup(t, "close listener", func() error { return testutil.Gone(ln.Close()) })
 	return ln
 }
 
@@ -26,8 +28,8 @@ func TestTCP(t *testing.T) {
 			if err != nil {
 				return
 			}
-			c.Write([]byte("hello\n"))
-			c.Close()
+			_, _ = c.Write([]byte("hello\n"))
+			_ = c.Close()
 		}
 	}()
 	r := Run(context.Background(), Check{Kind: TCP, Target: ln.Addr().String()}, time.Second)
@@ -36,7 +38,7 @@ func TestTCP(t *testing.T) {
 	}
 	closed := listen(t)
 	addr := closed.Addr().String()
-	closed.Close()
+	_ = closed.Close()
 	if r := Run(context.Background(), Check{Kind: TCP, Target: addr}, time.Second); r.Observed != Refused || Blocked(r.Observed) {
 		t.Errorf("closed port must be refused (reachable), got %+v", r)
 	}
@@ -53,14 +55,14 @@ func fakeProxy(t *testing.T) string {
 				return
 			}
 			go func(c net.Conn) {
-				defer c.Close()
+				defer func() { _ = c.Close() }()
 				buf := make([]byte, 512)
 				n, _ := c.Read(buf)
 				if strings.Contains(string(buf[:n]), "CONNECT allowed.test:443") {
-					c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\nbanner"))
+					_, _ = c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\nbanner"))
 					return
 				}
-				c.Write([]byte("HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n"))
+				_, _ = c.Write([]byte("HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n"))
 			}(c)
 		}
 	}()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,7 +28,7 @@ func TestAgentRunnerProxyProcess(t *testing.T) {
 	dir := t.TempDir()
 	auditPath := filepath.Join(dir, "audit.jsonl")
 	allowFile := filepath.Join(dir, "allow.txt")
-	os.WriteFile(allowFile, []byte("# test allowlist\n\n*.unused.example:8443  # comment\n"), 0o644)
+	testutil.Must(t, os.WriteFile(allowFile, []byte("# test allowlist\n\n*.unused.example:8443  # comment\n"), 0o644))
 
 	cmd := exec.Command(bin, "proxy",
 		"--listen", "127.0.0.1:0",
@@ -43,10 +44,11 @@ func TestAgentRunnerProxyProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
+	testutil.Cleanup(t, "kill proxy", func() error {
+		if cmd.ProcessState != nil {
+			return nil
 		}
+		return testutil.Gone(cmd.Process.Kill())
 	})
 
 	// The startup line on stderr says where it listens and what it allows.
@@ -63,22 +65,25 @@ func TestAgentRunnerProxyProcess(t *testing.T) {
 	if addr == "" {
 		t.Fatalf("no startup line (scan error %v)", sc.Err())
 	}
-	go func() { io.Copy(io.Discard, stderr); exited <- cmd.Wait() }()
+	go func() {
+		_, _ = io.Copy(io.Discard, stderr) // drained so the proxy never blocks on it
+		exited <- cmd.Wait()
+	}()
 	if allow, _ := json.Marshal(startup["allow"]); !bytes.Contains(allow, []byte("*.unused.example:8443")) {
 		t.Errorf("startup allow list %s lacks the allow-file entry", allow)
 	}
 
 	resp, _, tun := connect(t, addr, hostPort("127.0.0.1", echo.port()))
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("allowed CONNECT: %d", resp.StatusCode)
 	}
-	tun.Write([]byte("hi"))
-	tun.(*net.TCPConn).CloseWrite()
+	_, _ = tun.Write([]byte("hi"))
+	_ = tun.(*net.TCPConn).CloseWrite()
 	if b, _ := io.ReadAll(tun); string(b) != "hi" {
 		t.Fatalf("echo %q", b)
 	}
 	resp, body, _ := connect(t, addr, hostPort("127.0.0.1", echo.port()+1))
-	if resp.StatusCode != 403 || !strings.Contains(body, "not in allowlist") {
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "not in allowlist") {
 		t.Fatalf("denied CONNECT: %d %q", resp.StatusCode, body)
 	}
 
@@ -86,7 +91,7 @@ func TestAgentRunnerProxyProcess(t *testing.T) {
 		b, _ := os.ReadFile(auditPath)
 		return bytes.Count(b, []byte("\n")) >= 2
 	})
-	cmd.Process.Signal(syscall.SIGTERM)
+	testutil.Must(t, cmd.Process.Signal(syscall.SIGTERM))
 	select {
 	case err := <-exited:
 		if err != nil {

@@ -52,8 +52,8 @@ func TestProxyInHardenedContainer(t *testing.T) {
 	if err != nil {
 		t.Fatalf("container create: %v", err)
 	}
-	t.Cleanup(func() {
-		cli.ContainerRemove(context.Background(), created.ID, container.RemoveOptions{Force: true})
+	testutil.Cleanup(t, "remove proxy container", func() error {
+		return testutil.Gone(cli.ContainerRemove(context.Background(), created.ID, container.RemoveOptions{Force: true}))
 	})
 	if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
 		t.Fatalf("container start: %v", err)
@@ -119,9 +119,9 @@ func containerLogs(t *testing.T, cli *client.Client, id string) (string, string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	var out, errb bytes.Buffer
-	stdcopy.StdCopy(&out, &errb, rc)
+	_, _ = stdcopy.StdCopy(&out, &errb, rc)
 	return out.String(), errb.String()
 }
 
@@ -139,7 +139,7 @@ func execIn(t *testing.T, cli *client.Client, id string, env []string, cmd ...st
 	}
 	defer att.Close()
 	var out, errb bytes.Buffer
-	stdcopy.StdCopy(&out, &errb, att.Reader)
+	_, _ = stdcopy.StdCopy(&out, &errb, att.Reader)
 	insp, err := cli.ContainerExecInspect(ctx, ex.ID)
 	if err != nil {
 		t.Fatal(err)

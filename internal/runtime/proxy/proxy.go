@@ -11,8 +11,6 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -143,7 +141,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.mu.Lock()
 		s.closing = true
 		for c := range s.hijacked {
-			c.Close()
+			_ = c.Close() // the tunnel's pipes end on it; nothing to report
 		}
 		s.mu.Unlock()
 		<-done
@@ -151,7 +149,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		// http.Server gave up on idle-but-open client connections; they are
 		// closed now, which is what a deadline means here.
-		s.http.Close()
+		if err := s.http.Close(); err != nil {
+			return fmt.Errorf("proxy close: %w", err)
+		}
 		return nil
 	}
 	return err
@@ -238,128 +238,14 @@ func (s *Server) refuse(w http.ResponseWriter, rec *AuditRecord, ref *refusal, w
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Connection", "close")
 	w.WriteHeader(ref.status)
-	fmt.Fprintf(w, "meepa proxy: refused %s: %s\n", sanitizeText(what), ref.reason)
-}
-
-// connect resolves the target, keeps only addresses the policy permits and
-// dials exactly those, one by one. It returns the connection and the IP it
-// connected to (or the refused one).
-func (s *Server) connect(ctx context.Context, t Target) (net.Conn, string, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.DialTimeout)
-	defer cancel()
-
-	var addrs []netip.Addr
-	explicit := false
-	if t.IP.IsValid() {
-		// An IP-literal allowlist entry names its address on purpose, so it
-		// is exempt from the special-range refusal (only that exact IP).
-		addrs, explicit = []netip.Addr{t.IP}, true
-	} else {
-		// Rooted, so a resolv.conf search list never turns "intranet" into
-		// "intranet.corp.example": the client asked for this exact name.
-		found, err := s.opts.Resolver.LookupNetIP(ctx, "ip", t.Host+".")
-		if err != nil {
-			return nil, "", &refusal{status: http.StatusForbidden, reason: "resolution failure: " + resolveErr(err)}
-		}
-		if len(found) == 0 {
-			return nil, "", &refusal{status: http.StatusForbidden, reason: "resolution failure: no addresses"}
-		}
-		for _, a := range found {
-			addrs = append(addrs, a.Unmap().WithZone(""))
-		}
-	}
-
-	var permitted []netip.Addr
-	var firstRefusal *refusal
-	for _, a := range addrs {
-		if why := s.refusedRange(a, explicit); why != "" {
-			if firstRefusal == nil {
-				firstRefusal = &refusal{status: http.StatusForbidden, reason: "private address " + a.String() + ": " + why, ip: a.String()}
-			}
-			s.log.Debug("skipping refused address", "host", t.Host, "ip", a.String(), "range", why)
-			continue
-		}
-		permitted = append(permitted, a)
-	}
-	if len(permitted) == 0 {
-		return nil, "", firstRefusal
-	}
-
-	var errs []error
-	for _, a := range permitted {
-		addr := netip.AddrPortFrom(a, t.Port).String()
-		conn, err := s.dial(context.WithValue(ctx, vettedKey{}, a), "tcp", addr)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		// The Control hook vetted the address before connect; check the
-		// connected socket's peer as well, so a dialer that somehow went
-		// elsewhere is caught.
-		var peer netip.Addr
-		if tcp, ok := conn.RemoteAddr().(*net.TCPAddr); ok {
-			peer = tcp.AddrPort().Addr().Unmap().WithZone("")
-		}
-		if peer != a {
-			conn.Close()
-			return nil, peer.String(), &refusal{status: http.StatusForbidden, reason: "connected to an unvetted address " + peer.String(), ip: peer.String()}
-		}
-		return conn, a.String(), nil
-	}
-	msgs := make([]string, len(errs))
-	for i, e := range errs {
-		msgs[i] = e.Error()
-	}
-	return nil, permitted[0].String(), fmt.Errorf("upstream unreachable: %s", strings.Join(msgs, "; "))
-}
-
-// refusedRange says why a is refused, or "" if it may be dialed.
-func (s *Server) refusedRange(a netip.Addr, explicit bool) string {
-	why := SpecialRange(a)
-	if why == "" || explicit {
-		return ""
-	}
-	for _, p := range s.opts.AllowPrivate {
-		if p.Contains(a) {
-			return ""
-		}
-	}
-	return why
-}
-
-type vettedKey struct{}
-
-// controlDial runs after the socket exists and before connect(2): the
-// address must be the one connect vetted, and still pass the policy. It is
-// the last line against a code path that dials a name (and so resolves it
-// again, the DNS-rebinding hole).
-func (s *Server) controlDial(ctx context.Context, network, address string, _ syscall.RawConn) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return fmt.Errorf("proxy: refusing to dial %q: not an IP address", address)
-	}
-	got := ap.Addr().Unmap().WithZone("")
-	want, ok := ctx.Value(vettedKey{}).(netip.Addr)
-	if !ok || got != want {
-		return fmt.Errorf("proxy: refusing to dial %s: not the vetted address", got)
-	}
-	if why := SpecialRange(got); why != "" {
-		// explicit (IP-literal) exemptions are already reflected in want;
-		// a range exemption must still hold.
-		if s.refusedRange(got, false) != "" && !s.explicitIP(got, ap.Port()) {
-			return fmt.Errorf("proxy: refusing to dial %s: %s", got, why)
-		}
-	}
-	return nil
-}
-
-func (s *Server) explicitIP(a netip.Addr, port uint16) bool {
-	_, ok := s.opts.Allow.Match(Target{Host: a.String(), IP: a, Port: port})
-	return ok
+	// The refusal is already audited; a client gone before reading it
+	// changes nothing.
+	_, _ = fmt.Fprintf(w, "meepa proxy: refused %s: %s\n", sanitizeText(what), ref.reason)
 }
 
 func (s *Server) tunnel(w http.ResponseWriter, rec *AuditRecord, upstream net.Conn) {
-	defer upstream.Close()
+	// Closing either end of a finished tunnel has nothing left to tell.
+	defer func() { _ = upstream.Close() }()
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		rec.Decision, rec.Status, rec.Reason = DecisionError, http.StatusInternalServerError, "connection cannot be hijacked"
@@ -378,7 +264,7 @@ func (s *Server) tunnel(w http.ResponseWriter, rec *AuditRecord, upstream net.Co
 	}
 	s.track(client, true)
 	defer s.track(client, false)
-	defer client.Close()
+	defer func() { _ = client.Close() }()
 
 	rec.Decision, rec.Status, rec.Reason = DecisionAllow, http.StatusOK, "allowed"
 	if _, err := client.Write([]byte("HTTP/1.1 200 Connection Established\r\n\r\n")); err != nil {
@@ -389,7 +275,7 @@ func (s *Server) tunnel(w http.ResponseWriter, rec *AuditRecord, upstream net.Co
 	// behind the CONNECT; they sit in the server's buffer.
 	var fromClient io.Reader = client
 	if n := buf.Reader.Buffered(); n > 0 {
-		pre, _ := buf.Reader.Peek(n)
+		pre, _ := buf.Peek(n)
 		fromClient = io.MultiReader(bytes.NewReader(bytes.Clone(pre)), client)
 	}
 	act := &activity{}
@@ -407,22 +293,6 @@ func (s *Server) tunnel(w http.ResponseWriter, rec *AuditRecord, upstream net.Co
 		rec.BytesDown = pipe(cl, up)
 	}()
 	wg.Wait()
-}
-
-// pipe copies src to dst until EOF or error, then half-closes dst so the
-// other direction can finish; it returns the bytes copied.
-func pipe(dst idleConn, src io.Reader) int64 {
-	n, err := io.Copy(dst, src)
-	if cw, ok := dst.Conn.(interface{ CloseWrite() error }); ok && err == nil {
-		cw.CloseWrite()
-	} else {
-		// An error (idle timeout, reset) ends both directions.
-		dst.Conn.Close()
-		if c, ok := src.(interface{ Close() error }); ok {
-			c.Close()
-		}
-	}
-	return n
 }
 
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *AuditRecord, upstream net.Conn) {
@@ -443,7 +313,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *AuditRecor
 		MaxResponseHeaderBytes: defaultMaxHeaderBytes * 4,
 	}
 	defer tr.CloseIdleConnections()
-	defer upstream.Close()
+	defer func() { _ = upstream.Close() }() // the exchange is over either way
 
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
@@ -452,10 +322,12 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *AuditRecor
 	rc := http.NewResponseController(w)
 	var body *countingReader
 	if r.Body != nil && r.Body != http.NoBody {
-		body = newCountingReader(r.Body, func() { rc.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout)) })
+		// Without read deadlines (not a net/http connection) the idle rule
+		// still holds upstream.
+		body = newCountingReader(r.Body, func() { _ = rc.SetReadDeadline(time.Now().Add(s.opts.IdleTimeout)) })
 		out.Body = body
 		defer func() {
-			upstream.Close() // ends a body write the upstream stopped reading
+			_ = upstream.Close() // ends a body write the upstream stopped reading
 			rec.BytesUp = body.final(s.opts.IdleTimeout)
 		}()
 	}
@@ -464,7 +336,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, rec *AuditRecor
 		s.refuse(w, rec, &refusal{status: http.StatusBadGateway, reason: "upstream: " + err.Error()}, rec.Host)
 		return
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read-only
 	removeHopHeaders(resp.Header)
 	for k, vs := range resp.Header {
 		for _, v := range vs {
@@ -504,27 +376,13 @@ func (s *Server) track(c net.Conn, add bool) {
 	defer s.mu.Unlock()
 	if add {
 		if s.closing {
-			c.Close() // Shutdown's deadline has passed; no new tunnels
+			_ = c.Close() // Shutdown's deadline has passed; no new tunnels
 			return
 		}
 		s.hijacked[c] = struct{}{}
 	} else {
 		delete(s.hijacked, c)
 	}
-}
-
-func resolveErr(err error) string {
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) {
-		switch {
-		case dnsErr.IsNotFound:
-			return "no such host"
-		case dnsErr.IsTimeout:
-			return "timeout"
-		}
-		return dnsErr.Err
-	}
-	return err.Error()
 }
 
 // sanitizeMethod keeps the audit's method field to a token.
@@ -545,189 +403,4 @@ func sanitizeText(s string) string {
 		}
 		return r
 	}, s)
-}
-
-// activity is the last time a byte moved in either direction of one
-// connection pair.
-type activity struct{ last atomic.Int64 }
-
-func (a *activity) touch()               { a.last.Store(time.Now().UnixNano()) }
-func (a *activity) since() time.Duration { return time.Since(time.Unix(0, a.last.Load())) }
-
-// idleConn extends its deadline on every read and write, and only gives up
-// on a timeout when neither direction has moved for idle: a download that
-// streams while the client sends nothing keeps the tunnel alive.
-type idleConn struct {
-	net.Conn
-	idle time.Duration
-	act  *activity
-}
-
-func (c idleConn) Read(p []byte) (int, error) {
-	for {
-		c.Conn.SetReadDeadline(time.Now().Add(c.idle))
-		n, err := c.Conn.Read(p)
-		if n > 0 {
-			c.act.touch()
-		}
-		if err != nil && n == 0 && isTimeout(err) && c.act.since() < c.idle {
-			continue
-		}
-		return n, err
-	}
-}
-
-func (c idleConn) Write(p []byte) (int, error) {
-	c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
-	n, err := c.Conn.Write(p)
-	if n > 0 {
-		c.act.touch()
-	}
-	return n, err
-}
-
-// readerWithIdle reads the client side of a tunnel: from the buffered
-// prefix and then the connection, with the idle rule of idleConn.
-type readerWithIdle struct {
-	r    io.Reader
-	conn idleConn
-}
-
-func (r readerWithIdle) Read(p []byte) (int, error) {
-	for {
-		r.conn.Conn.SetReadDeadline(time.Now().Add(r.conn.idle))
-		n, err := r.r.Read(p)
-		if n > 0 {
-			r.conn.act.touch()
-		}
-		if err != nil && n == 0 && isTimeout(err) && r.conn.act.since() < r.conn.idle {
-			continue
-		}
-		return n, err
-	}
-}
-
-func (r readerWithIdle) Close() error { return r.conn.Conn.Close() }
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
-}
-
-// countingReader counts a forwarded request body. The Transport writes
-// and closes it on its own goroutine, possibly after RoundTrip returned;
-// closed tells when the count is final.
-type countingReader struct {
-	r      io.ReadCloser
-	n      atomic.Int64
-	before func()
-	once   sync.Once
-	closed chan struct{}
-}
-
-func newCountingReader(r io.ReadCloser, before func()) *countingReader {
-	return &countingReader{r: r, before: before, closed: make(chan struct{})}
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	c.before()
-	n, err := c.r.Read(p)
-	c.n.Add(int64(n))
-	return n, err
-}
-
-func (c *countingReader) Close() error {
-	err := c.r.Close()
-	c.once.Do(func() { close(c.closed) })
-	return err
-}
-
-// final waits (bounded) until the Transport is done with the body.
-func (c *countingReader) final(wait time.Duration) int64 {
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-c.closed:
-	case <-t.C:
-	}
-	return c.n.Load()
-}
-
-// deadlineWriter extends the client connection's write deadline before
-// every write of a forwarded response.
-type deadlineWriter struct {
-	w    io.Writer
-	rc   *http.ResponseController
-	idle time.Duration
-}
-
-func (d deadlineWriter) Write(p []byte) (int, error) {
-	d.rc.SetWriteDeadline(time.Now().Add(d.idle))
-	return d.w.Write(p)
-}
-
-// limitListener bounds concurrent connections. Over the bound a client gets
-// an immediate 503 instead of waiting unseen in the accept queue.
-type limitListener struct {
-	net.Listener
-	sem       chan struct{}
-	rejecting chan struct{}
-	s         *Server
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		select {
-		case l.sem <- struct{}{}:
-			return &limitedConn{Conn: c, release: func() { <-l.sem }}, nil
-		default:
-		}
-		// Answering takes a goroutine each; under a flood, beyond a small
-		// bound, drop the connection without an answer.
-		select {
-		case l.rejecting <- struct{}{}:
-			go func() {
-				defer func() { <-l.rejecting }()
-				l.reject(c)
-			}()
-		default:
-			c.Close()
-		}
-	}
-}
-
-func (l *limitListener) reject(c net.Conn) {
-	start := time.Now()
-	c.SetDeadline(time.Now().Add(deniedConnLingerPeriod))
-	io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: 40\r\n\r\nmeepa proxy: too many open connections\r\n")
-	c.Close()
-	l.s.audit.write(AuditRecord{
-		Time: start.UTC().Format(time.RFC3339Nano), Client: c.RemoteAddr().String(),
-		Decision: DecisionDeny, Reason: "too many open connections", Status: http.StatusServiceUnavailable,
-		DurationMS: durationMS(time.Since(start)),
-	})
-}
-
-type limitedConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
-}
-
-// CloseWrite half-closes a TCP client so a tunnel can end one direction.
-func (c *limitedConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return c.Conn.Close()
 }

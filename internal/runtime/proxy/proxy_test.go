@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 // --- helpers ---------------------------------------------------------------
@@ -76,7 +78,7 @@ func startEcho(t *testing.T) *tcpServer {
 		t.Fatal(err)
 	}
 	s := &tcpServer{ln: ln}
-	t.Cleanup(func() { ln.Close() })
+	testutil.Cleanup(t, "close listener", func() error { return testutil.Gone(ln.Close()) })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -87,8 +89,8 @@ func startEcho(t *testing.T) *tcpServer {
 			s.accepted = append(s.accepted, c.RemoteAddr().String())
 			s.mu.Unlock()
 			go func() {
-				defer c.Close()
-				io.Copy(c, c)
+				defer func() { _ = c.Close() }()
+				_, _ = io.Copy(c, c)
 			}()
 		}
 	}()
@@ -112,7 +114,7 @@ func (s *tcpServer) assertNoEarlierConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	probe := c.LocalAddr().String()
 	waitFor(t, "probe accepted", func() bool { return len(s.acceptedList()) > 0 })
 	if got := s.acceptedList(); got[0] != probe {
@@ -163,7 +165,9 @@ func startProxy(t *testing.T, opts Options, adjust ...func(*Server)) *testProxy 
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		srv.Shutdown(ctx)
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("cleanup: proxy shutdown: %v", err)
+		}
 		if err := <-done; !errors.Is(err, http.ErrServerClosed) {
 			t.Errorf("Serve returned %v, want http.ErrServerClosed", err)
 		}
@@ -228,30 +232,39 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// connect sends a CONNECT and returns the response (body read) and, on
+// connectReply is the proxy's answer to a CONNECT.
+type connectReply struct{ StatusCode int }
+
+// connect sends a CONNECT and returns the proxy's answer, its body and, on
 // 200, the tunnel.
-func connect(t *testing.T, proxyAddr, target string) (*http.Response, string, net.Conn) {
+func connect(t *testing.T, proxyAddr, target string) (connectReply, string, net.Conn) {
 	t.Helper()
 	c, err := net.Dial("tcp", proxyAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
-	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	testutil.Cleanup(t, "close connection", func() error { return testutil.Gone(c.Close()) })
+	if _, err := fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target); err != nil {
+		t.Fatalf("CONNECT %s: %v", target, err)
+	}
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	if err != nil {
 		t.Fatalf("CONNECT %s: %v", target, err)
 	}
+	reply := connectReply{StatusCode: resp.StatusCode}
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(resp.Body)
-		c.Close()
-		return resp, string(body), nil
+		_ = resp.Body.Close()
+		_ = c.Close()
+		return reply, string(body), nil
 	}
+	// A 200's body is the tunnel; closing it reads nothing.
+	_ = resp.Body.Close()
 	if br.Buffered() > 0 {
 		t.Fatalf("proxy sent %d bytes after the 200 before the upstream did", br.Buffered())
 	}
-	return resp, "", c
+	return reply, "", c
 }
 
 // peerConn reports a different peer, as if the connection went elsewhere.
@@ -284,7 +297,7 @@ func TestConnectAllowedBytesFlow(t *testing.T) {
 	if _, err := tun.Write(payload); err != nil {
 		t.Fatal(err)
 	}
-	tun.(*net.TCPConn).CloseWrite()
+	_ = tun.(*net.TCPConn).CloseWrite()
 	got, err := io.ReadAll(tun)
 	if err != nil {
 		t.Fatal(err)
@@ -294,7 +307,7 @@ func TestConnectAllowedBytesFlow(t *testing.T) {
 	}
 
 	rec := p.waitRecords(t, 1)[0]
-	if rec.Method != "CONNECT" || rec.Host != "echo.test" || rec.Port != echo.port() || rec.IP != "127.0.0.1" {
+	if rec.Method != http.MethodConnect || rec.Host != "echo.test" || rec.Port != echo.port() || rec.IP != "127.0.0.1" {
 		t.Errorf("audit = %+v", rec)
 	}
 	if rec.Decision != DecisionAllow || rec.Status != 200 {
@@ -313,7 +326,7 @@ func TestConnectAllowedBytesFlow(t *testing.T) {
 
 func TestConnectTLSThroughProxy(t *testing.T) {
 	ts := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "hello over tls")
+		_, _ = io.WriteString(w, "hello over tls")
 	}))
 	defer ts.Close()
 	port := uint16(ts.Listener.Addr().(*net.TCPAddr).Port)
@@ -329,7 +342,7 @@ func TestConnectTLSThroughProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if string(body) != "hello over tls" {
 		t.Fatalf("body %q", body)
 	}
@@ -365,7 +378,7 @@ func TestPlainHTTPForward(t *testing.T) {
 	got := make(chan seen, 1)
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got <- seen{r.Host, r.Header.Get("Proxy-Authorization"), r.URL.RequestURI()}
-		io.WriteString(w, "plain hello")
+		_, _ = io.WriteString(w, "plain hello")
 	}))
 	defer ts.Close()
 	port := uint16(ts.Listener.Addr().(*net.TCPAddr).Port)
@@ -381,8 +394,8 @@ func TestPlainHTTPForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || string(body) != "plain hello" {
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "plain hello" {
 		t.Fatalf("status %d body %q", resp.StatusCode, body)
 	}
 	s := <-got
@@ -394,7 +407,7 @@ func TestPlainHTTPForward(t *testing.T) {
 	}
 
 	rec := p.waitRecords(t, 1)[0]
-	if rec.Method != "GET" || rec.Host != "plain.test" || rec.Decision != DecisionAllow || rec.Status != 200 || rec.BytesDown != int64(len("plain hello")) {
+	if rec.Method != http.MethodGet || rec.Host != "plain.test" || rec.Decision != DecisionAllow || rec.Status != 200 || rec.BytesDown != int64(len("plain hello")) {
 		t.Errorf("audit = %+v", rec)
 	}
 	for _, secret := range []string{"sekrit-token", "c2VrcmV0", "/x"} {
@@ -409,11 +422,11 @@ func TestPlainHTTPForward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
 	<-got
 	rec = p.waitRecords(t, 2)[1]
-	if rec.Method != "POST" || rec.BytesUp != int64(len(payload)) || rec.Decision != DecisionAllow {
+	if rec.Method != http.MethodPost || rec.BytesUp != int64(len(payload)) || rec.Decision != DecisionAllow {
 		t.Errorf("audit = %+v", rec)
 	}
 	if strings.Contains(p.audit.String(), "private-form-value") {
@@ -442,7 +455,7 @@ func TestAllowedNameResolvingPrivateIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hresp.Body.Close()
+	_ = hresp.Body.Close()
 	if hresp.StatusCode != http.StatusForbidden {
 		t.Errorf("plain GET status %d, want 403", hresp.StatusCode)
 	}
@@ -493,12 +506,12 @@ func TestRebindingNeverReachesPrivate(t *testing.T) {
 
 	// first request: allowed, reaches "public" (the echo server via the hook)
 	resp, _, tun := connect(t, p.addr, hostPort("flip.test", echo.port()))
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("first CONNECT status %d", resp.StatusCode)
 	}
-	tun.Write([]byte("x"))
-	tun.(*net.TCPConn).CloseWrite()
-	io.ReadAll(tun)
+	_, _ = tun.Write([]byte("x"))
+	_ = tun.(*net.TCPConn).CloseWrite()
+	_, _ = io.ReadAll(tun) // the echo; only the second CONNECT is checked
 
 	// second request: the name now resolves to 127.0.0.1
 	resp, body, _ := connect(t, p.addr, hostPort("flip.test", echo.port()))
@@ -575,12 +588,12 @@ func TestDialControlRefusesUnvettedAddress(t *testing.T) {
 	}
 	for name, ctx := range cases {
 		if c, err := s.dial(ctx, "tcp", target); err == nil {
-			c.Close()
+			_ = c.Close()
 			t.Errorf("%s: dial %s succeeded", name, target)
 		}
 	}
 	if c, err := s.dial(context.WithValue(context.Background(), vettedKey{}, loop), "tcp", "localhost:"+strconv.Itoa(int(echo.port()))); err == nil {
-		c.Close()
+		_ = c.Close()
 		t.Error("dialing a name succeeded")
 	}
 	echo.assertNoEarlierConnection(t)
@@ -594,7 +607,7 @@ func TestDialControlRefusesUnvettedAddress(t *testing.T) {
 	if err != nil {
 		t.Fatalf("exempted vetted dial: %v", err)
 	}
-	c.Close()
+	_ = c.Close()
 }
 
 // An IP-literal allowlist entry is an explicit exemption for that address.
@@ -604,10 +617,10 @@ func TestIPLiteralEntryIsExplicit(t *testing.T) {
 	p := startProxy(t, Options{Allow: allow})
 
 	resp, _, tun := connect(t, p.addr, hostPort("127.0.0.1", echo.port()))
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d, want 200", resp.StatusCode)
 	}
-	tun.Close()
+	_ = tun.Close()
 	// 127.0.0.2 is the same range but not the listed address
 	resp, body, _ := connect(t, p.addr, hostPort("127.0.0.2", echo.port()))
 	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "not in allowlist") {
@@ -624,19 +637,19 @@ func TestIPv6LiteralConnect(t *testing.T) {
 	go func() {
 		c, err := ln.Accept()
 		if err == nil {
-			io.Copy(c, c)
-			c.Close()
+			_, _ = io.Copy(c, c)
+			_ = c.Close()
 		}
 	}()
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	allow, _ := ParseAllowlist([]string{hostPort("::1", port)})
 	p := startProxy(t, Options{Allow: allow})
 	resp, _, tun := connect(t, p.addr, hostPort("::1", port))
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	tun.Write([]byte("v6"))
-	tun.(*net.TCPConn).CloseWrite()
+	_, _ = tun.Write([]byte("v6"))
+	_ = tun.(*net.TCPConn).CloseWrite()
 	if b, _ := io.ReadAll(tun); string(b) != "v6" {
 		t.Fatalf("echo %q", b)
 	}
@@ -650,11 +663,11 @@ func TestResolutionFailureAndBadRequests(t *testing.T) {
 	p := startProxy(t, Options{Allow: allow, Resolver: newResolver(nil)})
 
 	resp, body, _ := connect(t, p.addr, "missing.test:443")
-	if resp.StatusCode != 403 || !strings.Contains(body, "resolution failure: no such host") {
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "resolution failure: no such host") {
 		t.Errorf("unresolvable: %d %q", resp.StatusCode, body)
 	}
 	resp, body, _ = connect(t, p.addr, "ok.test")
-	if resp.StatusCode != 400 || !strings.Contains(body, "missing port") {
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "missing port") {
 		t.Errorf("CONNECT without port: %d %q", resp.StatusCode, body)
 	}
 
@@ -666,14 +679,15 @@ func TestResolutionFailureAndBadRequests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		io.WriteString(c, tc.line)
+		_, _ = io.WriteString(c, tc.line)
 		r, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(r.Body)
-		c.Close()
-		if r.StatusCode != 400 || !strings.Contains(string(b), tc.want) {
+		_ = r.Body.Close()
+		_ = c.Close()
+		if r.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), tc.want) {
 			t.Errorf("%q: %d %q", tc.line, r.StatusCode, b)
 		}
 	}
@@ -691,29 +705,30 @@ func TestMaxConns(t *testing.T) {
 	p := startProxy(t, Options{Allow: allow, MaxConns: 1})
 
 	resp, _, tun := connect(t, p.addr, hostPort("127.0.0.1", echo.port()))
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 	c, err := net.Dial("tcp", p.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	r, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	_ = r.Body.Close()
 	if r.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("second connection: %d, want 503", r.StatusCode)
 	}
-	tun.Close()
+	_ = tun.Close()
 	// the slot is released when the tunnel closes
 	waitFor(t, "slot released", func() bool {
 		resp, _, tun := connect(t, p.addr, hostPort("127.0.0.1", echo.port()))
 		if tun != nil {
-			tun.Close()
+			_ = tun.Close()
 		}
-		return resp.StatusCode == 200
+		return resp.StatusCode == http.StatusOK
 	})
 }
 
@@ -722,10 +737,10 @@ func TestIdleTunnelIsClosed(t *testing.T) {
 	allow, _ := ParseAllowlist([]string{hostPort("127.0.0.1", echo.port())})
 	p := startProxy(t, Options{Allow: allow, IdleTimeout: 200 * time.Millisecond})
 	resp, _, tun := connect(t, p.addr, hostPort("127.0.0.1", echo.port()))
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	tun.SetReadDeadline(time.Now().Add(10 * time.Second))
+	testutil.Must(t, tun.SetReadDeadline(time.Now().Add(10*time.Second)))
 	if _, err := io.ReadAll(tun); err != nil {
 		t.Fatalf("idle tunnel was not closed by the proxy: %v", err)
 	}
@@ -748,7 +763,7 @@ func TestShutdownClosesTunnelsAfterGrace(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	resp, _, tun := connect(t, ln.Addr().String(), hostPort("127.0.0.1", echo.port()))
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -759,7 +774,7 @@ func TestShutdownClosesTunnelsAfterGrace(t *testing.T) {
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		t.Errorf("Serve: %v", err)
 	}
-	tun.SetReadDeadline(time.Now().Add(10 * time.Second))
+	testutil.Must(t, tun.SetReadDeadline(time.Now().Add(10*time.Second)))
 	if _, err := io.ReadAll(tun); err != nil {
 		t.Errorf("tunnel still open after Shutdown: %v", err)
 	}
@@ -802,15 +817,16 @@ func TestConnectEarlyClientBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	target := hostPort("127.0.0.1", echo.port())
-	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\nearly-bytes", target, target)
+	_, _ = fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\nearly-bytes", target, target)
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-	if err != nil || resp.StatusCode != 200 {
+	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("CONNECT: %v %v", resp, err)
 	}
-	c.(*net.TCPConn).CloseWrite()
+	_ = resp.Body.Close() // the tunnel: closing reads nothing
+	_ = c.(*net.TCPConn).CloseWrite()
 	got, _ := io.ReadAll(br)
 	if string(got) != "early-bytes" {
 		t.Fatalf("echo %q, want %q", got, "early-bytes")

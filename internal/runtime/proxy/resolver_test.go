@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"net/netip"
 	"testing"
 
@@ -18,7 +19,7 @@ func TestDNSResolverUsesConfiguredServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	deadAddr := netip.MustParseAddrPort(dead.LocalAddr().String())
-	dead.Close()
+	_ = dead.Close()
 
 	r := NewDNSResolver([]netip.AddrPort{deadAddr, srv})
 	addrs, err := r.LookupNetIP(context.Background(), "ip", "dns.test.")
@@ -42,10 +43,10 @@ func TestDNSResolverUsesConfiguredServers(t *testing.T) {
 	allow, _ := ParseAllowlist([]string{hostPort("dns.test", echo.port())})
 	p := startProxy(t, Options{Allow: allow, AllowPrivate: loopbackOnly(), Resolver: NewDNSResolver([]netip.AddrPort{srv})})
 	resp, _, tun := connect(t, p.addr, hostPort("DNS.test.", echo.port()))
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	tun.Close()
+	_ = tun.Close()
 	if rec := p.waitRecords(t, 1)[0]; rec.IP != "127.0.0.1" || rec.Host != "dns.test" {
 		t.Errorf("audit = %+v", rec)
 	}

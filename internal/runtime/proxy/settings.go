@@ -35,34 +35,6 @@ type Settings struct {
 	IdleTimeout time.Duration
 }
 
-// Validate checks every field and reports all problems at once.
-func (s Settings) Validate() error {
-	var errs []error
-	if s.ListenIP != "" {
-		if _, err := netip.ParseAddr(s.ListenIP); err != nil {
-			errs = append(errs, fmt.Errorf("listen ip %q is not an IP address", s.ListenIP))
-		}
-	}
-	if s.Port < 0 || s.Port > 65535 {
-		errs = append(errs, fmt.Errorf("port %d is out of range 1-65535", s.Port))
-	}
-	if _, err := ParseAllowlist(s.Allow); err != nil {
-		errs = append(errs, err)
-	}
-	for _, d := range s.DNS {
-		if _, err := ParseDNSServer(d); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if _, err := ParsePrefixes(s.AllowPrivate); err != nil {
-		errs = append(errs, err)
-	}
-	if s.MaxConns < 0 || s.DialTimeout < 0 || s.IdleTimeout < 0 {
-		errs = append(errs, errors.New("max conns and timeouts must not be negative"))
-	}
-	return errors.Join(errs...)
-}
-
 // ListenAddr is the address the proxy listens on, e.g. "172.30.1.2:3128".
 func (s Settings) ListenAddr() string {
 	port := s.Port

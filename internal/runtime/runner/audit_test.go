@@ -78,7 +78,7 @@ func TestAuditLineOnePerMessageNoTextNoSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(s.Handler())
+	ts := httptest.NewServer(s.handler())
 	defer ts.Close()
 
 	type sent struct {
@@ -169,7 +169,7 @@ func postRaw(t *testing.T, url, token string, body []byte) (string, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, _ := io.ReadAll(resp.Body)
 	return resp.Header.Get("X-Message-Id"), raw
 }

@@ -37,8 +37,7 @@ func NewBackend(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox.Bac
 	}
 	d, err := sandbox.NewDocker(ctx, cli, DockerOptions(cfg, log))
 	if err != nil {
-		cli.Close()
-		return nil, ModeContainer, err
+		return nil, ModeContainer, errors.Join(err, cli.Close())
 	}
 	return &dockerBackend{Docker: d, cli: cli}, ModeContainer, nil
 }

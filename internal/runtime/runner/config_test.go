@@ -85,11 +85,11 @@ func TestListenReplacesOnlyASocket(t *testing.T) {
 	}
 	// Closing a unix listener removes its file; leave a stale one behind.
 	ln.(*net.UnixListener).SetUnlinkOnClose(false)
-	ln.Close()
+	_ = ln.Close()
 	if ln, err = Listen("unix://" + sock); err != nil {
 		t.Fatalf("stale socket not replaced: %v", err)
 	}
-	ln.Close()
+	_ = ln.Close()
 
 	data := filepath.Join(dir, "data.json")
 	if err := os.WriteFile(data, []byte("keep"), 0o600); err != nil {

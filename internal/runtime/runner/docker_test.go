@@ -51,7 +51,7 @@ func testAgentConfig(t *testing.T, cli *client.Client, id string) *Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(sockDir) })
+	testutil.Cleanup(t, "remove "+sockDir, func() error { return os.RemoveAll(sockDir) })
 	return &Config{
 		AgentID:   "tf-acc-" + id + "-" + runToken,
 		Workspace: t.TempDir(),
@@ -83,7 +83,11 @@ func startAgent(t *testing.T, cfg *Config) *liveAgent {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go srv.Serve(ln)
+	go func() {
+		if err := srv.Serve(ln); err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -127,7 +131,7 @@ func (a *liveAgent) send(t *testing.T, text string) answer {
 	if err != nil {
 		t.Fatalf("post: %v", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, _ := io.ReadAll(resp.Body)
 	var m struct {
 		Reply string      `json:"reply"`
@@ -244,7 +248,7 @@ func TestContainerIsolationFromInside(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "65534") || !strings.Contains(out, "/workspace /tmp /workspace") {
 			t.Fatalf("exit %d %q", code, out)
 		}
-		code, out = a.sh(t, "dd if=/dev/zero of=/tmp/big bs=1M count=300 2>&1; echo dd=$?; stat -c %s /tmp/big; rm /tmp/big")
+		_, out = a.sh(t, "dd if=/dev/zero of=/tmp/big bs=1M count=300 2>&1; echo dd=$?; stat -c %s /tmp/big; rm /tmp/big")
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		size, _ := strconv.ParseInt(lines[len(lines)-1], 10, 64)
 		if !strings.Contains(out, "dd=1") || size == 0 || size > 256<<20 {
@@ -301,7 +305,7 @@ func TestContainerIsolationFromInside(t *testing.T) {
 		a.waitReady(t)
 		noSecretInInspect(t, cli, cfg.AgentID)
 		// The key must not be in any file the agent left, memory.db included.
-		filepath.WalkDir(cfg.Workspace, func(p string, d fs.DirEntry, err error) error {
+		testutil.Must(t, filepath.WalkDir(cfg.Workspace, func(p string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() {
 				return err
 			}
@@ -310,7 +314,7 @@ func TestContainerIsolationFromInside(t *testing.T) {
 				t.Errorf("secret in workspace file %s", p)
 			}
 			return nil
-		})
+		}))
 		if _, err := os.Stat(filepath.Join(cfg.Workspace, agent.MemoryFile)); err != nil {
 			t.Errorf("no memory.db in the workspace: %v", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,7 +34,7 @@ func (h *histogram) observe(d time.Duration) {
 	h.n++
 }
 
-func (h *histogram) write(w io.Writer, name, help string) {
+func (h *histogram) write(w *strings.Builder, name, help string) {
 	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name)
 	var cum uint64
 	for i, b := range h.bounds {
@@ -89,28 +90,33 @@ func (m *metrics) rejected(outcome string) {
 	m.mu.Unlock()
 }
 
-func (m *metrics) write(w io.Writer, ready bool) {
+// write renders the metrics in the Prometheus text format; built in memory
+// and written once, so a failed write is one error to handle.
+func (m *metrics) write(out io.Writer, ready bool) error {
+	var w strings.Builder
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	const p = "meepa_runner_"
-	fmt.Fprintf(w, "# HELP %smessages_total Messages by outcome (ok, or the error kind).\n# TYPE %smessages_total counter\n", p, p)
+	fmt.Fprintf(&w, "# HELP %smessages_total Messages by outcome (ok, or the error kind).\n# TYPE %smessages_total counter\n", p, p)
 	outcomes := make([]string, 0, len(m.byOutcome))
 	for o := range m.byOutcome {
 		outcomes = append(outcomes, o)
 	}
 	sort.Strings(outcomes)
 	for _, o := range outcomes {
-		fmt.Fprintf(w, "%smessages_total{outcome=%q} %d\n", p, o, m.byOutcome[o])
+		fmt.Fprintf(&w, "%smessages_total{outcome=%q} %d\n", p, o, m.byOutcome[o])
 	}
-	m.latency.write(w, p+"message_duration_seconds", "Time from the agent's turn to the reply, per message that ran.")
-	m.startLatency.write(w, p+"container_start_seconds", "Time a message waited for its sandbox to start (0 when a prestarted one was waiting).")
-	fmt.Fprintf(w, "# HELP %squeue_depth Messages waiting for the agent's turn.\n# TYPE %squeue_depth gauge\n%squeue_depth %d\n", p, p, p, m.queued.Load())
-	fmt.Fprintf(w, "# HELP %sin_flight Messages running now (0 or 1).\n# TYPE %sin_flight gauge\n%sin_flight %d\n", p, p, p, m.inFlight.Load())
+	m.latency.write(&w, p+"message_duration_seconds", "Time from the agent's turn to the reply, per message that ran.")
+	m.startLatency.write(&w, p+"container_start_seconds", "Time a message waited for its sandbox to start (0 when a prestarted one was waiting).")
+	fmt.Fprintf(&w, "# HELP %squeue_depth Messages waiting for the agent's turn.\n# TYPE %squeue_depth gauge\n%squeue_depth %d\n", p, p, p, m.queued.Load())
+	fmt.Fprintf(&w, "# HELP %sin_flight Messages running now (0 or 1).\n# TYPE %sin_flight gauge\n%sin_flight %d\n", p, p, p, m.inFlight.Load())
 	r := 0
 	if ready {
 		r = 1
 	}
-	fmt.Fprintf(w, "# HELP %sprestarted_ready Whether a prestarted sandbox is waiting.\n# TYPE %sprestarted_ready gauge\n%sprestarted_ready %d\n", p, p, p, r)
-	fmt.Fprintf(w, "# HELP %sooms_total Messages whose sandbox was OOM-killed.\n# TYPE %sooms_total counter\n%sooms_total %d\n", p, p, p, m.ooms)
-	fmt.Fprintf(w, "# HELP %stimeouts_total Messages killed at timeout_seconds.\n# TYPE %stimeouts_total counter\n%stimeouts_total %d\n", p, p, p, m.timeouts)
+	fmt.Fprintf(&w, "# HELP %sprestarted_ready Whether a prestarted sandbox is waiting.\n# TYPE %sprestarted_ready gauge\n%sprestarted_ready %d\n", p, p, p, r)
+	fmt.Fprintf(&w, "# HELP %sooms_total Messages whose sandbox was OOM-killed.\n# TYPE %sooms_total counter\n%sooms_total %d\n", p, p, p, m.ooms)
+	fmt.Fprintf(&w, "# HELP %stimeouts_total Messages killed at timeout_seconds.\n# TYPE %stimeouts_total counter\n%stimeouts_total %d\n", p, p, p, m.timeouts)
+	_, err := io.WriteString(out, w.String())
+	return err
 }

@@ -166,9 +166,6 @@ func New(ctx context.Context, cfg *Config, o Options) (*Server, error) {
 	return s, nil
 }
 
-// Handler serves the API (for tests and embedding).
-func (s *Server) Handler() http.Handler { return s.http.Handler }
-
 // Listen opens "unix:///path" (replacing a stale socket, mode 0660) or a
 // TCP "host:port".
 func Listen(addr string) (net.Listener, error) {
@@ -191,8 +188,7 @@ func Listen(addr string) (net.Listener, error) {
 			return nil, fmt.Errorf("listen %s: %w", addr, err)
 		}
 		if err := os.Chmod(path, 0o660); err != nil {
-			ln.Close()
-			return nil, fmt.Errorf("listen %s: %w", addr, err)
+			return nil, errors.Join(fmt.Errorf("listen %s: %w", addr, err), ln.Close())
 		}
 		return ln, nil
 	}
@@ -575,7 +571,9 @@ func (h Health) MarshalJSON() ([]byte, error) {
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	_, b, _ := s.snapshot()
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	s.metrics.write(w, b.Ready())
+	if err := s.metrics.write(w, b.Ready()); err != nil {
+		s.log.Debug("metrics: client gone", "error", err)
+	}
 }
 
 func writeError(w http.ResponseWriter, status int, id, kind, msg string) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 // scripted is a Backend for the HTTP layer's unit tests: it answers what
@@ -64,6 +65,11 @@ func testConfig() *Config {
 	}
 }
 
+// handler is the server's mux without a listener: tests drive it through
+// httptest, which also lets them send a request after Shutdown has closed
+// the real listener.
+func (s *Server) handler() http.Handler { return s.http.Handler }
+
 func newTestServer(t *testing.T, cfg *Config, b *scripted) (*Server, *httptest.Server) {
 	t.Helper()
 	s, err := New(context.Background(), cfg, Options{
@@ -75,7 +81,7 @@ func newTestServer(t *testing.T, cfg *Config, b *scripted) (*Server, *httptest.S
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(s.Handler())
+	ts := httptest.NewServer(s.handler())
 	t.Cleanup(ts.Close)
 	return s, ts
 }
@@ -90,7 +96,7 @@ func post(t *testing.T, url, token, body string) (int, map[string]any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var m map[string]any
 	raw, _ := io.ReadAll(resp.Body)
 	if err := json.Unmarshal(raw, &m); err != nil {
@@ -154,8 +160,12 @@ func TestMessageRejections(t *testing.T) {
 	if len(b.jobs) != 0 {
 		t.Errorf("rejected requests reached the sandbox: %d", len(b.jobs))
 	}
-	resp, _ := http.Get(ts.URL + "/v1/messages")
-	if resp.StatusCode != 405 {
+	resp, err := http.Get(ts.URL + "/v1/messages")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET: %d", resp.StatusCode)
 	}
 }
@@ -219,7 +229,13 @@ func TestQueueBoundAndCancel(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/messages", strings.NewReader(`{"text":"2"}`))
 	req.Header.Set("Authorization", "Bearer tok-123")
 	gone := make(chan struct{})
-	go func() { http.DefaultClient.Do(req); close(gone) }()
+	go func() {
+		// Cancelled below: the error is the point.
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+		}
+		close(gone)
+	}()
 	waitQueued(1)
 	if code, m := post(t, ts.URL, "tok-123", `{"text":"3"}`); code != 429 || errKind(m) != KindQueueFull {
 		t.Errorf("queue full: %d %v", code, m)
@@ -245,7 +261,7 @@ func TestQueueBoundAndCancel(t *testing.T) {
 	}
 
 	rec := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	s.handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	for _, want := range []string{
 		`meepa_runner_messages_total{outcome="ok"} 2`,
 		`meepa_runner_messages_total{outcome="queue_full"} 1`,
@@ -270,9 +286,9 @@ func TestHealthzAndShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	var h map[string]any
-	json.NewDecoder(resp.Body).Decode(&h)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || h["ok"] != true || h["agent_id"] != "a1" || h["mode"] != "container" || h["ready"] != true || h["landlock_abi"] != 7.0 {
+	testutil.Must(t, json.NewDecoder(resp.Body).Decode(&h))
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || h["ok"] != true || h["agent_id"] != "a1" || h["mode"] != "container" || h["ready"] != true || h["landlock_abi"] != 7.0 {
 		t.Errorf("healthz %d %v", resp.StatusCode, h)
 	}
 	if err := s.Shutdown(context.Background()); err != nil {
@@ -306,7 +322,11 @@ func TestHostModeFailsClosed(t *testing.T) {
 	if err != nil {
 		return
 	}
-	defer s.Shutdown(context.Background())
+	defer func() {
+		if err := s.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}()
 	if _, _, mode := s.snapshot(); mode != ModeHost {
 		t.Fatalf("container mode off ran in mode %q", mode)
 	}
@@ -329,7 +349,7 @@ func TestReloadSwapsBackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(s.Handler())
+	ts := httptest.NewServer(s.handler())
 	defer ts.Close()
 	if _, m := post(t, ts.URL, "tok-123", `{"text":"a"}`); m["reply"] != "old" {
 		t.Fatalf("before reload: %v", m)

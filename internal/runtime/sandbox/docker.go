@@ -461,7 +461,9 @@ func (d *Docker) startContainer(ctx context.Context, messageID string) (_ *attac
 	c := &attached{id: created.ID}
 	defer func() {
 		if err != nil {
-			d.remove(c.id)
+			if rerr := d.remove(c.id); rerr != nil {
+				d.log.Warn("container remove after failed create", "container_id", short(c.id), "error", rerr)
+			}
 			if c.hijack.Conn != nil {
 				c.hijack.Close()
 			}
@@ -543,7 +545,8 @@ func (d *Docker) exchange(ctx context.Context, c *attached, job Job, out *Outcom
 		}
 		kcancel()
 		c.hijack.Close()
-		<-copied
+		// Cut short by the kill: not reported, since ctx is done (below).
+		copyErr = <-copied
 	}
 	c.hijack.Close()
 	tEOF = time.Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -45,9 +46,10 @@ func newBackend(t *testing.T, cli *client.Client, cmd []string, prestart bool) (
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		d.Close(context.Background())
-		RemoveOrphans(context.Background(), cli, spec.AgentID)
+	testutil.Cleanup(t, "close backend and remove its containers", func() error {
+		cerr := d.Close(context.Background())
+		_, rerr := RemoveOrphans(context.Background(), cli, spec.AgentID)
+		return errors.Join(cerr, rerr)
 	})
 	return d, spec
 }
@@ -166,13 +168,19 @@ func TestDockerRemovesOrphansAtStart(t *testing.T) {
 	agentA, agentB := uniq("tf-acc-orphan-a"), uniq("tf-acc-orphan-b")
 	mk(agentA)
 	other := mk(agentB)
-	t.Cleanup(func() { cli.ContainerRemove(ctx, other, container.RemoveOptions{Force: true}) })
+	testutil.Cleanup(t, "remove container", func() error {
+		return testutil.Gone(cli.ContainerRemove(ctx, other, container.RemoveOptions{Force: true}))
+	})
 
 	d, err := NewDocker(ctx, cli, DockerOptions{Spec: Spec{AgentID: agentA, Workspace: ws, Image: testutil.BusyboxImage}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close(ctx)
+	defer func() {
+		if err := d.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
 	if left := agentContainers(t, cli, agentA); len(left) != 0 {
 		t.Errorf("orphan left: %+v", left)
 	}
@@ -217,11 +225,11 @@ func TestDockerNamedNetworks(t *testing.T) {
 	ctx := context.Background()
 	var names []string
 	for _, n := range []string{uniq("tf-acc-sbx-net-a"), uniq("tf-acc-sbx-net-b")} {
-		cli.NetworkRemove(ctx, n)
+		testutil.Must(t, testutil.Gone(cli.NetworkRemove(ctx, n))) // a leftover of a crashed run
 		if _, err := cli.NetworkCreate(ctx, n, network.CreateOptions{Internal: true, Labels: engine.Labels("test-network", nil)}); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { cli.NetworkRemove(context.Background(), n) })
+		testutil.Cleanup(t, "remove network "+n, func() error { return testutil.Gone(cli.NetworkRemove(context.Background(), n)) })
 		names = append(names, n)
 	}
 	ws := t.TempDir()
@@ -231,7 +239,11 @@ func TestDockerNamedNetworks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close(ctx)
+	defer func() {
+		if err := d.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
 	out, err := d.Run(ctx, Job{MessageID: "m", Stdin: []byte("x"), Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)

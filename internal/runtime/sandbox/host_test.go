@@ -236,15 +236,15 @@ func TestHostNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer func() { _ = ln.Close() }()
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			c.Write([]byte("hello-from-test-server\n"))
-			c.Close()
+			_, _ = c.Write([]byte("hello-from-test-server\n"))
+			_ = c.Close()
 		}
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port
@@ -326,8 +326,7 @@ func TestHostTimeoutKillsTheGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pid int
-	fmt.Sscan(string(raw), &pid)
-	if pid <= 0 {
+	if _, err := fmt.Sscan(string(raw), &pid); err != nil || pid <= 0 {
 		t.Fatalf("bg.pid = %q", raw)
 	}
 	// Reaped or at least killed: a zombie has no cmdline left.

@@ -39,7 +39,7 @@ func probe(what, arg string) int {
 		var c net.Conn
 		if c, err = net.Dial("udp", arg); err == nil {
 			_, err = c.Write([]byte("udp-probe"))
-			c.Close()
+			_ = c.Close()
 		}
 	case "mptcp":
 		var fd int
@@ -48,12 +48,12 @@ func probe(what, arg string) int {
 			if ap, err = parseAddr(arg); err == nil {
 				err = unix.Connect(fd, &unix.SockaddrInet4{Port: ap.port, Addr: [4]byte{127, 0, 0, 1}})
 			}
-			unix.Close(fd)
+			_ = unix.Close(fd) // a probe socket: only the connect result counts
 		}
 	case "unix":
 		var c net.Conn
 		if c, err = net.Dial("unix", arg); err == nil {
-			c.Close()
+			_ = c.Close()
 		}
 	case "setsid":
 		_, err = unix.Setsid()
@@ -218,19 +218,19 @@ func TestHostSocketFilter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer udp.Close()
+	defer func() { _ = udp.Close() }()
 	tcp, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tcp.Close()
+	defer func() { _ = tcp.Close() }()
 	sockDir := t.TempDir()
 	sock := filepath.Join(sockDir, "s.sock")
 	ul, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ul.Close()
+	defer func() { _ = ul.Close() }()
 
 	for _, p := range []struct{ what, arg string }{
 		{"udp", udp.LocalAddr().String()},
@@ -271,7 +271,7 @@ func TestHostSocketFilter(t *testing.T) {
 	// The Docker daemon's socket, when this machine has one: the runner
 	// container mounts it, and it is root on the host.
 	if c, err := net.Dial("unix", "/var/run/docker.sock"); err == nil {
-		c.Close()
+		_ = c.Close()
 		if code, out := shell(t, h2, exe+" meepa-probe unix /var/run/docker.sock"); code != 13 {
 			t.Errorf("docker.sock from the sandbox: exit %d, want 13; output: %s", code, out)
 		}

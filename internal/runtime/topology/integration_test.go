@@ -323,7 +323,11 @@ func runOn(t *testing.T, cli client.APIClient, image, net, check string, more ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.ContainerRemove(ctx, resp.ID, container.RemoveOptions{Force: true})
+	defer func() {
+		if err := testutil.Gone(cli.ContainerRemove(ctx, resp.ID, container.RemoveOptions{Force: true})); err != nil {
+			t.Errorf("remove container: %v", err)
+		}
+	}()
 	for _, n := range more {
 		if err := cli.NetworkConnect(ctx, n, resp.ID, &network.EndpointSettings{}); err != nil {
 			t.Fatal(err)
@@ -342,7 +346,7 @@ func runOn(t *testing.T, cli client.APIClient, image, net, check string, more ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	var stdout, stderr bytes.Buffer
 	_, _ = stdcopy.StdCopy(&stdout, &stderr, rc)
 	var r probe.Result
@@ -374,8 +378,8 @@ func startMember(t *testing.T, cli client.APIClient, image, net string, o member
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
+	testutil.Cleanup(t, "remove container", func() error {
+		return testutil.Gone(cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true}))
 	})
 	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		t.Fatal(err)
@@ -442,7 +446,7 @@ func TestNetworkWithEndpoints(t *testing.T) {
 	in.Proxy = ProxyInput{Image: image, Allow: []string{"example.com"}}
 	s, _ := Build(in)
 	svc := NewService(cli, nil)
-	t.Cleanup(func() { _ = svc.Teardown(context.WithoutCancel(ctx), s.Name) })
+	testutil.Cleanup(t, "tear down topology", func() error { return svc.Teardown(context.WithoutCancel(ctx), s.Name) })
 	if _, err := svc.Apply(ctx, s); err != nil {
 		t.Fatal(err)
 	}
@@ -497,7 +501,7 @@ func TestConflicts(t *testing.T) {
 	if err := NewService(cli, nil).createNetwork(ctx, os, n); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cli.NetworkRemove(context.WithoutCancel(ctx), n.Name) })
+	testutil.Cleanup(t, "remove network "+n.Name, func() error { return testutil.Gone(cli.NetworkRemove(context.WithoutCancel(ctx), n.Name)) })
 	in = freeInput(t, cli, "meepa-test-tgcf")
 	in.Proxy = ProxyInput{Image: "x"}
 	in.Subnets[EgressNet] = n.Subnet.String()
@@ -524,7 +528,9 @@ func TestSweepStale(t *testing.T) {
 	if err := svc.createNetwork(ctx, s, s.Network(LLMNet)); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cli.NetworkRemove(context.WithoutCancel(ctx), s.Network(LLMNet).Name) })
+	testutil.Cleanup(t, "remove llmnet", func() error {
+		return testutil.Gone(cli.NetworkRemove(context.WithoutCancel(ctx), s.Network(LLMNet).Name))
+	})
 	if swept, err := testutil.SweepTopologies(ctx, cli, LabelTopology, s.Name, time.Hour, svc.Teardown); err != nil || len(swept) != 0 {
 		t.Fatalf("a fresh topology was swept: %v %v", swept, err)
 	}

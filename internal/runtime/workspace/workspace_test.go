@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 func TestValidID(t *testing.T) {
@@ -49,9 +51,9 @@ func TestEnsureCreatesAndKeepsAgentEdits(t *testing.T) {
 	mustRead(t, filepath.Join(dir, MemoryFile), "mem v1")
 
 	// The agent edits; a new soul in config must not overwrite it.
-	os.WriteFile(filepath.Join(dir, SoulFile), []byte("agent edit"), 0o600)
-	os.WriteFile(filepath.Join(dir, MemoryFile), []byte("agent memory"), 0o600)
-	os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("x"), 0o600)
+	testutil.Must(t, os.WriteFile(filepath.Join(dir, SoulFile), []byte("agent edit"), 0o600))
+	testutil.Must(t, os.WriteFile(filepath.Join(dir, MemoryFile), []byte("agent memory"), 0o600))
+	testutil.Must(t, os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("x"), 0o600))
 	r, err = Ensure(Spec{Dir: dir, Soul: "soul v2", Memory: "mem v2"})
 	if err != nil {
 		t.Fatal(err)
@@ -85,8 +87,8 @@ func TestEnsureCreatesAndKeepsAgentEdits(t *testing.T) {
 
 func TestEnsureRefusesSymlink(t *testing.T) {
 	base := t.TempDir()
-	os.MkdirAll(filepath.Join(base, "agents"), 0o700)
-	os.Symlink("/etc", filepath.Join(base, "agents", "a1"))
+	testutil.Must(t, os.MkdirAll(filepath.Join(base, "agents"), 0o700))
+	testutil.Must(t, os.Symlink("/etc", filepath.Join(base, "agents", "a1")))
 	if _, err := Ensure(Spec{Dir: filepath.Join(base, "agents", "a1")}); err == nil {
 		t.Fatal("a symlinked workspace was accepted")
 	}
@@ -97,7 +99,7 @@ func TestEnsureRestoresMode(t *testing.T) {
 	if _, err := Ensure(Spec{Dir: dir}); err != nil {
 		t.Fatal(err)
 	}
-	os.Chmod(dir, 0o755)
+	testutil.Must(t, os.Chmod(dir, 0o755))
 	if _, err := Ensure(Spec{Dir: dir}); err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +152,7 @@ func TestEnsureChownsWhatItMakes(t *testing.T) {
 		}
 	}
 	// An agent file keeps its owner.
-	os.WriteFile(filepath.Join(dir, "mine"), nil, 0o600)
+	testutil.Must(t, os.WriteFile(filepath.Join(dir, "mine"), nil, 0o600))
 	if _, err := Ensure(Spec{Dir: dir, Owner: &Owner{UID: 65534, GID: 65534}}); err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +225,7 @@ func TestSoulFIFOReadsAsAbsent(t *testing.T) {
 		t.Fatal(err)
 	}
 	soul := filepath.Join(dir, SoulFile)
-	os.Remove(soul)
+	testutil.Must(t, os.Remove(soul))
 	if err := syscall.Mkfifo(soul, 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,220 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// pipe copies src to dst until EOF or error, then half-closes dst so the
+// other direction can finish; it returns the bytes copied.
+func pipe(dst idleConn, src io.Reader) int64 {
+	n, err := io.Copy(dst, src)
+	// Errors closing are not the tunnel's: the bytes are counted, and a
+	// peer that already went away is what ends most tunnels.
+	if cw, ok := dst.Conn.(interface{ CloseWrite() error }); ok && err == nil {
+		_ = cw.CloseWrite()
+	} else {
+		// An error (idle timeout, reset) ends both directions.
+		_ = dst.Close()
+		if c, ok := src.(interface{ Close() error }); ok {
+			_ = c.Close()
+		}
+	}
+	return n
+}
+
+// activity is the last time a byte moved in either direction of one
+// connection pair.
+type activity struct{ last atomic.Int64 }
+
+func (a *activity) touch()               { a.last.Store(time.Now().UnixNano()) }
+func (a *activity) since() time.Duration { return time.Since(time.Unix(0, a.last.Load())) }
+
+// idleConn extends its deadline on every read and write, and only gives up
+// on a timeout when neither direction has moved for idle: a download that
+// streams while the client sends nothing keeps the tunnel alive.
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+	act  *activity
+}
+
+func (c idleConn) Read(p []byte) (int, error) {
+	for {
+		// A connection that cannot take a deadline fails the read below.
+		_ = c.SetReadDeadline(time.Now().Add(c.idle))
+		n, err := c.Conn.Read(p)
+		if n > 0 {
+			c.act.touch()
+		}
+		if err != nil && n == 0 && isTimeout(err) && c.act.since() < c.idle {
+			continue
+		}
+		return n, err
+	}
+}
+
+func (c idleConn) Write(p []byte) (int, error) {
+	_ = c.SetWriteDeadline(time.Now().Add(c.idle)) // as in Read
+	n, err := c.Conn.Write(p)
+	if n > 0 {
+		c.act.touch()
+	}
+	return n, err
+}
+
+// readerWithIdle reads the client side of a tunnel: from the buffered
+// prefix and then the connection, with the idle rule of idleConn.
+type readerWithIdle struct {
+	r    io.Reader
+	conn idleConn
+}
+
+func (r readerWithIdle) Read(p []byte) (int, error) {
+	for {
+		_ = r.conn.SetReadDeadline(time.Now().Add(r.conn.idle)) // as in idleConn.Read
+		n, err := r.r.Read(p)
+		if n > 0 {
+			r.conn.act.touch()
+		}
+		if err != nil && n == 0 && isTimeout(err) && r.conn.act.since() < r.conn.idle {
+			continue
+		}
+		return n, err
+	}
+}
+
+func (r readerWithIdle) Close() error { return r.conn.Close() }
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// countingReader counts a forwarded request body. The Transport writes
+// and closes it on its own goroutine, possibly after RoundTrip returned;
+// closed tells when the count is final.
+type countingReader struct {
+	r      io.ReadCloser
+	n      atomic.Int64
+	before func()
+	once   sync.Once
+	closed chan struct{}
+}
+
+func newCountingReader(r io.ReadCloser, before func()) *countingReader {
+	return &countingReader{r: r, before: before, closed: make(chan struct{})}
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	c.before()
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func (c *countingReader) Close() error {
+	err := c.r.Close()
+	c.once.Do(func() { close(c.closed) })
+	return err
+}
+
+// final waits (bounded) until the Transport is done with the body.
+func (c *countingReader) final(wait time.Duration) int64 {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-c.closed:
+	case <-t.C:
+	}
+	return c.n.Load()
+}
+
+// deadlineWriter extends the client connection's write deadline before
+// every write of a forwarded response.
+type deadlineWriter struct {
+	w    io.Writer
+	rc   *http.ResponseController
+	idle time.Duration
+}
+
+func (d deadlineWriter) Write(p []byte) (int, error) {
+	// A writer without deadlines (not a net/http one) just writes.
+	_ = d.rc.SetWriteDeadline(time.Now().Add(d.idle))
+	return d.w.Write(p)
+}
+
+// limitListener bounds concurrent connections. Over the bound a client gets
+// an immediate 503 instead of waiting unseen in the accept queue.
+type limitListener struct {
+	net.Listener
+	sem       chan struct{}
+	rejecting chan struct{}
+	s         *Server
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.sem <- struct{}{}:
+			return &limitedConn{Conn: c, release: func() { <-l.sem }}, nil
+		default:
+		}
+		// Answering takes a goroutine each; under a flood, beyond a small
+		// bound, drop the connection without an answer.
+		select {
+		case l.rejecting <- struct{}{}:
+			go func() {
+				defer func() { <-l.rejecting }()
+				l.reject(c)
+			}()
+		default:
+			_ = c.Close() // dropped unanswered: nothing to report to
+		}
+	}
+}
+
+func (l *limitListener) reject(c net.Conn) {
+	start := time.Now()
+	// The 503 is a courtesy to a client over the bound: if it cannot be
+	// written in time, closing is the answer. The audit line is what counts.
+	_ = c.SetDeadline(time.Now().Add(deniedConnLingerPeriod))
+	_, _ = io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: 40\r\n\r\nmeepa proxy: too many open connections\r\n")
+	_ = c.Close()
+	if err := l.s.audit.write(AuditRecord{
+		Time: start.UTC().Format(time.RFC3339Nano), Client: c.RemoteAddr().String(),
+		Decision: DecisionDeny, Reason: "too many open connections", Status: http.StatusServiceUnavailable,
+		DurationMS: durationMS(time.Since(start)),
+	}); err != nil {
+		l.s.log.Error("audit write failed", "error", err)
+	}
+}
+
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// CloseWrite half-closes a TCP client so a tunnel can end one direction.
+func (c *limitedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}
