@@ -121,6 +121,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	}
 	svc := r.service(ctx)
 	deployment := planDerived(svc, &plan)
+	warnExpandedDenies(ctx, plan, &resp.Diagnostics)
 	if state == nil {
 		plan.Token = types.StringUnknown()
 		plan.ConfigHash = types.StringUnknown()
@@ -160,6 +161,19 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 		}
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+}
+
+// warnExpandedDenies says at plan which denies inside an allowed tree the
+// runner will expand around instead of hiding (see deploy.Agent.DenyWarnings).
+func warnExpandedDenies(ctx context.Context, m agentModel, diags *diag.Diagnostics) {
+	var d diag.Diagnostics
+	a, known := agentOf(ctx, m, "", &d)
+	if !known || d.HasError() {
+		return
+	}
+	for _, w := range a.DenyWarnings() {
+		diags.AddAttributeWarning(path.Root("file_access").AtName("deny"), "Deny Inside Allow Is Expanded", w)
+	}
 }
 
 // planDerived fills what the service derives before apply (id, workspace,

@@ -50,6 +50,7 @@ func TestAccAgent_hostMode(t *testing.T) {
 	data := filepath.Join(root, "a")
 	rw := filepath.Join(root, "b")
 	secret := filepath.Join(rw, "secret")
+	private := filepath.Join(rw, "private.txt")
 	home := filepath.Join(root, "home")
 	for _, d := range []string{data, secret, filepath.Join(rw, "sub"), home} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -66,6 +67,7 @@ func TestAccAgent_hostMode(t *testing.T) {
 		filepath.Join(data, "doc.txt"):    "readable doc",
 		filepath.Join(rw, "existing.txt"): "b-data",
 		filepath.Join(secret, "key"):      "top-secret",
+		private:                           "file-secret",
 		filepath.Join(home, ".netrc"):     "machine x password hunter2",
 		filepath.Join(home, "notes.txt"):  "home notes",
 		filepath.Join(other, "MEMORY.md"): "other agent memory",
@@ -102,12 +104,12 @@ resource "meepa_agent" "h" {
   file_access = {
     allow_read          = [%[4]q, %[6]q]
     allow_read_write    = [%[7]q]
-    deny                = [%[8]q]
+    deny                = [%[8]q, %[11]q]
     allow_network       = %[9]t
     allow_home_dotfiles = %[10]t
   }
 }
-`, stateDir, id, image, data, port, home, rw, secret, network, dotfiles)
+`, stateDir, id, image, data, port, home, rw, secret, network, dotfiles, private)
 	}
 	// sh runs "!sh cmd" through the agent's endpoint and returns the
 	// shell's exit code and output.
@@ -201,10 +203,20 @@ resource "meepa_agent" "h" {
 					ok(s, "echo written > "+filepath.Join(rw, "existing.txt")+" && echo new > "+filepath.Join(rw, "sub", "new.txt")+" && echo WROTE", "WROTE"),
 					checkFileContent(filepath.Join(rw, "existing.txt"), "written\n"),
 					checkFileContent(filepath.Join(rw, "sub", "new.txt"), "new\n"),
-					denied(s, "cat "+filepath.Join(secret, "key"), "top-secret"),
-					denied(s, "echo x > "+filepath.Join(secret, "key"), ""),
-					denied(s, "echo x > "+filepath.Join(secret, "new"), ""),
+					// Deny inside allow is exact: the runner container has an
+					// empty read-only mount over each denied path, so the
+					// tree around them stays whole (create and list directly
+					// in it) and the denied paths show nothing.
+					ok(s, "echo made > "+filepath.Join(rw, "created.txt")+" && ls "+rw, "created.txt"),
+					checkFileContent(filepath.Join(rw, "created.txt"), "made\n"),
+					ok(s, "test -z \"$(ls -A "+secret+")\" && echo EMPTY", "EMPTY"),
+					fails(s, "cat "+filepath.Join(secret, "key"), "top-secret"),
+					fails(s, "cat "+private, "file-secret"),
+					fails(s, "echo x > "+filepath.Join(secret, "key"), ""),
+					fails(s, "echo x > "+filepath.Join(secret, "new"), ""),
+					fails(s, "echo x > "+private, ""),
 					checkFileContent(filepath.Join(secret, "key"), "top-secret"),
+					checkFileContent(private, "file-secret"),
 					// The runner image has no /etc/shadow; /etc/passwd it has,
 					// and it is not granted.
 					fails(s, "cat /etc/shadow", "root:"),
@@ -232,7 +244,7 @@ resource "meepa_agent" "h" {
 				return errors.Join(
 					ok(s, dial, "hello-from-test"),
 					ok(s, "cat "+filepath.Join(home, ".netrc"), "hunter2"),
-					denied(s, "cat "+filepath.Join(secret, "key"), "top-secret"),
+					fails(s, "cat "+filepath.Join(secret, "key"), "top-secret"),
 				)
 			},
 		}},

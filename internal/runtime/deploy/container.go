@@ -46,6 +46,15 @@ type HostPath struct {
 	ReadOnly bool
 }
 
+// Cover is a denied path inside an allowed tree (host mode) that the
+// runner container gets an empty read-only mount over: a tmpfs over a
+// directory, Layout.EmptyFile over a file. The agent then sees nothing of
+// it, while the tree around it stays whole (no Landlock expansion).
+type Cover struct {
+	Path string
+	Dir  bool
+}
+
 // Deployment is one runner service container.
 //
 // Defaults: Memory 256 MiB, PidsLimit 256, StopTimeout 30 s, Network "none".
@@ -66,6 +75,8 @@ type Deployment struct {
 	Workspace string
 	// HostPaths are extra mounts at the same path (host mode).
 	HostPaths []HostPath
+	// Covers hide denied paths inside HostPaths (host mode).
+	Covers []Cover
 	// DockerSocket is the daemon's socket on the host, mounted only when set:
 	// container mode needs it to start the per-message containers; host
 	// mode runs its agents as children and must not hand them a
@@ -158,6 +169,16 @@ func Spec(d Deployment) (*container.Config, *container.HostConfig, *network.Netw
 	for _, p := range d.HostPaths {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: p.Path, Target: p.Path, ReadOnly: p.ReadOnly})
 	}
+	tmpfs := map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"}
+	for _, c := range d.Covers {
+		// Docker mounts parents before children, so these land on top of
+		// the HostPaths that hold them.
+		if c.Dir {
+			tmpfs[c.Path] = "ro,nosuid,nodev,noexec,size=4k,mode=0555"
+			continue
+		}
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: d.Layout.EmptyFile, Target: c.Path, ReadOnly: true})
+	}
 	hc := &container.HostConfig{
 		Mounts:         mounts,
 		ReadonlyRootfs: true,
@@ -165,7 +186,7 @@ func Spec(d Deployment) (*container.Config, *container.HostConfig, *network.Netw
 		CapAdd:         d.CapAdd,
 		SecurityOpt:    append([]string{"no-new-privileges"}, d.SecurityOpt...),
 		GroupAdd:       d.GroupAdd,
-		Tmpfs:          map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"},
+		Tmpfs:          tmpfs,
 		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyUnlessStopped},
 		NetworkMode:    container.NetworkMode(d.Network),
 		Resources: container.Resources{

@@ -41,6 +41,9 @@ type Layout struct {
 	// ConfigHash), so the hash in Terraform state cannot be used to guess a
 	// secret.
 	HashKeyFile string
+	// EmptyFile is Dir/empty, an empty read-only file: in host mode it is
+	// mounted over each denied file inside an allowed tree (see Cover).
+	EmptyFile string
 }
 
 // LayoutFor is the layout of an agent's runner under a state directory.
@@ -52,6 +55,7 @@ func LayoutFor(stateDir, agentID string) Layout {
 		SocketDir:   filepath.Join(dir, "run"),
 		Socket:      filepath.Join(dir, "run", "runner.sock"),
 		HashKeyFile: filepath.Join(dir, "hash.key"),
+		EmptyFile:   filepath.Join(dir, "empty"),
 	}
 }
 
@@ -64,8 +68,8 @@ func NewToken() (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-// Prepare makes the runner's directories (0700) and its hash key when
-// missing, and returns the key.
+// Prepare makes the runner's directories (0700), its empty file and its
+// hash key when missing, and returns the key.
 func Prepare(l Layout) ([]byte, error) {
 	for _, d := range []string{filepath.Dir(l.Dir), l.Dir, l.SocketDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -74,6 +78,9 @@ func Prepare(l Layout) ([]byte, error) {
 		if err := os.Chmod(d, 0o700); err != nil {
 			return nil, fmt.Errorf("runner dir: %w", err)
 		}
+	}
+	if err := os.WriteFile(l.EmptyFile, nil, 0o444); err != nil && !errors.Is(err, fs.ErrPermission) {
+		return nil, fmt.Errorf("runner files: %w", err)
 	}
 	key, err := ReadHashKey(l)
 	if err == nil {

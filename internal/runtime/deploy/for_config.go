@@ -3,12 +3,14 @@ package deploy
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
 // Placement is where a runner config is served from: what ForConfig cannot
@@ -94,6 +96,9 @@ func ForConfig(c runner.Config, p Placement) (Deployment, error) {
 		d.HostPaths = append(d.HostPaths, HostPath{Path: path})
 	}
 	if !c.FileAccess.Unrestricted {
+		d.Covers = covers(c.FileAccess)
+	}
+	if !c.FileAccess.Unrestricted {
 		// Docker's default profile, with Landlock's syscalls allowed on
 		// engines whose default denies them (the runner would fail closed
 		// there).
@@ -114,4 +119,44 @@ func StopTimeout(c runner.Config) time.Duration {
 		t = 5 * time.Minute
 	}
 	return t
+}
+
+// covers are the denied paths inside allowed trees that exist now, as the
+// runner container's mounts hide them. A symlink is not covered (the mount
+// would land on its target); a path made later is expanded around by the
+// runner instead, which it logs.
+func covers(fa runner.FileAccess) []Cover {
+	var out []Cover
+	for _, in := range landlock.DeniesInside(fa) {
+		fi, err := os.Lstat(in.Path)
+		if err != nil || !(fi.IsDir() || fi.Mode().IsRegular()) {
+			continue
+		}
+		c := Cover{Path: in.Path, Dir: fi.IsDir()}
+		if !slices.Contains(out, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// DenyWarnings are what a plan says about a host-mode agent's denies that
+// lie inside an allowed tree and will be expanded around rather than
+// hidden: for the provider's runner container, those that do not exist yet
+// (there is nothing to mount over; the others are covered, see covers);
+// for an external runner all of them, since only a runner started as root
+// can mount over them and the provider cannot know how it is started.
+func (a Agent) DenyWarnings() []string {
+	fa := a.Config.FileAccess
+	if a.Config.Container.Enabled || fa.Unrestricted {
+		return nil
+	}
+	if a.Deployment() == ModeExternal {
+		return landlock.ExpandedDenies(fa)
+	}
+	var covered []string
+	for _, c := range covers(fa) {
+		covered = append(covered, c.Path)
+	}
+	return landlock.ExpandedDenies(fa, covered...)
 }

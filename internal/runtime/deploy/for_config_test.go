@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -86,5 +87,78 @@ func TestForConfigHostMode(t *testing.T) {
 	c.Container.MemoryLimit = "1x"
 	if _, err := ForConfig(c, p); err == nil {
 		t.Error("a bad memory limit was accepted")
+	}
+}
+
+// A deny inside an allowed tree is covered by the runner container's own
+// mounts: an empty read-only tmpfs over a directory, the empty file over a
+// file; a missing path or a symlink is left to the runner's expansion.
+func TestForConfigCoversDeniesInsideAllows(t *testing.T) {
+	root := t.TempDir()
+	rw := filepath.Join(root, "rw")
+	for _, d := range []string{filepath.Join(rw, "secret"), filepath.Join(root, "elsewhere")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(rw, "key.txt"), []byte("k"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "elsewhere"), filepath.Join(rw, "link")); err != nil {
+		t.Fatal(err)
+	}
+	c := runner.Config{AgentID: "a1", Container: runner.ContainerMode{MemoryLimit: "512m", PidsLimit: 64},
+		FileAccess: runner.FileAccess{AllowReadWrite: []string{rw}, Deny: []string{
+			filepath.Join(rw, "secret"), filepath.Join(rw, "key.txt"), filepath.Join(rw, "later"),
+			filepath.Join(rw, "link"), filepath.Join(root, "elsewhere"),
+		}}}
+	p := Placement{Image: "img:1", Layout: LayoutFor("/s", "a1"), Listener: Listener{Unix: "/s/run.sock"}}
+	d, err := ForConfig(c, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Cover{{Path: filepath.Join(rw, "secret"), Dir: true}, {Path: filepath.Join(rw, "key.txt")}}
+	if !slices.Equal(d.Covers, want) {
+		t.Fatalf("covers %+v, want %+v", d.Covers, want)
+	}
+	_, hc, _ := Spec(d)
+	if got := hc.Tmpfs[filepath.Join(rw, "secret")]; !strings.HasPrefix(got, "ro,") {
+		t.Errorf("directory cover: tmpfs options %q, want read-only", got)
+	}
+	found := false
+	for _, m := range hc.Mounts {
+		if m.Target == filepath.Join(rw, "key.txt") {
+			found = m.Source == p.Layout.EmptyFile && m.ReadOnly
+		}
+	}
+	if !found {
+		t.Errorf("file cover: no read-only bind of %s over key.txt in %+v", p.Layout.EmptyFile, hc.Mounts)
+	}
+
+	c.FileAccess.Unrestricted, c.FileAccess.Deny = true, nil
+	if d, _ := ForConfig(c, p); d.Covers != nil {
+		t.Errorf("unrestricted: covers %+v", d.Covers)
+	}
+}
+
+func TestDenyWarnings(t *testing.T) {
+	rw := t.TempDir()
+	if err := os.Mkdir(filepath.Join(rw, "secret"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a := Agent{Config: runner.Config{FileAccess: runner.FileAccess{AllowReadWrite: []string{rw},
+		Deny: []string{filepath.Join(rw, "secret"), filepath.Join(rw, "later")}}}}
+	// The runner container covers what exists; only the missing path is
+	// expanded around.
+	if w := a.DenyWarnings(); len(w) != 1 || !strings.Contains(w[0], "later") {
+		t.Errorf("container runner: %q", w)
+	}
+	a.Meta.Deployment = ModeExternal
+	if w := a.DenyWarnings(); len(w) != 2 {
+		t.Errorf("external runner: %q, want both denies", w)
+	}
+	a.Config.Container.Enabled = true
+	if w := a.DenyWarnings(); w != nil {
+		t.Errorf("container mode has no host file rules: %q", w)
 	}
 }

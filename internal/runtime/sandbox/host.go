@@ -96,6 +96,9 @@ type Host struct {
 	// a mount in the child's own mount namespace rather than expanded
 	// around.
 	hide bool
+	// covered: denies inside an allow that the deployment already covers
+	// with an empty read-only mount (the runner container's own mounts).
+	covered []string
 }
 
 // NewHost checks the options. It does not require Landlock: each message
@@ -167,9 +170,14 @@ func NewHost(o HostOptions) (*Host, error) {
 // uid.
 func (h *Host) setupIdentity() error {
 	caps := effectiveCaps()
+	covered, err := coveredDenies(h.opts.FileAccess)
+	if err != nil {
+		return err
+	}
+	h.covered = covered
 	h.hide = hasCaps(caps, capSysAdmin)
 	if !h.hide {
-		for _, w := range landlock.ExpandedDenies(h.opts.FileAccess) {
+		for _, w := range landlock.ExpandedDenies(h.opts.FileAccess, covered...) {
 			h.log.Warn("host mode: "+w, "workspace", h.opts.Workspace)
 		}
 	}
@@ -266,7 +274,7 @@ func (h *Host) Health() map[string]any {
 	if h.user != nil {
 		m["agent_uid"] = h.user.UID
 	}
-	if h.hide {
+	if h.hide || (len(h.covered) > 0 && len(landlock.ExpandedDenies(h.opts.FileAccess, h.covered...)) == 0) {
 		m["deny_inside"] = "mount"
 	}
 	if dir := pidsCgroupParent(); dir != "" {
@@ -285,6 +293,7 @@ func (h *Host) Ruleset(tmp string) (*landlock.Ruleset, error) {
 		Home:         h.home,
 		Protect:      append(slices.Clone(h.opts.Protect), h.stateProtect()...),
 		Hide:         h.hide,
+		Covered:      h.covered,
 	})
 }
 

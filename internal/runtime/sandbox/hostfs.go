@@ -8,10 +8,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
 // Agent uids. A host-mode agent runs under a uid of its own, so that Unix
@@ -221,4 +224,63 @@ func searchableBy(p string, uid, gid int) error {
 			return nil
 		}
 	}
+}
+
+// coveredDenies returns the denies inside an allow that an empty read-only
+// mount already covers in this process's mount namespace: the runner
+// container's deployment mounts them (see deploy.ForConfig), so the child
+// needs no privilege to hide them.
+func coveredDenies(fa landlock.FileAccess) ([]string, error) {
+	inside := landlock.DeniesInside(fa)
+	if len(inside) == 0 {
+		return nil, nil
+	}
+	raw, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("mount table: %w", err)
+	}
+	ro := readOnlyMounts(string(raw))
+	var out []string
+	for _, in := range inside {
+		if ro[in.Path] && !slices.Contains(out, in.Path) {
+			out = append(out, in.Path)
+		}
+	}
+	return out, nil
+}
+
+// readOnlyMounts returns the mount points of mountinfo text whose
+// per-mount options say ro. For a path mounted more than once the last
+// (topmost) mount decides.
+func readOnlyMounts(mountinfo string) map[string]bool {
+	ro := map[string]bool{}
+	for _, line := range strings.Split(mountinfo, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 {
+			continue
+		}
+		point := unescapeMountPath(f[4])
+		ro[point] = slices.Contains(strings.Split(f[5], ","), "ro")
+	}
+	return ro
+}
+
+// unescapeMountPath undoes the kernel's octal escapes (\040 for a space,
+// \011, \012, \134) in a mountinfo path.
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

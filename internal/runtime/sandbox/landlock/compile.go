@@ -205,6 +205,11 @@ type Spec struct {
 	// not exist yet, and paths reached through a symlink, are always
 	// expanded around: there is nothing to mount over.
 	Hide bool
+	// Covered are denied paths that an empty read-only mount already covers
+	// in this process's view (the runner container's deployment put it
+	// there). A deny inside a granted tree that is covered is exact like a
+	// hidden one, and the child has nothing to mount.
+	Covered []string
 }
 
 // FieldError is a problem with one entry of a file_access list.
@@ -255,16 +260,43 @@ func Validate(fa FileAccess) error {
 
 // ExpandedDenies are the deny entries that lie strictly inside an
 // allow_read or allow_read_write path, as written (plan time: nothing is
-// resolved). A runner that can mount over them (a runner running as root:
-// the provider's process deployment, or an external runner started as root)
-// makes them exact; a runner without that privilege (an external runner
-// started as another user, a runner container without CAP_SYS_ADMIN)
-// expands the allow around each of them instead, so that the allowed
-// directory itself cannot be listed or written directly. The provider
-// warns about them at plan for such runners, and the runner logs the same
-// text at start, so plan and runtime say the same thing.
-func ExpandedDenies(fa FileAccess) []string {
+// resolved). They are exact where a mount covers them: the provider's
+// runner container has an empty read-only mount over each that exists when
+// it is deployed, and a runner with CAP_SYS_ADMIN (an external runner
+// started as root) mounts over them in its child's namespace. Elsewhere
+// (an external runner started as another user, a deny that did not exist
+// at deploy time) the allow is expanded around each of them instead, so
+// that the allowed directory itself cannot be listed or written directly.
+// The provider warns about them at plan where it cannot know, and the
+// runner logs the same text at start, so plan and runtime say the same
+// thing.
+//
+// covered are denies that a mount of the deployment already covers (see
+// Spec.Covered); they are exact and left out.
+func ExpandedDenies(fa FileAccess, covered ...string) []string {
 	var out []string
+	for _, in := range DeniesInside(fa) {
+		if slices.Contains(covered, in.Path) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("deny %q lies inside %s %q: without the privilege to mount over it "+
+			"(a runner not running as root), %s is expanded around it, so %s itself can neither be listed "+
+			"nor written directly; with it, %s stays whole and %s is hidden", in.Path, in.Field, in.Allow, in.Allow, in.Allow, in.Allow, in.Path))
+	}
+	return out
+}
+
+// InsideDeny is a deny entry strictly inside an allow entry.
+type InsideDeny struct {
+	Path  string // the deny entry, cleaned
+	Field string // "allow_read" or "allow_read_write"
+	Allow string // the allow entry it lies in, cleaned
+}
+
+// DeniesInside lists the deny entries that lie strictly inside an
+// allow_read or allow_read_write entry, as written (nothing is resolved).
+func DeniesInside(fa FileAccess) []InsideDeny {
+	var out []InsideDeny
 	for _, d := range fa.Deny {
 		d = filepath.Clean(d)
 		for _, l := range []struct {
@@ -273,9 +305,7 @@ func ExpandedDenies(fa FileAccess) []string {
 		}{{"allow_read", fa.AllowRead}, {"allow_read_write", fa.AllowReadWrite}} {
 			for _, a := range l.paths {
 				if a = filepath.Clean(a); d != a && within(d, a) {
-					out = append(out, fmt.Sprintf("deny %q lies inside %s %q: without the privilege to mount over it "+
-						"(a runner not running as root), %s is expanded around it, so %s itself can neither be listed "+
-						"nor written directly; with it, %s stays whole and %s is hidden", d, l.field, a, a, a, a, d))
+					out = append(out, InsideDeny{Path: d, Field: l.field, Allow: a})
 				}
 			}
 		}
@@ -323,6 +353,7 @@ func Compile(s Spec) (*Ruleset, error) {
 	if s.Hide {
 		c.markHideable()
 	}
+	c.markCovered(s.Covered)
 	grants, err := c.builtinGrants(s)
 	if err != nil {
 		return nil, err
@@ -464,6 +495,9 @@ func (c *compiler) userGrants(fa FileAccess) ([]grant, error) {
 type compiler struct {
 	rs   *Ruleset
 	deny []string
+	// coveredDeny are the denies a mount of the deployment already covers
+	// (Spec.Covered): they do not split the trees around them either.
+	coveredDeny map[string]bool
 	// hideable are the denies the child mounts over (Spec.Hide): they do
 	// not make a grant expand.
 	hideable map[string]Hidden
@@ -544,7 +578,7 @@ func (c *compiler) homeDotfile(p string) bool {
 // hidden by a mount.
 func (c *compiler) holdsDenied(p string, g grant) bool {
 	for _, d := range c.deny {
-		if _, hidden := c.hideable[d]; hidden {
+		if _, hidden := c.hideable[d]; hidden || c.coveredDeny[d] {
 			continue
 		}
 		if d != p && within(d, p) {
@@ -647,6 +681,21 @@ func (c *compiler) markHideable() {
 	// A deny written through a symlink stays expanded around (its parent
 	// loses its write rights, so the link cannot be repointed); the path it
 	// resolves to is hidden as well.
+}
+
+// markCovered records the denies that a mount already covers. Only exact
+// deny paths count: a mount elsewhere hides nothing the rules rely on.
+func (c *compiler) markCovered(covered []string) {
+	for _, p := range covered {
+		p = filepath.Clean(p)
+		if slices.Contains(c.deny, p) {
+			if c.coveredDeny == nil {
+				c.coveredDeny = map[string]bool{}
+			}
+			c.coveredDeny[p] = true
+			delete(c.hideable, p) // nothing left for the child to mount
+		}
+	}
 }
 
 // hides lists the hideable denies a grant can reach, outermost only: a

@@ -443,3 +443,38 @@ func TestExpandedDenies(t *testing.T) {
 		t.Errorf("ExpandedDenies = %q", got)
 	}
 }
+
+// A deny the deployment already covers with a mount (Spec.Covered) is exact
+// without Hide: the tree is granted whole and the child mounts nothing.
+func TestCompileCovered(t *testing.T) {
+	root := tree(t)
+	p := func(rel string) string { return filepath.Join(root, rel) }
+	fa := FileAccess{AllowReadWrite: []string{p("b")}, Deny: []string{p("b/secret"), p("b/file.txt")}}
+	compile := func(covered ...string) *Ruleset {
+		t.Helper()
+		rs, err := Compile(Spec{FileAccess: fa, Workspace: p("ws"), TmpDir: p("tmp"), RunnerBinary: p("bin/agent-runner"),
+			System: []SystemPath{}, Covered: covered})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs
+	}
+	whole := func(rs *Ruleset) bool {
+		for _, r := range rs.Rules {
+			if r.Path == p("b") && r.Access == ReadWrite {
+				return true
+			}
+		}
+		return false
+	}
+	if rs := compile(p("b/secret"), p("b/file.txt")); !whole(rs) || len(rs.Hide) != 0 {
+		t.Errorf("both covered: b whole %v, Hide %+v; rules %+v", whole(rs), rs.Hide, rs.Rules)
+	}
+	// One left uncovered: b is expanded around it again.
+	if rs := compile(p("b/secret")); whole(rs) {
+		t.Errorf("b/file.txt uncovered, yet b granted whole: %+v", rs.Rules)
+	}
+	if got := ExpandedDenies(fa, p("b/secret")); len(got) != 1 || !strings.Contains(got[0], "file.txt") {
+		t.Errorf("ExpandedDenies with b/secret covered = %q", got)
+	}
+}
