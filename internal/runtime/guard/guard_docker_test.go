@@ -40,7 +40,7 @@ func TestGuardDocker(t *testing.T) {
 		ProxyIP:   netip.MustParseAddr(fmt.Sprintf("10.214.%d.3", a+2)),
 	}
 	set := firewall.Build(p)
-	h, err := firewall.Open(ctx)
+	h, err := firewall.Open(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/firewall"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/guard"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
 )
 
@@ -106,14 +107,17 @@ func (sv *Service) Apply(ctx context.Context, s Spec) (Status, error) {
 		}
 		fw = h
 	}
+	if err := sv.checkLocal(ctx, s); err != nil {
+		return Status{}, err
+	}
 	sv.log.Debug("applying threegate topology", "topology", s.Name, "firewall", s.Firewall.Enabled,
 		"log_denied", s.Firewall.LogDenied)
-	obs, err := sv.ensure(ctx, s, func(ctx context.Context) error {
+	obs, err := sv.ensure(ctx, s, sv.withGuard(s, func(ctx context.Context) error {
 		if fw != nil {
 			return fw.Apply(ctx, s.Rules())
 		}
 		return sv.removeRules(ctx, s.Name)
-	})
+	}))
 	if err != nil {
 		return Status{}, err
 	}
@@ -142,6 +146,11 @@ func (sv *Service) Read(ctx context.Context, s Spec) (Status, error) {
 // status adds the firewall's side to what Docker showed.
 func (sv *Service) status(ctx context.Context, s Spec, obs Observed) (Status, error) {
 	st := Status{Observed: obs, Drift: Drift(s, obs)}
+	gd, err := guard.Drift(ctx, sv.docker, GuardWant(s))
+	if err != nil {
+		return st, err
+	}
+	st.Drift = append(st.Drift, gd...)
 	h, err := firewall.Open(ctx, sv.log)
 	if err != nil {
 		if s.Firewall.Enabled {
@@ -170,6 +179,9 @@ func (sv *Service) status(ctx context.Context, s Spec, obs Observed) (Status, er
 func (sv *Service) Teardown(ctx context.Context, name string) error {
 	sv.log.Debug("removing threegate topology", "topology", name)
 	if err := sv.destroy(ctx, named(name)); err != nil {
+		return err
+	}
+	if err := sv.removeGuard(ctx, name); err != nil {
 		return err
 	}
 	if err := sv.removeRules(ctx, name); err != nil {
