@@ -200,30 +200,31 @@ func Remove(ctx context.Context, cli client.APIClient, topology string) error {
 	return nil
 }
 
-// Drift lists how the live guard differs from w, in words; empty = in sync.
-func Drift(ctx context.Context, cli client.APIClient, w Want) ([]string, error) {
+// Drift lists how the live guard differs from w, in words (empty: in
+// sync), and whether a guard container exists at all.
+func Drift(ctx context.Context, cli client.APIClient, w Want) ([]string, bool, error) {
 	_, _, hash, err := Spec(w)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	name := Name(w.Topology)
 	c, err := cli.ContainerInspect(ctx, name)
 	if errdefs.IsNotFound(err) {
-		return []string{fmt.Sprintf("firewall guard container %s is missing, so nothing restores the rules after a reboot or flush", name)}, nil
+		return []string{fmt.Sprintf("firewall guard container %s is missing, so nothing restores the rules after a reboot or flush", name)}, false, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("container inspect %s: %w", name, err)
+		return nil, false, fmt.Errorf("container inspect %s: %w", name, err)
 	}
 	if c.Config == nil || c.Config.Labels[LabelConfig] != hash {
-		return []string{fmt.Sprintf("firewall guard container %s holds another rule set or image", name)}, nil
+		return []string{fmt.Sprintf("firewall guard container %s holds another rule set or image", name)}, true, nil
 	}
 	if w.Params == nil {
-		return nil, nil
+		return nil, true, nil
 	}
 	if p := healthProblem(c, time.Now()); p != "" {
-		return []string{fmt.Sprintf("firewall guard container %s: %s", name, p)}, nil
+		return []string{fmt.Sprintf("firewall guard container %s: %s", name, p)}, true, nil
 	}
-	return nil, nil
+	return nil, true, nil
 }
 
 // healthProblem says why a guard container does not vouch for its rules

@@ -53,7 +53,7 @@ func (sv *Service) checkLocal(ctx context.Context, s Spec) error {
 func (sv *Service) withGuard(s Spec, applyRules func(context.Context) error) func(context.Context) error {
 	return func(ctx context.Context) error {
 		want := GuardWant(s)
-		drift, err := guard.Drift(ctx, sv.docker, want)
+		drift, _, err := guard.Drift(ctx, sv.docker, want)
 		if err != nil {
 			return err
 		}

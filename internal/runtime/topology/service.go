@@ -37,13 +37,18 @@ type Status struct {
 	Observed
 	// RulesPresent is set when a chain of the topology exists in iptables.
 	RulesPresent bool
+	// GuardPresent is set when the topology's firewall guard container
+	// exists: left alone it would keep putting the rules back.
+	GuardPresent bool
 	// Drift lists, in words, how the host differs from the spec; empty
 	// means in sync.
 	Drift []string
 }
 
 // Gone reports whether nothing of the topology is left on the host.
-func (st Status) Gone() bool { return len(st.Networks) == 0 && st.Proxy == nil && !st.RulesPresent }
+func (st Status) Gone() bool {
+	return len(st.Networks) == 0 && st.Proxy == nil && !st.RulesPresent && !st.GuardPresent
+}
 
 // Firewall operations, as FirewallError.Op names them.
 const (
@@ -146,11 +151,11 @@ func (sv *Service) Read(ctx context.Context, s Spec) (Status, error) {
 // status adds the firewall's side to what Docker showed.
 func (sv *Service) status(ctx context.Context, s Spec, obs Observed) (Status, error) {
 	st := Status{Observed: obs, Drift: Drift(s, obs)}
-	gd, err := guard.Drift(ctx, sv.docker, GuardWant(s))
+	gd, present, err := guard.Drift(ctx, sv.docker, GuardWant(s))
 	if err != nil {
 		return st, err
 	}
-	st.Drift = append(st.Drift, gd...)
+	st.Drift, st.GuardPresent = append(st.Drift, gd...), present
 	h, err := firewall.Open(ctx, sv.log)
 	if err != nil {
 		if s.Firewall.Enabled {
