@@ -152,7 +152,7 @@ func (fc *failClosed) send(text string) outcome {
 		o.err, o.done = err, time.Now()
 		return o
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, _ := io.ReadAll(resp.Body)
 	o.code, o.done = resp.StatusCode, time.Now()
 	if o.code == http.StatusOK {
@@ -437,7 +437,7 @@ func (fc *failClosed) guardRestoredAt(since time.Time) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	var b strings.Builder
 	_, _ = stdcopy.StdCopy(&b, &b, rc)
 	for _, ln := range strings.Split(b.String(), "\n") {

@@ -74,7 +74,7 @@ func Spec(w Want) (*container.Config, *container.HostConfig, string, error) {
 		}
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "v1\n%s\n%s\n%s\n%s\n", w.Image, strings.Join(cmd, "\x00"),
+	_, _ = fmt.Fprintf(h, "v1\n%s\n%s\n%s\n%s\n", w.Image, strings.Join(cmd, "\x00"),
 		strings.Join(layout.dirs, ","), strings.Join(layout.links, ","))
 	hash := hex.EncodeToString(h.Sum(nil))[:16]
 	cfg := &container.Config{
@@ -247,7 +247,7 @@ func healthProblem(c container.InspectResponse, now time.Time) string {
 		if n := len(h.Log); n > 0 {
 			msg = ": " + strings.TrimSpace(h.Log[n-1].Output)
 		}
-		return "health " + string(h.Status) + msg
+		return "health " + h.Status + msg
 	}
 	if n := len(h.Log); n == 0 || now.Sub(h.Log[n-1].End) > HealthStale {
 		return fmt.Sprintf("its last health check is older than %s", HealthStale)

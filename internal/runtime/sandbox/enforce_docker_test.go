@@ -36,8 +36,12 @@ func TestDockerEnforcementFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		d.Close(context.Background())
-		RemoveOrphans(context.Background(), cli, spec.AgentID)
+		if err := d.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+		if _, err := RemoveOrphans(context.Background(), cli, spec.AgentID); err != nil {
+			t.Error(err)
+		}
 	})
 	for deadline := time.Now().Add(60 * time.Second); !d.Ready(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
