@@ -230,7 +230,7 @@ func (r *threegateNetworkResource) ModifyPlan(ctx context.Context, req resource.
 		}
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
-	if r.data != nil {
+	if r.data != nil && !refuseRemoteFirewall(r.data, spec, &resp.Diagnostics) {
 		checkHost(ctx, r.data, spec, &resp.Diagnostics)
 	}
 }

@@ -84,6 +84,7 @@ func TestAccThreegateNetwork_lifecycle(t *testing.T) {
 			},
 			{
 				PreConfig: func() {
+					stopGuard(t, f.name) // else it restores the rules before the plan sees them
 					r := set.Rules[4]
 					mustRun(t, "iptables", append([]string{"-D", r.Chain}, r.Args()...)...)
 				},
@@ -93,6 +94,7 @@ func TestAccThreegateNetwork_lifecycle(t *testing.T) {
 				// What a firewalld reload does. Foreign rules of DOCKER-USER
 				// (Docker's RETURN) are put back after the step.
 				PreConfig: func() {
+					stopGuard(t, f.name) // else it restores the rules before the plan sees them
 					out, _ := iptablesS(firewall.DockerUser)
 					for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 						if strings.HasPrefix(l, "-A ") && !strings.Contains(l, "threegate:") {
@@ -105,6 +107,7 @@ func TestAccThreegateNetwork_lifecycle(t *testing.T) {
 			},
 			{
 				PreConfig: func() {
+					stopGuard(t, f.name) // else it restores the rules before the plan sees them
 					out, _ := iptablesS(firewall.DockerUser)
 					for _, l := range savedDockerUser {
 						if !strings.Contains(out, l) {

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/guard"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
@@ -35,7 +36,13 @@ func NewBackend(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox.Bac
 	if err != nil {
 		return nil, ModeContainer, err
 	}
-	d, err := sandbox.NewDocker(ctx, cli, DockerOptions(cfg, log))
+	o := DockerOptions(cfg, log)
+	if nets := cfg.Container.Networks; len(nets) > 0 {
+		// ThreeGate members start only while their topology's guard
+		// vouches for the host firewall (see package guard).
+		o.Enforcement = func(ctx context.Context) error { return guard.Enforced(ctx, cli, nets) }
+	}
+	d, err := sandbox.NewDocker(ctx, cli, o)
 	if err != nil {
 		return nil, ModeContainer, errors.Join(err, cli.Close())
 	}

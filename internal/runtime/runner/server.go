@@ -9,7 +9,7 @@
 //	                    body MessageRequest {"text", "sender", "channel", "conversation_id"}
 //	  200  agent.Reply JSON (reply, steps, usage, duration_ms, message_id)
 //	  400 bad_request, 401 unauthorized, 413 too_large, 429 queue_full,
-//	  503 shutting_down, 504 timeout, 500 with the agent's error kind
+//	  503 shutting_down or not_enforced, 504 timeout, 500 with the agent's error kind
 //	  (oom, exit, protocol, sandbox, llm, steps, request, internal), all as
 //	  ErrorBody {"error": {"kind", "message"}, "message_id"}.
 //	  Every answer to a message that ran carries X-Message-Id.
@@ -62,6 +62,9 @@ const (
 	KindQueueFull    = "queue_full"
 	KindShuttingDown = "shutting_down"
 	KindCancelled    = "cancelled"
+	// KindNotEnforced: the message was refused before any container ran,
+	// because its ThreeGate firewall is not confirmed in force (503).
+	KindNotEnforced = "not_enforced"
 )
 
 // MessageRequest is the body of POST /v1/messages.
@@ -453,6 +456,8 @@ func classify(cfg *Config, out sandbox.Outcome, runErr error) (status int, kind,
 	case out.OOMKilled:
 		return http.StatusInternalServerError, agent.ErrKindOOM,
 			fmt.Sprintf("the sandbox ran out of memory (limit %s) and was killed", memLimit(cfg)), nil
+	case errors.Is(runErr, sandbox.ErrNotEnforced):
+		return http.StatusServiceUnavailable, KindNotEnforced, red.String(runErr.Error()), nil
 	case runErr != nil:
 		return http.StatusInternalServerError, agent.ErrKindSandbox, red.String(runErr.Error()), nil
 	}

@@ -46,7 +46,10 @@ type DockerOptions struct {
 	// the workspace at the same path on this machine and CAP_CHOWN; turn it
 	// off when the operator owns the directory already.
 	ChownWorkspace bool
-	Logger         hclog.Logger
+	// Enforcement, when set, must pass before any container starts and
+	// before a prestarted one receives a message (fail closed).
+	Enforcement EnforcementCheck
+	Logger      hclog.Logger
 }
 
 // Docker runs each message in a fresh hardened container through the Docker
@@ -360,6 +363,14 @@ func (d *Docker) Run(ctx context.Context, job Job) (Outcome, error) {
 			c = nil
 		}
 		prestarted = c != nil
+		if c != nil {
+			// It may have been started while the rules were in force and
+			// they have gone since: it must not see the message then.
+			if err := d.enforced(ctx); err != nil {
+				_ = d.discard(c)
+				return Outcome{}, err
+			}
+		}
 	}
 	if c == nil {
 		// The previous message's container is removed before this one is
@@ -477,6 +488,10 @@ func (d *Docker) startContainer(ctx context.Context, messageID string) (_ *attac
 	c.hijack, err = d.cli.ContainerAttach(ctx, c.id, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
 		return nil, fmt.Errorf("container attach: %w", err)
+	}
+	// Asked as late as possible: the container joins its networks at start.
+	if err := d.enforced(ctx); err != nil {
+		return nil, err
 	}
 	if err := d.cli.ContainerStart(ctx, c.id, container.StartOptions{}); err != nil {
 		return nil, fmt.Errorf("container start: %w", err)

@@ -59,6 +59,7 @@ type ObservedNetwork struct {
 	Subnet, Gateway  string
 	IPRange          string
 	Internal, Owned  bool
+	IPv6             bool              // EnableIPv6: a v6 path that no rule covers
 	Containers       map[string]string // container id -> name
 	ContainerAddress map[string]string // container id -> IPv4 (no prefix)
 }
@@ -86,7 +87,7 @@ func Observe(ctx context.Context, cli client.APIClient, s Spec) (Observed, error
 		if in.Name != n.Name { // matched an id prefix, not our name
 			continue
 		}
-		on := ObservedNetwork{ID: in.ID, Name: in.Name, Internal: in.Internal, Owned: in.Labels[LabelTopology] == s.Name,
+		on := ObservedNetwork{ID: in.ID, Name: in.Name, Internal: in.Internal, IPv6: in.EnableIPv6, Owned: in.Labels[LabelTopology] == s.Name,
 			Containers: map[string]string{}, ContainerAddress: map[string]string{}}
 		if len(in.IPAM.Config) > 0 {
 			on.Subnet, on.Gateway, on.IPRange = in.IPAM.Config[0].Subnet, in.IPAM.Config[0].Gateway, in.IPAM.Config[0].IPRange
@@ -126,7 +127,7 @@ func Observe(ctx context.Context, cli client.APIClient, s Spec) (Observed, error
 
 // networkMatches reports whether a live network is the planned one.
 func networkMatches(n Network, o ObservedNetwork) bool {
-	return o.Owned && o.Internal == n.Internal && o.Subnet == n.Subnet.String() &&
+	return o.Owned && !o.IPv6 && o.Internal == n.Internal && o.Subnet == n.Subnet.String() &&
 		o.Gateway == n.Gateway.String() && o.IPRange == n.IPRange.String()
 }
 
@@ -175,6 +176,8 @@ func Drift(s Spec, o Observed) []string {
 			out = append(out, fmt.Sprintf("network %s is missing", n.Name))
 		case !on.Owned:
 			out = append(out, fmt.Sprintf("network %s exists but is not labelled as part of topology %q", n.Name, s.Name))
+		case on.Owned && on.IPv6:
+			out = append(out, fmt.Sprintf("network %s has IPv6 enabled: its members get a v6 path that no firewall rule covers", n.Name))
 		case !networkMatches(n, on):
 			out = append(out, fmt.Sprintf("network %s differs: subnet %s gateway %s internal %t, want %s %s %t",
 				n.Name, on.Subnet, on.Gateway, on.Internal, n.Subnet, n.Gateway, n.Internal))
@@ -206,11 +209,15 @@ func foreignEndpoints(on ObservedNetwork, proxy *ObservedProxy) []string {
 
 // networkCreateOptions is how every network of a topology is made: a
 // bridge with the planned IPAM (pinned addresses below Docker's dynamic
-// range), internal or not, and the topology's ownership labels.
+// range), internal or not, IPv6 off said explicitly (the firewall is IPv4
+// only, and a daemon whose default network options turn IPv6 on would give
+// members a path no rule covers), and the topology's ownership labels.
 func networkCreateOptions(s Spec, n Network) network.CreateOptions {
+	ipv6 := false
 	return network.CreateOptions{
-		Driver:   "bridge",
-		Internal: n.Internal,
+		Driver:     "bridge",
+		Internal:   n.Internal,
+		EnableIPv6: &ipv6,
 		IPAM: &network.IPAM{Driver: "default", Config: []network.IPAMConfig{{
 			Subnet: n.Subnet.String(), Gateway: n.Gateway.String(), IPRange: n.IPRange.String(),
 		}}},
@@ -229,7 +236,7 @@ func (sv *Service) createNetwork(ctx context.Context, s Spec, n Network) error {
 	}
 	sv.log.Debug("network created", "topology", s.Name, "network", n.Name, "id", resp.ID, "kind", n.Kind,
 		"subnet", n.Subnet.String(), "gateway", n.Gateway.String(), "internal", n.Internal)
-	return nil
+	return sv.refuseIPv6(ctx, n.Name, resp.ID)
 }
 
 // removeNetwork removes a network, retrying for a bounded time while Docker

@@ -19,6 +19,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/firewall"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/guard"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/probe"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -224,7 +225,12 @@ func TestThreeGateIsolation(t *testing.T) {
 	}
 	removeMember(t, cli, v6)
 
-	// 3. Drift on our own rules only, each restored by the next apply.
+	// 3. Drift on our own rules only, each restored by the next apply. The
+	// guard would restore them itself between break and check (its own
+	// test is in package guard), so it is stopped; step 4's apply replaces it.
+	if err := cli.ContainerStop(ctx, guard.Name(s.Name), container.StopOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	set := s.Rules()
 	ipt := func(args ...string) {
 		t.Helper()

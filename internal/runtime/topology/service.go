@@ -9,6 +9,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/firewall"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/guard"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
 )
 
@@ -36,13 +37,18 @@ type Status struct {
 	Observed
 	// RulesPresent is set when a chain of the topology exists in iptables.
 	RulesPresent bool
+	// GuardPresent is set when the topology's firewall guard container
+	// exists: left alone it would keep putting the rules back.
+	GuardPresent bool
 	// Drift lists, in words, how the host differs from the spec; empty
 	// means in sync.
 	Drift []string
 }
 
 // Gone reports whether nothing of the topology is left on the host.
-func (st Status) Gone() bool { return len(st.Networks) == 0 && st.Proxy == nil && !st.RulesPresent }
+func (st Status) Gone() bool {
+	return len(st.Networks) == 0 && st.Proxy == nil && !st.RulesPresent && !st.GuardPresent
+}
 
 // Firewall operations, as FirewallError.Op names them.
 const (
@@ -106,14 +112,17 @@ func (sv *Service) Apply(ctx context.Context, s Spec) (Status, error) {
 		}
 		fw = h
 	}
+	if err := sv.checkLocal(ctx, s); err != nil {
+		return Status{}, err
+	}
 	sv.log.Debug("applying threegate topology", "topology", s.Name, "firewall", s.Firewall.Enabled,
 		"log_denied", s.Firewall.LogDenied)
-	obs, err := sv.ensure(ctx, s, func(ctx context.Context) error {
+	obs, err := sv.ensure(ctx, s, sv.withGuard(s, func(ctx context.Context) error {
 		if fw != nil {
 			return fw.Apply(ctx, s.Rules())
 		}
 		return sv.removeRules(ctx, s.Name)
-	})
+	}))
 	if err != nil {
 		return Status{}, err
 	}
@@ -142,6 +151,11 @@ func (sv *Service) Read(ctx context.Context, s Spec) (Status, error) {
 // status adds the firewall's side to what Docker showed.
 func (sv *Service) status(ctx context.Context, s Spec, obs Observed) (Status, error) {
 	st := Status{Observed: obs, Drift: Drift(s, obs)}
+	gd, present, err := guard.Drift(ctx, sv.docker, GuardWant(s))
+	if err != nil {
+		return st, err
+	}
+	st.Drift, st.GuardPresent = append(st.Drift, gd...), present
 	h, err := firewall.Open(ctx, sv.log)
 	if err != nil {
 		if s.Firewall.Enabled {
@@ -170,6 +184,9 @@ func (sv *Service) status(ctx context.Context, s Spec, obs Observed) (Status, er
 func (sv *Service) Teardown(ctx context.Context, name string) error {
 	sv.log.Debug("removing threegate topology", "topology", name)
 	if err := sv.destroy(ctx, named(name)); err != nil {
+		return err
+	}
+	if err := sv.removeGuard(ctx, name); err != nil {
 		return err
 	}
 	if err := sv.removeRules(ctx, name); err != nil {

@@ -1,0 +1,105 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+)
+
+// Enforced is what a runner asks before it starts (or hands a message to)
+// a container that joins networks: for every ThreeGate network among them
+// (a network labelled with its topology), the topology's guard must run,
+// be healthy and have been checked recently, or have enforcement "off"
+// because the user disabled the firewall. Anything else, a missing guard
+// included, is an error wrapping sandbox.ErrNotEnforced: fail closed.
+func Enforced(ctx context.Context, cli client.APIClient, networks []string) error {
+	seen := map[string]bool{}
+	for _, n := range networks {
+		in, err := cli.NetworkInspect(ctx, n, network.InspectOptions{})
+		if errdefs.IsNotFound(err) {
+			continue // the container cannot join it either; Docker says so
+		}
+		if err != nil {
+			return fmt.Errorf("%w: network inspect %s: %w", sandbox.ErrNotEnforced, n, err)
+		}
+		topo := in.Labels[LabelTopology]
+		if topo == "" || seen[topo] {
+			continue
+		}
+		seen[topo] = true
+		if err := topologyEnforced(ctx, cli, topo); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func topologyEnforced(ctx context.Context, cli client.APIClient, topo string) error {
+	name := Name(topo)
+	c, err := cli.ContainerInspect(ctx, name)
+	if errdefs.IsNotFound(err) {
+		return fmt.Errorf("%w: topology %q has no firewall guard (container %s); apply its threegate_network again to install it",
+			sandbox.ErrNotEnforced, topo, name)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: container inspect %s: %w", sandbox.ErrNotEnforced, name, err)
+	}
+	if c.Config != nil && c.Config.Labels[LabelEnforce] == "off" {
+		return nil
+	}
+	if p := healthProblem(c, time.Now()); p != "" {
+		return fmt.Errorf("%w: the host firewall of topology %q is not confirmed in force (guard %s %s); "+
+			"messages are refused until the guard restores and confirms it (seconds after Docker starts it)",
+			sandbox.ErrNotEnforced, topo, name, p)
+	}
+	return nil
+}
+
+// DaemonIsLocal reports whether the Docker daemon behind cli programs this
+// machine's network: the gateway address of one of its bridge networks is
+// an address of a local interface. A unix socket forwarded from another
+// machine (ssh -L) passes a scheme check but not this one.
+func DaemonIsLocal(ctx context.Context, cli client.APIClient) (bool, string, error) {
+	nets, err := cli.NetworkList(ctx, network.ListOptions{})
+	if err != nil {
+		return false, "", fmt.Errorf("network list: %w", err)
+	}
+	local := map[netip.Addr]bool{}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false, "", fmt.Errorf("interface addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			local[p.Addr()] = true
+		}
+	}
+	var seen []string
+	for _, n := range nets {
+		if n.Driver != "bridge" {
+			continue
+		}
+		for _, c := range n.IPAM.Config {
+			gw, err := netip.ParseAddr(c.Gateway)
+			if err != nil {
+				continue
+			}
+			if local[gw] {
+				return true, "", nil
+			}
+			seen = append(seen, n.Name+" "+gw.String())
+		}
+	}
+	if len(seen) == 0 {
+		return false, "the daemon has no bridge network with a gateway to compare with this machine's addresses", nil
+	}
+	return false, fmt.Sprintf("none of the daemon's bridge gateways (%v) is an address of this machine", seen), nil
+}
