@@ -61,7 +61,7 @@ func TestAccThreegateNetwork_failClosed(t *testing.T) {
 	cli := testutil.Docker(t)
 	stateDir := t.TempDir()
 	id := "tf-acc-agent-fc-" + runID
-	t.Cleanup(func() { cleanupAgent(cli, id) })
+	cleanupAgent(t, cli, id)
 	set := f.spec(t).Rules()
 	cfg := fmt.Sprintf(`
 terraform {
