@@ -34,7 +34,7 @@ func runLandlockExec(args []string) int {
 		return fail(fmt.Errorf("no config on fd 3"))
 	}
 	cfg, err := landlock.ReadChildConfig(f)
-	f.Close()
+	_ = f.Close() // read-only: nothing to lose
 	if err != nil {
 		return fail(err)
 	}

@@ -57,14 +57,14 @@ func (r *agentResource) addServiceError(diags *diag.Diagnostics, err error) {
 			continue
 		}
 		summary, detail := stepSummaries[se.Step], se.Error()
-		switch {
-		case se.Step == deploy.StepDocker:
+		switch se.Step {
+		case deploy.StepDocker:
 			detail = fmt.Sprintf("The provider could not reach the Docker daemon at %s: %v\n\n"+
 				"Start the daemon, or point the provider's docker_host (or DOCKER_HOST) at one that runs.",
 				engine.HostOf(r.data.docker.opts), se.Err)
-		case se.Step == deploy.StepImport:
+		case deploy.StepImport:
 			detail = se.Err.Error() + ". Import works for agents this provider (with this state_dir) made."
-		case se.Step == deploy.StepListen:
+		case deploy.StepListen:
 			detail = se.Err.Error()
 		}
 		if p, ok := stepPaths[se.Field]; ok {

@@ -316,7 +316,7 @@ func WaitHealthy(ctx context.Context, cli client.APIClient, containerID string, 
 		if containerID != "" {
 			c, ierr := cli.ContainerInspect(ctx, containerID)
 			if ierr == nil && !c.State.Running && !c.State.Restarting {
-				return nil, fmt.Errorf("runner exited (code %d) before it was healthy: %v\n%s", c.State.ExitCode, last, LogTail(context.WithoutCancel(ctx), cli, containerID, 20))
+				return nil, fmt.Errorf("runner exited (code %d) before it was healthy: %w\n%s", c.State.ExitCode, last, LogTail(context.WithoutCancel(ctx), cli, containerID, 20))
 			}
 		}
 		select {
@@ -325,7 +325,7 @@ func WaitHealthy(ctx context.Context, cli client.APIClient, containerID string, 
 			if containerID != "" {
 				tail = "\n" + LogTail(context.WithoutCancel(ctx), cli, containerID, 20)
 			}
-			return nil, fmt.Errorf("runner not healthy after %s: %v%s", timeout, last, tail)
+			return nil, fmt.Errorf("runner not healthy after %s: %w%s", timeout, last, tail)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -339,7 +339,7 @@ func LogTail(ctx context.Context, cli client.APIClient, id string, n int) string
 	if err != nil {
 		return "(no logs: " + err.Error() + ")"
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }() // read-only stream
 	var out bytes.Buffer
 	if _, err := stdcopy.StdCopy(&out, &out, rc); err != nil {
 		return out.String() + "(log read: " + err.Error() + ")"

@@ -114,7 +114,7 @@ func CheckHealth(ctx context.Context, l Listener) (Health, error) {
 	if err != nil {
 		return nil, fmt.Errorf("healthz: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read-only
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("healthz: %s: %s", resp.Status, strings.TrimSpace(string(raw)))

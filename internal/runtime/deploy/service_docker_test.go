@@ -118,7 +118,7 @@ func sendTestMessage(t *testing.T, socket, token, text string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var r agent.Reply
 	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("message: %d %v %+v", resp.StatusCode, err, r)

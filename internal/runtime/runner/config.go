@@ -111,7 +111,7 @@ func LoadConfig(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runner config: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	st, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("runner config: %w", err)
@@ -172,12 +172,10 @@ func WriteConfig(path string, c *Config) (err error) {
 	}()
 	// CreateTemp makes 0600 already; the chmod says so against any umask.
 	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return fmt.Errorf("runner config: %w", err)
+		return errors.Join(fmt.Errorf("runner config: %w", err), f.Close())
 	}
 	if _, err := f.Write(raw); err != nil {
-		f.Close()
-		return fmt.Errorf("runner config: %w", err)
+		return errors.Join(fmt.Errorf("runner config: %w", err), f.Close())
 	}
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("runner config: %w", err)

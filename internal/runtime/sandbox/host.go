@@ -310,7 +310,7 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	if err != nil {
 		return Outcome{}, fmt.Errorf("private tmpdir: %w", err)
 	}
-	defer os.RemoveAll(tmp)
+	defer h.removeAll(tmp)
 	uid := os.Getuid()
 	if h.user != nil {
 		uid = h.user.UID
@@ -329,7 +329,7 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 		if err != nil {
 			return Outcome{}, fmt.Errorf("hide denied paths: %w", err)
 		}
-		defer os.RemoveAll(dir)
+		defer h.removeAll(dir)
 		child.EmptyFile = filepath.Join(dir, "empty")
 		if err := os.WriteFile(child.EmptyFile, nil, 0o444); err != nil {
 			return Outcome{}, fmt.Errorf("hide denied paths: %w", err)
@@ -362,7 +362,7 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	defer func() {
 		for _, f := range pipes {
 			if f != nil {
-				f.Close()
+				_ = f.Close() // a pipe end: nothing buffered to lose
 			}
 		}
 	}()
@@ -402,10 +402,11 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	pid := cmd.Process.Pid
 	out := Outcome{SandboxID: "pid:" + strconv.Itoa(pid), StartLatency: time.Since(begin)}
 	// Only the child holds these ends now; EOF on the read ends then means
-	// every process of the agent has closed them.
-	outW.Close()
-	errW.Close()
-	cfgR.Close()
+	// every process of the agent has closed them. The child has its own
+	// copies: closing the runner's loses nothing.
+	_ = outW.Close()
+	_ = errW.Close()
+	_ = cfgR.Close()
 	if err := cg.add(pid); err != nil {
 		// Without the cgroup the process limit would not hold: fail
 		// closed rather than run unbounded.
@@ -420,7 +421,9 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 		_ = cmd.Wait()
 		return out, fmt.Errorf("hand rules to the agent child: %w", err)
 	}
-	cfgW.Close()
+	// The config is in the pipe already (a pipe buffers nothing in this
+	// process); the close is the EOF the child reads up to.
+	_ = cfgW.Close()
 
 	stdout := &capped{max: MaxStdout}
 	stderr := &tail{max: StderrTailLen}
@@ -431,13 +434,21 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
+	var waitErr error
 	select {
-	case <-waited:
+	case waitErr = <-waited:
 	case <-ctx.Done():
 		out.TimedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
 		killSession(pid)
 		cg.killAll()
-		<-waited
+		waitErr = <-waited
+	}
+	// The exit status is read from cmd.ProcessState (exitState, below);
+	// what Wait reports beyond it (stdin not taken in, WaitDelay passed)
+	// changes no outcome but is worth a line.
+	var exitErr *exec.ExitError
+	if waitErr != nil && !errors.As(waitErr, &exitErr) {
+		h.log.Debug("agent child wait", "pid", pid, "error", waitErr)
 	}
 	// What the agent left running in the background goes with it.
 	killSession(pid)
@@ -449,14 +460,22 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	case <-time.After(2 * time.Second):
 		// A process that left the group (setsid) still holds the pipes;
 		// stop reading rather than wait for it.
-		outR.Close()
-		errR.Close()
+		_ = outR.Close() // read ends: what was read is kept
+		_ = errR.Close()
 		<-drained
 	}
 
 	out.Stdout = stdout.buf
 	out.StderrTail = stderr.bytes()
 	return out, exitState(ctx, &out, cmd.ProcessState, stdout.over)
+}
+
+// removeAll removes a message's scratch directory. A failure leaves litter
+// under TmpRoot, not a wrong reply: it is logged, not returned.
+func (h *Host) removeAll(dir string) {
+	if err := os.RemoveAll(dir); err != nil {
+		h.log.Warn("host mode: scratch directory not removed", "dir", dir, "error", err)
+	}
 }
 
 // childConfig is what the child applies to itself before it execs the

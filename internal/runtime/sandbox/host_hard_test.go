@@ -135,7 +135,9 @@ func TestHostWorkspaceSymlinkRefused(t *testing.T) {
 		t.Errorf("message after the swap: %v, want a refusal naming the symbolic link", err)
 	}
 	if _, err := os.Stat("/etc/meepa-pwned"); err == nil {
-		os.Remove("/etc/meepa-pwned")
+		if err := os.Remove("/etc/meepa-pwned"); err != nil {
+			t.Error(err)
+		}
 		t.Error("the agent wrote /etc through its swapped workspace")
 	}
 	// A runner that starts on such a workspace refuses too.
@@ -165,7 +167,11 @@ func TestChownTreeNoLinksNoMounts(t *testing.T) {
 	if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, "size=64k"); err != nil {
 		t.Skipf("mount tmpfs: %v", err)
 	}
-	defer unix.Unmount(mnt, unix.MNT_DETACH)
+	defer func() {
+		if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", mnt, err)
+		}
+	}()
 	writeFile(t, filepath.Join(mnt, "other-fs"), "x")
 
 	if err := ChownTree(ws, 4242, 4243); err != nil {

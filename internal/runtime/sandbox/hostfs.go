@@ -113,11 +113,11 @@ func ChownTree(root string, uid, gid int) error {
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		unix.Close(fd)
+		_ = unix.Close(fd) // read-only directory handle: nothing to lose
 		return fmt.Errorf("chown %s: %w", root, err)
 	}
 	if err := unix.Fchown(fd, uid, gid); err != nil {
-		unix.Close(fd)
+		_ = unix.Close(fd) // read-only directory handle: nothing to lose
 		return fmt.Errorf("chown %s: %w", root, err)
 	}
 	return chownDir(fd, root, st.Dev, uid, gid, 0)
@@ -144,7 +144,7 @@ func openDirNoSymlinks(p string) (int, error) {
 			continue
 		}
 		next, err := unix.Openat(fd, part, flags, 0)
-		unix.Close(fd)
+		_ = unix.Close(fd) // read-only directory handle: nothing to lose
 		if err != nil {
 			return -1, err
 		}
@@ -156,7 +156,7 @@ func openDirNoSymlinks(p string) (int, error) {
 // chownDir chowns the entries of the open directory dirfd (and closes it).
 func chownDir(dirfd int, path string, dev uint64, uid, gid, depth int) error {
 	dir := os.NewFile(uintptr(dirfd), path)
-	defer dir.Close()
+	defer func() { _ = dir.Close() }() // read-only directory handle
 	if depth > 256 {
 		return fmt.Errorf("chown %s: too deep", path)
 	}
@@ -188,7 +188,7 @@ func chownDir(dirfd int, path string, dev uint64, uid, gid, depth int) error {
 				return fmt.Errorf("chown %s: %w", child, err)
 			}
 			if err := unix.Fchown(sub, uid, gid); err != nil {
-				unix.Close(sub)
+				_ = unix.Close(sub) // read-only directory handle: nothing to lose
 				return fmt.Errorf("chown %s: %w", child, err)
 			}
 			if err := chownDir(sub, child, dev, uid, gid, depth+1); err != nil {

@@ -135,10 +135,11 @@ func networkMatches(n Network, o ObservedNetwork) bool {
 // container with another hash is replaced.
 func ProxyConfigHash(s Spec) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "v1\n%s\n%s\n%s\n%s\n%d\n%d\n%s\n", s.Proxy.Image, strings.Join(ProxyCommand(s), "\x00"),
+	// A hash.Hash's Write never returns an error.
+	_, _ = fmt.Fprintf(h, "v1\n%s\n%s\n%s\n%s\n%d\n%d\n%s\n", s.Proxy.Image, strings.Join(ProxyCommand(s), "\x00"),
 		s.Proxy.IP, s.Proxy.EgressIP, ProxyMemory, ProxyPids, ProxyUser)
 	for _, n := range s.Networks {
-		fmt.Fprintf(h, "%s %s\n", n.Name, n.Subnet)
+		_, _ = fmt.Fprintf(h, "%s %s\n", n.Name, n.Subnet) // as above
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
@@ -402,7 +403,7 @@ func tailLogs(ctx context.Context, cli client.APIClient, id string) string {
 	if err != nil {
 		return "(no logs: " + err.Error() + ")"
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }() // read-only stream
 	var b strings.Builder
 	_, _ = stdcopy.StdCopy(&b, &b, io.LimitReader(rc, 8<<10))
 	return strings.TrimSpace(b.String())
@@ -472,7 +473,7 @@ func HostRoutes() ([]Route, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read routes: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	var out []Route
 	sc := bufio.NewScanner(f)
 	sc.Scan() // header

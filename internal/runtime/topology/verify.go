@@ -303,7 +303,7 @@ func (sv *Service) runRole(ctx context.Context, s Spec, o VerifyOptions, rp *rol
 	if err != nil {
 		return fmt.Errorf("probe %s: logs: %w", rp.role, err)
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }() // read-only stream
 	var stdout, stderr bytes.Buffer
 	if _, err := stdcopy.StdCopy(&stdout, &stderr, rc); err != nil {
 		return fmt.Errorf("probe %s: logs: %w", rp.role, err)

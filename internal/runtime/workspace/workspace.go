@@ -189,7 +189,7 @@ func writeAtomic(dir, name, content string) (err error) {
 	if err != nil {
 		return fmt.Errorf("workspace write %s: %w", name, err)
 	}
-	defer root.Close()
+	defer func() { _ = root.Close() }() // a directory handle: nothing to lose
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := name + ".meepa-tmp-" + hex.EncodeToString(rnd[:])
@@ -231,7 +231,7 @@ func readSoul(dir string) (string, bool, error) {
 	if err != nil {
 		return "", false, fmt.Errorf("workspace: %w", err)
 	}
-	defer root.Close()
+	defer func() { _ = root.Close() }() // a directory handle: nothing to lose
 	if fi, err := root.Lstat(SoulFile); errors.Is(err, fs.ErrNotExist) || (err == nil && !fi.Mode().IsRegular()) {
 		return "", false, nil
 	}
@@ -243,7 +243,7 @@ func readSoul(dir string) (string, bool, error) {
 	case err != nil:
 		return "", false, fmt.Errorf("workspace: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	st, err := f.Stat()
 	if err != nil {
 		return "", false, fmt.Errorf("workspace: %w", err)

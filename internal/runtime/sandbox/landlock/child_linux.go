@@ -128,7 +128,7 @@ func hidePaths(hide []Hidden, emptyFile string) error {
 		}
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
-			unix.Close(fd)
+			_ = unix.Close(fd) // an O_PATH handle: nothing to lose
 			return fmt.Errorf("hide denied path %s: %w", h.Path, err)
 		}
 		target := fmt.Sprintf("/proc/thread-self/fd/%d", fd)
@@ -148,7 +148,7 @@ func hidePaths(hide []Hidden, emptyFile string) error {
 				err = unix.Mount("", h.Path, "", unix.MS_BIND|unix.MS_REMOUNT|flags, "")
 			}
 		}
-		unix.Close(fd)
+		_ = unix.Close(fd) // an O_PATH handle: nothing to lose
 		if err != nil {
 			return fmt.Errorf("hide denied path %s: %w", h.Path, err)
 		}
