@@ -11,6 +11,8 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/firewall"
 )
 
 // SweepTopologies removes what crashed test runs left behind: every
@@ -56,4 +58,14 @@ func SweepTopologies(ctx context.Context, cli client.APIClient, label, prefix st
 		swept = append(swept, name)
 	}
 	return swept, errors.Join(errs...)
+}
+
+// FirewallDrift reads the live rules of set and lists how they differ from
+// it; empty when they are in place.
+func FirewallDrift(ctx context.Context, h *firewall.Host, set firewall.Set) ([]string, error) {
+	live, err := h.Read(ctx, set)
+	if err != nil {
+		return nil, err
+	}
+	return firewall.Diff(set, live), nil
 }

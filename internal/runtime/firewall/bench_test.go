@@ -62,8 +62,8 @@ func BenchmarkReadBack(b *testing.B) {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		drift, err := h.Check(ctx, set)
-		if err != nil || len(drift) > 0 {
+		live, err := h.Read(ctx, set)
+		if drift := Diff(set, live); err != nil || len(drift) > 0 {
 			b.Fatalf("drift %v err %v", drift, err)
 		}
 	}

@@ -321,15 +321,6 @@ func (h *Host) Remove(ctx context.Context, want Set) error {
 	return nil
 }
 
-// Check reads live and diffs it against want.
-func (h *Host) Check(ctx context.Context, want Set) ([]string, error) {
-	live, err := h.Read(ctx, want)
-	if err != nil {
-		return nil, err
-	}
-	return Diff(want, live), nil
-}
-
 func (h *Host) run(ctx context.Context, text string) error {
 	// -w waits for the xtables lock instead of failing when Docker or
 	// another tool holds it.

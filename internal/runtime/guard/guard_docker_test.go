@@ -96,7 +96,7 @@ func TestGuardDocker(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * guard.DefaultInterval)
-	if d, err := h.Check(ctx, set); err != nil || len(d) == 0 {
+	if d, err := testutil.FirewallDrift(ctx, h, set); err != nil || len(d) == 0 {
 		t.Fatalf("with the guard stopped the rules came back (%v) or cannot be read (%v)", d, err)
 	}
 	if err := guard.Ensure(ctx, cli, guard.Want{Topology: name, Image: image, Params: &p}, 30*time.Second); err != nil {
@@ -115,7 +115,7 @@ func TestGuardDocker(t *testing.T) {
 
 func inSync(t *testing.T, h *firewall.Host, set firewall.Set, when string) {
 	t.Helper()
-	d, err := h.Check(context.Background(), set)
+	d, err := testutil.FirewallDrift(context.Background(), h, set)
 	if err != nil || len(d) > 0 {
 		t.Fatalf("%s: rules differ: %v %v", when, d, err)
 	}
@@ -127,7 +127,7 @@ func waitInSync(t *testing.T, h *firewall.Host, set firewall.Set, limit time.Dur
 	t.Helper()
 	begin := time.Now()
 	for {
-		d, err := h.Check(context.Background(), set)
+		d, err := testutil.FirewallDrift(context.Background(), h, set)
 		if err != nil {
 			t.Fatal(err)
 		}

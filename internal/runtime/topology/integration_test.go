@@ -115,7 +115,7 @@ func TestThreeGateIsolation(t *testing.T) {
 	if _, err := svc.Apply(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	if drift, err := fw.Check(ctx, s.Rules()); err != nil || len(drift) > 0 {
+	if drift, err := testutil.FirewallDrift(ctx, fw, s.Rules()); err != nil || len(drift) > 0 {
 		t.Fatalf("after apply: drift %v, err %v", drift, err)
 	}
 	after, err := svc.Verify(ctx, s, opts)
@@ -253,14 +253,14 @@ func TestThreeGateIsolation(t *testing.T) {
 		{"input chain emptied", func() { ipt("-F", firewall.InputChain(s.Name)) }, "rule missing"},
 	} {
 		c.break_()
-		drift, err := fw.Check(ctx, set)
+		drift, err := testutil.FirewallDrift(ctx, fw, set)
 		if err != nil || len(drift) == 0 || !strings.Contains(strings.Join(drift, "\n"), c.want) {
 			t.Errorf("%s: drift %q (err %v), want it to mention %q", c.name, drift, err, c.want)
 		}
 		if err := fw.Apply(ctx, set); err != nil {
 			t.Fatal(err)
 		}
-		if drift, _ := fw.Check(ctx, set); len(drift) > 0 {
+		if drift, _ := testutil.FirewallDrift(ctx, fw, set); len(drift) > 0 {
 			t.Errorf("%s: not restored: %v", c.name, drift)
 		}
 	}
@@ -275,7 +275,7 @@ func TestThreeGateIsolation(t *testing.T) {
 	if b, err := restore.CombinedOutput(); err != nil {
 		t.Fatalf("loading RestoreText: %v %s", err, b)
 	}
-	if drift, err := fw.Check(ctx, set); err != nil || len(drift) > 0 {
+	if drift, err := testutil.FirewallDrift(ctx, fw, set); err != nil || len(drift) > 0 {
 		t.Errorf("after loading RestoreText: drift %v, err %v", drift, err)
 	}
 

@@ -14,6 +14,3 @@ func statOwner(st fs.FileInfo) (Owner, bool) {
 	}
 	return Owner{UID: int(sys.Uid), GID: int(sys.Gid)}, true
 }
-
-// OwnerOf returns the numeric owner of a path.
-func OwnerOf(st fs.FileInfo) (Owner, bool) { return statOwner(st) }

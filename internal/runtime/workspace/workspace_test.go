@@ -147,7 +147,7 @@ func TestEnsureChownsWhatItMakes(t *testing.T) {
 	}
 	for _, p := range []string{dir, filepath.Join(dir, SoulFile), filepath.Join(dir, MemoryFile), filepath.Join(dir, SkillsDir)} {
 		st, _ := os.Stat(p)
-		if o, _ := OwnerOf(st); o != (Owner{65534, 65534}) {
+		if o, _ := statOwner(st); o != (Owner{65534, 65534}) {
 			t.Errorf("%s owned by %v", p, o)
 		}
 	}
@@ -157,7 +157,7 @@ func TestEnsureChownsWhatItMakes(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ := os.Stat(filepath.Join(dir, "mine"))
-	if o, _ := OwnerOf(st); o.UID != 0 {
+	if o, _ := statOwner(st); o.UID != 0 {
 		t.Errorf("agent file re-owned to %v", o)
 	}
 }
