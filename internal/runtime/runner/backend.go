@@ -58,6 +58,7 @@ func DockerOptions(cfg *Config, log hclog.Logger) sandbox.DockerOptions {
 			User:        cm.User,
 			Runtime:     cm.Runtime,
 			Env:         cfg.Env,
+			RelayDir:    RelayDir(cfg),
 		},
 		Prestart: cm.Prestart,
 		Logger:   log,
@@ -72,6 +73,31 @@ func DockerOptions(cfg *Config, log hclog.Logger) sandbox.DockerOptions {
 			"workspace", cfg.Workspace, "user", userOrDefault(cm.User))
 	}
 	return o
+}
+
+// RelayDir is the directory of the runner's LLM relay socket, which every
+// per-message container mounts: Config.RelayDir, else run/relay beside the
+// config file (in the provider's layout <state_dir>/runners/<id>/run, the
+// directory the runner's own container may write, at the same path as on
+// the Docker host), else a directory of the agent's under the temp dir.
+func RelayDir(cfg *Config) string {
+	switch {
+	case cfg.RelayDir != "":
+		return cfg.RelayDir
+	case cfg.Path != "":
+		return filepath.Join(filepath.Dir(cfg.Path), "run", "relay")
+	}
+	return filepath.Join(os.TempDir(), "meepa-relay-"+safeName(cfg.AgentID))
+}
+
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			return r
+		}
+		return '-'
+	}, s)
 }
 
 // HostOptions maps a runner config onto the host (Landlock) backend's

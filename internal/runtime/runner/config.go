@@ -51,6 +51,10 @@ type Config struct {
 	Env map[string]string `json:"env,omitempty"`
 	// MaxSteps bounds the agent loop's LLM/tool steps; zero means 8.
 	MaxSteps int `json:"max_steps,omitempty"`
+	// RelayDir holds the LLM relay's unix socket, mounted read-only into
+	// every per-message container; it must be at the same path on the
+	// Docker host. Empty: see RelayDir(cfg).
+	RelayDir string `json:"relay_dir,omitempty"`
 	// DockerHost is the daemon the per-message containers run on; empty
 	// means DOCKER_HOST, else the local socket.
 	DockerHost string `json:"docker_host,omitempty"`

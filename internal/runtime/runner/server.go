@@ -120,6 +120,8 @@ type Server struct {
 	log        hclog.Logger
 	newBackend BackendFactory
 	metrics    *metrics
+	// relay carries the agent loop's LLM calls and holds the API key.
+	relay *Relay
 
 	// turn is the per-agent mutex: one sandbox at a time. Waiting for it is
 	// the queue, bounded by cfg.QueueSize.
@@ -153,8 +155,16 @@ func New(ctx context.Context, cfg *Config, o Options) (*Server, error) {
 		metrics:    newMetrics(),
 		turn:       make(chan struct{}, 1),
 	}
+	s.relay = newRelay(s.log, s.metrics)
+	if cfg.Container.Enabled {
+		// The socket exists before any container that mounts its directory.
+		if err := s.relay.Listen(RelayDir(cfg)); err != nil {
+			return nil, err
+		}
+	}
 	b, mode, err := s.newBackend(ctx, cfg, s.log)
 	if err != nil {
+		_ = s.relay.Close()
 		return nil, err
 	}
 	s.cfg, s.backend, s.mode, s.token = cfg, b, mode, sha256.Sum256([]byte(cfg.Token))
@@ -224,7 +234,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// used up ctx.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	return errors.Join(err, b.Close(cctx))
+	return errors.Join(err, b.Close(cctx), s.relay.Close())
 }
 
 // Reload applies a changed config: it waits for the message in flight,
@@ -245,6 +255,11 @@ func (s *Server) Reload(ctx context.Context, cfg *Config) error {
 	s.mu.RUnlock()
 	if cfg.Listen != oldCfg.Listen {
 		s.log.Warn("listen address changed; it takes effect at the next restart", "listen", oldCfg.Listen)
+	}
+	if cfg.Container.Enabled && s.relay.Dir() == "" {
+		if err := s.relay.Listen(RelayDir(cfg)); err != nil {
+			return fmt.Errorf("reload: %w", err)
+		}
 	}
 	// Close first: each backend removes the agent's sandboxes that are not
 	// its own, so the two must not overlap.
@@ -381,13 +396,40 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, backend sandbox.Backend, msg MessageRequest, bytesIn int, queued time.Duration) {
 	id := newMessageID()
 	req := BuildRequest(cfg, id, msg)
+	job := sandbox.Job{MessageID: id, Timeout: cfg.Container.Timeout()}
+	var usage RelayUsage
+	endRelay := func() {}
+	if usesRelay(cfg.LLM.Provider) {
+		// The loop gets a token for this message and the relay's address;
+		// the key stays here.
+		token, end := s.relay.Begin(id, cfg.LLM, cfg.Container.Timeout())
+		// The token dies with the message, whatever a tool left behind.
+		endRelay = func() { usage = end() }
+		req.LLM.APIKey = token
+		req.LLM.BaseURL = RelayBaseURL(cfg.LLM.Provider)
+		if cfg.Container.Enabled {
+			req.Relay = &agent.Relay{Socket: sandbox.RelayMountDir + "/" + RelaySocketName}
+		} else {
+			child, stop, err := s.relay.Pair()
+			if err != nil {
+				writeError(w, http.StatusInternalServerError, id, agent.ErrKindSandbox, err.Error())
+				return
+			}
+			defer stop()
+			defer child.Close()
+			job.Files = []*os.File{child}
+			req.Relay = &agent.Relay{FD: agent.RelayFD}
+		}
+	}
 	stdin, err := json.Marshal(req)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, id, agent.ErrKindInternal, "encode request")
 		return
 	}
+	job.Stdin = stdin
 	begin := time.Now()
-	out, runErr := backend.Run(ctx, sandbox.Job{MessageID: id, Stdin: stdin, Timeout: cfg.Container.Timeout()})
+	out, runErr := backend.Run(ctx, job)
+	endRelay()
 	status, kind, detail, reply := classify(cfg, out, runErr)
 	dur := time.Since(begin)
 
@@ -414,6 +456,10 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, ba
 		"exit_code", out.ExitCode,
 		"bytes_in", bytesIn,
 		"bytes_out", len(body),
+		"llm_calls", usage.Calls,
+		"llm_refused", usage.Refused,
+		"llm_input_tokens", usage.InputTokens,
+		"llm_output_tokens", usage.OutputTokens,
 	)
 	if runErr != nil {
 		s.log.Error("sandbox failed", "message_id", id, "error", redactor(cfg).String(runErr.Error()))
@@ -425,8 +471,12 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, ba
 }
 
 // BuildRequest is the agent-run request for one message: the message plus
-// the agent's LLM settings and secrets, which travel only on stdin.
+// the agent's LLM settings (without the API key, which never leaves the
+// runner: run adds the relay and its token) and secrets, which travel only
+// on stdin.
 func BuildRequest(cfg *Config, id string, msg MessageRequest) agent.Request {
+	llm := cfg.LLM
+	llm.APIKey = ""
 	return agent.Request{
 		AgentID: cfg.AgentID,
 		Message: agent.Message{
@@ -436,7 +486,7 @@ func BuildRequest(cfg *Config, id string, msg MessageRequest) agent.Request {
 			Channel:        msg.Channel,
 			ConversationID: msg.ConversationID,
 		},
-		LLM:                  cfg.LLM,
+		LLM:                  llm,
 		Secrets:              cfg.Secrets,
 		InjectCredentialsEnv: cfg.InjectCredentialsEnv,
 		InjectSecretsEnv:     cfg.InjectSecretsEnv,
