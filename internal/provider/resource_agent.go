@@ -680,6 +680,9 @@ func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan *
 		}
 		ri.Config.Container.Networks = nets
 		ri.Config.Env = env
+		// The runner enforces the role's tools and TOOL-EXEC's no-network
+		// sandbox.
+		ri.Config.Role = ri.Threegate.Role.ValueString()
 	}
 
 	// The workspace.

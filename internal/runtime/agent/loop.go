@@ -156,6 +156,10 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 		return finish(ErrKindWorkspace, err)
 	}
 	defer tb.Close()
+	if err := tb.SetRole(req.Role); err != nil {
+		return finish(ErrKindRequest, err)
+	}
+	defer func() { rep.ToolsRefused = tb.Refused() }()
 	mem, err := OpenMemory(ctx, tb.Dir())
 	if err != nil {
 		return finish(ErrKindWorkspace, err)

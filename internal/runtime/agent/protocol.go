@@ -48,6 +48,10 @@ type Request struct {
 	Env map[string]string `json:"env,omitempty"`
 	// MaxSteps bounds the model turns; 0 means 8, at most 100.
 	MaxSteps int `json:"max_steps,omitempty"`
+	// Role is the agent's ThreeGate role (RoleCore, RoleFetch, RoleToolExec)
+	// as the runner's config says, never the model: it decides which tools
+	// exist (RoleTools). Empty keeps the tools of an agent without a role.
+	Role string `json:"role,omitempty"`
 	// Relay, when set, carries every LLM call to the runner's relay; LLM's
 	// APIKey is then this message's relay token, never the real key.
 	Relay *Relay `json:"relay,omitempty"`
@@ -98,6 +102,8 @@ type Reply struct {
 	Steps      []Step `json:"steps,omitempty"`
 	Usage      Usage  `json:"usage"`
 	DurationMS int64  `json:"duration_ms"`
-	ErrorKind  string `json:"error_kind,omitempty"`
-	Error      string `json:"error,omitempty"`
+	// ToolsRefused counts tool calls outside the agent's role.
+	ToolsRefused int    `json:"tools_refused,omitempty"`
+	ErrorKind    string `json:"error_kind,omitempty"`
+	Error        string `json:"error,omitempty"`
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
@@ -63,6 +64,12 @@ func DockerOptions(cfg *Config, log hclog.Logger) sandbox.DockerOptions {
 		Prestart: cm.Prestart,
 		Logger:   log,
 	}
+	if cfg.Role == agent.RoleToolExec {
+		// TOOL-EXEC's execution sandbox has no network at all: no route to
+		// llmnet, the proxy or the LLM gateway. Its LLM calls go through
+		// the relay socket, which needs none.
+		o.Spec.Network, o.Spec.Networks = "none", nil
+	}
 	// The workspace is chowned to the container user when this process can
 	// see it at the same path and may chown; otherwise whoever made it (the
 	// provider) must have made it writable for that user.
@@ -103,10 +110,16 @@ func safeName(s string) string {
 // HostOptions maps a runner config onto the host (Landlock) backend's
 // options: the same memory, pids and timeout settings as container mode.
 func HostOptions(cfg *Config, log hclog.Logger) sandbox.HostOptions {
+	fa := cfg.FileAccess
+	if cfg.Role == agent.RoleToolExec {
+		// No TCP for the child (Landlock ABI 4, else the message fails
+		// closed); its LLM calls use the inherited relay socket.
+		fa.AllowNetwork = false
+	}
 	return sandbox.HostOptions{
 		AgentID:     cfg.AgentID,
 		Workspace:   cfg.Workspace,
-		FileAccess:  cfg.FileAccess,
+		FileAccess:  fa,
 		MemoryLimit: cfg.Container.MemoryLimit,
 		PidsLimit:   cfg.Container.PidsLimit,
 		Env:         cfg.Env,
@@ -164,6 +177,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Workspace == "" {
 		errs = append(errs, errors.New("workspace is empty"))
+	}
+	if _, err := agent.RoleTools(c.Role); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Role == agent.RoleToolExec && !c.Container.Enabled && c.FileAccess.Unrestricted {
+		errs = append(errs, errors.New("role tool_exec runs its tools with no network, which an unrestricted host-mode agent cannot enforce; turn container mode on or file_access.unrestricted off"))
 	}
 	if c.Container.Enabled && c.Container.Image == "" {
 		errs = append(errs, errors.New("container_mode.image is empty"))

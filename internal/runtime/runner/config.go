@@ -51,6 +51,12 @@ type Config struct {
 	Env map[string]string `json:"env,omitempty"`
 	// MaxSteps bounds the agent loop's LLM/tool steps; zero means 8.
 	MaxSteps int `json:"max_steps,omitempty"`
+	// Role is the agent's ThreeGate role ("core", "fetch", "tool_exec"; see
+	// agent.RoleTools), empty for an agent outside a topology. The runner
+	// hands it to the loop, which offers only the role's tools; a
+	// "tool_exec" agent's sandbox has no network at all (its LLM calls
+	// use the relay).
+	Role string `json:"role,omitempty"`
 	// RelayDir holds the LLM relay's unix socket, mounted read-only into
 	// every per-message container; it must be at the same path on the
 	// Docker host. Empty: see RelayDir(cfg).

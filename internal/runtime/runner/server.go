@@ -442,6 +442,12 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, ba
 		body, _ = json.Marshal(reply)
 	}
 	s.metrics.message(outcome, dur, out.StartLatency, out.SandboxID != "")
+	refused := 0
+	if reply != nil {
+		// Counted inside the sandbox; bounded so it cannot inflate metrics.
+		refused = min(max(reply.ToolsRefused, 0), 1000)
+		s.metrics.refusedTools(refused)
+	}
 	// The audit line: what ran where and how it ended; never the text, the
 	// reply or a secret.
 	s.log.Info("message",
@@ -456,6 +462,8 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, ba
 		"exit_code", out.ExitCode,
 		"bytes_in", bytesIn,
 		"bytes_out", len(body),
+		"role", cfg.Role,
+		"tools_refused", refused,
 		"llm_calls", usage.Calls,
 		"llm_refused", usage.Refused,
 		"llm_input_tokens", usage.InputTokens,
@@ -493,6 +501,7 @@ func BuildRequest(cfg *Config, id string, msg MessageRequest) agent.Request {
 		RedactSecrets:        cfg.RedactSecrets,
 		Env:                  cfg.Env,
 		MaxSteps:             cfg.MaxSteps,
+		Role:                 cfg.Role,
 	}
 }
 
