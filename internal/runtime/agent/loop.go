@@ -174,6 +174,9 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 		}
 		defer closeRelay()
 		hc = &http.Client{Transport: tr}
+		if len(req.Asks) > 0 {
+			tb.ask, tb.asks = asker(tr, req.LLM.APIKey), req.Asks
+		}
 		if req.InjectCredentialsEnv && usesModel(req.LLM.Provider) {
 			// Tools get the relay and this message's token, never the key.
 			base, stop, err := relayForwarder(tr)

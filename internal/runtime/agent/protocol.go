@@ -52,9 +52,18 @@ type Request struct {
 	// as the runner's config says, never the model: it decides which tools
 	// exist (RoleTools). Empty keeps the tools of an agent without a role.
 	Role string `json:"role,omitempty"`
+	// Asks are the agents this one may ask (CORE only), by id and role; the
+	// runner routes each ask, through the relay, to the target's runner.
+	Asks []AskTarget `json:"asks,omitempty"`
 	// Relay, when set, carries every LLM call to the runner's relay; LLM's
 	// APIKey is then this message's relay token, never the real key.
 	Relay *Relay `json:"relay,omitempty"`
+}
+
+// AskTarget is an agent the ask tool may reach.
+type AskTarget struct {
+	AgentID string `json:"agent_id"`
+	Role    string `json:"role"`
 }
 
 // ToolCall is one tool invocation inside a step.

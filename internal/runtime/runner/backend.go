@@ -184,6 +184,20 @@ func (c *Config) Validate() error {
 	if c.Role == agent.RoleToolExec && !c.Container.Enabled && c.FileAccess.Unrestricted {
 		errs = append(errs, errors.New("role tool_exec runs its tools with no network, which an unrestricted host-mode agent cannot enforce; turn container mode on or file_access.unrestricted off"))
 	}
+	if len(c.Ask) > 0 && c.Role != agent.RoleCore {
+		// Depth one: only CORE asks, and only FETCH and TOOL-EXEC answer.
+		errs = append(errs, fmt.Errorf("ask: only a core agent may ask other agents, and this one's role is %q", c.Role))
+	}
+	for i, a := range c.Ask {
+		switch {
+		case a.AgentID == "" || a.AgentID == c.AgentID:
+			errs = append(errs, fmt.Errorf("ask[%d]: agent_id %q: want another agent's id", i, a.AgentID))
+		case a.Role != agent.RoleFetch && a.Role != agent.RoleToolExec:
+			errs = append(errs, fmt.Errorf("ask[%d]: agent %s has role %q; a core agent asks only fetch and tool_exec agents", i, a.AgentID, a.Role))
+		case a.Token == "" || !(strings.HasPrefix(a.Listen, "unix:///") || strings.HasPrefix(a.Listen, "127.0.0.1:")):
+			errs = append(errs, fmt.Errorf("ask[%d]: agent %s: want its runner's listen (unix:///path or 127.0.0.1:PORT) and token", i, a.AgentID))
+		}
+	}
 	if c.Container.Enabled && c.Container.Image == "" {
 		errs = append(errs, errors.New("container_mode.image is empty"))
 	}

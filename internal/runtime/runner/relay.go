@@ -63,8 +63,10 @@ const (
 
 // RelayUsage is what one message did through the relay.
 type RelayUsage struct {
-	Calls        int
-	Refused      int
+	Calls   int
+	Refused int
+	// Asks are the message ids of the asks this message made.
+	Asks         []string
 	InputTokens  int64
 	OutputTokens int64
 }
@@ -74,6 +76,8 @@ type relaySession struct {
 	messageID string
 	llm       agent.LLMConfig
 	timeout   time.Duration
+	asks      []AskTarget
+	askLimit  time.Duration
 
 	mu    sync.Mutex
 	usage RelayUsage
@@ -168,12 +172,12 @@ func (r *Relay) Close() error {
 
 // Begin opens a message's session and returns its token: 32 random bytes,
 // hex. end closes it and returns what the message did through the relay.
-func (r *Relay) Begin(messageID string, llm agent.LLMConfig, timeout time.Duration) (token string, end func() RelayUsage) {
+func (r *Relay) Begin(messageID string, llm agent.LLMConfig, timeout time.Duration, asks []AskTarget, askLimit time.Duration) (token string, end func() RelayUsage) {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	token = "meepa-relay-" + hex.EncodeToString(b[:])
 	key := sha256.Sum256([]byte(token))
-	s := &relaySession{messageID: messageID, llm: llm, timeout: timeout}
+	s := &relaySession{messageID: messageID, llm: llm, timeout: timeout, asks: asks, askLimit: askLimit}
 	r.mu.Lock()
 	r.sessions[key] = s
 	r.mu.Unlock()
@@ -278,6 +282,10 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	// to some other host: it never does.
 	if req.Method == http.MethodConnect || req.URL.Host != "" {
 		refuse(http.StatusForbidden, "the relay forwards only to the agent's configured model endpoint")
+		return
+	}
+	if req.URL.Path == agent.AskPath && req.Method == http.MethodPost {
+		r.serveAsk(w, req, s, refuse)
 		return
 	}
 	upstreamPath, ok := relayRoute(s.llm.Provider, req.URL.Path)

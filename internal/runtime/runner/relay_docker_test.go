@@ -108,3 +108,32 @@ echo "== token $OPENAI_API_KEY"`
 		})
 	}
 }
+
+// A TOOL-EXEC agent's shell runs in a container with no interface but lo
+// and no route, though its config names a network, while the same
+// message's LLM calls (two: the tool call, then the answer) reach the model
+// through the relay.
+func TestToolExecShellHasNoNetwork(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	model := testutil.NewFakeModel(t, map[string]string{
+		"ifaces": `echo "== ifaces $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ' ')"; echo "== routes $(tail -n +2 /proc/net/route | wc -l)"; wget -q -T 3 -O /dev/null http://172.17.0.1:9/ 2>&1; echo "== wget $?"`,
+	})
+	cfg := testAgentConfig(t, cli, "toolexec")
+	cfg.Role = "tool_exec"
+	cfg.Container.Network, cfg.Container.Networks = "", []string{"bridge"}
+	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.BaseURL = "openai", "m", model.URL()+"/v1"
+	a := startAgent(t, cfg)
+	ans := a.send(t, "ifaces")
+	if ans.status != 200 || ans.reply != "done" {
+		t.Fatalf("message: %d %s", ans.status, ans.raw)
+	}
+	out := firstToolOutput(t, ans.raw)
+	t.Logf("TOOL-EXEC shell:\n%s", out)
+	if !strings.Contains(out, "== ifaces lo \n") || !strings.Contains(out, "== routes 0") || strings.Contains(out, "== wget 0") {
+		t.Errorf("the TOOL-EXEC shell has a network:\n%s", out)
+	}
+	if n := len(model.Seen()); n != 2 {
+		t.Errorf("the model got %d calls, want 2", n)
+	}
+}

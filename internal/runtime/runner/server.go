@@ -383,7 +383,7 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
 	cfg, backend, _ := s.snapshot()
 	// A client that disconnects does not stop the message: the agent may be
 	// half-way through writing its memory. The timeout still bounds it.
-	s.run(context.WithoutCancel(r.Context()), w, cfg, backend, msg, len(body), time.Since(queuedAt))
+	s.run(context.WithoutCancel(r.Context()), w, cfg, backend, msg, len(body), time.Since(queuedAt), parentOf(r))
 }
 
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
@@ -393,20 +393,25 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 }
 
 // run executes one message in the agent's turn and writes the answer.
-func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, backend sandbox.Backend, msg MessageRequest, bytesIn int, queued time.Duration) {
+func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, backend sandbox.Backend, msg MessageRequest, bytesIn int, queued time.Duration, parent string) {
 	id := newMessageID()
 	req := BuildRequest(cfg, id, msg)
 	job := sandbox.Job{MessageID: id, Timeout: cfg.Container.Timeout()}
 	var usage RelayUsage
 	endRelay := func() {}
-	if usesRelay(cfg.LLM.Provider) {
+	if usesRelay(cfg.LLM.Provider) || len(cfg.Ask) > 0 {
 		// The loop gets a token for this message and the relay's address;
 		// the key stays here.
-		token, end := s.relay.Begin(id, cfg.LLM, cfg.Container.Timeout())
+		token, end := s.relay.Begin(id, cfg.LLM, cfg.Container.Timeout(), cfg.Ask, askLimit(cfg))
 		// The token dies with the message, whatever a tool left behind.
 		endRelay = func() { usage = end() }
 		req.LLM.APIKey = token
-		req.LLM.BaseURL = RelayBaseURL(cfg.LLM.Provider)
+		if usesRelay(cfg.LLM.Provider) {
+			req.LLM.BaseURL = RelayBaseURL(cfg.LLM.Provider)
+		}
+		for _, a := range cfg.Ask {
+			req.Asks = append(req.Asks, agent.AskTarget{AgentID: a.AgentID, Role: a.Role})
+		}
 		if cfg.Container.Enabled {
 			req.Relay = &agent.Relay{Socket: sandbox.RelayMountDir + "/" + RelaySocketName}
 		} else {
@@ -468,6 +473,8 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, ba
 		"llm_refused", usage.Refused,
 		"llm_input_tokens", usage.InputTokens,
 		"llm_output_tokens", usage.OutputTokens,
+		"parent_message_id", parent,
+		"ask_message_ids", strings.Join(usage.Asks, ","),
 	)
 	if runErr != nil {
 		s.log.Error("sandbox failed", "message_id", id, "error", redactor(cfg).String(runErr.Error()))
