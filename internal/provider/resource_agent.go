@@ -249,6 +249,13 @@ func agentSchema() schema.Schema {
 						MarkdownDescription: "One of " + codeList(threegateRoles) + ".",
 						Validators:          []validator.String{stringvalidator.OneOf(threegateRoles...)},
 					},
+					"ask": schema.ListAttribute{
+						Optional:    true,
+						ElementType: types.StringType,
+						MarkdownDescription: "For a `core` agent: the `agent_id`s of the `fetch` and `tool_exec` agents of the same topology it may " +
+							"ask (its `ask` tool), e.g. `[meepa_agent.fetch.agent_id]`. The runner routes each ask to the target's runner socket, " +
+							"never over a network path from a sandbox; depth one; the answer comes back as untrusted tool output.",
+					},
 				},
 			},
 			"runner": schema.SingleNestedAttribute{
@@ -358,6 +365,7 @@ func validateAgentConfig(ctx context.Context, m agentModel, diags *diag.Diagnost
 	// An unknown block (e.g. container_mode = some_resource.output) is
 	// checked once known; until then its zero model must not be taken for
 	// "not set".
+	validateThreegateAsk(ctx, m, diags)
 	if !m.Threegate.IsNull() && !m.Threegate.IsUnknown() && !cm.Network.IsNull() {
 		diags.AddAttributeError(path.Root("container_mode").AtName("network"), "Network With ThreeGate",
 			"container_mode.network: container_mode.network and threegate both say which network the agent's containers join. With threegate the "+
@@ -424,6 +432,8 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 		plan.ID = types.StringValue(id)
 		plan.WorkspacePath = types.StringValue(workspace.Path(r.data.stateDir, id))
 	}
+
+	planThreegateAsk(ctx, r.data.stateDir, plan, &resp.Diagnostics)
 
 	// With threegate the role decides the networks; container_mode.network
 	// is null then rather than a "bridge" that would not be used.
@@ -683,6 +693,14 @@ func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan *
 		// The runner enforces the role's tools and TOOL-EXEC's no-network
 		// sandbox.
 		ri.Config.Role = ri.Threegate.Role.ValueString()
+		if ids := stringList(ctx, ri.Threegate.Ask, &diags); len(ids) > 0 {
+			targets, err := deploy.ResolveAsk(r.data.stateDir, ri.Threegate.Network.ValueString(), ids)
+			if err != nil {
+				diags.AddAttributeError(path.Root("threegate").AtName("ask"), "ThreeGate Ask Target Invalid", err.Error())
+				return diags
+			}
+			ri.Config.Ask = targets
+		}
 	}
 
 	// The workspace.

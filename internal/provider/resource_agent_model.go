@@ -93,6 +93,7 @@ type fileAccessModel struct {
 type threegateModel struct {
 	Network types.String `tfsdk:"network"`
 	Role    types.String `tfsdk:"role"`
+	Ask     types.List   `tfsdk:"ask"`
 }
 
 type runnerModel struct {
@@ -116,7 +117,7 @@ var (
 		"allow_read_write": types.ListType{ElemType: types.StringType}, "deny": types.ListType{ElemType: types.StringType},
 		"allow_home_dotfiles": types.BoolType, "allow_network": types.BoolType,
 	}
-	threegateAttrTypes = map[string]attr.Type{"network": types.StringType, "role": types.StringType}
+	threegateAttrTypes = map[string]attr.Type{"network": types.StringType, "role": types.StringType, "ask": types.ListType{ElemType: types.StringType}}
 	runnerAttrTypes    = map[string]attr.Type{"listen": types.StringType, "deployment": types.StringType, "image": types.StringType}
 )
 
@@ -313,7 +314,7 @@ func fromRuntime(m *agentModel, c *runner.Config, meta agentMeta) {
 	})
 	if meta.ThreegateNetwork != "" {
 		m.Threegate = types.ObjectValueMust(threegateAttrTypes, map[string]attr.Value{
-			"network": types.StringValue(meta.ThreegateNetwork), "role": types.StringValue(meta.ThreegateRole),
+			"network": types.StringValue(meta.ThreegateNetwork), "role": types.StringValue(meta.ThreegateRole), "ask": askList(c.Ask),
 		})
 	} else {
 		m.Threegate = types.ObjectNull(threegateAttrTypes)
@@ -352,4 +353,17 @@ type agentMeta struct {
 	RunnerImage           string `json:"runner_image"`
 	ThreegateNetwork      string `json:"threegate_network,omitempty"`
 	ThreegateRole         string `json:"threegate_role,omitempty"`
+}
+
+// askList is threegate.ask read back from a runner config: null when the
+// agent asks no one.
+func askList(ask []runner.AskTarget) types.List {
+	if len(ask) == 0 {
+		return types.ListNull(types.StringType)
+	}
+	ids := make([]string, 0, len(ask))
+	for _, a := range ask {
+		ids = append(ids, a.AgentID)
+	}
+	return listOf(ids)
 }

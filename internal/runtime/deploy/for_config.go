@@ -84,6 +84,8 @@ func ForConfig(c runner.Config, p Placement) (Deployment, error) {
 	default:
 		d.Network = "none"
 	}
+	// A core agent reaches the runners it may ask on their sockets.
+	d.HostPaths = append(d.HostPaths, askHostPaths(c)...)
 	if !hostMode {
 		return d, nil
 	}
