@@ -521,6 +521,7 @@ func configHash(ri runtimeInputs, version string, key []byte) string {
 	if ri.Threegate != nil {
 		c.Container.Network, c.Container.Networks, c.Env = "", nil, nil
 		s.ThreegateNetwork, s.ThreegateRole = ri.Threegate.Network.ValueString(), ri.Threegate.Role.ValueString()
+		c.Role, c.Ask = "", askIDs(ri.Threegate.Ask)
 	}
 	return deploy.ConfigHash(c, s, key)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
@@ -77,4 +78,16 @@ func planThreegateAsk(ctx context.Context, stateDir string, m agentModel, diags 
 	if len(hard) > 0 {
 		diags.AddAttributeError(path.Root("threegate").AtName("ask"), "ThreeGate Ask Target Invalid", errors.Join(hard...).Error())
 	}
+}
+
+// askIDs stands for the resolved ask targets in config_hash: the plan knows
+// their ids; their listen addresses and tokens are read at apply.
+func askIDs(l types.List) []runner.AskTarget {
+	var out []runner.AskTarget
+	for _, e := range l.Elements() {
+		if v, ok := e.(types.String); ok {
+			out = append(out, runner.AskTarget{AgentID: v.ValueString()})
+		}
+	}
+	return out
 }

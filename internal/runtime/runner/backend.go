@@ -59,10 +59,12 @@ func DockerOptions(cfg *Config, log hclog.Logger) sandbox.DockerOptions {
 			User:        cm.User,
 			Runtime:     cm.Runtime,
 			Env:         cfg.Env,
-			RelayDir:    RelayDir(cfg),
 		},
 		Prestart: cm.Prestart,
 		Logger:   log,
+	}
+	if needsRelay(cfg) {
+		o.Spec.RelayDir = RelayDir(cfg)
 	}
 	if cfg.Role == agent.RoleToolExec {
 		// TOOL-EXEC's execution sandbox has no network at all: no route to

@@ -448,6 +448,12 @@ func bounded(s string, n int) string {
 	return s
 }
 
+// needsRelay says whether a config's messages use the relay: a model
+// provider, or agents to ask. Only then is its directory mounted.
+func needsRelay(cfg *Config) bool {
+	return usesRelay(cfg.LLM.Provider) || len(cfg.Ask) > 0
+}
+
 // usesRelay says whether a provider calls a model endpoint (offline does not).
 func usesRelay(provider string) bool {
 	return provider == agent.ProviderOpenAI || provider == agent.ProviderAnthropic

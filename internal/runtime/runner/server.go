@@ -156,7 +156,7 @@ func New(ctx context.Context, cfg *Config, o Options) (*Server, error) {
 		turn:       make(chan struct{}, 1),
 	}
 	s.relay = newRelay(s.log, s.metrics)
-	if cfg.Container.Enabled {
+	if cfg.Container.Enabled && needsRelay(cfg) {
 		// The socket exists before any container that mounts its directory.
 		if err := s.relay.Listen(RelayDir(cfg)); err != nil {
 			return nil, err
@@ -256,7 +256,7 @@ func (s *Server) Reload(ctx context.Context, cfg *Config) error {
 	if cfg.Listen != oldCfg.Listen {
 		s.log.Warn("listen address changed; it takes effect at the next restart", "listen", oldCfg.Listen)
 	}
-	if cfg.Container.Enabled && s.relay.Dir() == "" {
+	if cfg.Container.Enabled && needsRelay(cfg) && s.relay.Dir() == "" {
 		if err := s.relay.Listen(RelayDir(cfg)); err != nil {
 			return fmt.Errorf("reload: %w", err)
 		}
@@ -399,7 +399,7 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, ba
 	job := sandbox.Job{MessageID: id, Timeout: cfg.Container.Timeout()}
 	var usage RelayUsage
 	endRelay := func() {}
-	if usesRelay(cfg.LLM.Provider) || len(cfg.Ask) > 0 {
+	if needsRelay(cfg) {
 		// The loop gets a token for this message and the relay's address;
 		// the key stays here.
 		token, end := s.relay.Begin(id, cfg.LLM, cfg.Container.Timeout(), cfg.Ask, askLimit(cfg))
