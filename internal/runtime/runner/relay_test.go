@@ -287,3 +287,48 @@ func TestRunnerRequestCarriesRelayNotKey(t *testing.T) {
 		t.Errorf("metrics:\n%s", metricsText)
 	}
 }
+
+// The relay directory is mounted only where it is used, and a TOOL-EXEC
+// agent's sandbox has no network whatever its config names; in host mode
+// its child gets no TCP.
+func TestSandboxOptionsFollowRoleAndRelay(t *testing.T) {
+	cfg := testConfig()
+	cfg.Container.Networks = []string{"tg-llmnet"}
+	if o := DockerOptions(cfg, nil); o.Spec.RelayDir != "" || len(o.Spec.Networks) != 1 {
+		t.Errorf("offline agent: relay dir %q, networks %v", o.Spec.RelayDir, o.Spec.Networks)
+	}
+	cfg.LLM.Provider = agent.ProviderOpenAI
+	if o := DockerOptions(cfg, nil); o.Spec.RelayDir != RelayDir(cfg) {
+		t.Errorf("openai agent: relay dir %q", o.Spec.RelayDir)
+	}
+	cfg.Role = agent.RoleToolExec
+	if o := DockerOptions(cfg, nil); o.Spec.Network != "none" || o.Spec.Networks != nil {
+		t.Errorf("tool_exec: network %q %v, want none", o.Spec.Network, o.Spec.Networks)
+	}
+	cfg.FileAccess.AllowNetwork = true
+	if o := HostOptions(cfg, nil); o.FileAccess.AllowNetwork {
+		t.Error("tool_exec in host mode keeps TCP")
+	}
+	for _, bad := range []func(c *Config){
+		func(c *Config) { c.Role = "admin" },
+		func(c *Config) {
+			c.Role = "fetch"
+			c.Ask = []AskTarget{{AgentID: "x", Role: "tool_exec", Listen: "unix:///s", Token: "t"}}
+		},
+		func(c *Config) {
+			c.Role = "core"
+			c.Ask = []AskTarget{{AgentID: "x", Role: "core", Listen: "unix:///s", Token: "t"}}
+		},
+		func(c *Config) {
+			c.Role = "core"
+			c.Ask = []AskTarget{{AgentID: "x", Role: "fetch", Listen: "10.0.0.1:80", Token: "t"}}
+		},
+		func(c *Config) { c.Role = "tool_exec"; c.Container.Enabled = false; c.FileAccess.Unrestricted = true },
+	} {
+		c := testConfig()
+		bad(c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("config accepted: role %q ask %+v", c.Role, c.Ask)
+		}
+	}
+}
