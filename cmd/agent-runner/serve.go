@@ -60,6 +60,13 @@ func runServe(args []string) int {
 		log.Error("config", "error", err)
 		return 1
 	}
+	// The runner holds the API key (it relays the agent's LLM calls): no
+	// process of its uid may read its memory through /proc/<pid>/mem or
+	// ptrace, and it leaves no core dump. Landlock already keeps a
+	// restricted host-mode agent out; this covers an unrestricted one.
+	if err := noDump(); err != nil {
+		log.Warn("could not make the runner non-dumpable", "error", err)
+	}
 	if *unrestricted {
 		// The host backend repeats this for every config it is made with
 		// (file_access.unrestricted too); this names the flag.

@@ -11,7 +11,9 @@
 //	(e) back-to-back messages to one agent, prestart on (and off, to compare);
 //	and throughput with 1, 2 and 4 agents in parallel (prestart on);
 //	(h) the host-mode (Landlock) runner round trip for the same message,
-//	    against the container-mode one (prestart off) in the same rounds.
+//	    against the container-mode one (prestart off) in the same rounds;
+//	(i) a TOOL-EXEC message with one shell call, prestart on, and
+//	(j) a CORE message that asks TOOL-EXEC once, as ratios to (a).
 //
 // a, b, c and d run interleaved, round by round, so that load from other
 // work on the machine falls on all of them alike. It prints medians and, as
@@ -206,6 +208,15 @@ func run(rounds, burst, perAgent, reps int) error {
 	fmt.Printf("(h) runner HTTP round trip, host mode (Landlock) median %7.1f ms (container mode, prestart off, same rounds: %.1f ms)\n", ms(hostRT), ms(ctrRT))
 	fmt.Printf("bench-host: host/container=%.3f host/c=%.3f host/d=%.3f\n",
 		float64(hostRT)/float64(ctrRT), float64(hostRT)/float64(median(c)), float64(hostRT)/float64(median(d)))
+
+	// (i) and (j): the ThreeGate execution layer (gates.go).
+	gi, gj, err := benchGates(ctx, tmp, rounds)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("(i) TOOL-EXEC message, one shell call, prestart on median %7.1f ms\n", ms(gi))
+	fmt.Printf("(j) CORE message asking TOOL-EXEC once, prestart on median %7.1f ms\n", ms(gj))
+	fmt.Printf("bench-gates: i/a=%.3f j/a=%.3f\n", float64(gi)/float64(median(a)), float64(gj)/float64(median(a)))
 
 	// (e) and the throughput runs repeat, interleaved, and report medians:
 	// other load on a small machine drifts over seconds, and interleaving

@@ -68,6 +68,7 @@ func validateAgentConfig(ctx context.Context, m agentModel, diags *diag.Diagnost
 	if diags.HasError() {
 		return
 	}
+	validateThreegateAsk(ctx, m, diags)
 
 	// An unknown block (e.g. container_mode = some_resource.output) is
 	// checked once known; until then its zero model must not be taken for
@@ -122,6 +123,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	svc := r.service(ctx)
 	deployment := planDerived(svc, &plan)
 	warnExpandedDenies(ctx, plan, &resp.Diagnostics)
+	planThreegateAsk(ctx, r.data.stateDir, plan, &resp.Diagnostics)
 	if state == nil {
 		plan.Token = types.StringUnknown()
 		plan.ConfigHash = types.StringUnknown()

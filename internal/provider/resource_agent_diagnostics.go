@@ -32,6 +32,7 @@ var stepSummaries = map[string]string{
 	deploy.StepReadWorkspace:   "Workspace Read Failed",
 	deploy.StepRemoveWorkspace: "Workspace Remove Failed",
 	deploy.StepImport:          "Agent Not Found",
+	deploy.StepAsk:             "ThreeGate Ask Target Invalid",
 }
 
 // stepPaths are the attributes at fault for the steps that have one.
@@ -39,6 +40,7 @@ var stepPaths = map[string]path.Path{
 	"listen":                 path.Root("runner").AtName("listen"),
 	"container_mode.runtime": path.Root("container_mode").AtName("runtime"),
 	"threegate":              path.Root("threegate"),
+	"threegate.ask":          path.Root("threegate").AtName("ask"),
 }
 
 // warningSummaries title the service's warnings.

@@ -69,6 +69,7 @@ type fileAccessModel struct {
 type threegateModel struct {
 	Network types.String `tfsdk:"network"`
 	Role    types.String `tfsdk:"role"`
+	Ask     types.List   `tfsdk:"ask"`
 }
 
 type runnerModel struct {
@@ -92,7 +93,7 @@ var (
 		"allow_read_write": types.ListType{ElemType: types.StringType}, "deny": types.ListType{ElemType: types.StringType},
 		"allow_home_dotfiles": types.BoolType, "allow_network": types.BoolType,
 	}
-	threegateAttrTypes = map[string]attr.Type{"network": types.StringType, "role": types.StringType}
+	threegateAttrTypes = map[string]attr.Type{"network": types.StringType, "role": types.StringType, "ask": types.ListType{ElemType: types.StringType}}
 	runnerAttrTypes    = map[string]attr.Type{"listen": types.StringType, "deployment": types.StringType, "image": types.StringType}
 )
 
@@ -164,10 +165,16 @@ func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagn
 	}
 	if !m.Threegate.IsNull() {
 		tg, ok := objectAs[threegateModel](ctx, m.Threegate, diags)
-		if !ok || tg.Network.IsUnknown() || tg.Role.IsUnknown() {
+		if !ok || tg.Network.IsUnknown() || tg.Role.IsUnknown() || tg.Ask.IsUnknown() {
 			return a, false
 		}
 		a.Meta.ThreegateNetwork, a.Meta.ThreegateRole = tg.Network.ValueString(), tg.Role.ValueString()
+		for _, e := range tg.Ask.Elements() {
+			if e.IsUnknown() {
+				return a, false
+			}
+		}
+		a.Meta.ThreegateAsk = stringList(ctx, tg.Ask, diags)
 	}
 	var secrets map[string]string
 	if !m.Secrets.IsNull() {
@@ -238,6 +245,7 @@ func modelOf(m *agentModel, a deploy.Agent) {
 		network = types.StringNull()
 		m.Threegate = types.ObjectValueMust(threegateAttrTypes, map[string]attr.Value{
 			"network": types.StringValue(meta.ThreegateNetwork), "role": types.StringValue(meta.ThreegateRole),
+			"ask": listOrNull(context.Background(), meta.ThreegateAsk),
 		})
 	}
 	m.ContainerMode = types.ObjectValueMust(containerModeAttrTypes, map[string]attr.Value{

@@ -212,6 +212,13 @@ func agentSchema() schema.Schema {
 						MarkdownDescription: "One of " + codeList(deploy.ThreegateRoles) + ".",
 						Validators:          []validator.String{stringvalidator.OneOf(deploy.ThreegateRoles...)},
 					},
+					"ask": schema.ListAttribute{
+						Optional:    true,
+						ElementType: types.StringType,
+						MarkdownDescription: "For a `core` agent: the `agent_id`s of the `fetch` and `tool_exec` agents of the same topology it may " +
+							"ask (its `ask` tool), e.g. `[meepa_agent.fetch.agent_id]`. The runner routes each ask to the target's runner socket, " +
+							"never over a network path from a sandbox; depth one; the answer comes back as untrusted tool output.",
+					},
 				},
 			},
 			"runner": schema.SingleNestedAttribute{

@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,8 +9,10 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
@@ -21,6 +24,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -122,7 +126,9 @@ resource "meepa_agent" "core" {
 }
 
 // checkRoleContainer sends the agent at addr (state dir stateDir, id id) a
-// message, then reads the container of a second, running message: it must
+// message, then reads the prestarted container waiting for the next one
+// (made from the same spec; a FETCH agent has no shell to keep a message's
+// container busy with): it must
 // join exactly wantNets, mount the agent's workspace, and carry the FETCH
 // proxy env when wantProxy, and no proxy variable at all otherwise.
 func checkRoleContainer(cli client.APIClient, s *terraform.State, stateDir, addr, id string, wantNets []string, wantProxy bool) error {
@@ -132,7 +138,7 @@ func checkRoleContainer(cli client.APIClient, s *terraform.State, stateDir, addr
 	if err != nil || code != 200 || r.Reply != agent.OfflineAnswer("hi") {
 		return fmt.Errorf("message: %d %v %+v", code, err, r)
 	}
-	return whileMessageRuns(cli, layout.Socket, tok, id, func(ci container.InspectResponse, _ []byte) error {
+	return withPrestarted(cli, id, func(ci container.InspectResponse) error {
 		var nets []string
 		for n := range ci.NetworkSettings.Networks {
 			nets = append(nets, n)
@@ -157,7 +163,15 @@ func checkRoleContainer(cli client.APIClient, s *terraform.State, stateDir, addr
 		if !wantProxy && proxyVars != 0 {
 			return fmt.Errorf("proxy env in a role without the proxy: %v", ci.Config.Env)
 		}
-		if len(ci.Mounts) == 0 || filepath.Base(ci.Mounts[0].Source) != id {
+		// The workspace, and the runner's LLM relay directory read-only.
+		ws := false
+		for _, m := range ci.Mounts {
+			ws = ws || (filepath.Base(m.Source) == id && m.Destination == sandbox.WorkspaceDir)
+			if m.Destination != sandbox.WorkspaceDir && (m.Destination != sandbox.RelayMountDir || m.RW) {
+				return fmt.Errorf("unexpected mount %+v", m)
+			}
+		}
+		if !ws {
 			return fmt.Errorf("mounts %+v", ci.Mounts)
 		}
 		return nil
@@ -194,4 +208,25 @@ resource "meepa_agent" "t" {
 	if entries, _ := os.ReadDir(filepath.Join(stateDir, "agents")); len(entries) != 0 {
 		t.Fatalf("a workspace was made for an agent whose topology is missing: %v", entries)
 	}
+}
+
+// withPrestarted waits for the agent's prestarted container (running,
+// labelled message=prestart) and hands its inspection to check.
+func withPrestarted(cli client.APIClient, id string, check func(container.InspectResponse) error) error {
+	ctx := context.Background()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		list, err := cli.ContainerList(ctx, container.ListOptions{Filters: filters.NewArgs(
+			filters.Arg("label", sandbox.LabelAgent+"="+id),
+			filters.Arg("label", sandbox.LabelMessage+"=prestart"),
+		)})
+		if err != nil || len(list) == 0 {
+			continue
+		}
+		ci, err := cli.ContainerInspect(ctx, list[0].ID)
+		if err != nil {
+			continue
+		}
+		return check(ci)
+	}
+	return fmt.Errorf("no prestarted container of %s", id)
 }

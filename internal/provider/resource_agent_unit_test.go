@@ -83,7 +83,7 @@ func TestRuntimeRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(a.Config, in) {
 		t.Errorf("round trip:\n got %+v\nwant %+v", a.Config, in)
 	}
-	if a.RunnerImage() != "runner:1" || a.Meta != meta {
+	if a.RunnerImage() != "runner:1" || !reflect.DeepEqual(a.Meta, meta) {
 		t.Errorf("settings: %+v", a.Meta)
 	}
 	// Without runner.image the runner runs container_mode.image.

@@ -156,6 +156,10 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 		return finish(ErrKindWorkspace, err)
 	}
 	defer func() { _ = tb.Close() }() // a read-only root handle
+	if err := tb.SetRole(req.Role); err != nil {
+		return finish(ErrKindRequest, err)
+	}
+	defer func() { rep.ToolsRefused = tb.Refused() }()
 	mem, err := OpenMemory(ctx, tb.Dir())
 	if err != nil {
 		return finish(ErrKindWorkspace, err)
@@ -166,9 +170,34 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 		}
 	}()
 
+	hc := opt.HTTPClient
+	if req.Relay != nil {
+		tr, closeRelay, err := relayTransport(req.Relay)
+		if err != nil {
+			return finish(ErrKindRequest, err)
+		}
+		defer closeRelay()
+		hc = &http.Client{Transport: tr}
+		if len(req.Asks) > 0 {
+			tb.ask, tb.asks = asker(tr, req.LLM.APIKey), req.Asks
+		}
+		if req.InjectCredentialsEnv && usesModel(req.LLM.Provider) {
+			// Tools get the relay and this message's token, never the key.
+			base, stop, err := relayForwarder(tr)
+			if err != nil {
+				log.Warn("no relay for tools", "error", err)
+			} else {
+				defer stop()
+				// Appended last: exec keeps the last of duplicate names, so
+				// an env entry cannot point tools elsewhere.
+				tb.env = append(tb.env, relayEnv(req.LLM.Provider, base, req.LLM.APIKey)...)
+			}
+		}
+	}
+
 	client := opt.Client
 	if client == nil {
-		client, err = NewClient(req.LLM, opt.HTTPClient)
+		client, err = NewClient(req.LLM, hc)
 		if err != nil {
 			return finish(ErrKindRequest, err)
 		}
@@ -306,7 +335,9 @@ func toolEnv(req *Request, workspace string) ([]string, error) {
 			set("secrets", k, v)
 		}
 	}
-	if req.InjectCredentialsEnv && req.LLM.APIKey != "" {
+	// With a relay the "key" is the relay token and tools get it with the
+	// relay's address, once the loop has it (relayEnv).
+	if req.InjectCredentialsEnv && req.LLM.APIKey != "" && req.Relay == nil {
 		set("llm.api_key", EnvLLMAPIKey, req.LLM.APIKey)
 		switch req.LLM.Provider {
 		case ProviderOpenAI:
@@ -321,6 +352,23 @@ func toolEnv(req *Request, workspace string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, errors.Join(errs...)
+}
+
+func usesModel(provider string) bool {
+	return provider == ProviderOpenAI || provider == ProviderAnthropic
+}
+
+// relayEnv points tool processes at the relay forwarder on base with the
+// message's token, in the variables the vendors' SDKs read.
+func relayEnv(provider, base, token string) []string {
+	env := []string{EnvLLMAPIKey + "=" + token}
+	switch provider {
+	case ProviderOpenAI:
+		env = append(env, EnvLLMBaseURL+"="+base+"/openai", EnvOpenAIBaseURL+"="+base+"/openai", EnvOpenAIAPIKey+"="+token)
+	case ProviderAnthropic:
+		env = append(env, EnvLLMBaseURL+"="+base+"/anthropic", EnvAnthropicBaseURL+"="+base+"/anthropic", EnvAnthropicAPIKey+"="+token)
+	}
+	return env
 }
 
 func getenvOr(k, def string) string {

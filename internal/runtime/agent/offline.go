@@ -9,8 +9,13 @@ import (
 )
 
 // OfflineShellPrefix makes the offline provider run the rest of the message
-// as a shell command.
-const OfflineShellPrefix = "!sh "
+// as a shell command; OfflineFetchPrefix fetches the rest as a URL;
+// OfflineAskPrefix asks the agent named by the next word the rest.
+const (
+	OfflineShellPrefix = "!sh "
+	OfflineFetchPrefix = "!fetch "
+	OfflineAskPrefix   = "!ask "
+)
 
 // Offline is the embedded deterministic responder behind provider
 // "offline". It is not a model and never pretends to be one; it exists so
@@ -26,6 +31,9 @@ const OfflineShellPrefix = "!sh "
 //     (124 when the command timed out, 128+N when killed by signal N) and
 //     <output> is the combined stdout and stderr, cut at 64 KiB. When the
 //     shell could not run at all the reply is "error: <message>".
+//   - "!fetch <url>" calls the fetch tool and "!ask <agent_id> <text>" the
+//     ask tool; the reply is the tool's output, or "error: <message>" when
+//     the tool failed or the agent's role does not have it.
 //   - Any other message gets the reply
 //     "offline: received <N> characters; the offline provider is not a model;
 //     start a message with `!sh ` to run a shell command in the workspace."
@@ -53,10 +61,13 @@ func (Offline) Complete(_ context.Context, c Completion) (Answer, error) {
 			return Answer{}, fmt.Errorf("offline: tool turn without results")
 		}
 		r := last.ToolResults[0]
-		if r.ExitCode == nil {
+		switch {
+		case r.ExitCode != nil:
+			return Answer{Text: fmt.Sprintf("exit %d\n%s", *r.ExitCode, r.Content)}, nil
+		case r.Error != "":
 			return Answer{Text: "error: " + r.Error}, nil
 		}
-		return Answer{Text: fmt.Sprintf("exit %d\n%s", *r.ExitCode, r.Content)}, nil
+		return Answer{Text: r.Content}, nil
 	case RoleUser:
 		if cmd, ok := strings.CutPrefix(last.Text, OfflineShellPrefix); ok {
 			input, err := json.Marshal(map[string]string{"command": cmd})
@@ -64,6 +75,15 @@ func (Offline) Complete(_ context.Context, c Completion) (Answer, error) {
 				return Answer{}, fmt.Errorf("offline: %w", err)
 			}
 			return Answer{ToolCalls: []ToolUse{{ID: "offline-shell-1", Name: ToolShell, Input: input}}}, nil
+		}
+		if u, ok := strings.CutPrefix(last.Text, OfflineFetchPrefix); ok {
+			input, _ := json.Marshal(map[string]string{"url": strings.TrimSpace(u)})
+			return Answer{ToolCalls: []ToolUse{{ID: "offline-fetch-1", Name: ToolFetch, Input: input}}}, nil
+		}
+		if rest, ok := strings.CutPrefix(last.Text, OfflineAskPrefix); ok {
+			target, text, _ := strings.Cut(strings.TrimSpace(rest), " ")
+			input, _ := json.Marshal(map[string]string{"agent_id": target, "text": text})
+			return Answer{ToolCalls: []ToolUse{{ID: "offline-ask-1", Name: ToolAsk, Input: input}}}, nil
 		}
 		return Answer{Text: OfflineAnswer(last.Text)}, nil
 	default:

@@ -15,8 +15,9 @@ type LLMConfig struct {
 	// https://api.anthropic.com/; the SDK adds v1/messages). LLM calls honour
 	// HTTP(S)_PROXY in agent-run's environment.
 	BaseURL string `json:"base_url,omitempty"`
-	// APIKey travels only inside the stdin request; it is never written to
-	// disk, an env var (unless credential injection is on) or a log.
+	// APIKey is the provider's key in the runner's config. The runner never
+	// hands it to agent-run: the request carries a relay token here instead
+	// (see Request.Relay).
 	APIKey string `json:"api_key,omitempty"`
 	// MaxTokens bounds each model answer; 0 is the provider default
 	// (Anthropic requires one: 4096).
@@ -47,6 +48,22 @@ type Request struct {
 	Env map[string]string `json:"env,omitempty"`
 	// MaxSteps bounds the model turns; 0 means 8, at most 100.
 	MaxSteps int `json:"max_steps,omitempty"`
+	// Role is the agent's ThreeGate role (RoleCore, RoleFetch, RoleToolExec)
+	// as the runner's config says, never the model: it decides which tools
+	// exist (RoleTools). Empty keeps the tools of an agent without a role.
+	Role string `json:"role,omitempty"`
+	// Asks are the agents this one may ask (CORE only), by id and role; the
+	// runner routes each ask, through the relay, to the target's runner.
+	Asks []AskTarget `json:"asks,omitempty"`
+	// Relay, when set, carries every LLM call to the runner's relay; LLM's
+	// APIKey is then this message's relay token, never the real key.
+	Relay *Relay `json:"relay,omitempty"`
+}
+
+// AskTarget is an agent the ask tool may reach.
+type AskTarget struct {
+	AgentID string `json:"agent_id"`
+	Role    string `json:"role"`
 }
 
 // ToolCall is one tool invocation inside a step.
@@ -94,6 +111,8 @@ type Reply struct {
 	Steps      []Step `json:"steps,omitempty"`
 	Usage      Usage  `json:"usage"`
 	DurationMS int64  `json:"duration_ms"`
-	ErrorKind  string `json:"error_kind,omitempty"`
-	Error      string `json:"error,omitempty"`
+	// ToolsRefused counts tool calls outside the agent's role.
+	ToolsRefused int    `json:"tools_refused,omitempty"`
+	ErrorKind    string `json:"error_kind,omitempty"`
+	Error        string `json:"error,omitempty"`
 }

@@ -121,6 +121,9 @@ type Meta struct {
 	RunnerImage      string `json:"runner_image"`
 	ThreegateNetwork string `json:"threegate_network,omitempty"`
 	ThreegateRole    string `json:"threegate_role,omitempty"`
+	// ThreegateAsk are the agent ids a core agent may ask; their sockets
+	// and tokens are resolved at apply (ResolveAsk).
+	ThreegateAsk []string `json:"threegate_ask,omitempty"`
 }
 
 // MetaFile is where an agent's Meta is kept.

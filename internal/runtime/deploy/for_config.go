@@ -66,7 +66,15 @@ func ForConfig(c runner.Config, p Placement) (Deployment, error) {
 			d.CapAdd = []string{"CHOWN", "DAC_READ_SEARCH"}
 		}
 	}
+	// The runner relays the agent's LLM calls (the key stays with it), so
+	// with a model provider it needs the route to base_url that the
+	// per-message containers used to have: the role's networks, or bridge.
+	relays := c.LLM.Provider == "openai" || c.LLM.Provider == "anthropic"
 	switch {
+	case !hostMode && relays && len(c.Container.Networks) > 0:
+		d.Networks = c.Container.Networks
+	case !hostMode && relays && c.Container.Network == "bridge":
+		d.Network = "bridge"
 	case hostMode && len(c.Container.Networks) > 0:
 		// The agent process runs inside the runner: the runner joins the
 		// role's networks itself.
@@ -78,6 +86,8 @@ func ForConfig(c runner.Config, p Placement) (Deployment, error) {
 	default:
 		d.Network = "none"
 	}
+	// A core agent reaches the runners it may ask on their sockets.
+	d.HostPaths = append(d.HostPaths, askHostPaths(c)...)
 	if !hostMode {
 		return d, nil
 	}

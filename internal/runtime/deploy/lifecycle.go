@@ -144,8 +144,18 @@ func (s *Service) resolve(ctx context.Context, a *Agent) (client.APIClient, erro
 		a.Config.Container.Network = ""
 		a.Config.Container.Networks = nets
 		a.Config.Env = env
+		// The runner enforces the role's tools and TOOL-EXEC's no-network
+		// sandbox; a core agent gets the runners it may ask.
+		a.Config.Role = a.Meta.ThreegateRole
+		if len(a.Meta.ThreegateAsk) > 0 {
+			targets, err := ResolveAsk(s.o.StateDir, a.Meta.ThreegateNetwork, a.Meta.ThreegateAsk)
+			if err != nil {
+				return nil, stepErr(StepAsk, "threegate.ask", "resolving the agents to ask", err)
+			}
+			a.Config.Ask = targets
+		}
 		s.log.Debug("threegate role resolved", "agent_id", a.Config.AgentID, "topology", a.Meta.ThreegateNetwork,
-			"role", a.Meta.ThreegateRole, "networks", nets)
+			"role", a.Meta.ThreegateRole, "networks", nets, "ask", a.Meta.ThreegateAsk)
 	}
 	return cli, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
@@ -62,6 +63,7 @@ const (
 	StepDocker      = "docker"
 	StepRuntime     = "runtime"
 	StepThreegate   = "threegate"
+	StepAsk         = "threegate ask"
 	StepWorkspace   = "workspace"
 	StepFiles       = "runner files"
 	StepConfig      = "runner config"
@@ -160,6 +162,12 @@ func (s *Service) hash(a Agent, key []byte) string {
 	if a.Meta.ThreegateNetwork != "" {
 		c.Container.Network, c.Container.Networks, c.Env = "", nil, nil
 		set.ThreegateNetwork, set.ThreegateRole = a.Meta.ThreegateNetwork, a.Meta.ThreegateRole
+		// The plan knows the ask targets' ids only; their sockets and
+		// tokens are read at apply.
+		c.Role, c.Ask = "", nil
+		for _, id := range a.Meta.ThreegateAsk {
+			c.Ask = append(c.Ask, runner.AskTarget{AgentID: id})
+		}
 	}
 	return ConfigHash(c, set, key)
 }

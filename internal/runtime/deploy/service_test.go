@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -129,7 +130,7 @@ func TestServiceExternalLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if imp.Agent.Meta != (Meta{Soul: "be brief", Memory: "nothing yet", Deployment: ModeExternal}) ||
+	if !reflect.DeepEqual(imp.Agent.Meta, Meta{Soul: "be brief", Memory: "nothing yet", Deployment: ModeExternal}) ||
 		imp.Agent.Config.Token != out.Token || imp.Endpoint != out.Endpoint || imp.LandlockABI != NoABI {
 		t.Errorf("Import = %+v", imp)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/guard"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
@@ -68,6 +69,15 @@ func DockerOptions(cfg *Config, log hclog.Logger) sandbox.DockerOptions {
 		Prestart: cm.Prestart,
 		Logger:   log,
 	}
+	if needsRelay(cfg) {
+		o.Spec.RelayDir = RelayDir(cfg)
+	}
+	if cfg.Role == agent.RoleToolExec {
+		// TOOL-EXEC's execution sandbox has no network at all: no route to
+		// llmnet, the proxy or the LLM gateway. Its LLM calls go through
+		// the relay socket, which needs none.
+		o.Spec.Network, o.Spec.Networks = "none", nil
+	}
 	// The workspace is chowned to the container user when this process can
 	// see it at the same path and may chown; otherwise whoever made it (the
 	// provider) must have made it writable for that user.
@@ -80,13 +90,44 @@ func DockerOptions(cfg *Config, log hclog.Logger) sandbox.DockerOptions {
 	return o
 }
 
+// RelayDir is the directory of the runner's LLM relay socket, which every
+// per-message container mounts: Config.RelayDir, else run/relay beside the
+// config file (in the provider's layout <state_dir>/runners/<id>/run, the
+// directory the runner's own container may write, at the same path as on
+// the Docker host), else a directory of the agent's under the temp dir.
+func RelayDir(cfg *Config) string {
+	switch {
+	case cfg.RelayDir != "":
+		return cfg.RelayDir
+	case cfg.Path != "":
+		return filepath.Join(filepath.Dir(cfg.Path), "run", "relay")
+	}
+	return filepath.Join(os.TempDir(), "meepa-relay-"+safeName(cfg.AgentID))
+}
+
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			return r
+		}
+		return '-'
+	}, s)
+}
+
 // HostOptions maps a runner config onto the host (Landlock) backend's
 // options: the same memory, pids and timeout settings as container mode.
 func HostOptions(cfg *Config, log hclog.Logger) sandbox.HostOptions {
+	fa := cfg.FileAccess
+	if cfg.Role == agent.RoleToolExec {
+		// No TCP for the child (Landlock ABI 4, else the message fails
+		// closed); its LLM calls use the inherited relay socket.
+		fa.AllowNetwork = false
+	}
 	return sandbox.HostOptions{
 		AgentID:     cfg.AgentID,
 		Workspace:   cfg.Workspace,
-		FileAccess:  cfg.FileAccess,
+		FileAccess:  fa,
 		MemoryLimit: cfg.Container.MemoryLimit,
 		PidsLimit:   cfg.Container.PidsLimit,
 		Env:         cfg.Env,
@@ -157,6 +198,26 @@ func (c *Config) Validate() error {
 	}
 	if c.Workspace == "" {
 		errs = append(errs, errors.New("workspace is empty"))
+	}
+	if _, err := agent.RoleTools(c.Role); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Role == agent.RoleToolExec && !c.Container.Enabled && c.FileAccess.Unrestricted {
+		errs = append(errs, errors.New("role tool_exec runs its tools with no network, which an unrestricted host-mode agent cannot enforce; turn container mode on or file_access.unrestricted off"))
+	}
+	if len(c.Ask) > 0 && c.Role != agent.RoleCore {
+		// Depth one: only CORE asks, and only FETCH and TOOL-EXEC answer.
+		errs = append(errs, fmt.Errorf("ask: only a core agent may ask other agents, and this one's role is %q", c.Role))
+	}
+	for i, a := range c.Ask {
+		switch {
+		case a.AgentID == "" || a.AgentID == c.AgentID:
+			errs = append(errs, fmt.Errorf("ask[%d]: agent_id %q: want another agent's id", i, a.AgentID))
+		case a.Role != agent.RoleFetch && a.Role != agent.RoleToolExec:
+			errs = append(errs, fmt.Errorf("ask[%d]: agent %s has role %q; a core agent asks only fetch and tool_exec agents", i, a.AgentID, a.Role))
+		case a.Token == "" || !(strings.HasPrefix(a.Listen, "unix:///") || strings.HasPrefix(a.Listen, "127.0.0.1:")):
+			errs = append(errs, fmt.Errorf("ask[%d]: agent %s: want its runner's listen (unix:///path or 127.0.0.1:PORT) and token", i, a.AgentID))
+		}
 	}
 	if c.Container.Enabled && c.Container.Image == "" {
 		errs = append(errs, errors.New("container_mode.image is empty"))

@@ -53,6 +53,24 @@ type Config struct {
 	// MaxSteps bounds the agent loop's LLM/tool steps; zero means
 	// DefaultMaxSteps.
 	MaxSteps int `json:"max_steps,omitempty"`
+	// Role is the agent's ThreeGate role ("core", "fetch", "tool_exec"; see
+	// agent.RoleTools), empty for an agent outside a topology. The runner
+	// hands it to the loop, which offers only the role's tools; a
+	// "tool_exec" agent's sandbox has no network at all (its LLM calls
+	// use the relay).
+	Role string `json:"role,omitempty"`
+	// Ask are the agents a CORE agent may ask (its topology's FETCH and
+	// TOOL-EXEC agents): the runner routes an ask from the loop, through
+	// the relay, to the target's runner socket, never over a network path
+	// from the sandbox.
+	Ask []AskTarget `json:"ask,omitempty"`
+	// AskTimeoutSeconds bounds one ask; zero means 120, and never more
+	// than the asking message's own timeout.
+	AskTimeoutSeconds int `json:"ask_timeout_seconds,omitempty"`
+	// RelayDir holds the LLM relay's unix socket, mounted read-only into
+	// every per-message container; it must be at the same path on the
+	// Docker host. Empty: see RelayDir(cfg).
+	RelayDir string `json:"relay_dir,omitempty"`
 	// DockerHost is the daemon the per-message containers run on; empty
 	// means DOCKER_HOST, else the local socket.
 	DockerHost string `json:"docker_host,omitempty"`
@@ -89,6 +107,16 @@ type ContainerMode struct {
 	// Prestart keeps the next container started and waiting on stdin. On
 	// when the field is absent from the file (LoadConfig sees to that).
 	Prestart bool `json:"prestart"`
+}
+
+// AskTarget is one agent a CORE agent may ask, and how its runner is
+// reached: Listen as that runner's config says ("unix:///path", mounted at
+// the same path into this runner, or "127.0.0.1:PORT"), with its token.
+type AskTarget struct {
+	AgentID string `json:"agent_id"`
+	Role    string `json:"role"`
+	Listen  string `json:"listen"`
+	Token   string `json:"token"`
 }
 
 // FileAccess is the spec's file_access block, enforced with Landlock when

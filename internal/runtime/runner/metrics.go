@@ -52,6 +52,12 @@ type metrics struct {
 	startLatency *histogram
 	ooms         uint64
 	timeouts     uint64
+	// The LLM relay: calls by outcome, tokens by direction.
+	relayCalls   map[string]uint64
+	inputTokens  uint64
+	outputTokens uint64
+	// Tool calls the agent's role refused.
+	toolsRefused uint64
 
 	queued   atomic.Int64 // waiting for the agent's turn
 	inFlight atomic.Int64
@@ -60,6 +66,7 @@ type metrics struct {
 func newMetrics() *metrics {
 	return &metrics{
 		byOutcome:    map[string]uint64{},
+		relayCalls:   map[string]uint64{},
 		latency:      newHistogram(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
 		startLatency: newHistogram(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 	}
@@ -90,6 +97,29 @@ func (m *metrics) rejected(outcome string) {
 	m.mu.Unlock()
 }
 
+// relayed records one call to the LLM relay by outcome (ok, refused,
+// unauthorized, upstream_error).
+func (m *metrics) relayed(outcome string) {
+	m.mu.Lock()
+	m.relayCalls[outcome]++
+	m.mu.Unlock()
+}
+
+// tokens adds what a relayed model answer reported.
+func (m *metrics) tokens(in, out int64) {
+	m.mu.Lock()
+	m.inputTokens += uint64(max(in, 0))
+	m.outputTokens += uint64(max(out, 0))
+	m.mu.Unlock()
+}
+
+// refusedTools adds tool calls that the agent's role refused.
+func (m *metrics) refusedTools(n int) {
+	m.mu.Lock()
+	m.toolsRefused += uint64(max(n, 0))
+	m.mu.Unlock()
+}
+
 // write renders the metrics in the Prometheus text format; built in memory
 // and written once, so a failed write is one error to handle.
 func (m *metrics) write(out io.Writer, ready bool) error {
@@ -117,6 +147,18 @@ func (m *metrics) write(out io.Writer, ready bool) error {
 	fmt.Fprintf(&w, "# HELP %sprestarted_ready Whether a prestarted sandbox is waiting.\n# TYPE %sprestarted_ready gauge\n%sprestarted_ready %d\n", p, p, p, r)
 	fmt.Fprintf(&w, "# HELP %sooms_total Messages whose sandbox was OOM-killed.\n# TYPE %sooms_total counter\n%sooms_total %d\n", p, p, p, m.ooms)
 	fmt.Fprintf(&w, "# HELP %stimeouts_total Messages killed at timeout_seconds.\n# TYPE %stimeouts_total counter\n%stimeouts_total %d\n", p, p, p, m.timeouts)
+	fmt.Fprintf(&w, "# HELP %sllm_relay_calls_total Calls to the LLM relay by outcome.\n# TYPE %sllm_relay_calls_total counter\n", p, p)
+	relay := make([]string, 0, len(m.relayCalls))
+	for o := range m.relayCalls {
+		relay = append(relay, o)
+	}
+	sort.Strings(relay)
+	for _, o := range relay {
+		fmt.Fprintf(&w, "%sllm_relay_calls_total{outcome=%q} %d\n", p, o, m.relayCalls[o])
+	}
+	fmt.Fprintf(&w, "# HELP %sllm_tokens_total Tokens the model endpoint reported through the relay.\n# TYPE %sllm_tokens_total counter\n", p, p)
+	fmt.Fprintf(&w, "%sllm_tokens_total{direction=\"input\"} %d\n%sllm_tokens_total{direction=\"output\"} %d\n", p, m.inputTokens, p, m.outputTokens)
+	fmt.Fprintf(&w, "# HELP %stool_calls_refused_total Tool calls outside the agent's role, refused.\n# TYPE %stool_calls_refused_total counter\n%stool_calls_refused_total %d\n", p, p, p, m.toolsRefused)
 	_, err := io.WriteString(out, w.String())
 	return err
 }

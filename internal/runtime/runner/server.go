@@ -123,6 +123,8 @@ type Server struct {
 	log        hclog.Logger
 	newBackend BackendFactory
 	metrics    *metrics
+	// relay carries the agent loop's LLM calls and holds the API key.
+	relay *Relay
 
 	// turn is the per-agent mutex: one sandbox at a time. Waiting for it is
 	// the queue, bounded by cfg.QueueSize.
@@ -156,8 +158,16 @@ func New(ctx context.Context, cfg *Config, o Options) (*Server, error) {
 		metrics:    newMetrics(),
 		turn:       make(chan struct{}, 1),
 	}
+	s.relay = newRelay(s.log, s.metrics)
+	if cfg.Container.Enabled && needsRelay(cfg) {
+		// The socket exists before any container that mounts its directory.
+		if err := s.relay.Listen(RelayDir(cfg)); err != nil {
+			return nil, err
+		}
+	}
 	b, mode, err := s.newBackend(ctx, cfg, s.log)
 	if err != nil {
+		_ = s.relay.Close()
 		return nil, err
 	}
 	s.cfg, s.backend, s.mode, s.token = cfg, b, mode, sha256.Sum256([]byte(cfg.Token))
@@ -223,7 +233,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// used up ctx.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	return errors.Join(err, b.Close(cctx))
+	return errors.Join(err, b.Close(cctx), s.relay.Close())
 }
 
 // Reload applies a changed config: it waits for the message in flight,
@@ -244,6 +254,11 @@ func (s *Server) Reload(ctx context.Context, cfg *Config) error {
 	s.mu.RUnlock()
 	if cfg.Listen != oldCfg.Listen {
 		s.log.Warn("listen address changed; it takes effect at the next restart", "listen", oldCfg.Listen)
+	}
+	if cfg.Container.Enabled && needsRelay(cfg) && s.relay.Dir() == "" {
+		if err := s.relay.Listen(RelayDir(cfg)); err != nil {
+			return fmt.Errorf("reload: %w", err)
+		}
 	}
 	// Close first: each backend removes the agent's sandboxes that are not
 	// its own, so the two must not overlap.
@@ -367,7 +382,7 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
 	cfg, backend, _ := s.snapshot()
 	// A client that disconnects does not stop the message: the agent may be
 	// half-way through writing its memory. The timeout still bounds it.
-	s.run(context.WithoutCancel(r.Context()), w, cfg, backend, msg, len(body), time.Since(queuedAt))
+	s.run(context.WithoutCancel(r.Context()), w, cfg, backend, msg, len(body), time.Since(queuedAt), parentOf(r))
 }
 
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
@@ -377,16 +392,48 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 }
 
 // run executes one message in the agent's turn and writes the answer.
-func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, backend sandbox.Backend, msg MessageRequest, bytesIn int, queued time.Duration) {
+func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, backend sandbox.Backend, msg MessageRequest, bytesIn int, queued time.Duration, parent string) {
 	id := newMessageID()
 	req := BuildRequest(cfg, id, msg)
+	job := sandbox.Job{MessageID: id, Timeout: cfg.Container.Timeout()}
+	var usage RelayUsage
+	endRelay := func() {}
+	if needsRelay(cfg) {
+		// The loop gets a token for this message and the relay's address;
+		// the key stays here.
+		token, end := s.relay.Begin(id, cfg.LLM, cfg.Container.Timeout(), cfg.Ask, askLimit(cfg))
+		// The token dies with the message, whatever a tool left behind.
+		endRelay = func() { usage = end() }
+		req.LLM.APIKey = token
+		if usesRelay(cfg.LLM.Provider) {
+			req.LLM.BaseURL = RelayBaseURL(cfg.LLM.Provider)
+		}
+		for _, a := range cfg.Ask {
+			req.Asks = append(req.Asks, agent.AskTarget{AgentID: a.AgentID, Role: a.Role})
+		}
+		if cfg.Container.Enabled {
+			req.Relay = &agent.Relay{Socket: sandbox.RelayMountDir + "/" + RelaySocketName}
+		} else {
+			child, stop, err := s.relay.Pair()
+			if err != nil {
+				writeError(w, http.StatusInternalServerError, id, agent.ErrKindSandbox, err.Error())
+				return
+			}
+			defer stop()
+			defer child.Close()
+			job.Files = []*os.File{child}
+			req.Relay = &agent.Relay{FD: agent.RelayFD}
+		}
+	}
 	stdin, err := json.Marshal(req)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, id, agent.ErrKindInternal, "encode request")
 		return
 	}
+	job.Stdin = stdin
 	begin := time.Now()
-	out, runErr := backend.Run(ctx, sandbox.Job{MessageID: id, Stdin: stdin, Timeout: cfg.Container.Timeout()})
+	out, runErr := backend.Run(ctx, job)
+	endRelay()
 	status, kind, detail, reply := classify(cfg, out, runErr)
 	dur := time.Since(begin)
 
@@ -399,6 +446,12 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, ba
 		body, _ = json.Marshal(reply)
 	}
 	s.metrics.message(outcome, dur, out.StartLatency, out.SandboxID != "")
+	refused := 0
+	if reply != nil {
+		// Counted inside the sandbox; bounded so it cannot inflate metrics.
+		refused = min(max(reply.ToolsRefused, 0), 1000)
+		s.metrics.refusedTools(refused)
+	}
 	// The audit line: what ran where and how it ended; never the text, the
 	// reply or a secret.
 	s.log.Info("message",
@@ -413,6 +466,14 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, ba
 		"exit_code", out.ExitCode,
 		"bytes_in", bytesIn,
 		"bytes_out", len(body),
+		"role", cfg.Role,
+		"tools_refused", refused,
+		"llm_calls", usage.Calls,
+		"llm_refused", usage.Refused,
+		"llm_input_tokens", usage.InputTokens,
+		"llm_output_tokens", usage.OutputTokens,
+		"parent_message_id", parent,
+		"ask_message_ids", strings.Join(usage.Asks, ","),
 	)
 	if runErr != nil {
 		s.log.Error("sandbox failed", "message_id", id, "error", redactor(cfg).String(runErr.Error()))
@@ -424,8 +485,12 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, ba
 }
 
 // BuildRequest is the agent-run request for one message: the message plus
-// the agent's LLM settings and secrets, which travel only on stdin.
+// the agent's LLM settings (without the API key, which never leaves the
+// runner: run adds the relay and its token) and secrets, which travel only
+// on stdin.
 func BuildRequest(cfg *Config, id string, msg MessageRequest) agent.Request {
+	llm := cfg.LLM
+	llm.APIKey = ""
 	return agent.Request{
 		AgentID: cfg.AgentID,
 		Message: agent.Message{
@@ -435,13 +500,14 @@ func BuildRequest(cfg *Config, id string, msg MessageRequest) agent.Request {
 			Channel:        msg.Channel,
 			ConversationID: msg.ConversationID,
 		},
-		LLM:                  cfg.LLM,
+		LLM:                  llm,
 		Secrets:              cfg.Secrets,
 		InjectCredentialsEnv: cfg.InjectCredentialsEnv,
 		InjectSecretsEnv:     cfg.InjectSecretsEnv,
 		RedactSecrets:        cfg.RedactSecrets,
 		Env:                  cfg.Env,
 		MaxSteps:             cfg.MaxSteps,
+		Role:                 cfg.Role,
 	}
 }
 

@@ -129,7 +129,7 @@ func TestMessageRoundTripBuildsRequestAndRedacts(t *testing.T) {
 	}
 	req := b.jobs[0]
 	if req.Message.Text != "hi" || req.Message.Sender != "bob" || req.Message.Channel != "c" || req.Message.ConversationID != "k" ||
-		req.AgentID != "a1" || req.LLM.APIKey != "sk-very-secret" || req.Secrets["GH"] != "ghp_alsosecret" || !req.RedactSecrets ||
+		req.AgentID != "a1" || req.LLM.APIKey != "" || req.Relay != nil || req.Secrets["GH"] != "ghp_alsosecret" || !req.RedactSecrets ||
 		!strings.HasPrefix(req.Message.ID, "msg-") || m["message_id"] != req.Message.ID {
 		t.Errorf("request %+v, answer id %v", req, m["message_id"])
 	}

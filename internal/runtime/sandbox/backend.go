@@ -5,6 +5,7 @@ package sandbox
 
 import (
 	"context"
+	"os"
 	"time"
 )
 
@@ -15,6 +16,10 @@ type Job struct {
 	// logged or written to disk.
 	Stdin   []byte
 	Timeout time.Duration
+	// Files are inherited by a host-mode child from fd 4 on (fd 3 is the
+	// Landlock rules): the LLM relay's connected socket. The caller owns
+	// and closes them. The Docker backend ignores them.
+	Files []*os.File
 }
 
 // Outcome is what the sandbox did. Run returns an error only when the sandbox

@@ -381,7 +381,7 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 		Stdin:      bytes.NewReader(job.Stdin),
 		Stdout:     outW,
 		Stderr:     errW,
-		ExtraFiles: []*os.File{cfgR},
+		ExtraFiles: append([]*os.File{cfgR}, job.Files...),
 		// Its own session: the agent loop puts each tool command in a
 		// process group of its own, but all stay in this session (the
 		// socket filter refuses setsid), which is how the timeout and the

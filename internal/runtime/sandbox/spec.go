@@ -21,6 +21,9 @@ const (
 	TmpSize = "256m"
 	// WorkspaceDir is where the agent workspace appears inside the container.
 	WorkspaceDir = "/workspace"
+	// RelayMountDir is where Spec.RelayDir (the runner's LLM relay socket)
+	// appears inside the container, read-only.
+	RelayMountDir = "/run/meepa"
 	// Component is the engine.Labels component of per-message containers.
 	Component = "message"
 	// LabelAgent and LabelMessage are the label keys (after the io.meepa.
@@ -61,6 +64,11 @@ type Spec struct {
 	// Env is extra non-secret environment (e.g. http_proxy). Secrets never
 	// go here: they travel on stdin only.
 	Env map[string]string
+	// RelayDir is the host directory of the runner's LLM relay socket,
+	// bind-mounted read-only at RelayMountDir; empty mounts nothing. It
+	// holds nothing but the socket, which answers only a live message's
+	// token.
+	RelayDir string
 	// TmpNoexec mounts /tmp noexec. Off by default: agents legitimately run
 	// scripts they download to /tmp.
 	TmpNoexec bool
@@ -232,6 +240,20 @@ func HardenedSpec(s Spec, messageID string) (*container.Config, *container.HostC
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
 		}},
 		Tmpfs: map[string]string{"/tmp": tmpOpts},
+	}
+	if s.RelayDir != "" {
+		if err := CheckHostDir(s.RelayDir); err != nil {
+			return nil, nil, nil, fmt.Errorf("container spec: relay dir %w", err)
+		}
+		// Read-only: connecting to a socket needs no write to the mount,
+		// and the sandbox cannot swap the socket for something else.
+		hc.Mounts = append(hc.Mounts, mount.Mount{
+			Type:        mount.TypeBind,
+			Source:      s.RelayDir,
+			Target:      RelayMountDir,
+			ReadOnly:    true,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+		})
 	}
 	return cfg, hc, &network.NetworkingConfig{EndpointsConfig: endpoints}, nil
 }

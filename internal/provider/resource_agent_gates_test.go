@@ -1,0 +1,123 @@
+package provider
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfversion"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// TestAccAgent_threegateGates: the three gates of a real topology at the
+// execution layer, driven through the offline provider. TOOL-EXEC's shell
+// sees no interface but lo; FETCH has no shell and its fetch of a host off
+// the allowlist gets the proxy's refusal; CORE has neither shell nor fetch
+// and asks TOOL-EXEC and FETCH through the runners, getting their answers
+// back as untrusted content.
+func TestAccAgent_threegateGates(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	image := testutil.EnsureRunnerImage(t, cli)
+	stateDir := t.TempDir()
+	tg, llm, fetch, egress, _ := freeTopology(t, cli)
+	fetchID, teID, coreID := "tf-acc-gate-fetch-"+runID, "tf-acc-gate-te-"+runID, "tf-acc-gate-core-"+runID
+	for _, id := range []string{fetchID, teID, coreID} {
+		cleanupAgent(t, cli, id)
+	}
+	agentHCL := func(name, id, role, extra string) string {
+		return fmt.Sprintf(`
+resource "meepa_agent" %[1]q {
+  agent_id = %[2]q
+  llm      = { provider = "offline" }
+  container_mode = {
+    enabled = true
+    image   = %[4]q
+  }
+  threegate = {
+    network = threegate_network.tg.id
+    role    = %[3]q
+    %[5]s
+  }
+}
+`, name, id, role, image, extra)
+	}
+	cfg := fmt.Sprintf(`
+provider "meepa" {
+  state_dir = %[1]q
+}
+
+resource "threegate_network" "tg" {
+  provider         = meepa
+  name             = %[2]q
+  llmnet_subnet    = %[4]q
+  fetchnet_subnet  = %[5]q
+  egressnet_subnet = %[6]q
+  firewall = { enabled = false }
+  proxy = {
+    image = %[3]q
+    allow = ["example.com"]
+  }
+}
+`, stateDir, tg, image, llm, fetch, egress) +
+		agentHCL("fetch", fetchID, "fetch", "") +
+		agentHCL("te", teID, "tool_exec", "") +
+		agentHCL("core", coreID, "core", "ask = [meepa_agent.te.agent_id, meepa_agent.fetch.agent_id]")
+
+	send := func(s *terraform.State, addr, id, text string) (string, error) {
+		tok := s.RootModule().Resources[addr].Primary.Attributes["token"]
+		r, code, err := sendMessage(deploy.LayoutFor(stateDir, id).Socket, tok, text)
+		if err != nil || code != 200 {
+			return "", fmt.Errorf("%s %q: %d %v %+v", addr, text, code, err, r)
+		}
+		return r.Reply, nil
+	}
+	expect := func(s *terraform.State, addr, id, text string, want ...string) error {
+		reply, err := send(s, addr, id, text)
+		if err != nil {
+			return err
+		}
+		for _, w := range want {
+			if !strings.Contains(reply, w) {
+				return fmt.Errorf("%s %q: reply %q lacks %q", addr, text, reply, w)
+			}
+		}
+		t.Logf("%s %q -> %q", addr, text, reply)
+		return nil
+	}
+	ifaces := `!sh tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ','`
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: cfg,
+			Check: func(s *terraform.State) error {
+				checks := []struct {
+					addr, id, text string
+					want           []string
+				}{
+					{"meepa_agent.te", teID, ifaces, []string{"exit 0\nlo,"}},
+					{"meepa_agent.fetch", fetchID, "!sh echo ran", []string{"not available to this FETCH agent"}},
+					{"meepa_agent.fetch", fetchID, "!fetch http://blocked.example.net/", []string{"untrusted content", "HTTP 403"}},
+					{"meepa_agent.core", coreID, "!sh echo ran", []string{"not available to this CORE agent"}},
+					{"meepa_agent.core", coreID, "!fetch http://example.com/", []string{"not available to this CORE agent"}},
+					{"meepa_agent.core", coreID, "!ask " + teID + " !sh echo $((6*7))", []string{"untrusted content from agent " + teID, "exit 0\n42"}},
+					{"meepa_agent.core", coreID, "!ask " + teID + " " + ifaces, []string{"exit 0\nlo,"}},
+					{"meepa_agent.core", coreID, "!ask " + fetchID + " !fetch http://blocked.example.net/", []string{"untrusted content from agent " + fetchID, "HTTP 403"}},
+					{"meepa_agent.core", coreID, "!ask tf-acc-nobody hi", []string{"is not one this agent may ask"}},
+				}
+				for _, c := range checks {
+					if err := expect(s, c.addr, c.id, c.text, c.want...); err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+		}},
+	})
+}

@@ -1,0 +1,138 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+)
+
+// Gated delegation: a CORE agent's loop asks one of its topology's FETCH or
+// TOOL-EXEC agents through the relay (the same socket or inherited
+// connection as its LLM calls, with the same per-message token); the
+// runner posts the ask to the target's runner on that runner's own socket
+// with that runner's token. No sandbox ever gets a network path to another
+// agent. Depth is one: only a core runner has ask targets, and a fetch or
+// tool_exec agent has no ask tool.
+const (
+	// DefaultAskTimeout bounds one ask when the config says nothing.
+	DefaultAskTimeout = 120 * time.Second
+	// maxAskText bounds what an ask sends.
+	maxAskText = 64 << 10
+	// HeaderParentMessage names, on an asked message, the message that
+	// asked; both audit lines carry the pair.
+	HeaderParentMessage = "X-Meepa-Parent-Message"
+	// HeaderParentAgent names the asking agent.
+	HeaderParentAgent = "X-Meepa-Parent-Agent"
+)
+
+func (r *Relay) serveAsk(w http.ResponseWriter, req *http.Request, s *relaySession, refuse func(int, string)) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxAskText+1024))
+	if err != nil {
+		refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("ask over %d bytes", maxAskText))
+		return
+	}
+	var ask agent.AskRequest
+	if json.Unmarshal(body, &ask) != nil || strings.TrimSpace(ask.Text) == "" {
+		refuse(http.StatusBadRequest, `want {"agent_id", "text"}`)
+		return
+	}
+	var target *AskTarget
+	var names []string
+	for i := range s.asks {
+		names = append(names, s.asks[i].AgentID)
+		if s.asks[i].AgentID == ask.AgentID {
+			target = &s.asks[i]
+		}
+	}
+	if target == nil {
+		refuse(http.StatusForbidden, fmt.Sprintf("agent %q is not one this agent may ask (threegate.ask: %s)", ask.AgentID, strings.Join(names, ", ")))
+		return
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), s.askLimit)
+	defer cancel()
+	begin := time.Now()
+	ans, status, err := postAsk(ctx, *target, s.messageID, s.llm, ask.Text)
+	if ans.MessageID != "" {
+		s.mu.Lock()
+		s.usage.Asks = append(s.usage.Asks, ans.MessageID)
+		s.mu.Unlock()
+	}
+	r.log.Info("ask", "message_id", s.messageID, "ask_agent_id", target.AgentID, "ask_message_id", ans.MessageID,
+		"status", status, "duration_ms", time.Since(begin).Milliseconds())
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("no answer within %s", s.askLimit)
+		}
+		ans.Error = err.Error()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(ans)
+}
+
+// postAsk sends one message to the target's runner and returns its reply
+// or error, the message id it ran under and the HTTP status.
+func postAsk(ctx context.Context, t AskTarget, parent string, _ agent.LLMConfig, text string) (agent.AskAnswer, int, error) {
+	base, c := "http://runner", &http.Client{}
+	if sock, ok := strings.CutPrefix(t.Listen, "unix://"); ok {
+		c.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}
+	} else {
+		base = "http://" + t.Listen
+		c.Transport = &http.Transport{Proxy: nil}
+	}
+	body, _ := json.Marshal(MessageRequest{Text: text, Sender: "agent:" + parent, Channel: "ask"})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/messages", bytes.NewReader(body))
+	if err != nil {
+		return agent.AskAnswer{}, 0, err
+	}
+	req.Header.Set("Authorization", "Bearer "+t.Token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderParentMessage, parent)
+	resp, err := c.Do(req)
+	if err != nil {
+		return agent.AskAnswer{}, 0, fmt.Errorf("reach agent %s's runner: %w", t.AgentID, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return agent.AskAnswer{MessageID: resp.Header.Get("X-Message-Id")}, resp.StatusCode, err
+	}
+	var out struct {
+		Reply     string      `json:"reply"`
+		MessageID string      `json:"message_id"`
+		Error     ErrorDetail `json:"error"`
+	}
+	_ = json.Unmarshal(raw, &out)
+	ans := agent.AskAnswer{MessageID: resp.Header.Get("X-Message-Id"), Reply: out.Reply}
+	if resp.StatusCode != http.StatusOK {
+		return ans, resp.StatusCode, fmt.Errorf("%s: %s", out.Error.Kind, out.Error.Message)
+	}
+	return ans, resp.StatusCode, nil
+}
+
+// askLimit is one ask's bound: the config's, within the message's own.
+func askLimit(cfg *Config) time.Duration {
+	d := DefaultAskTimeout
+	if cfg.AskTimeoutSeconds > 0 {
+		d = time.Duration(cfg.AskTimeoutSeconds) * time.Second
+	}
+	return min(d, cfg.Container.Timeout())
+}
+
+// parentOf reads the asking message's id from an asked message, or "".
+func parentOf(r *http.Request) string {
+	p := r.Header.Get(HeaderParentMessage)
+	if len(p) > 40 || strings.Trim(p, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
+		return ""
+	}
+	return p
+}

@@ -1,0 +1,460 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+)
+
+// The LLM relay keeps the API key out of every sandbox. The agent loop (and,
+// with inject_credentials_env, its tools) talk to the relay with a token
+// that is valid for one message only; the relay checks it, forwards the call
+// to the agent's configured base_url with the real key, and counts the
+// tokens the answer reports.
+//
+// The loop reaches the relay without any network route:
+//   - container mode: a unix socket in RelayDir, bind-mounted read-only at
+//     sandbox.RelayMountDir in every per-message container (a prestarted
+//     container too: the token arrives with the request on stdin);
+//   - host mode: one end of a socketpair made for the message and inherited
+//     by the child as fd agent.RelayFD. The child never creates an AF_UNIX
+//     socket, so its seccomp filter can keep refusing socket(AF_UNIX), which
+//     is what keeps it away from every other unix socket on the host.
+//
+// Only what the loop itself sends is forwarded: POST of the configured
+// provider's one model endpoint (OpenAI-compatible chat/completions, or
+// Anthropic v1/messages), non-streaming, within size limits; redirects are
+// not followed, so the key never leaves for another host.
+const (
+	// MaxRelayRequestBytes bounds one relayed request body (the loop's whole
+	// conversation); the same bound as agent-run's own request.
+	MaxRelayRequestBytes = agent.MaxRequestBytes
+	// MaxRelayResponseBytes bounds one relayed answer.
+	MaxRelayResponseBytes = 8 << 20
+	// RelaySocketName is the relay's socket inside RelayDir.
+	RelaySocketName = "llm.sock"
+	// relayHost is the host name the loop's base URL carries; the relay
+	// ignores it, since the socket alone decides where a request goes.
+	relayHost = "meepa-relay"
+	// Path prefixes of the two wire formats on the relay.
+	relayOpenAIPrefix    = "/openai/"
+	relayAnthropicPrefix = "/anthropic/"
+	// defaultAnthropicVersion is sent when the caller names none.
+	defaultAnthropicVersion = "2023-06-01"
+)
+
+// RelayUsage is what one message did through the relay.
+type RelayUsage struct {
+	Calls   int
+	Refused int
+	// Asks are the message ids of the asks this message made.
+	Asks         []string
+	InputTokens  int64
+	OutputTokens int64
+}
+
+// relaySession is one message's right to the relay.
+type relaySession struct {
+	messageID string
+	llm       agent.LLMConfig
+	timeout   time.Duration
+	asks      []AskTarget
+	askLimit  time.Duration
+
+	mu    sync.Mutex
+	usage RelayUsage
+}
+
+// Relay serves the LLM relay for one runner.
+type Relay struct {
+	log     hclog.Logger
+	metrics *metrics
+	// upstream carries the relayed calls; it never follows a redirect.
+	upstream *http.Client
+
+	mu       sync.Mutex
+	sessions map[[32]byte]*relaySession // by sha256 of the token
+
+	// The container-mode socket; empty until Listen.
+	dir    string
+	ln     net.Listener
+	server *http.Server
+}
+
+func newRelay(log hclog.Logger, m *metrics) *Relay {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxResponseHeaderBytes = 64 << 10
+	return &Relay{
+		log:     log.Named("relay"),
+		metrics: m,
+		upstream: &http.Client{
+			Transport: tr,
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		},
+		sessions: map[[32]byte]*relaySession{},
+	}
+}
+
+// Listen opens the relay's unix socket in dir (made when missing, mode
+// 0755 so the sandbox user can reach the socket; the token guards it).
+func (r *Relay) Listen(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("relay dir: %w", err)
+	}
+	// A directory someone else made (in a shared temp dir), or a symlink to
+	// one, is refused: its owner could swap the socket.
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("relay dir: %w", err)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !fi.IsDir() || (ok && int(st.Uid) != os.Geteuid()) {
+		return fmt.Errorf("relay dir %s: not a directory of uid %d", dir, os.Geteuid())
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return fmt.Errorf("relay dir: %w", err)
+	}
+	sock := filepath.Join(dir, RelaySocketName)
+	if fi, err := os.Lstat(sock); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return fmt.Errorf("relay socket %s exists and is not a socket", sock)
+		}
+		if err := os.Remove(sock); err != nil {
+			return fmt.Errorf("relay socket: remove stale: %w", err)
+		}
+	}
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("relay listen: %w", err)
+	}
+	// Any uid may connect (the sandbox user is not the runner's); only a
+	// live message's token gets anything.
+	if err := os.Chmod(sock, 0o666); err != nil {
+		ln.Close()
+		return fmt.Errorf("relay listen: %w", err)
+	}
+	r.dir, r.ln = dir, ln
+	r.server = &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = r.server.Serve(ln) }()
+	return nil
+}
+
+// Dir is the directory holding the relay socket (bind-mounted into the
+// per-message containers); empty before Listen.
+func (r *Relay) Dir() string { return r.dir }
+
+// Close stops the socket.
+func (r *Relay) Close() error {
+	if r.server == nil {
+		return nil
+	}
+	return r.server.Close()
+}
+
+// Begin opens a message's session and returns its token: 32 random bytes,
+// hex. end closes it and returns what the message did through the relay.
+func (r *Relay) Begin(messageID string, llm agent.LLMConfig, timeout time.Duration, asks []AskTarget, askLimit time.Duration) (token string, end func() RelayUsage) {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	token = "meepa-relay-" + hex.EncodeToString(b[:])
+	key := sha256.Sum256([]byte(token))
+	s := &relaySession{messageID: messageID, llm: llm, timeout: timeout, asks: asks, askLimit: askLimit}
+	r.mu.Lock()
+	r.sessions[key] = s
+	r.mu.Unlock()
+	return token, func() RelayUsage {
+		r.mu.Lock()
+		delete(r.sessions, key)
+		r.mu.Unlock()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.usage
+	}
+}
+
+// Pair makes a connected socketpair for a host-mode message: the relay
+// serves HTTP on one end until the returned stop is called; the other end
+// is for the child (inherited as agent.RelayFD).
+func (r *Relay) Pair() (child *os.File, stop func(), err error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("relay socketpair: %w", err)
+	}
+	mine := os.NewFile(uintptr(fds[0]), "relay")
+	child = os.NewFile(uintptr(fds[1]), "relay-child")
+	conn, err := net.FileConn(mine)
+	mine.Close()
+	if err != nil {
+		child.Close()
+		return nil, nil, fmt.Errorf("relay socketpair: %w", err)
+	}
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(&oneConn{c: conn, done: make(chan struct{})}) }()
+	return child, func() { _ = srv.Close(); _ = conn.Close() }, nil
+}
+
+// oneConn is a listener that hands out one connection, then waits for Close.
+type oneConn struct {
+	mu   sync.Mutex
+	c    net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func (l *oneConn) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	c := l.c
+	l.c = nil
+	l.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	<-l.done
+	return nil, net.ErrClosed
+}
+
+func (l *oneConn) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *oneConn) Addr() net.Addr { return &net.UnixAddr{Name: "relay-pair", Net: "unix"} }
+
+// relayError is the relay's own refusal, in a shape both SDKs report.
+func relayError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"type": "meepa_relay", "message": msg}})
+}
+
+// session finds the live session of the request's token: a bearer token
+// (OpenAI) or x-api-key (Anthropic).
+func (r *Relay) session(req *http.Request) *relaySession {
+	tok, ok := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		tok = req.Header.Get("X-Api-Key")
+	}
+	if tok == "" {
+		return nil
+	}
+	key := sha256.Sum256([]byte(tok))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sessions[key]
+}
+
+// ServeHTTP relays one model call.
+func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	s := r.session(req)
+	if s == nil {
+		r.metrics.relayed("unauthorized")
+		relayError(w, http.StatusUnauthorized, "no live message has this token")
+		return
+	}
+	refuse := func(status int, msg string) {
+		s.mu.Lock()
+		s.usage.Refused++
+		s.mu.Unlock()
+		r.metrics.relayed("refused")
+		r.log.Warn("relay refused", "message_id", s.messageID, "method", req.Method, "path", bounded(req.URL.Path, 80), "reason", msg)
+		relayError(w, status, msg)
+	}
+	// An absolute-form target or CONNECT asks the relay to act as a proxy
+	// to some other host: it never does.
+	if req.Method == http.MethodConnect || req.URL.Host != "" {
+		refuse(http.StatusForbidden, "the relay forwards only to the agent's configured model endpoint")
+		return
+	}
+	if req.URL.Path == agent.AskPath && req.Method == http.MethodPost {
+		r.serveAsk(w, req, s, refuse)
+		return
+	}
+	upstreamPath, ok := relayRoute(s.llm.Provider, req.URL.Path)
+	if !ok {
+		refuse(http.StatusNotFound, fmt.Sprintf("the relay serves only POST %s for provider %q", relayEndpoint(s.llm.Provider), s.llm.Provider))
+		return
+	}
+	if req.Method != http.MethodPost {
+		refuse(http.StatusMethodNotAllowed, "use POST")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxRelayRequestBytes))
+	if err != nil {
+		refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", MaxRelayRequestBytes))
+		return
+	}
+	var probe struct {
+		Stream bool `json:"stream"`
+	}
+	if json.Unmarshal(body, &probe) != nil {
+		refuse(http.StatusBadRequest, "the body is not a JSON object")
+		return
+	}
+	if probe.Stream {
+		// The answer is read whole, so its usage can be counted and its size
+		// bounded.
+		refuse(http.StatusBadRequest, "streaming is not relayed; send stream=false")
+		return
+	}
+	base := strings.TrimSuffix(s.llm.BaseURL, "/")
+	if base == "" {
+		base = strings.TrimSuffix(defaultBase(s.llm.Provider), "/")
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), s.timeout)
+	defer cancel()
+	out, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/"+upstreamPath, bytes.NewReader(body))
+	if err != nil {
+		refuse(http.StatusBadGateway, "bad base_url")
+		return
+	}
+	out.Header.Set("Content-Type", "application/json")
+	out.Header.Set("Accept", "application/json")
+	out.Header.Set("User-Agent", "meepa-relay")
+	switch s.llm.Provider {
+	case agent.ProviderOpenAI:
+		out.Header.Set("Authorization", "Bearer "+s.llm.APIKey)
+	case agent.ProviderAnthropic:
+		out.Header.Set("X-Api-Key", s.llm.APIKey)
+		v := req.Header.Get("Anthropic-Version")
+		if v == "" {
+			v = defaultAnthropicVersion
+		}
+		out.Header.Set("Anthropic-Version", v)
+		if beta := req.Header.Get("Anthropic-Beta"); beta != "" {
+			out.Header.Set("Anthropic-Beta", beta)
+		}
+	}
+	resp, err := r.upstream.Do(out)
+	if err != nil {
+		s.mu.Lock()
+		s.usage.Calls++
+		s.mu.Unlock()
+		r.metrics.relayed("upstream_error")
+		relayError(w, http.StatusBadGateway, "model endpoint: "+agent.NewRedactor(s.llm.APIKey).String(err.Error()))
+		return
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, MaxRelayResponseBytes+1))
+	if err != nil || len(answer) > MaxRelayResponseBytes {
+		s.mu.Lock()
+		s.usage.Calls++
+		s.mu.Unlock()
+		r.metrics.relayed("upstream_error")
+		relayError(w, http.StatusBadGateway, fmt.Sprintf("model answer unreadable or over %d bytes", MaxRelayResponseBytes))
+		return
+	}
+	in, outTok := usageOf(s.llm.Provider, answer)
+	s.mu.Lock()
+	s.usage.Calls++
+	s.usage.InputTokens += in
+	s.usage.OutputTokens += outTok
+	s.mu.Unlock()
+	r.metrics.relayed("ok")
+	r.metrics.tokens(in, outTok)
+	// An endpoint that echoes the key in an error must not hand it in.
+	if s.llm.APIKey != "" {
+		answer = bytes.ReplaceAll(answer, []byte(s.llm.APIKey), []byte("[REDACTED]"))
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "" {
+		w.Header().Set("Content-Type", ct)
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = w.Write(answer)
+}
+
+// relayRoute maps a relay path to the upstream path under base_url: the
+// configured provider's one model endpoint, nothing else.
+func relayRoute(provider, p string) (string, bool) {
+	if path.Clean(p) != p {
+		return "", false
+	}
+	switch provider {
+	case agent.ProviderOpenAI:
+		return "chat/completions", p == relayOpenAIPrefix+"chat/completions"
+	case agent.ProviderAnthropic:
+		return "v1/messages", p == relayAnthropicPrefix+"v1/messages"
+	}
+	return "", false
+}
+
+func relayEndpoint(provider string) string {
+	switch provider {
+	case agent.ProviderOpenAI:
+		return relayOpenAIPrefix + "chat/completions"
+	case agent.ProviderAnthropic:
+		return relayAnthropicPrefix + "v1/messages"
+	}
+	return "(nothing)"
+}
+
+func defaultBase(provider string) string {
+	if provider == agent.ProviderAnthropic {
+		return agent.DefaultAnthropicBaseURL
+	}
+	return agent.DefaultOpenAIBaseURL
+}
+
+// RelayBaseURL is the base URL the loop is given for provider: the relay's
+// prefix for that wire format, on a host name the relay ignores.
+func RelayBaseURL(provider string) string {
+	if provider == agent.ProviderAnthropic {
+		return "http://" + relayHost + relayAnthropicPrefix
+	}
+	return "http://" + relayHost + relayOpenAIPrefix
+}
+
+// usageOf reads the token counts of a model answer (zero when it has none).
+func usageOf(provider string, body []byte) (in, out int64) {
+	var u struct {
+		Usage struct {
+			PromptTokens     int64 `json:"prompt_tokens"`
+			CompletionTokens int64 `json:"completion_tokens"`
+			InputTokens      int64 `json:"input_tokens"`
+			OutputTokens     int64 `json:"output_tokens"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(body, &u) != nil {
+		return 0, 0
+	}
+	if provider == agent.ProviderAnthropic {
+		return u.Usage.InputTokens, u.Usage.OutputTokens
+	}
+	return u.Usage.PromptTokens, u.Usage.CompletionTokens
+}
+
+func bounded(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// needsRelay says whether a config's messages use the relay: a model
+// provider, or agents to ask. Only then is its directory mounted.
+func needsRelay(cfg *Config) bool {
+	return usesRelay(cfg.LLM.Provider) || len(cfg.Ask) > 0
+}
+
+// usesRelay says whether a provider calls a model endpoint (offline does not).
+func usesRelay(provider string) bool {
+	return provider == agent.ProviderOpenAI || provider == agent.ProviderAnthropic
+}

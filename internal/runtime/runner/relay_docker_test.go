@@ -1,0 +1,139 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+var relayTokenRe = regexp.MustCompile(`meepa-relay-[0-9a-f]{64}`)
+
+// firstToolOutput is the first tool call's output in a raw runner answer.
+func firstToolOutput(t *testing.T, raw []byte) string {
+	t.Helper()
+	var r struct {
+		Steps []struct {
+			ToolCalls []struct {
+				Output string `json:"output"`
+			} `json:"tool_calls"`
+		} `json:"steps"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range r.Steps {
+		for _, c := range s.ToolCalls {
+			return c.Output
+		}
+	}
+	t.Fatalf("no tool call in %s", raw)
+	return ""
+}
+
+// In container mode the API key never enters a per-message container: the
+// loop's LLM calls go through the runner's relay on a unix socket mounted
+// read-only into a container with network "none", and a tool finds the key
+// in no environment, argv, file or process memory, nor in `docker inspect`
+// of the running container; the model endpoint gets the key. With
+// inject_credentials_env, tools reach the relay through the loop's loopback
+// forwarder, and only the model endpoint.
+func TestContainerKeyStaysWithRunner(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	const prefix = "sk-meepa-test-"
+	relayCalls := `b="$OPENAI_BASE_URL"; h="Authorization: Bearer $OPENAI_API_KEY"
+wget -q -O /dev/null --header "$h" --header 'Content-Type: application/json' --post-data '{"model":"m","messages":[{"role":"user","content":"hi"}]}' "$b/chat/completions"; echo "== ok $?"
+wget -q -O /dev/null --header "$h" "$b/models" 2>&1; echo "== models $?"
+echo "== token $OPENAI_API_KEY"`
+	model := testutil.NewFakeModel(t, map[string]string{"probe": testutil.CredentialProbe(prefix), "relay": relayCalls})
+	var mu sync.Mutex
+	var inspected []string
+	for _, inject := range []bool{false, true} {
+		t.Run(fmt.Sprintf("inject_credentials_env=%v", inject), func(t *testing.T) {
+			cfg := testAgentConfig(t, cli, fmt.Sprintf("relay%v", inject))
+			cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.BaseURL = "openai", "m", model.URL()+"/v1"
+			cfg.RedactSecrets, cfg.InjectCredentialsEnv = false, inject
+			model.OnCall = func() {
+				// `docker inspect` of the agent's containers while the
+				// message runs.
+				for _, c := range containersOf(t, cli, cfg.AgentID) {
+					_, raw, err := cli.ContainerInspectWithRaw(context.Background(), c.ID, false)
+					mu.Lock()
+					if err == nil && bytes.Contains(raw, []byte(testAPIKey)) {
+						inspected = append(inspected, c.ID[:12])
+					}
+					mu.Unlock()
+				}
+			}
+			a := startAgent(t, cfg)
+			a.waitReady(t)
+			ans := a.send(t, "probe")
+			if ans.status != 200 {
+				t.Fatalf("probe: %d %s", ans.status, ans.raw)
+			}
+			out := firstToolOutput(t, ans.raw)
+			t.Logf("probe output:\n%s", out)
+			if strings.Contains(out, testAPIKey) || bytes.Contains(ans.raw, []byte(testAPIKey)) {
+				t.Errorf("a tool found the API key:\n%s", out)
+			}
+			if i := strings.Index(out, "== mem "); i < 0 || !relayTokenRe.MatchString(out[i:]) {
+				t.Errorf("the memory probe read no relay token from the loop's memory, so it proves nothing:\n%s", out)
+			}
+			mu.Lock()
+			if len(inspected) > 0 {
+				t.Errorf("the key is in docker inspect of %v", inspected)
+			}
+			mu.Unlock()
+			for _, got := range model.Seen() {
+				if got != "Bearer "+testAPIKey {
+					t.Errorf("the model endpoint got Authorization %q, want the key", got)
+				}
+			}
+			if !inject {
+				return
+			}
+			ans = a.send(t, "relay")
+			out = firstToolOutput(t, ans.raw)
+			t.Logf("relay output:\n%s", out)
+			if !strings.Contains(out, "== ok 0") || strings.Contains(out, "== models 0") || !relayTokenRe.MatchString(out) || strings.Contains(out, testAPIKey) {
+				t.Errorf("tools and the relay: want the model call to work, /models refused, a token, no key:\n%s", out)
+			}
+		})
+	}
+}
+
+// A TOOL-EXEC agent's shell runs in a container with no interface but lo
+// and no route, though its config names a network, while the same
+// message's LLM calls (two: the tool call, then the answer) reach the model
+// through the relay.
+func TestToolExecShellHasNoNetwork(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	model := testutil.NewFakeModel(t, map[string]string{
+		"ifaces": `echo "== ifaces $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ' ')"; echo "== routes $(tail -n +2 /proc/net/route | wc -l)"; wget -q -T 3 -O /dev/null http://172.17.0.1:9/ 2>&1; echo "== wget $?"`,
+	})
+	cfg := testAgentConfig(t, cli, "toolexec")
+	cfg.Role = "tool_exec"
+	cfg.Container.Network, cfg.Container.Networks = "", []string{"bridge"}
+	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.BaseURL = "openai", "m", model.URL()+"/v1"
+	a := startAgent(t, cfg)
+	ans := a.send(t, "ifaces")
+	if ans.status != 200 || ans.reply != "done" {
+		t.Fatalf("message: %d %s", ans.status, ans.raw)
+	}
+	out := firstToolOutput(t, ans.raw)
+	t.Logf("TOOL-EXEC shell:\n%s", out)
+	if !strings.Contains(out, "== ifaces lo \n") || !strings.Contains(out, "== routes 0") || strings.Contains(out, "== wget 0") {
+		t.Errorf("the TOOL-EXEC shell has a network:\n%s", out)
+	}
+	if n := len(model.Seen()); n != 2 {
+		t.Errorf("the model got %d calls, want 2", n)
+	}
+}

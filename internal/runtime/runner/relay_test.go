@@ -1,0 +1,334 @@
+package runner
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+)
+
+// fakeModel is an OpenAI-compatible (and Anthropic) endpoint on loopback
+// that records what reached it.
+type fakeModel struct {
+	mu    sync.Mutex
+	auth  []string // Authorization or x-api-key of each request
+	paths []string
+	srv   *httptest.Server
+}
+
+func newFakeModel(t *testing.T) *fakeModel {
+	f := &fakeModel{}
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		f.mu.Lock()
+		a := r.Header.Get("Authorization")
+		if a == "" {
+			a = "x-api-key " + r.Header.Get("X-Api-Key")
+		}
+		f.auth = append(f.auth, a)
+		f.paths = append(f.paths, r.URL.Path)
+		f.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case strings.Contains(string(body), "ECHO-AUTH"):
+			// An endpoint that echoes the credential in its error.
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprintf(w, `{"error":{"message":"bad key %s"}}`, a)
+		case strings.Contains(string(body), "REDIRECT"):
+			http.Redirect(w, r, "http://127.0.0.1:1/elsewhere", http.StatusTemporaryRedirect)
+		case strings.HasSuffix(r.URL.Path, "/v1/messages"):
+			fmt.Fprint(w, `{"id":"m","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":5,"output_tokens":3}}`)
+		default:
+			fmt.Fprint(w, `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":11,"completion_tokens":7}}`)
+		}
+	}))
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeModel) seen() ([]string, []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.auth...), append([]string(nil), f.paths...)
+}
+
+func relayClient(sock string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+}
+
+func relayPost(t *testing.T, c *http.Client, path, auth, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, "http://meepa-relay"+path, strings.NewReader(body))
+	if auth != "" {
+		req.Header.Set("Authorization", "Bearer "+auth)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(raw)
+}
+
+// The relay adds the key on the way out and nowhere else, answers only a
+// live message's token, forwards only the configured endpoint, and counts
+// the tokens the answers report.
+func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
+	const key = "sk-relay-test-5d1e0c"
+	model := newFakeModel(t)
+	m := newMetrics()
+	r := newRelay(hclog.NewNullLogger(), m)
+	dir := filepath.Join(t.TempDir(), "relay")
+	if err := r.Listen(dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	c := relayClient(filepath.Join(dir, RelaySocketName))
+	llm := agent.LLMConfig{Provider: agent.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL + "/v1/", APIKey: key}
+
+	token, end := r.Begin("msg-1", llm, 10*time.Second, nil, 0)
+	st, body := relayPost(t, c, "/openai/chat/completions", token, `{"model":"m"}`)
+	if st != 200 || !strings.Contains(body, `"hi"`) {
+		t.Fatalf("relayed call: %d %s", st, body)
+	}
+	auth, paths := model.seen()
+	if len(auth) != 1 || auth[0] != "Bearer "+key || paths[0] != "/v1/chat/completions" {
+		t.Fatalf("the model endpoint got auth %q at %q; want the key at /v1/chat/completions", auth, paths)
+	}
+
+	refusals := []struct {
+		name, path, auth, body string
+		status                 int
+	}{
+		{"no token", "/openai/chat/completions", "", `{}`, 401},
+		{"the key itself is not a token", "/openai/chat/completions", key, `{}`, 401},
+		{"another path", "/openai/models", token, `{}`, 404},
+		{"a dot-dot path", "/openai/../openai/chat/completions", token, `{}`, 404},
+		{"the other wire format", "/anthropic/v1/messages", token, `{}`, 404},
+		{"streaming", "/openai/chat/completions", token, `{"stream":true}`, 400},
+		{"not JSON", "/openai/chat/completions", token, `x`, 400},
+		{"too large", "/openai/chat/completions", token, `{"x":"` + strings.Repeat("a", MaxRelayRequestBytes) + `"}`, 413},
+	}
+	for _, rc := range refusals {
+		if st, body := relayPost(t, c, rc.path, rc.auth, rc.body); st != rc.status {
+			t.Errorf("%s: %d %s, want %d", rc.name, st, body, rc.status)
+		}
+	}
+	// A proxy-style request for another host is refused, not forwarded.
+	conn, err := net.Dial("unix", filepath.Join(dir, RelaySocketName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST http://example.invalid/openai/chat/completions HTTP/1.1\r\nHost: example.invalid\r\nAuthorization: Bearer %s\r\nContent-Length: 2\r\n\r\n{}", token)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	conn.Close()
+	if err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Errorf("absolute-form request for another host: %v %v, want 403", resp, err)
+	}
+	// The key, echoed by the endpoint, does not come back; a redirect is
+	// handed back, never followed with the key.
+	if st, body := relayPost(t, c, "/openai/chat/completions", token, `{"q":"ECHO-AUTH"}`); st != 401 || strings.Contains(body, key) || !strings.Contains(body, "[REDACTED]") {
+		t.Errorf("echoed key: %d %s", st, body)
+	}
+	if st, _ := relayPost(t, c, "/openai/chat/completions", token, `{"q":"REDIRECT"}`); st != http.StatusTemporaryRedirect {
+		t.Errorf("redirect: %d, want it handed back as 307", st)
+	}
+
+	u := end()
+	if u.Calls != 3 || u.InputTokens != 11 || u.OutputTokens != 7 || u.Refused != 7 {
+		t.Errorf("usage = %+v, want 3 calls, 11/7 tokens, 7 refused", u)
+	}
+	// The message is over: its token is dead, and a new message's token
+	// works only for itself.
+	if st, _ := relayPost(t, c, "/openai/chat/completions", token, `{}`); st != 401 {
+		t.Errorf("token of an ended message: %d, want 401", st)
+	}
+	t2, end2 := r.Begin("msg-2", llm, 10*time.Second, nil, 0)
+	if st, _ := relayPost(t, c, "/openai/chat/completions", t2, `{}`); st != 200 {
+		t.Errorf("second message: %d", st)
+	}
+	end2()
+
+	var sb strings.Builder
+	m.write(&sb, false)
+	for _, want := range []string{`meepa_runner_llm_tokens_total{direction="input"} 22`, `meepa_runner_llm_relay_calls_total{outcome="unauthorized"} 3`} {
+		if !strings.Contains(sb.String(), want) {
+			t.Errorf("metrics lack %q:\n%s", want, sb.String())
+		}
+	}
+	if auth, _ := model.seen(); len(auth) != 4 {
+		t.Errorf("the model endpoint got %d calls, want 4 (two of each message, the echo and the redirect): %q", len(auth), auth)
+	}
+}
+
+// Anthropic's wire format: x-api-key replaced, version passed, usage read.
+// Over a socketpair, as a host-mode child uses it.
+func TestRelayAnthropicOverPair(t *testing.T) {
+	const key = "sk-ant-relay-test-77aa"
+	model := newFakeModel(t)
+	r := newRelay(hclog.NewNullLogger(), newMetrics())
+	llm := agent.LLMConfig{Provider: agent.ProviderAnthropic, Model: "m", BaseURL: model.srv.URL + "/", APIKey: key}
+	token, end := r.Begin("msg-a", llm, 10*time.Second, nil, 0)
+	child, stop, err := r.Pair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	conn, err := net.FileConn(child)
+	child.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := false
+	c := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1, DialContext: func(context.Context, string, string) (net.Conn, error) {
+		if used {
+			return nil, fmt.Errorf("dialled twice")
+		}
+		used = true
+		return conn, nil
+	}}}
+	for i := 0; i < 2; i++ {
+		req, _ := http.NewRequest(http.MethodPost, "http://meepa-relay/anthropic/v1/messages", strings.NewReader(`{"model":"m"}`))
+		req.Header.Set("X-Api-Key", token)
+		req.Header.Set("Anthropic-Version", "2023-06-01")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("call %d: %d %v", i, resp.StatusCode, m)
+		}
+	}
+	auth, paths := model.seen()
+	if len(auth) != 2 || auth[0] != "x-api-key "+key || paths[0] != "/v1/messages" {
+		t.Errorf("anthropic endpoint got %q at %q", auth, paths)
+	}
+	if u := end(); u.Calls != 2 || u.InputTokens != 10 || u.OutputTokens != 6 {
+		t.Errorf("usage %+v", u)
+	}
+}
+
+func TestRelayDirRefusesForeignDir(t *testing.T) {
+	dir := t.TempDir()
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(t.TempDir(), link); err != nil {
+		t.Fatal(err)
+	}
+	if err := newRelay(hclog.NewNullLogger(), newMetrics()).Listen(link); err == nil {
+		t.Error("a symlinked relay dir was accepted")
+	}
+}
+
+// The runner hands the loop a relay token and socket, never the key; the
+// token works for that message's calls only, and the audit line and
+// /metrics count the tokens.
+func TestRunnerRequestCarriesRelayNotKey(t *testing.T) {
+	model := newFakeModel(t)
+	cfg := testConfig()
+	cfg.RelayDir = filepath.Join(t.TempDir(), "relay")
+	cfg.LLM = agent.LLMConfig{Provider: agent.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL + "/v1", APIKey: "sk-very-secret"}
+	var during int
+	b := &scripted{answer: func(req agent.Request) (sandbox.Outcome, error) {
+		// What a per-message container does: call the relay through the
+		// socket in the mounted directory (here, the host path).
+		during, _ = relayPost(t, relayClient(filepath.Join(cfg.RelayDir, RelaySocketName)), "/openai/chat/completions", req.LLM.APIKey, `{}`)
+		return replyOutcome(agent.Reply{MessageID: req.Message.ID, Reply: "ok"})
+	}}
+	_, ts := newTestServer(t, cfg, b)
+	if code, m := post(t, ts.URL, "tok-123", `{"text":"hi"}`); code != 200 {
+		t.Fatalf("status %d: %v", code, m)
+	}
+	req := b.jobs[0]
+	if req.LLM.APIKey == "" || strings.Contains(req.LLM.APIKey, "sk-very-secret") || req.LLM.BaseURL != "http://meepa-relay/openai/" ||
+		req.Relay == nil || req.Relay.Socket != "/run/meepa/"+RelaySocketName {
+		t.Errorf("request LLM %+v relay %+v", req.LLM, req.Relay)
+	}
+	raw, _ := json.Marshal(req)
+	if strings.Contains(string(raw), "sk-very-secret") {
+		t.Errorf("the key is in the stdin request: %s", raw)
+	}
+	if during != 200 {
+		t.Errorf("relay call during the message: %d", during)
+	}
+	if st, _ := relayPost(t, relayClient(filepath.Join(cfg.RelayDir, RelaySocketName)), "/openai/chat/completions", req.LLM.APIKey, `{}`); st != 401 {
+		t.Errorf("the message's token after it ended: %d, want 401", st)
+	}
+	if auth, _ := model.seen(); len(auth) != 1 || auth[0] != "Bearer sk-very-secret" {
+		t.Errorf("endpoint auth %q", auth)
+	}
+	resp, err := http.Get(ts.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsText, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(metricsText), `meepa_runner_llm_tokens_total{direction="output"} 7`) {
+		t.Errorf("metrics:\n%s", metricsText)
+	}
+}
+
+// The relay directory is mounted only where it is used, and a TOOL-EXEC
+// agent's sandbox has no network whatever its config names; in host mode
+// its child gets no TCP.
+func TestSandboxOptionsFollowRoleAndRelay(t *testing.T) {
+	cfg := testConfig()
+	cfg.Container.Networks = []string{"tg-llmnet"}
+	if o := DockerOptions(cfg, nil); o.Spec.RelayDir != "" || len(o.Spec.Networks) != 1 {
+		t.Errorf("offline agent: relay dir %q, networks %v", o.Spec.RelayDir, o.Spec.Networks)
+	}
+	cfg.LLM.Provider = agent.ProviderOpenAI
+	if o := DockerOptions(cfg, nil); o.Spec.RelayDir != RelayDir(cfg) {
+		t.Errorf("openai agent: relay dir %q", o.Spec.RelayDir)
+	}
+	cfg.Role = agent.RoleToolExec
+	if o := DockerOptions(cfg, nil); o.Spec.Network != "none" || o.Spec.Networks != nil {
+		t.Errorf("tool_exec: network %q %v, want none", o.Spec.Network, o.Spec.Networks)
+	}
+	cfg.FileAccess.AllowNetwork = true
+	if o := HostOptions(cfg, nil); o.FileAccess.AllowNetwork {
+		t.Error("tool_exec in host mode keeps TCP")
+	}
+	for _, bad := range []func(c *Config){
+		func(c *Config) { c.Role = "admin" },
+		func(c *Config) {
+			c.Role = "fetch"
+			c.Ask = []AskTarget{{AgentID: "x", Role: "tool_exec", Listen: "unix:///s", Token: "t"}}
+		},
+		func(c *Config) {
+			c.Role = "core"
+			c.Ask = []AskTarget{{AgentID: "x", Role: "core", Listen: "unix:///s", Token: "t"}}
+		},
+		func(c *Config) {
+			c.Role = "core"
+			c.Ask = []AskTarget{{AgentID: "x", Role: "fetch", Listen: "10.0.0.1:80", Token: "t"}}
+		},
+		func(c *Config) { c.Role = "tool_exec"; c.Container.Enabled = false; c.FileAccess.Unrestricted = true },
+	} {
+		c := testConfig()
+		bad(c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("config accepted: role %q ask %+v", c.Role, c.Ask)
+		}
+	}
+}
