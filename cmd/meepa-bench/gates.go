@@ -98,7 +98,7 @@ func (r *benchRunner) sendText(text, want string) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read-only
 	out, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(out), strings.ReplaceAll(want, "\n", `\n`)) {
 		return fmt.Errorf("status %d: %s", resp.StatusCode, out)

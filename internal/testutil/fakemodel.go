@@ -67,7 +67,8 @@ func (m *FakeModel) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if string(raw) == `{"q":"ECHO-AUTH"}` {
 		w.WriteHeader(http.StatusUnauthorized)
-		fmt.Fprintf(w, `{"error":{"message":"bad credential %s"}}`, r.Header.Get("Authorization"))
+		// A failed write shows as the client's error, which the test checks.
+		_, _ = fmt.Fprintf(w, `{"error":{"message":"bad credential %s"}}`, r.Header.Get("Authorization"))
 		return
 	}
 	var req struct {
@@ -78,7 +79,7 @@ func (m *FakeModel) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := json.Unmarshal(raw, &req); err != nil || len(req.Messages) == 0 {
 		w.WriteHeader(http.StatusBadRequest)
-		fmt.Fprint(w, `{"error":{"message":"no messages"}}`)
+		_, _ = fmt.Fprint(w, `{"error":{"message":"no messages"}}`) // as above
 		return
 	}
 	last := req.Messages[len(req.Messages)-1]

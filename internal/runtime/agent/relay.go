@@ -61,7 +61,7 @@ func relayTransport(r *Relay) (*http.Transport, func(), error) {
 		// FileConn dups the descriptor close-on-exec; the inherited one is
 		// closed so that no tool process inherits a way to the relay.
 		conn, err := net.FileConn(f)
-		f.Close()
+		_ = f.Close() // conn holds its own descriptor, or there is none
 		if err != nil {
 			return nil, nil, fmt.Errorf("relay: fd %d: %w", r.FD, err)
 		}
@@ -80,7 +80,8 @@ func relayTransport(r *Relay) (*http.Transport, func(), error) {
 			taken = true
 			return conn, nil
 		}
-		return tr, func() { tr.CloseIdleConnections(); conn.Close() }, nil
+		// At the end the message is over: the close has nothing left to send.
+		return tr, func() { tr.CloseIdleConnections(); _ = conn.Close() }, nil
 	}
 	return nil, nil, errors.New("relay: neither a socket nor a descriptor")
 }

@@ -93,7 +93,7 @@ func (t *Toolbox) Fetch(ctx context.Context, raw string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("fetch %s: %w", u.Redacted(), err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read-only
 	body, err := io.ReadAll(io.LimitReader(resp.Body, FetchMaxBytes+1))
 	if err != nil && !errors.Is(err, io.EOF) {
 		return "", fmt.Errorf("fetch %s: read: %w", u.Redacted(), err)
@@ -147,7 +147,7 @@ func asker(tr http.RoundTripper, token string) func(ctx context.Context, agentID
 		if err != nil {
 			return "", fmt.Errorf("ask %s: %w", agentID, err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }() // read-only
 		raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAskAnswer))
 		if err != nil {
 			return "", fmt.Errorf("ask %s: %w", agentID, err)

@@ -101,7 +101,7 @@ func postAsk(ctx context.Context, t AskTarget, parent string, _ agent.LLMConfig,
 	if err != nil {
 		return agent.AskAnswer{}, 0, fmt.Errorf("reach agent %s's runner: %w", t.AgentID, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read-only
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return agent.AskAnswer{MessageID: resp.Header.Get("X-Message-Id")}, resp.StatusCode, err

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -149,8 +150,7 @@ func (r *Relay) Listen(dir string) error {
 	// Any uid may connect (the sandbox user is not the runner's); only a
 	// live message's token gets anything.
 	if err := os.Chmod(sock, 0o666); err != nil {
-		ln.Close()
-		return fmt.Errorf("relay listen: %w", err)
+		return errors.Join(fmt.Errorf("relay listen: %w", err), ln.Close())
 	}
 	r.dir, r.ln = dir, ln
 	r.server = &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
@@ -202,10 +202,9 @@ func (r *Relay) Pair() (child *os.File, stop func(), err error) {
 	mine := os.NewFile(uintptr(fds[0]), "relay")
 	child = os.NewFile(uintptr(fds[1]), "relay-child")
 	conn, err := net.FileConn(mine)
-	mine.Close()
+	_ = mine.Close() // conn holds its own descriptor, or there is none
 	if err != nil {
-		child.Close()
-		return nil, nil, fmt.Errorf("relay socketpair: %w", err)
+		return nil, nil, errors.Join(fmt.Errorf("relay socketpair: %w", err), child.Close())
 	}
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(&oneConn{c: conn, done: make(chan struct{})}) }()
@@ -352,7 +351,7 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		relayError(w, http.StatusBadGateway, "model endpoint: "+agent.NewRedactor(s.llm.APIKey).String(err.Error()))
 		return
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read-only
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, MaxRelayResponseBytes+1))
 	if err != nil || len(answer) > MaxRelayResponseBytes {
 		s.mu.Lock()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 // fakeModel is an OpenAI-compatible (and Anthropic) endpoint on loopback
@@ -33,6 +34,7 @@ type fakeModel struct {
 
 func newFakeModel(t *testing.T) *fakeModel {
 	f := &fakeModel{}
+	// A failed write below shows as the client's error, which the tests check.
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		f.mu.Lock()
@@ -48,13 +50,13 @@ func newFakeModel(t *testing.T) *fakeModel {
 		case strings.Contains(string(body), "ECHO-AUTH"):
 			// An endpoint that echoes the credential in its error.
 			w.WriteHeader(http.StatusUnauthorized)
-			fmt.Fprintf(w, `{"error":{"message":"bad key %s"}}`, a)
+			_, _ = fmt.Fprintf(w, `{"error":{"message":"bad key %s"}}`, a)
 		case strings.Contains(string(body), "REDIRECT"):
 			http.Redirect(w, r, "http://127.0.0.1:1/elsewhere", http.StatusTemporaryRedirect)
 		case strings.HasSuffix(r.URL.Path, "/v1/messages"):
-			fmt.Fprint(w, `{"id":"m","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":5,"output_tokens":3}}`)
+			_, _ = fmt.Fprint(w, `{"id":"m","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":5,"output_tokens":3}}`)
 		default:
-			fmt.Fprint(w, `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":11,"completion_tokens":7}}`)
+			_, _ = fmt.Fprint(w, `{"id":"c","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":11,"completion_tokens":7}}`)
 		}
 	}))
 	t.Cleanup(f.srv.Close)
@@ -83,7 +85,7 @@ func relayPost(t *testing.T, c *http.Client, path, auth, body string) (int, stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read in full
 	raw, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(raw)
 }
@@ -100,7 +102,7 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 	if err := r.Listen(dir); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { r.Close() })
+	testutil.Cleanup(t, "relay", r.Close)
 	c := relayClient(filepath.Join(dir, RelaySocketName))
 	llm := agent.LLMConfig{Provider: agent.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL + "/v1/", APIKey: key}
 
@@ -137,9 +139,16 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(conn, "POST http://example.invalid/openai/chat/completions HTTP/1.1\r\nHost: example.invalid\r\nAuthorization: Bearer %s\r\nContent-Length: 2\r\n\r\n{}", token)
+	if _, err := fmt.Fprintf(conn, "POST http://example.invalid/openai/chat/completions HTTP/1.1\r\nHost: example.invalid\r\nAuthorization: Bearer %s\r\nContent-Length: 2\r\n\r\n{}", token); err != nil {
+		t.Fatal(err)
+	}
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	conn.Close()
+	if cerr := conn.Close(); cerr != nil {
+		t.Error(cerr)
+	}
+	if err == nil {
+		_ = resp.Body.Close() // only the status is checked
+	}
 	if err != nil || resp.StatusCode != http.StatusForbidden {
 		t.Errorf("absolute-form request for another host: %v %v, want 403", resp, err)
 	}
@@ -168,7 +177,7 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 	end2()
 
 	var sb strings.Builder
-	m.write(&sb, false)
+	testutil.Must(t, m.write(&sb, false))
 	for _, want := range []string{`meepa_runner_llm_tokens_total{direction="input"} 22`, `meepa_runner_llm_relay_calls_total{outcome="unauthorized"} 3`} {
 		if !strings.Contains(sb.String(), want) {
 			t.Errorf("metrics lack %q:\n%s", want, sb.String())
@@ -193,7 +202,9 @@ func TestRelayAnthropicOverPair(t *testing.T) {
 	}
 	defer stop()
 	conn, err := net.FileConn(child)
-	child.Close()
+	if cerr := child.Close(); cerr != nil { // conn holds its own descriptor
+		t.Error(cerr)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,10 +225,10 @@ func TestRelayAnthropicOverPair(t *testing.T) {
 			t.Fatal(err)
 		}
 		var m map[string]any
-		json.NewDecoder(resp.Body).Decode(&m)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("call %d: %d %v", i, resp.StatusCode, m)
+		decErr := json.NewDecoder(resp.Body).Decode(&m)
+		_ = resp.Body.Close() // read: the answer is one JSON object
+		if resp.StatusCode != http.StatusOK || decErr != nil {
+			t.Fatalf("call %d: %d %v %v", i, resp.StatusCode, m, decErr)
 		}
 	}
 	auth, paths := model.seen()
@@ -282,7 +293,7 @@ func TestRunnerRequestCarriesRelayNotKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	metricsText, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close() // read in full
 	if !strings.Contains(string(metricsText), `meepa_runner_llm_tokens_total{direction="output"} 7`) {
 		t.Errorf("metrics:\n%s", metricsText)
 	}

@@ -420,7 +420,9 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, ba
 				return
 			}
 			defer stop()
-			defer child.Close()
+			// The agent child has its own copy once started: closing the
+			// runner's loses nothing.
+			defer func() { _ = child.Close() }()
 			job.Files = []*os.File{child}
 			req.Relay = &agent.Relay{FD: agent.RelayFD}
 		}
