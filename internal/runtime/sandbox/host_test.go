@@ -18,7 +18,10 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
-const testAgentID = "tf-acc-host"
+// testAgentID is unique to this test process: a runner sweeps the empty
+// pids cgroups of its agent id at start, and two test runs on one machine
+// (two checkouts) must not sweep each other's.
+var testAgentID = fmt.Sprintf("tf-acc-host-%d", os.Getpid())
 
 // These tests run the real agent-runner under real Landlock (unprivileged
 // is enough); they need Linux with Landlock ABI 4 or newer.
@@ -79,7 +82,7 @@ func writeFile(t *testing.T, p, content string) {
 func shell(t *testing.T, h *Host, cmd string) (int, string) {
 	t.Helper()
 	req, err := json.Marshal(agent.Request{
-		AgentID: "tf-acc-host",
+		AgentID: testAgentID,
 		Message: agent.Message{ID: "m1", Text: agent.OfflineShellPrefix + cmd},
 		LLM:     agent.LLMConfig{Provider: agent.ProviderOffline},
 	})
@@ -426,7 +429,7 @@ func TestHostProtectBeatsAllow(t *testing.T) {
 	writeFile(t, filepath.Join(root, "readable.txt"), "open")
 	ws := mkdir(t, root, "agents", "a1")
 	h, err := NewHost(HostOptions{
-		AgentID:      "tf-acc-host",
+		AgentID:      testAgentID,
 		Workspace:    ws,
 		FileAccess:   landlock.FileAccess{AllowRead: []string{root}, AllowNetwork: true},
 		RunnerBinary: testutil.RunnerBinary(t),
