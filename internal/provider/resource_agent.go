@@ -586,6 +586,14 @@ func (r *agentResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	if status == "running" && st.ConfigHash != state.ConfigHash.ValueString() {
 		status = "stale"
 	}
+	// A runner of another build than the provider's is drift too: the plan
+	// replaces it (runner_status "stale" -> "running"). See deploy/version.go.
+	if status == "running" {
+		if drift := deploy.RunnerVersionDrift(ctx, rn.Listen.ValueString()); drift != nil {
+			status = "stale"
+			resp.Diagnostics.AddWarning("Runner Version Drift", drift.Error())
+		}
+	}
 	state.RunnerStatus = types.StringValue(status)
 	state.RunnerContainerID = types.StringValue(st.ID)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
