@@ -16,6 +16,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/version"
 )
 
 // scripted is a Backend for the HTTP layer's unit tests: it answers what
@@ -272,7 +273,8 @@ func TestHealthzAndShutdown(t *testing.T) {
 	var h map[string]any
 	json.NewDecoder(resp.Body).Decode(&h)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || h["ok"] != true || h["agent_id"] != "a1" || h["mode"] != "container" || h["ready"] != true || h["landlock_abi"] != 7.0 {
+	if resp.StatusCode != 200 || h["ok"] != true || h["agent_id"] != "a1" || h["mode"] != "container" || h["ready"] != true || h["landlock_abi"] != 7.0 ||
+		h["version"] != version.Version || h["commit"] != version.Commit {
 		t.Errorf("healthz %d %v", resp.StatusCode, h)
 	}
 	if err := s.Shutdown(context.Background()); err != nil {
