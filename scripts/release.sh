@@ -25,6 +25,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 export VERSION=${VERSION:?set VERSION}
+export COMMIT=${COMMIT:-}
 GORELEASER=${GORELEASER:?set GORELEASER (the GNUmakefile pins it)}
 DIST="$ROOT/dist"
 PREFIX="terraform-provider-meepa_${VERSION}"
