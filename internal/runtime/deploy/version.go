@@ -23,7 +23,8 @@ func (d *VersionDrift) Error() string {
 		runner = "a build too old to report its version"
 	}
 	return fmt.Sprintf("The running agent-runner is %s; this provider is %s. "+
-		"The plan replaces the runner with the provider's build.", runner, d.Provider)
+		"The plan redeploys the runner. Its image must carry the provider's agent-runner: "+
+		"meepa_isolation_image rebuilds when the provider's runner changes; an image made otherwise must be rebuilt.", runner, d.Provider)
 }
 
 // Build is the runner's build as its /healthz reports it; ok is false for a
