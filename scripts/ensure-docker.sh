@@ -23,7 +23,14 @@ fi
 
 log=${DOCKERD_LOG:-/var/log/meepa-dockerd.log}
 echo "ensure-docker: starting dockerd (log: $log)" >&2
-nohup dockerd >"$log" 2>&1 &
+# Run under `flock /tmp/meepa-acc.lock`, this shell holds the lock's file
+# descriptor; dockerd must not inherit it, or it holds the lock for as long
+# as it runs and every other user of the lock waits for ever.
+# (bash reads this script on fd 255, so only 3-19 are closed, for dockerd.)
+(
+  for fd in $(seq 3 19); do eval "exec $fd>&-"; done
+  exec nohup dockerd >"$log" 2>&1
+) &
 for _ in $(seq 1 60); do
   if docker version >/dev/null 2>&1; then
     exit 0
