@@ -4,6 +4,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"log"
 
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
@@ -13,9 +14,14 @@ import (
 )
 
 func main() {
-	var debug bool
+	var debug, showVersion bool
 	flag.BoolVar(&debug, "debug", false, "start the provider in debug mode, for debuggers such as delve")
+	flag.BoolVar(&showVersion, "version", false, "print version, commit and platform (the same as the bundled agent-runner's `version`)")
 	flag.Parse()
+	if showVersion {
+		fmt.Println(version.Line("terraform-provider-meepa"))
+		return
+	}
 
 	err := providerserver.Serve(context.Background(), provider.New(version.Version), providerserver.ServeOpts{
 		Address:         provider.Address,

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # The quickstart, end to end, on this machine:
-#   scripts/demo.sh up     build the local base image if missing, apply
-#                          examples/quickstart with the dev build, show what it
-#                          made, prove a second plan is empty, print timings
+#   scripts/demo.sh up     build the local base image if missing, install the
+#                          provider with `terraform init` from the mirror,
+#                          apply examples/quickstart, show what it made, prove
+#                          a second plan is empty, print timings
 #   scripts/demo.sh down   destroy what `up` made (the base image stays)
-# Run `make build` first (make demo does): it builds the provider and the
-# agent-runner into bin/ and writes bin/dev.tfrc with a dev_overrides block.
+# Run `make mirror-host` first (make demo does): GoReleaser builds the release
+# archive for this host (provider and agent-runner), `make install-mirror`
+# checks it and lays it out in bin/mirror, and writes bin/mirror.tfrc, a CLI
+# configuration that installs bogpad/meepa from there and nowhere else. So the
+# quickstart runs what an operator installs: a broken archive, a wrong
+# checksum or a missing runner fails here.
 #
 # Each stage is one function; `up` runs them in order. New parts of the
 # quickstart (networks, agents) add a stage and a line in `up`.
@@ -14,8 +19,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 QS="$ROOT/examples/quickstart"
 BASE_IMAGE=${MEEPA_QUICKSTART_BASE:-meepa-quickstart/base:latest}
-export TF_CLI_CONFIG_FILE="$ROOT/bin/dev.tfrc"
-# With dev_overrides terraform needs no `init`; it says so on every run.
+export TF_CLI_CONFIG_FILE="$ROOT/bin/mirror.tfrc"
+MIRROR="$ROOT/bin/mirror/registry.terraform.io/bogpad/meepa"
 export TF_IN_AUTOMATION=1
 
 declare -a TIMINGS=()
@@ -44,11 +49,36 @@ tf() {
   fi
 }
 
-require_build() {
-  if [ ! -f "$TF_CLI_CONFIG_FILE" ] || [ ! -x "$ROOT/bin/terraform-provider-meepa" ]; then
-    echo "demo: no dev build in bin/; run \`make build\` first (or \`make demo\`)" >&2
+require_mirror() {
+  if [ ! -f "$TF_CLI_CONFIG_FILE" ] || [ ! -f "$MIRROR/index.json" ]; then
+    echo "demo: no provider mirror in bin/; run \`make mirror-host\` first (or \`make demo\`)" >&2
     exit 1
   fi
+}
+
+# stage: the provider, installed by `terraform init` from the mirror, as an
+# operator would. A snapshot keeps its version number across commits, so the
+# lock file and the unpacked copy of an earlier build are dropped first: the
+# lock file recorded that build's checksums, which this one does not match.
+init() {
+  rm -rf "$QS/.terraform/providers/registry.terraform.io/bogpad/meepa" "$QS/.terraform.lock.hcl"
+  say "terraform init (bogpad/meepa from $ROOT/bin/mirror)"
+  timed "terraform init from the mirror" tf init -input=false
+  say "$QS/.terraform.lock.hcl"
+  cat "$QS/.terraform.lock.hcl"
+  # The checksum Terraform computed from the archive it unpacked must be
+  # the one the mirror's index publishes for this platform.
+  local platform version lock_h1 index_h1
+  platform="$(go env GOOS)_$(go env GOARCH)"
+  version=$(jq -r '.versions | keys[0]' "$MIRROR/index.json")
+  lock_h1=$(grep -o '"h1:[^"]*"' "$QS/.terraform.lock.hcl" | tr -d '"')
+  index_h1=$(jq -r --arg p "$platform" '.archives[$p].hashes[] | select(startswith("h1:"))' "$MIRROR/$version.json")
+  if [ -z "$lock_h1" ] || [ "$lock_h1" != "$index_h1" ]; then
+    echo "demo: lock file checksum '$lock_h1' is not the mirror's '$index_h1' for $platform" >&2
+    exit 1
+  fi
+  echo "lock file checksum = mirror index checksum for $platform"
+  INSTALLED="$QS/.terraform/providers/registry.terraform.io/bogpad/meepa/$version/$platform"
 }
 
 # stage: a base image made here, FROM scratch with Debian's static busybox,
@@ -80,11 +110,27 @@ apply() {
   timed "first terraform apply" tf apply -auto-approve -input=false -var "base_image=$BASE_IMAGE"
 }
 
+# stage: the image's runner is the one from the installed archive, and it
+# reports the provider's version and commit.
 show_image() {
-  local img
+  local img provider runner want got
   img=$(tf output -raw isolated_image)
   say "docker run --rm $img agent-runner version"
-  docker run --rm "$img" agent-runner version
+  runner=$(docker run --rm "$img" agent-runner version)
+  echo "$runner"
+  provider=$("$INSTALLED"/terraform-provider-meepa_v* -version)
+  echo "$provider   (the provider terraform init installed)"
+  if [ "${runner#agent-runner }" != "${provider#terraform-provider-meepa }" ]; then
+    echo "demo: the runner and the provider report different builds" >&2
+    exit 1
+  fi
+  want=$(sha256sum "$INSTALLED/agent-runner-linux-$(go env GOARCH)" | cut -d' ' -f1)
+  got=$(tf show -json | jq -r '.values.root_module.resources[] | select(.type == "meepa_isolation_image") | .values.runner_sha256')
+  if [ "$got" != "$want" ]; then
+    echo "demo: the image's runner ($got) is not the archive's ($want)" >&2
+    exit 1
+  fi
+  echo "the image's agent-runner is the archive's (sha256 $want)"
 }
 
 # send AGENT TEXT [LABEL]: posts a message to an agent's endpoint with its
@@ -153,8 +199,9 @@ report() {
 }
 
 up() {
-  require_build
+  require_mirror
   ensure_base
+  init
   apply
   show_image
   messages
@@ -163,7 +210,9 @@ up() {
 }
 
 down() {
-  require_build
+  require_mirror
+  # The provider `up` installed destroys; init only when there is none.
+  [ -d "$QS/.terraform/providers/registry.terraform.io/bogpad/meepa" ] || init
   say "terraform destroy (examples/quickstart)"
   tf destroy -auto-approve -input=false -var "base_image=$BASE_IMAGE"
 }

@@ -262,6 +262,9 @@ func (r *agentResource) Read(ctx context.Context, req resource.ReadRequest, resp
 		r.addServiceError(&resp.Diagnostics, err)
 		return
 	}
+	for _, w := range o.Warnings {
+		resp.Diagnostics.AddWarning(warningSummaries[w.Topic], w.Detail)
+	}
 	// A missing workspace is drift: the plan shows its path coming back.
 	state.WorkspacePath = types.StringValue(o.WorkspacePath)
 	if o.WorkspacePath != "" && state.ManageSoul.ValueBool() && o.Soul != state.Soul.ValueString() {

@@ -45,8 +45,9 @@ var stepPaths = map[string]path.Path{
 
 // warningSummaries title the service's warnings.
 var warningSummaries = map[string]string{
-	"workspace ownership": "Workspace Ownership",
-	"workspace recreated": "Workspace Recreated",
+	"workspace ownership":    "Workspace Ownership",
+	"workspace recreated":    "Workspace Recreated",
+	deploy.TopicVersionDrift: "Runner Version Drift",
 }
 
 // addServiceError turns the agent service's error (one step's, or a step's

@@ -277,6 +277,9 @@ type Observed struct {
 	// for a container deployment.
 	RunnerStatus      string
 	RunnerContainerID string
+	// Warnings explain drift the fields alone do not (a runner of another
+	// build).
+	Warnings []Warning
 }
 
 // Read observes an agent as it is: its workspace, its config on disk and
@@ -309,6 +312,19 @@ func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
 	o.RunnerStatus, o.RunnerContainerID = st.State, st.ID
 	if st.State == StatusRunning && st.ConfigHash != o.ConfigHash {
 		o.RunnerStatus = StatusStale
+	}
+	// A runner of another build than this one is drift too: the plan
+	// replaces it rather than the next message finding out (version.go).
+	if o.RunnerStatus == StatusRunning {
+		listen := a.Config.Listen
+		if listen == "" {
+			listen = "unix://" + s.Layout(id).Socket
+		}
+		if d := RunnerVersionDrift(ctx, listen); d != nil {
+			s.log.Warn("runner version drift", "agent_id", id, "runner", d.Runner.String(), "provider", d.Provider.String())
+			o.RunnerStatus = StatusStale
+			o.Warnings = append(o.Warnings, Warning{Topic: TopicVersionDrift, Detail: d.Error()})
+		}
 	}
 	return o, nil
 }

@@ -94,10 +94,15 @@ func stepErr(step, field, what string, err error) error {
 
 // Warning is something the caller should tell the agent's owner.
 type Warning struct {
-	// Topic is "workspace ownership" or "workspace recreated".
+	// Topic is "workspace ownership", "workspace recreated" or
+	// TopicVersionDrift.
 	Topic  string
 	Detail string
 }
+
+// TopicVersionDrift is the Warning a Read gives for a runner of another
+// build than the provider's.
+const TopicVersionDrift = "runner version drift"
 
 // Layout is the agent's runner files under the service's state directory.
 func (s *Service) Layout(agentID string) Layout { return LayoutFor(s.o.StateDir, agentID) }

@@ -46,6 +46,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/version"
 )
 
 // Defaults of zero Config fields.
@@ -94,6 +95,10 @@ type Health struct {
 	OK      bool   `json:"ok"`
 	AgentID string `json:"agent_id"`
 	Mode    string `json:"mode"`
+	// Version and Commit name the runner's build, so that the provider
+	// can tell a runner left by another release (drift in the plan).
+	Version string `json:"version"`
+	Commit  string `json:"commit"`
 	// Ready says the next message will not wait for a sandbox to start.
 	Ready    bool           `json:"ready"`
 	Prestart bool           `json:"prestart"`
@@ -609,6 +614,8 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		Prestart: cfg.Container.Enabled && cfg.Container.Prestart,
 		Queued:   s.metrics.queued.Load(),
 		Busy:     s.metrics.inFlight.Load() > 0,
+		Version:  version.Version,
+		Commit:   version.Commit,
 	}
 	if hr, ok := b.(HealthReporter); ok {
 		h.Extra = hr.Health()

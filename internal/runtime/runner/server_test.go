@@ -17,6 +17,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+	"github.com/bogpad/terraform-provider-meepa/internal/version"
 )
 
 // scripted is a Backend for the HTTP layer's unit tests: it answers what
@@ -288,7 +289,8 @@ func TestHealthzAndShutdown(t *testing.T) {
 	var h map[string]any
 	testutil.Must(t, json.NewDecoder(resp.Body).Decode(&h))
 	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || h["ok"] != true || h["agent_id"] != "a1" || h["mode"] != "container" || h["ready"] != true || h["landlock_abi"] != 7.0 {
+	if resp.StatusCode != http.StatusOK || h["ok"] != true || h["agent_id"] != "a1" || h["mode"] != "container" || h["ready"] != true || h["landlock_abi"] != 7.0 ||
+		h["version"] != version.Version || h["commit"] != version.Commit {
 		t.Errorf("healthz %d %v", resp.StatusCode, h)
 	}
 	if err := s.Shutdown(context.Background()); err != nil {

@@ -386,7 +386,7 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 		// process group of its own, but all stay in this session (the
 		// socket filter refuses setsid), which is how the timeout and the
 		// end of the message find them. SIGKILL if the runner dies first.
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
+		SysProcAttr: childProcAttr(),
 		// Stdin is copied by os/exec; a background process that kept it
 		// open must not hold Wait.
 		WaitDelay: 2 * time.Second,

@@ -27,7 +27,10 @@ var LandlockSyscalls = []string{"landlock_create_ruleset", "landlock_add_rule", 
 // engines and distributions' builds differ.) Never unconfined: the runner
 // container keeps everything the default profile denies.
 func RunnerSeccompProfile() ([]byte, error) {
-	p := seccomp.DefaultProfile()
+	p, err := defaultSeccompProfile()
+	if err != nil {
+		return nil, err
+	}
 	allowed := false
 	for _, s := range p.Syscalls {
 		unconditional := s.Includes == nil || (len(s.Includes.Caps) == 0 && len(s.Includes.Arches) == 0 && s.Includes.MinKernel == nil)

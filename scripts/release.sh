@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Release artifacts with GoReleaser (.goreleaser.yaml), and the mirror made
+# from them. Called by the GNUmakefile, which pins GoReleaser (GORELEASER)
+# and the version (VERSION):
+#
+#   scripts/release.sh snapshot [--single-target]
+#       dist/ for VERSION from the work tree as it is, signed with
+#       GPG_FINGERPRINT when set, else with a throwaway key made here and
+#       forgotten afterwards. --single-target builds the host's platform only
+#       (the provider and the runner for it), with the same names and layout:
+#       .goreleaser.yaml with its target lists cut to linux/<host arch>
+#       (`goreleaser release` has no --single-target of its own).
+#   scripts/release.sh release
+#       dist/ for the tag vVERSION on HEAD, signed with GPG_FINGERPRINT
+#       (required: a key in the keyring, GNUPGHOME). Published as a GitHub
+#       release when GITHUB_TOKEN is set; otherwise dist/ is left to upload.
+#   scripts/release.sh mirror DIR RUNNERS
+#       checks dist/ (signature, sums, archives, the runners for RUNNERS,
+#       e.g. "amd64,arm64") and installs it into the mirror DIR.
+#
+# Every run leaves dist/signing-key.asc, the public half of the key that
+# signed, for `mirror` and for whoever checks the release by hand.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+export VERSION=${VERSION:?set VERSION}
+export COMMIT=${COMMIT:-}
+GORELEASER=${GORELEASER:?set GORELEASER (the GNUmakefile pins it)}
+DIST="$ROOT/dist"
+PREFIX="terraform-provider-meepa_${VERSION}"
+
+ensure_gpg() {
+  command -v gpg >/dev/null && command -v gpgv >/dev/null && return
+  echo "release: installing gnupg" >&2
+  apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnupg >/dev/null
+}
+
+# throwaway_key: a fresh RSA signing key (the registry accepts RSA and DSA)
+# in a keyring of its own; GNUPGHOME and GPG_FINGERPRINT point at it.
+throwaway_key() {
+  GNUPGHOME=$(mktemp -d)
+  export GNUPGHOME
+  trap 'gpgconf --kill gpg-agent >/dev/null 2>&1 || true; rm -rf "$GNUPGHOME"' EXIT
+  gpg --batch --quiet --passphrase '' --quick-gen-key \
+    "meepa snapshot, throwaway <snapshot@meepa.invalid>" rsa3072 sign 1d
+  GPG_FINGERPRINT=$(gpg --batch --with-colons --list-secret-keys | awk -F: '$1 == "fpr" { print $10; exit }')
+  export GPG_FINGERPRINT
+  echo "release: signing with throwaway key $GPG_FINGERPRINT" >&2
+}
+
+# finish: what GoReleaser does not put in dist/ itself.
+finish() {
+  # Hashed in SHA256SUMS by the checksum step, but not copied (only a
+  # published release uploads it).
+  cp terraform-registry-manifest.json "$DIST/${PREFIX}_manifest.json"
+  gpg --batch --armor --export "$GPG_FINGERPRINT" >"$DIST/signing-key.asc"
+  ls -l "$DIST"/"${PREFIX}"_* "$DIST/signing-key.asc" | awk '{ printf "%10d  %s\n", $5, $NF }'
+}
+
+# host_config FILE: .goreleaser.yaml for linux/<host arch> only, in FILE.
+# Fails when the target lines it rewrites are not found as expected.
+host_config() {
+  local arch n
+  arch=$(go env GOARCH)
+  sed -e 's/^\(    goos: \)\[linux, darwin\]$/\1[linux]/' \
+      -e "s/^\(    goarch: \)\[amd64, arm64\]\$/\1[$arch]/" .goreleaser.yaml >"$1"
+  n=$(diff .goreleaser.yaml "$1" | grep -c '^>' || true)
+  if [ "$n" -ne 3 ]; then
+    echo "release: .goreleaser.yaml's goos/goarch lines changed; update host_config in $0" >&2
+    exit 1
+  fi
+}
+
+snapshot() {
+  ensure_gpg
+  if [ -z "${GPG_FINGERPRINT:-}" ]; then throwaway_key; fi
+  local -a cfg=()
+  if [ "${1:-}" = --single-target ]; then
+    CFG_TMP=$(mktemp --suffix=.yaml)
+    host_config "$CFG_TMP"
+    cfg=(--config "$CFG_TMP")
+  fi
+  # The version comes from VERSION, not from git tags (there may be none).
+  local rc=0
+  GORELEASER_CURRENT_TAG="v$VERSION" $GORELEASER release --snapshot --clean "${cfg[@]}" || rc=$?
+  rm -f "${CFG_TMP:-}"
+  [ "$rc" -eq 0 ] || exit "$rc"
+  finish
+}
+
+release() {
+  ensure_gpg
+  : "${GPG_FINGERPRINT:?set GPG_FINGERPRINT to the fingerprint of the release key (imported into GNUPGHOME)}"
+  local -a skip=()
+  [ -n "${GITHUB_TOKEN:-}" ] || skip=(--skip=publish)
+  GORELEASER_CURRENT_TAG="v$VERSION" $GORELEASER release --clean "${skip[@]}"
+  finish
+}
+
+mirror() {
+  local dir=${1:?mirror DIR RUNNERS} runners=${2:?mirror DIR RUNNERS}
+  ensure_gpg
+  local sums="$DIST/${PREFIX}_SHA256SUMS"
+  [ -f "$sums" ] || { echo "release: no $sums; run make release-snapshot first" >&2; exit 1; }
+  # gpgv against the key that dist/ says signed it: this catches a sums
+  # file changed after signing. Whether that key is the right one is for
+  # whoever hands out signing-key.asc (the registry keeps its own copy).
+  local kr
+  kr=$(mktemp)
+  gpg --batch --dearmor <"$DIST/signing-key.asc" >"$kr"
+  gpgv --keyring "$kr" "$sums.sig" "$sums" 2>&1 | sed 's/^/release: /'
+  local rc=${PIPESTATUS[0]}
+  rm -f "$kr"
+  [ "$rc" -eq 0 ] || { echo "release: bad signature on $sums" >&2; exit 1; }
+  go run ./cmd/meepa-mirror -dist "$DIST" -version "$VERSION" -runners "$runners" -dir "$dir"
+}
+
+case "${1:-}" in
+  snapshot) shift; snapshot "$@" ;;
+  release) release ;;
+  mirror) shift; mirror "$@" ;;
+  *) echo "usage: $0 snapshot [--single-target] | release | mirror DIR RUNNERS" >&2; exit 2 ;;
+esac
