@@ -64,7 +64,7 @@ func ReadSums(path string) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read sums: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	sums := map[string]string{}
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
@@ -93,7 +93,7 @@ func fileSHA256(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
 		return "", err
@@ -155,7 +155,7 @@ func (r Release) checkZip(path string) error {
 	if err != nil {
 		return fmt.Errorf("check %s: %w", filepath.Base(path), err)
 	}
-	defer zr.Close()
+	defer func() { _ = zr.Close() }() // read-only
 	have := map[string]*zip.File{}
 	for _, f := range zr.File {
 		have[f.Name] = f
@@ -175,7 +175,7 @@ func (r Release) checkZip(path string) error {
 			return fmt.Errorf("check %s: %s: %w", filepath.Base(path), name, err)
 		}
 		_, err = io.Copy(io.Discard, rc)
-		rc.Close()
+		_ = rc.Close() // read-only; read in full above
 		if err != nil {
 			return fmt.Errorf("check %s: %s: %w", filepath.Base(path), name, err)
 		}
@@ -256,14 +256,14 @@ func copyFile(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	defer in.Close()
+	defer func() { _ = in.Close() }() // read-only
 	tmp := dst + ".tmp"
 	out, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
 	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
+		_ = out.Close() // the copy failed: that error is the one to report
 		return err
 	}
 	if err := out.Close(); err != nil {

@@ -84,7 +84,9 @@ func TestRunnerVersionDriftUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
 	// Nothing listens: the container's state reports that, not a version.
 	if d := RunnerVersionDrift(context.Background(), "127.0.0.1:"+strconv.Itoa(port)); d != nil {
 		t.Errorf("unreachable runner: drift %v", d)
