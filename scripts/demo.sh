@@ -161,6 +161,14 @@ send() {
   fi
 }
 
+# expect_reply TEXT: the last reply must contain TEXT.
+expect_reply() {
+  if ! grep -qF -- "$1" "$WORK/reply.json"; then
+    echo "demo: the reply does not contain \"$1\": $(cat "$WORK/reply.json")" >&2
+    exit 1
+  fi
+}
+
 # stage: a message to each agent through its endpoint.
 messages() {
   WORK=$(mktemp -d)
@@ -171,9 +179,17 @@ messages() {
   send helper "hello from the quickstart" "message round trip (helper)"
   send helper '!sh id; touch /etc/x; cat SOUL.md'
   send core "hello CORE" "message round trip (core)"
-  # CORE must not reach the proxy (only FETCH may); nothing leaves the host.
+  say "CORE has no shell: the runner refuses the tool, whatever the model asks"
+  send core '!sh id'
+  expect_reply "is not available to this CORE agent"
+  # CORE asks TOOL-EXEC, whose shell has no network at all: only lo, and the
+  # proxy out of reach. Nothing leaves the host.
+  say "CORE asks TOOL-EXEC (through the runners' own sockets)"
   local hp=${proxy#http://}
-  send core "!sh ip -4 -o addr show | cut -d' ' -f2,7; if nc -w 2 ${hp%:*} ${hp##*:} </dev/null; then echo proxy REACHABLE; else echo proxy $hp unreachable from CORE; fi"
+  send core "!ask qs-exec !sh echo \$((6*7)); ip -4 -o addr show | cut -d' ' -f2,7; if nc -w 2 ${hp%:*} ${hp##*:} </dev/null; then echo proxy REACHABLE; else echo proxy $hp unreachable from TOOL-EXEC; fi" \
+    "ask round trip (core -> tool_exec)"
+  expect_reply "42"
+  expect_reply "unreachable from TOOL-EXEC"
   say "CORE joins only: $(tf output -json core_networks)"
   say "a request without the token (expect 401)"
   local endpoint

@@ -1,11 +1,14 @@
 # The quickstart: an isolation image built from a base image made on this
 # machine (scripts/demo.sh builds it FROM scratch with a static busybox, so
-# nothing is pulled), a ThreeGate topology, and two agents on the embedded
+# nothing is pulled), a ThreeGate topology, and three agents on the embedded
 # offline provider (no API key, no network needed):
 #   - "helper": container mode, one fresh hardened container per message,
 #     no network;
-#   - "core":   container mode in the ThreeGate CORE role: its containers
-#     join llmnet only (no internet, no proxy).
+#   - "exec":   the ThreeGate TOOL-EXEC role: the only one with a shell, and
+#     its commands run with no network at all;
+#   - "core":   the ThreeGate CORE role: no shell and no fetch; it thinks,
+#     and asks "exec" to run things (through the runners, never over a
+#     network path from a sandbox).
 # Run it with `make demo`; `./scripts/demo.sh down` removes it all.
 terraform {
   required_providers {
@@ -72,6 +75,23 @@ resource "meepa_agent" "helper" {
   }
 }
 
+# TOOL-EXEC: shell and file tools; every message's container has no network
+# (its LLM calls, with a real provider, go through the runner's relay).
+resource "meepa_agent" "exec" {
+  agent_id                = "qs-exec"
+  force_destroy_workspace = true
+  soul                    = "You are TOOL-EXEC. You run what CORE asks, offline."
+  llm                     = { provider = "offline" }
+  container_mode = {
+    enabled = true
+    image   = meepa_isolation_image.agents.isolated_image
+  }
+  threegate = {
+    network = threegate_network.tg.id
+    role    = "tool_exec"
+  }
+}
+
 # The CORE of ThreeGate: the component most exposed to hostile prompts, so
 # it has no route to the internet and cannot reach the proxy; an LLM gateway
 # on llmnet would answer it (here the offline provider stands in).
@@ -87,6 +107,7 @@ resource "meepa_agent" "core" {
   threegate = {
     network = threegate_network.tg.id
     role    = "core"
+    ask     = [meepa_agent.exec.agent_id]
   }
 }
 
@@ -118,7 +139,7 @@ output "proxy_url" {
 }
 
 output "workspaces" {
-  value = [meepa_agent.helper.workspace_path, meepa_agent.core.workspace_path]
+  value = [meepa_agent.helper.workspace_path, meepa_agent.exec.workspace_path, meepa_agent.core.workspace_path]
 }
 
 output "image" {
