@@ -25,6 +25,9 @@ func TestAccAgent_threegateGates(t *testing.T) {
 	image := testutil.EnsureRunnerImage(t, cli)
 	stateDir := t.TempDir()
 	tg, llm, fetch, egress, _ := freeTopology(t, cli)
+	// An allowed web host outside: FETCH's fetch of it must bring its body.
+	outside := testutil.StartOutside(t)
+	outside.ServeHTTP(t, 443, "hello from the allowed host")
 	fetchID, teID, coreID := "tf-acc-gate-fetch-"+runID, "tf-acc-gate-te-"+runID, "tf-acc-gate-core-"+runID
 	for _, id := range []string{fetchID, teID, coreID} {
 		cleanupAgent(t, cli, id)
@@ -59,11 +62,12 @@ resource "threegate_network" "tg" {
   egressnet_subnet = %[6]q
   firewall = { enabled = false }
   proxy = {
-    image = %[3]q
-    allow = ["example.com"]
+    image         = %[3]q
+    allow         = ["example.com", %[7]q]
+    allow_private = [%[8]q]
   }
 }
-`, stateDir, tg, image, llm, fetch, egress) +
+`, stateDir, tg, image, llm, fetch, egress, outside.Addr(443), outside.Prefix) +
 		agentHCL("fetch", fetchID, "fetch", "") +
 		agentHCL("te", teID, "tool_exec", "") +
 		agentHCL("core", coreID, "core", "ask = [meepa_agent.te.agent_id, meepa_agent.fetch.agent_id]")
@@ -104,6 +108,7 @@ resource "threegate_network" "tg" {
 					{"meepa_agent.te", teID, ifaces, []string{"exit 0\nlo,"}},
 					{"meepa_agent.fetch", fetchID, "!sh echo ran", []string{"not available to this FETCH agent"}},
 					{"meepa_agent.fetch", fetchID, "!fetch http://blocked.example.net/", []string{"untrusted content", "HTTP 403"}},
+					{"meepa_agent.fetch", fetchID, "!fetch http://" + outside.Addr(443) + "/", []string{"untrusted content", "hello from the allowed host"}},
 					{"meepa_agent.core", coreID, "!sh echo ran", []string{"not available to this CORE agent"}},
 					{"meepa_agent.core", coreID, "!fetch http://example.com/", []string{"not available to this CORE agent"}},
 					{"meepa_agent.core", coreID, "!ask " + teID + " !sh echo $((6*7))", []string{"untrusted content from agent " + teID, "exit 0\n42"}},

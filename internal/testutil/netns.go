@@ -6,11 +6,13 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -179,4 +181,24 @@ func HostService(t testing.TB) int {
 		}
 	}()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// ServeHTTP answers every HTTP request to the namespace's port with body
+// (text/plain, 200), until the test ends: an allowed web host for fetches
+// through the proxy.
+func (o *Outside) ServeHTTP(t testing.TB, port int, body string) {
+	t.Helper()
+	ln, err := listenInNetns("/run/netns/"+o.NS, o.Addr(port))
+	if err != nil {
+		t.Fatalf("listen in %s: %v", o.NS, err)
+	}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = io.WriteString(w, body) // a failed write shows as a short body in the test
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	Cleanup(t, "stop the outside web server", func() error { return srv.Close() })
+	go func() { _ = srv.Serve(ln) }() // returns ErrServerClosed once the test ends
 }
