@@ -5,26 +5,10 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 )
-
-// sharedTempDir is a temporary directory others may traverse (t.TempDir's
-// are 0700): a root runner runs host-mode agents under their own uid,
-// which must reach the workspace and what the rules grant.
-func sharedTempDir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for p := dir; p != os.TempDir() && p != "/"; p = filepath.Dir(p) {
-		if err := os.Chmod(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
 
 // lockedBuffer is a service's stderr: os/exec copies into it while the
 // test reads it.

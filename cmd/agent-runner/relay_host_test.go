@@ -21,7 +21,7 @@ import (
 func hostServeConfig(t *testing.T, cfg *runner.Config) (*http.Client, *lockedBuffer) {
 	t.Helper()
 	bin := testutil.RunnerBinary(t)
-	dir := sharedTempDir(t) // a root runner runs the agent under its own uid
+	dir := testutil.SharedTempDir(t) // a root runner runs the agent under its own uid
 	cfg.Workspace = filepath.Join(dir, "workspace")
 	if err := os.Mkdir(cfg.Workspace, 0o700); err != nil {
 		t.Fatal(err)

@@ -27,7 +27,7 @@ import (
 func hostServe(t *testing.T, fa runner.FileAccess, env []string, flags ...string) (*http.Client, *lockedBuffer, string) {
 	t.Helper()
 	bin := testutil.RunnerBinary(t)
-	dir := sharedTempDir(t)
+	dir := testutil.SharedTempDir(t)
 	ws := filepath.Join(dir, "workspace")
 	if err := os.Mkdir(ws, 0o700); err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func TestServeHostMode(t *testing.T) {
 	if landlock.DetectABI() < landlock.MinNetABI {
 		t.Skip("kernel without Landlock ABI 4")
 	}
-	root := sharedTempDir(t)
+	root := testutil.SharedTempDir(t)
 	a := filepath.Join(root, "a")
 	b := filepath.Join(root, "b")
 	secret := filepath.Join(b, "secret")
@@ -178,7 +178,7 @@ func TestServeUnrestrictedConfigWarns(t *testing.T) {
 	if landlock.DetectABI() < landlock.MinNetABI {
 		t.Skip("kernel without Landlock ABI 4")
 	}
-	outside := filepath.Join(sharedTempDir(t), "outside.txt")
+	outside := filepath.Join(testutil.SharedTempDir(t), "outside.txt")
 	if err := os.WriteFile(outside, []byte("not granted"), 0o644); err != nil {
 		t.Fatal(err)
 	}

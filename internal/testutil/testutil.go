@@ -144,3 +144,17 @@ func RequireDocker(t testing.TB) {
 		t.Skip("needs a Docker daemon: set TF_ACC=1 (make testacc)")
 	}
 }
+
+// SharedTempDir is a temporary directory others may traverse (t.TempDir's
+// are 0700): a root runner runs a host-mode agent under the agent's own
+// uid, which must reach its workspace and what its rules grant.
+func SharedTempDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	for p := dir; p != os.TempDir() && p != "/"; p = filepath.Dir(p) {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}

@@ -62,7 +62,7 @@ var (
 	Modes          = []string{ModeContainer, ModeExternal}
 	Networks       = runner.Networks
 	Runtimes       = runner.Runtimes
-	ThreegateRoles = []string{"core", "fetch", "tool_exec"}
+	ThreegateRoles = agent.Roles
 	// LLMProviders are the accepted llm providers.
 	LLMProviders = agent.Providers
 	// EnvNamePattern is what a secret's name must match with

@@ -35,7 +35,7 @@ func requireRoot(t *testing.T) {
 func TestHostAgentCannotChmodRunnerFiles(t *testing.T) {
 	requireLandlock(t, landlock.MinFSABI)
 	requireRoot(t)
-	root := sharedTempDir(t)
+	root := testutil.SharedTempDir(t)
 	cfgDir := mkdir(t, root, "runners", "a1")
 	cfg := filepath.Join(cfgDir, "config.json")
 	writeFile(t, cfg, `{"token":"tok-secret"}`)
@@ -110,7 +110,7 @@ func TestHostSeccompHardening(t *testing.T) {
 // workspace by a link to "/": the next message is refused, nothing runs.
 func TestHostWorkspaceSymlinkRefused(t *testing.T) {
 	requireLandlock(t, landlock.MinFSABI)
-	root := sharedTempDir(t)
+	root := testutil.SharedTempDir(t)
 	agents := mkdir(t, root, "agents")
 	if err := os.Chmod(agents, 0o777); err != nil {
 		t.Fatal(err)
@@ -151,7 +151,7 @@ func TestHostWorkspaceSymlinkRefused(t *testing.T) {
 // filesystem.
 func TestChownTreeNoLinksNoMounts(t *testing.T) {
 	requireRoot(t)
-	root := sharedTempDir(t)
+	root := testutil.SharedTempDir(t)
 	outside := filepath.Join(root, "outside.txt")
 	writeFile(t, outside, "host file")
 	outDir := mkdir(t, root, "outside-dir")
@@ -211,7 +211,7 @@ func TestChownTreeNoLinksNoMounts(t *testing.T) {
 func TestHostDenyInsideAllowIsExact(t *testing.T) {
 	requireLandlock(t, landlock.MinFSABI)
 	requireRoot(t)
-	root := sharedTempDir(t)
+	root := testutil.SharedTempDir(t)
 	d := mkdir(t, root, "d")
 	secret := mkdir(t, d, "secret")
 	writeFile(t, filepath.Join(secret, "key"), "top-secret")

@@ -34,7 +34,7 @@ func requireLandlock(t *testing.T, abi int) {
 
 func newHost(t *testing.T, fa landlock.FileAccess) (*Host, string) {
 	t.Helper()
-	ws := mkdir(t, sharedTempDir(t), "workspace")
+	ws := mkdir(t, testutil.SharedTempDir(t), "workspace")
 	h, err := NewHost(HostOptions{
 		AgentID:      testAgentID,
 		Workspace:    ws,
@@ -45,20 +45,6 @@ func newHost(t *testing.T, fa landlock.FileAccess) (*Host, string) {
 		t.Fatal(err)
 	}
 	return h, ws
-}
-
-// sharedTempDir is a temporary directory others may traverse (t.TempDir's
-// are 0700): a root runner runs the agent under the agent's own uid, which
-// must reach its workspace and what its rules grant.
-func sharedTempDir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	for p := dir; p != os.TempDir() && p != "/"; p = filepath.Dir(p) {
-		if err := os.Chmod(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
 }
 
 func mkdir(t *testing.T, parts ...string) string {
@@ -156,7 +142,7 @@ func giveToAgent(t *testing.T, paths ...string) {
 
 func TestHostFileAccess(t *testing.T) {
 	requireLandlock(t, landlock.MinNetABI)
-	root := sharedTempDir(t)
+	root := testutil.SharedTempDir(t)
 	a := mkdir(t, root, "a")
 	b := mkdir(t, root, "b")
 	secret := mkdir(t, b, "secret")
@@ -340,7 +326,7 @@ func TestHostTimeoutKillsTheGroup(t *testing.T) {
 
 func TestHostMemoryAndPidsLimits(t *testing.T) {
 	requireLandlock(t, landlock.MinFSABI)
-	ws := mkdir(t, sharedTempDir(t), "workspace")
+	ws := mkdir(t, testutil.SharedTempDir(t), "workspace")
 	newLimited := func(mem string, pids int64) *Host {
 		h, err := NewHost(HostOptions{AgentID: "tf-acc-limits", Workspace: ws, FileAccess: landlock.FileAccess{AllowNetwork: true},
 			RunnerBinary: testutil.RunnerBinary(t), MemoryLimit: mem, PidsLimit: pids})
@@ -380,7 +366,7 @@ func TestHostMemoryAndPidsLimits(t *testing.T) {
 }
 
 func TestNewHostRefusesContradictoryRules(t *testing.T) {
-	ws := mkdir(t, sharedTempDir(t), "workspace")
+	ws := mkdir(t, testutil.SharedTempDir(t), "workspace")
 	_, err := NewHost(HostOptions{Workspace: ws, RunnerBinary: testutil.RunnerBinary(t),
 		FileAccess: landlock.FileAccess{Deny: []string{filepath.Dir(ws)}}})
 	if err == nil || !strings.Contains(err.Error(), "always read-write") {
@@ -422,7 +408,7 @@ func TestCgroupPatternIsPerAgent(t *testing.T) {
 // allow_read of its whole directory tree.
 func TestHostProtectBeatsAllow(t *testing.T) {
 	requireLandlock(t, landlock.MinFSABI)
-	root := sharedTempDir(t)
+	root := testutil.SharedTempDir(t)
 	cfgDir := mkdir(t, root, "runners", "a1")
 	cfg := filepath.Join(cfgDir, "config.json")
 	writeFile(t, cfg, `{"token":"tok-secret"}`)
