@@ -63,7 +63,7 @@ resource "meepa_agent" "core" {
   }
 }
 `, stateDir, tc.target),
-					PlanOnly:    true,
+					PlanOnly: true,
 					// Terraform wraps the detail: any space may be a newline.
 					ExpectError: regexp.MustCompile(`ThreeGate Ask Target Invalid[\s\S]*` +
 						strings.ReplaceAll(regexp.QuoteMeta(tc.want), " ", `\s+`)),
