@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
@@ -40,15 +39,6 @@ func TestHostModeCoreAsksToolExec(t *testing.T) {
 	if askID == nil {
 		t.Fatalf("no asked message id in %q", reply)
 	}
-	// The audit line is written once the reply is out: wait for it.
-	logged := func(logs *lockedBuffer, want string) bool {
-		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-			if strings.Contains(logs.String(), want) {
-				return true
-			}
-		}
-		return false
-	}
 	if !logged(teLogs, "parent_message_id="+coreID) {
 		t.Errorf("TOOL-EXEC's audit line does not name the asking message %s:\n%s", coreID, teLogs.String())
 	}
@@ -65,7 +55,7 @@ func TestHostModeCoreAsksToolExec(t *testing.T) {
 			t.Errorf("%q: %d %v, want %q", text, status, m, want)
 		}
 	}
-	if !strings.Contains(coreLogs.String(), "tools_refused=1") {
+	if !logged(coreLogs, "tools_refused=1") {
 		t.Errorf("CORE's audit line does not count the refused tool calls:\n%s", coreLogs.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -55,4 +56,16 @@ func waitUp(t *testing.T, c *http.Client, wait time.Duration, logs func() string
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// logged waits for want to appear in logs: the runner writes a message's
+// audit line once its reply is out, so a test that just got the reply may
+// be ahead of it.
+func logged(logs *lockedBuffer, want string) bool {
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if strings.Contains(logs.String(), want) {
+			return true
+		}
+	}
+	return false
 }

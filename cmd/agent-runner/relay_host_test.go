@@ -123,7 +123,7 @@ echo "== token $OPENAI_API_KEY"`
 					t.Errorf("the model endpoint got Authorization %q, want the key", a)
 				}
 			}
-			if !strings.Contains(logs.String(), "llm_input_tokens=26") {
+			if !logged(logs, "llm_input_tokens=26") {
 				t.Errorf("the audit line does not count the relayed tokens:\n%s", logs.String())
 			}
 			if !inject {
