@@ -427,10 +427,10 @@ func (fc *failClosed) dockerdRestart() error {
 	return nil
 }
 
-// guardRestoredAt is when the guard logged that it put the rules back (as
-// the daemon stamped the line, a moment after the restore): the exact
-// moment the rules were complete again, where the poll above is up to one
-// poll later.
+// guardRestoredAt is when the guard logged that it put the rules back, by
+// the guard's own clock: a moment after the restore and before the
+// heartbeat that lets runners start members, where the poll above is up to
+// one poll later.
 func (fc *failClosed) guardRestoredAt(since time.Time) (time.Time, error) {
 	rc, err := fc.cli.ContainerLogs(context.Background(), guard.Name(fc.topo), container.LogsOptions{
 		ShowStderr: true, Timestamps: true, Since: strconv.FormatInt(since.Unix(), 10)})
@@ -441,13 +441,18 @@ func (fc *failClosed) guardRestoredAt(since time.Time) (time.Time, error) {
 	var b strings.Builder
 	_, _ = stdcopy.StdCopy(&b, &b, rc)
 	for _, ln := range strings.Split(b.String(), "\n") {
-		stamp, rest, _ := strings.Cut(ln, " ")
+		_, rest, _ := strings.Cut(ln, " ")
 		if !strings.Contains(rest, `"rules restored"`) {
 			continue
 		}
-		at, err := time.Parse(time.RFC3339Nano, stamp)
-		if err == nil && at.After(since) {
-			return at, nil
+		// The guard's own time of the line (hclog's @timestamp): taken
+		// after the restore and before the heartbeat that lets runners go
+		// on. The daemon's stamp on the line can lag behind it.
+		var line struct {
+			At time.Time `json:"@timestamp"`
+		}
+		if err := json.Unmarshal([]byte(rest), &line); err == nil && line.At.After(since) {
+			return line.At, nil
 		}
 	}
 	return time.Time{}, fmt.Errorf("guard logged no restore since %s:\n%s", since.Format(time.StampMilli), b.String())

@@ -83,8 +83,12 @@ echo "== token $OPENAI_API_KEY"`
 			if strings.Contains(out, testAPIKey) || bytes.Contains(ans.raw, []byte(testAPIKey)) {
 				t.Errorf("a tool found the API key:\n%s", out)
 			}
-			if i := strings.Index(out, "== mem "); i < 0 || !relayTokenRe.MatchString(out[i:]) {
-				t.Errorf("the memory probe read no relay token from the loop's memory, so it proves nothing:\n%s", out)
+			// Either the probe reads the loop's memory and finds the token
+			// but never the key, or the loop (non-dumpable) is out of its
+			// reach altogether. A probe that could read and found no token
+			// proves nothing.
+			if i := strings.Index(out, "== mem "); i < 0 || (!relayTokenRe.MatchString(out[i:]) && !strings.Contains(out[i:], "Permission denied")) {
+				t.Errorf("the memory probe neither read the loop's memory nor was refused, so it proves nothing:\n%s", out)
 			}
 			mu.Lock()
 			if len(inspected) > 0 {
