@@ -28,6 +28,8 @@ package main
 import (
 	"errors"
 
+	cerrdefs "github.com/containerd/errdefs"
+
 	"github.com/bogpad/terraform-provider-meepa/internal/testimage"
 
 	"bytes"
@@ -114,6 +116,11 @@ func run(rounds, burst, perAgent, reps int) error {
 		return err
 	}
 	defer removeAll(tmp)
+	// Searchable by others: a root runner runs a host-mode agent under the
+	// agent's own uid, which must pass through to its workspace.
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		return err
+	}
 
 	newWorkspace := func(name string) (string, error) {
 		ws := filepath.Join(tmp, name)
@@ -309,7 +316,8 @@ func bareCycle(ctx context.Context, cli *client.Client, spec sandbox.Spec, reque
 		return err
 	}
 	defer func() {
-		if err := cli.ContainerRemove(context.WithoutCancel(ctx), c.ID, container.RemoveOptions{Force: true}); err != nil {
+		// The sandbox spec removes its container on exit: gone is done.
+		if err := cli.ContainerRemove(context.WithoutCancel(ctx), c.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			fmt.Fprintf(os.Stderr, "meepa-bench: remove container %s: %v\n", c.ID, err)
 		}
 	}()
