@@ -1,10 +1,12 @@
 package bridge_test
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os/exec"
 	"strings"
 	"testing"
@@ -61,6 +63,15 @@ func TestManagedBridgeDocker(t *testing.T) {
 	}
 	gateway := in.IPAM.Config[0].Gateway
 	peerName, peerIP := startPeer(t, cli, image)
+	// Controls: every server the container fails to reach answers the
+	// host, so an empty probe below means blocked, not down.
+	for addr, banner := range map[string]string{
+		fmt.Sprintf("127.0.0.1:%d", hostPort): "host-service", peerIP + ":8080": "peer", metadata: "metadata-8080",
+	} {
+		if got := dialBanner(t, addr); got != banner {
+			t.Fatalf("control: %s from the host answered %q, want %q", addr, got, banner)
+		}
+	}
 
 	probe := func(name, addr string) string {
 		return fmt.Sprintf(`echo "%s=$(nc -w 3 %s </dev/null 2>/dev/null | head -c 40)";`, name, strings.Replace(addr, ":", " ", 1))
@@ -130,6 +141,28 @@ func TestManagedBridgeDocker(t *testing.T) {
 	if d, err := bridge.Drift(ctx, cli, image); err != nil || len(d) == 0 {
 		t.Fatalf("drift without the guard: %v %v", d, err)
 	}
+}
+
+// dialBanner reads the first line a server at addr sends, retrying for a
+// few seconds while it starts.
+func dialBanner(t *testing.T, addr string) string {
+	t.Helper()
+	var last error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			last = err
+			continue
+		}
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		_ = c.Close()
+		if err == nil {
+			return strings.TrimSpace(line)
+		}
+		last = err
+	}
+	return fmt.Sprint(last)
 }
 
 func mustParams(t *testing.T, in network.Inspect) firewall.BridgeParams {

@@ -54,7 +54,8 @@ func BridgeInputChain(name string) string { return "MBI-" + name }
 // come in on another interface and are untouched.
 //
 // MBI-<name> (from INPUT, traffic to the host itself: the gateway address,
-// any other address of the host): DROP everything from the bridge. Docker's
+// any other address of the host): RETURN replies to connections the host
+// opened, DROP everything else from the bridge. Docker's
 // embedded DNS resolver listens inside each container's own network
 // namespace (127.0.0.11), so this does not reach it.
 func BuildBridge(p BridgeParams) Set {
@@ -68,6 +69,9 @@ func BuildBridge(p BridgeParams) Set {
 	for _, d := range dests {
 		add(fwd, fmt.Sprintf("-d %s -i %s", d, p.Interface))
 	}
+	// Replies to connections the host opened (a check of a container,
+	// Docker's own proxy) come back this way; a container cannot open one.
+	s.Rules = append(s.Rules, Rule{Chain: in, Spec: fmt.Sprintf("-i %s -m conntrack --ctstate RELATED,ESTABLISHED -m comment --comment %q -j RETURN", p.Interface, c)})
 	add(in, "-i "+p.Interface)
 	s.Jumps = []Jump{
 		{Parent: DockerUser, Target: fwd, comment: c},
