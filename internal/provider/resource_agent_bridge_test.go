@@ -42,7 +42,7 @@ func TestAccAgent_bridgeNetwork(t *testing.T) {
 		if ierr != nil {
 			return errors.Join(err, testutil.Gone(ierr))
 		}
-		if p, perr := bridge.Params(in); perr == nil {
+		if p, perr := bridge.Params(in, nil); perr == nil {
 			if h, herr := firewall.Open(ctx, nil); herr == nil {
 				err = errors.Join(err, h.Remove(ctx, firewall.BuildBridge(p)))
 			}
@@ -108,7 +108,7 @@ resource "meepa_agent" "t" {
 				ExpectNonEmptyPlan: true,
 			},
 			{Config: config, Check: func(s *terraform.State) error {
-				if d, err := bridge.Drift(context.Background(), cli, image); err != nil || len(d) > 0 {
+				if d, err := bridge.Drift(context.Background(), cli, image, bridge.HostResolvers()); err != nil || len(d) > 0 {
 					return fmt.Errorf("managed bridge after the second apply: %v %v", d, err)
 				}
 				return probe(s)

@@ -115,10 +115,11 @@ func subnet(in network.Inspect) (netip.Prefix, error) {
 	return netip.Prefix{}, fmt.Errorf("network %s has no IPv4 subnet", Name)
 }
 
-// Params are the firewall parameters of the live network.
-func Params(in network.Inspect) (firewall.BridgeParams, error) {
+// Params are the firewall parameters of the live network, with dns the
+// resolvers DNS may go to (HostResolvers).
+func Params(in network.Inspect, dns []netip.Addr) (firewall.BridgeParams, error) {
 	p, err := subnet(in)
-	return firewall.BridgeParams{Name: Name, Interface: Interface, Subnet: p}, err
+	return firewall.BridgeParams{Name: Name, Interface: Interface, Subnet: p, DNS: dns}, err
 }
 
 // ensureNetwork returns the managed network, creating it when absent and
@@ -175,8 +176,9 @@ func want(ctx context.Context, cli client.APIClient, p firewall.BridgeParams, im
 
 // Ensure makes the managed network, its rules and its guard, and returns
 // once the guard has confirmed the rules in force. image is an isolation
-// image (it holds agent-runner) to run the guard from when there is none.
-func Ensure(ctx context.Context, cli client.APIClient, image string, log logging.Logger) error {
+// image (it holds agent-runner) to run the guard from when there is none;
+// dns are the resolvers DNS may reach (HostResolvers).
+func Ensure(ctx context.Context, cli client.APIClient, image string, dns []netip.Addr, log logging.Logger) error {
 	log = logging.Or(log)
 	mu.Lock()
 	defer mu.Unlock()
@@ -184,7 +186,7 @@ func Ensure(ctx context.Context, cli client.APIClient, image string, log logging
 	if err != nil {
 		return err
 	}
-	p, err := Params(in)
+	p, err := Params(in, dns)
 	if err != nil {
 		return err
 	}
@@ -213,7 +215,7 @@ func Ensure(ctx context.Context, cli client.APIClient, image string, log logging
 // Drift lists, in words, what of the managed network is missing or
 // different (empty: in force): the network, its settings, the guard and,
 // when this process may read iptables, the rules themselves.
-func Drift(ctx context.Context, cli client.APIClient, image string) ([]string, error) {
+func Drift(ctx context.Context, cli client.APIClient, image string, dns []netip.Addr) ([]string, error) {
 	in, err := cli.NetworkInspect(ctx, Name, network.InspectOptions{})
 	if errdefs.IsNotFound(err) {
 		return []string{fmt.Sprintf("managed bridge network %s is missing", Name)}, nil
@@ -222,7 +224,7 @@ func Drift(ctx context.Context, cli client.APIClient, image string) ([]string, e
 		return nil, fmt.Errorf("network inspect %s: %w", Name, err)
 	}
 	out := problems(in)
-	p, err := Params(in)
+	p, err := Params(in, dns)
 	if err != nil {
 		return out, nil
 	}

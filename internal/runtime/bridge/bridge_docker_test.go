@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
@@ -39,17 +41,34 @@ func TestManagedBridgeDocker(t *testing.T) {
 	hostPort := testutil.HostService(t)
 	outside := testutil.StartOutside(t, 8443)
 	metadata := testutil.StartLinkLocal(t, 8080)
+	private := testutil.StartPrivate(t)
+	resolver := private.StartDNS(t, map[string]string{"allowed.test.": "198.18.0.9"})
+	resolverIP := netip.MustParseAddr(private.IP)
 
-	if err := bridge.Ensure(ctx, cli, image, nil); err != nil {
+	// DNS: a container whose resolver is on a private address asks through
+	// Docker's embedded resolver, which forwards from the container's own
+	// namespace. Without that resolver among the rule set's, the query is
+	// dropped with the rest of private space; with it, it is answered.
+	if err := bridge.Ensure(ctx, cli, image, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	cleanupBridge(t, cli)
+	if got := lookup(t, cli, image, private.IP); strings.Contains(got, "198.18.0.9") {
+		t.Fatalf("lookup through a private resolver not in the rule set was answered: %q", got)
+	}
+	if err := bridge.Ensure(ctx, cli, image, []netip.Addr{resolverIP}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := lookup(t, cli, image, private.IP); !strings.Contains(got, "198.18.0.9") || resolver.Queries.Load() == 0 {
+		t.Fatalf("lookup through the host's private resolver: %q (%d queries)", got, resolver.Queries.Load())
+	}
+	dns := []netip.Addr{resolverIP}
 	in, err := cli.NetworkInspect(ctx, bridge.Name, network.InspectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Idempotent: a second Ensure keeps the network.
-	if err := bridge.Ensure(ctx, cli, image, nil); err != nil {
+	if err := bridge.Ensure(ctx, cli, image, dns, nil); err != nil {
 		t.Fatal(err)
 	}
 	if again, err := cli.NetworkInspect(ctx, bridge.Name, network.InspectOptions{}); err != nil || again.ID != in.ID {
@@ -58,7 +77,7 @@ func TestManagedBridgeDocker(t *testing.T) {
 	if in.EnableIPv6 || in.Options["com.docker.network.bridge.enable_icc"] != "false" || in.Labels[engine.LabelManagedBy] != engine.ManagedByValue {
 		t.Fatalf("network settings: ipv6 %v options %v labels %v", in.EnableIPv6, in.Options, in.Labels)
 	}
-	if d, err := bridge.Drift(ctx, cli, image); err != nil || len(d) > 0 {
+	if d, err := bridge.Drift(ctx, cli, image, dns); err != nil || len(d) > 0 {
 		t.Fatalf("drift right after Ensure: %v %v", d, err)
 	}
 	gateway := in.IPAM.Config[0].Gateway
@@ -103,7 +122,7 @@ func TestManagedBridgeDocker(t *testing.T) {
 	}
 
 	// Heal: the guard puts a flushed chain and a deleted jump back.
-	set := firewall.BuildBridge(mustParams(t, in))
+	set := firewall.BuildBridge(mustParams(t, in, dns))
 	h, err := firewall.Open(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +157,7 @@ func TestManagedBridgeDocker(t *testing.T) {
 	if _, err := d.Run(ctx, sandbox.Job{MessageID: "m-refused", Timeout: 30 * time.Second}); !errors.Is(err, sandbox.ErrNotEnforced) {
 		t.Fatalf("Run without the guard: %v, want ErrNotEnforced", err)
 	}
-	if d, err := bridge.Drift(ctx, cli, image); err != nil || len(d) == 0 {
+	if d, err := bridge.Drift(ctx, cli, image, dns); err != nil || len(d) == 0 {
 		t.Fatalf("drift without the guard: %v %v", d, err)
 	}
 }
@@ -165,9 +184,9 @@ func dialBanner(t *testing.T, addr string) string {
 	return fmt.Sprint(last)
 }
 
-func mustParams(t *testing.T, in network.Inspect) firewall.BridgeParams {
+func mustParams(t *testing.T, in network.Inspect, dns []netip.Addr) firewall.BridgeParams {
 	t.Helper()
-	p, err := bridge.Params(in)
+	p, err := bridge.Params(in, dns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,6 +214,45 @@ func perMessage(t *testing.T, cli client.APIClient, image, script string) *sandb
 		}
 	})
 	return d
+}
+
+// lookup runs a container on the managed network whose resolver is dns and
+// returns what nslookup of allowed.test through the embedded resolver says.
+func lookup(t *testing.T, cli client.APIClient, image, dns string) string {
+	t.Helper()
+	ctx := context.Background()
+	c, err := cli.ContainerCreate(ctx, &container.Config{
+		Image: image, Cmd: []string{"sh", "-c", "nslookup allowed.test 127.0.0.11 2>&1"}, Labels: engine.Labels("test", nil),
+	}, &container.HostConfig{NetworkMode: bridge.Name, DNS: []string{dns}}, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true}); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	waitC, errC := cli.ContainerWait(wctx, c.ID, container.WaitConditionNotRunning)
+	select {
+	case <-waitC:
+	case err := <-errC:
+		t.Fatal(err)
+	}
+	rc, err := cli.ContainerLogs(ctx, c.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	raw, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(raw)
 }
 
 // startPeer runs another container on the managed network that greets
@@ -234,7 +292,7 @@ func cleanupBridge(t *testing.T, cli client.APIClient) {
 		ctx := context.Background()
 		err := guard.Remove(ctx, cli, bridge.Name)
 		if in, ierr := cli.NetworkInspect(ctx, bridge.Name, network.InspectOptions{}); ierr == nil {
-			if p, perr := bridge.Params(in); perr == nil {
+			if p, perr := bridge.Params(in, nil); perr == nil {
 				if h, herr := firewall.Open(ctx, nil); herr == nil {
 					err = errors.Join(err, h.Remove(ctx, firewall.BuildBridge(p)))
 				}

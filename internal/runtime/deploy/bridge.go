@@ -28,7 +28,7 @@ func (s *Service) ensureBridge(ctx context.Context, cli client.APIClient, a Agen
 	if !usesBridge(a) {
 		return nil
 	}
-	if err := bridge.Ensure(ctx, cli, a.Config.Container.Image, s.log); err != nil {
+	if err := bridge.Ensure(ctx, cli, a.Config.Container.Image, bridge.HostResolvers(), s.log); err != nil {
 		return stepErr(StepBridge, "container_mode.network", "making the managed bridge network "+bridge.Name, err)
 	}
 	return nil
@@ -41,7 +41,7 @@ func (s *Service) bridgeDrift(ctx context.Context, cli client.APIClient, a Agent
 	if !usesBridge(a) {
 		return nil
 	}
-	drift, err := bridge.Drift(ctx, cli, a.Config.Container.Image)
+	drift, err := bridge.Drift(ctx, cli, a.Config.Container.Image, bridge.HostResolvers())
 	if err != nil {
 		return stepErr(StepRead, "container_mode.network", "reading the managed bridge network "+bridge.Name, err)
 	}

@@ -11,6 +11,12 @@ type BridgeParams struct {
 	Name      string       // the Docker network's name
 	Interface string       // its Linux bridge (com.docker.network.bridge.name)
 	Subnet    netip.Prefix // its IPv4 subnet
+	// DNS are the host's resolvers. Docker's embedded resolver forwards
+	// a container's external queries to them from the container's own
+	// network namespace (Docker 20.10 does), so a resolver on a private
+	// address (a VPC's, a router's) would be dropped with the rest of
+	// private space: port 53 to these addresses is let through.
+	DNS []netip.Addr
 }
 
 // BridgeBlocked are the destinations a managed-bridge container may never
@@ -64,6 +70,16 @@ func BuildBridge(p BridgeParams) Set {
 	s := Set{Owner: c, Chains: []string{fwd, in}}
 	add := func(chain, spec string) {
 		s.Rules = append(s.Rules, Rule{Chain: chain, Spec: fmt.Sprintf("%s -m comment --comment %q -j DROP", spec, c)})
+	}
+	// DNS to the host's resolvers, before the drops (RETURN: Docker's
+	// rules still judge it).
+	for _, chain := range []string{fwd, in} {
+		for _, d := range p.DNS {
+			for _, proto := range []string{"udp", "tcp"} {
+				s.Rules = append(s.Rules, Rule{Chain: chain, Spec: fmt.Sprintf("-d %s -i %s -p %s -m %s --dport 53 -m comment --comment %q -j RETURN",
+					netip.PrefixFrom(d, 32), p.Interface, proto, proto, c)})
+			}
+		}
 	}
 	dests := append([]netip.Prefix{p.Subnet.Masked()}, BridgeBlocked...)
 	for _, d := range dests {

@@ -217,7 +217,7 @@ func TestBridgeParamsRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := DecodeBridge(s)
-	if err != nil || got != p {
+	if err != nil || got.Name != p.Name || got.Interface != p.Interface || got.Subnet != p.Subnet {
 		t.Fatalf("round trip: %+v %v", got, err)
 	}
 	if _, err := DecodeBridge(`{"Name":"meepa-bridge"}`); err == nil {
