@@ -247,9 +247,8 @@ func lookup(t *testing.T, cli client.APIClient, image, dns string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rc.Close()
 	raw, err := io.ReadAll(rc)
-	if err != nil {
+	if err = errors.Join(err, rc.Close()); err != nil {
 		t.Fatal(err)
 	}
 	return string(raw)
