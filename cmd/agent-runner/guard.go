@@ -23,6 +23,7 @@ func init() {
 // runGuard is the process of a topology's guard container:
 //
 //	guard --params JSON [--root /host] [--interval 1s]   check and restore the rules
+//	guard --bridge JSON [--root /host] [--interval 1s]   the same for a managed bridge network
 //	guard --off --topology NAME                          mark an unenforced topology
 //	guard health                                         exit 0 while the heartbeat is fresh
 func runGuard(args []string) int {
@@ -36,6 +37,7 @@ func runGuard(args []string) int {
 	}
 	fs := flag.NewFlagSet("guard", flag.ContinueOnError)
 	params := fs.String("params", "", "the topology's firewall parameters (JSON)")
+	bridgeParams := fs.String("bridge", "", "a managed bridge network's firewall parameters (JSON), instead of --params")
 	root := fs.String("root", "", "run the host's iptables chrooted here (the host root, mounted read-only)")
 	interval := fs.Duration("interval", guard.DefaultInterval, "how often the rules are checked")
 	off := fs.Bool("off", false, "the topology's firewall is disabled: only mark that, enforce nothing")
@@ -57,14 +59,25 @@ func runGuard(args []string) int {
 		<-ctx.Done()
 		return 0
 	}
-	p, err := guard.DecodeParams(*params)
+	set, err := guardSet(*params, *bridgeParams)
 	if err != nil {
 		log.Error("invalid configuration", "error", err)
 		return 2
 	}
-	if err := guard.Run(ctx, firewall.Build(p), guard.Options{Interval: *interval, Root: *root, Links: links, Logger: log}); err != nil {
+	if err := guard.Run(ctx, set, guard.Options{Interval: *interval, Root: *root, Links: links, Logger: log}); err != nil {
 		log.Error("guard stopped", "error", err)
 		return 1
 	}
 	return 0
+}
+
+// guardSet is the rule set the guard holds: a managed bridge's with
+// --bridge, else the topology's.
+func guardSet(params, bridge string) (firewall.Set, error) {
+	if bridge != "" {
+		p, err := guard.DecodeBridge(bridge)
+		return firewall.BuildBridge(p), err
+	}
+	p, err := guard.DecodeParams(params)
+	return firewall.Build(p), err
 }

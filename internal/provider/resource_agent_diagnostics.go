@@ -48,6 +48,7 @@ var warningSummaries = map[string]string{
 	"workspace ownership":    "Workspace Ownership",
 	"workspace recreated":    "Workspace Recreated",
 	deploy.TopicVersionDrift: "Runner Version Drift",
+	deploy.TopicBridgeDrift:  "Managed Bridge Network Drift",
 }
 
 // addServiceError turns the agent service's error (one step's, or a step's

@@ -140,7 +140,8 @@ func agentSchema() schema.Schema {
 					"network": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(deploy.DefaultNetwork),
 						MarkdownDescription: "Network of the per-message containers: " + codeList(deploy.Networks) + ". `bridge` " +
-							"allows outbound connections (an LLM API), `none` has no network. `host` is refused (it would defeat the " +
+							"allows outbound connections (an LLM API) through the provider-managed network `meepa-bridge`, with no route " +
+							"to the host, other containers, private or link-local addresses (cloud metadata); `none` has no network. `host` is refused (it would defeat the " +
 							"isolation). Null when `threegate` is set (the role's networks are used). Default `" + deploy.DefaultNetwork + "`.",
 						Validators: []validator.String{scoped(notEmpty())},
 					},

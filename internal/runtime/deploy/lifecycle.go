@@ -157,6 +157,9 @@ func (s *Service) resolve(ctx context.Context, a *Agent) (client.APIClient, erro
 		s.log.Debug("threegate role resolved", "agent_id", a.Config.AgentID, "topology", a.Meta.ThreegateNetwork,
 			"role", a.Meta.ThreegateRole, "networks", nets, "ask", a.Meta.ThreegateAsk)
 	}
+	if err := s.ensureBridge(ctx, cli, *a); err != nil {
+		return nil, err
+	}
 	return cli, nil
 }
 
@@ -325,6 +328,9 @@ func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
 			o.RunnerStatus = StatusStale
 			o.Warnings = append(o.Warnings, Warning{Topic: TopicVersionDrift, Detail: d.Error()})
 		}
+	}
+	if err := s.bridgeDrift(ctx, cli, a, &o); err != nil {
+		return o, err
 	}
 	return o, nil
 }

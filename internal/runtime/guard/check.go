@@ -30,24 +30,28 @@ func Enforced(ctx context.Context, cli client.APIClient, networks []string) erro
 		if err != nil {
 			return fmt.Errorf("%w: network inspect %s: %w", sandbox.ErrNotEnforced, n, err)
 		}
-		topo := in.Labels[LabelTopology]
+		topo, fix := in.Labels[LabelTopology], "apply its threegate_network again to install it"
+		if topo == "" {
+			// A managed bridge network has a guard of its own name.
+			topo, fix = in.Labels[LabelBridge], "apply an agent with network = \"bridge\" again to install it"
+		}
 		if topo == "" || seen[topo] {
 			continue
 		}
 		seen[topo] = true
-		if err := topologyEnforced(ctx, cli, topo); err != nil {
+		if err := topologyEnforced(ctx, cli, topo, fix); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func topologyEnforced(ctx context.Context, cli client.APIClient, topo string) error {
+func topologyEnforced(ctx context.Context, cli client.APIClient, topo, fix string) error {
 	name := Name(topo)
 	c, err := cli.ContainerInspect(ctx, name)
 	if errdefs.IsNotFound(err) {
-		return fmt.Errorf("%w: topology %q has no firewall guard (container %s); apply its threegate_network again to install it",
-			sandbox.ErrNotEnforced, topo, name)
+		return fmt.Errorf("%w: %q has no firewall guard (container %s); %s",
+			sandbox.ErrNotEnforced, topo, name, fix)
 	}
 	if err != nil {
 		return fmt.Errorf("%w: container inspect %s: %w", sandbox.ErrNotEnforced, name, err)

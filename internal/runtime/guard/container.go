@@ -31,6 +31,9 @@ const (
 	// user disabled: then the guard only marks that choice, and runners
 	// start members without waiting for rules.
 	LabelEnforce = engine.LabelPrefix + "guard.enforce"
+	// LabelBridge names, on a managed bridge network (package bridge),
+	// the network whose guard vouches for its rules.
+	LabelBridge = engine.LabelPrefix + "bridge"
 )
 
 // Health check timing. The daemon runs the check every HealthInterval;
@@ -52,7 +55,13 @@ type Want struct {
 	Topology string
 	Image    string // an isolation image (it has /usr/local/bin/agent-runner)
 	Params   *firewall.Params
+	// Bridge, instead of Params, makes the guard of a managed bridge
+	// network (package bridge); Topology is then the network's name.
+	Bridge *firewall.BridgeParams
 }
+
+// enforcing reports whether the guard holds a rule set.
+func (w Want) enforcing() bool { return w.Params != nil || w.Bridge != nil }
 
 // Spec is the guard container's configuration and its config hash.
 func Spec(w Want) (*container.Config, *container.HostConfig, string, error) {
@@ -66,8 +75,16 @@ func Spec(w Want) (*container.Config, *container.HostConfig, string, error) {
 		cmd = []string{"guard", "--root", HostRoot, "--params", p}
 		enforce = "on"
 	}
+	if w.Bridge != nil {
+		p, err := EncodeBridge(*w.Bridge)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		cmd = []string{"guard", "--root", HostRoot, "--bridge", p}
+		enforce = "on"
+	}
 	var layout hostLayout
-	if w.Params != nil {
+	if w.enforcing() {
 		var err error
 		if layout, err = readHostLayout("/"); err != nil {
 			return nil, nil, "", err
@@ -96,7 +113,7 @@ func Spec(w Want) (*container.Config, *container.HostConfig, string, error) {
 		NetworkMode:    "none",
 		LogConfig:      container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "2"}},
 	}
-	if w.Params != nil {
+	if w.enforcing() {
 		cfg.Healthcheck = &container.HealthConfig{
 			Test:     []string{"CMD", runnerPath, "guard", "health"},
 			Interval: HealthInterval, Timeout: 5 * time.Second, Retries: 1,
@@ -146,7 +163,7 @@ func Ensure(ctx context.Context, cli client.APIClient, w Want, wait time.Duratio
 				return fmt.Errorf("container start %s: %w", name, err)
 			}
 		}
-		return waitHealthy(ctx, cli, name, w.Params != nil, wait)
+		return waitHealthy(ctx, cli, name, w.enforcing(), wait)
 	default:
 		if err := Remove(ctx, cli, w.Topology); err != nil {
 			return err
@@ -162,7 +179,7 @@ func Ensure(ctx context.Context, cli client.APIClient, w Want, wait time.Duratio
 	if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
 		return errors.Join(fmt.Errorf("container start %s: %w", name, err), Remove(ctx, cli, w.Topology))
 	}
-	return waitHealthy(ctx, cli, name, w.Params != nil, wait)
+	return waitHealthy(ctx, cli, name, w.enforcing(), wait)
 }
 
 func waitHealthy(ctx context.Context, cli client.APIClient, name string, enforcing bool, wait time.Duration) error {
@@ -218,7 +235,7 @@ func Drift(ctx context.Context, cli client.APIClient, w Want) ([]string, bool, e
 	if c.Config == nil || c.Config.Labels[LabelConfig] != hash {
 		return []string{fmt.Sprintf("firewall guard container %s holds another rule set or image", name)}, true, nil
 	}
-	if w.Params == nil {
+	if !w.enforcing() {
 		return nil, true, nil
 	}
 	if p := healthProblem(c, time.Now()); p != "" {

@@ -363,3 +363,26 @@ func DecodeParams(s string) (firewall.Params, error) {
 	}
 	return p, nil
 }
+
+// EncodeBridge and DecodeBridge carry a managed bridge's firewall
+// parameters on the guard's command line.
+func EncodeBridge(p firewall.BridgeParams) (string, error) {
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return "", fmt.Errorf("guard bridge params: %w", err)
+	}
+	return string(raw), nil
+}
+
+// DecodeBridge is the inverse of EncodeBridge; it refuses parameters that
+// would build rules matching nothing.
+func DecodeBridge(s string) (firewall.BridgeParams, error) {
+	var p firewall.BridgeParams
+	if err := json.Unmarshal([]byte(s), &p); err != nil {
+		return p, fmt.Errorf("guard bridge params: %w", err)
+	}
+	if p.Name == "" || p.Interface == "" || !p.Subnet.IsValid() {
+		return p, errors.New("guard bridge params: name, interface and subnet are required")
+	}
+	return p, nil
+}

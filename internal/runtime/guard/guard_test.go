@@ -209,3 +209,25 @@ func TestMakeRoot(t *testing.T) {
 		t.Error("a link outside the root accepted")
 	}
 }
+
+func TestBridgeParamsRoundTrip(t *testing.T) {
+	p := firewall.BridgeParams{Name: "meepa-bridge", Interface: "meepa-br0", Subnet: netip.MustParsePrefix("172.30.0.0/16")}
+	s, err := EncodeBridge(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeBridge(s)
+	if err != nil || got.Name != p.Name || got.Interface != p.Interface || got.Subnet != p.Subnet {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	if _, err := DecodeBridge(`{"Name":"meepa-bridge"}`); err == nil {
+		t.Error("a bridge without interface and subnet was accepted")
+	}
+	cfg, _, _, err := Spec(Want{Topology: "meepa-bridge", Image: "img", Bridge: &p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(cfg.Cmd, "--bridge") || cfg.Labels[LabelEnforce] != "on" || cfg.Healthcheck == nil {
+		t.Errorf("bridge guard spec: cmd %v labels %v", cfg.Cmd, cfg.Labels)
+	}
+}

@@ -38,9 +38,14 @@ func NewBackend(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox.Bac
 		return nil, ModeContainer, err
 	}
 	o := DockerOptions(cfg, log)
-	if nets := cfg.Container.Networks; len(nets) > 0 {
-		// ThreeGate members start only while their topology's guard
-		// vouches for the host firewall (see package guard).
+	nets := o.Spec.Networks
+	if len(nets) == 0 && o.Spec.Network == "bridge" {
+		nets = []string{sandbox.ManagedBridge}
+	}
+	if len(nets) > 0 {
+		// ThreeGate members, and containers on the managed bridge, start
+		// only while their guard vouches for the host firewall (see
+		// package guard).
 		o.Enforcement = func(ctx context.Context) error { return guard.Enforced(ctx, cli, nets) }
 	}
 	d, err := sandbox.NewDocker(ctx, cli, o)

@@ -51,7 +51,8 @@ type Spec struct {
 	MemoryLimit string
 	// PidsLimit bounds processes and threads; default DefaultPidsLimit.
 	PidsLimit int64
-	// Network is "none" or "bridge"; ignored when Networks is set. Default "none".
+	// Network is "none" or "bridge" (the managed network ManagedBridge);
+	// ignored when Networks is set. Default "none".
 	Network string
 	// Networks are named networks: the first joins at create, the rest are
 	// connected before start (API 1.41 takes one endpoint at create).
@@ -276,7 +277,7 @@ func (s Spec) networking() (container.NetworkMode, map[string]*network.EndpointS
 	case "", "none":
 		return "none", nil, nil
 	case "bridge":
-		return "bridge", nil, nil
+		return ManagedBridge, map[string]*network.EndpointSettings{ManagedBridge: {}}, nil
 	default:
 		return "", nil, fmt.Errorf("network %q: want \"none\", \"bridge\", or named networks", s.Network)
 	}

@@ -187,7 +187,7 @@ func TestHardenedSpecOptions(t *testing.T) {
 		t.Errorf("tmpfs %v runtime %q", hc.Tmpfs, hc.Runtime)
 	}
 	s.Network, s.Networks = "bridge", nil
-	if _, hc, _, _ = HardenedSpec(s, "m"); hc.NetworkMode != "bridge" {
+	if _, hc, _, _ = HardenedSpec(s, "m"); hc.NetworkMode != ManagedBridge {
 		t.Errorf("bridge: %q", hc.NetworkMode)
 	}
 }
