@@ -61,6 +61,8 @@ type metrics struct {
 
 	queued   atomic.Int64 // waiting for the agent's turn
 	inFlight atomic.Int64
+	// Messages accepted with wait=false.
+	asyncSubmitted atomic.Uint64
 }
 
 func newMetrics() *metrics {
@@ -121,8 +123,9 @@ func (m *metrics) refusedTools(n int) {
 }
 
 // write renders the metrics in the Prometheus text format; built in memory
-// and written once, so a failed write is one error to handle.
-func (m *metrics) write(out io.Writer, ready bool) error {
+// and written once, so a failed write is one error to handle. kept is the
+// number of finished asynchronous outcomes held for GET /v1/messages/{id}.
+func (m *metrics) write(out io.Writer, ready bool, kept int) error {
 	var w strings.Builder
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -158,6 +161,8 @@ func (m *metrics) write(out io.Writer, ready bool) error {
 	}
 	fmt.Fprintf(&w, "# HELP %sllm_tokens_total Tokens the model endpoint reported through the relay.\n# TYPE %sllm_tokens_total counter\n", p, p)
 	fmt.Fprintf(&w, "%sllm_tokens_total{direction=\"input\"} %d\n%sllm_tokens_total{direction=\"output\"} %d\n", p, m.inputTokens, p, m.outputTokens)
+	fmt.Fprintf(&w, "# HELP %sasync_submissions_total Messages accepted with wait=false.\n# TYPE %sasync_submissions_total counter\n%sasync_submissions_total %d\n", p, p, p, m.asyncSubmitted.Load())
+	fmt.Fprintf(&w, "# HELP %sasync_outcomes_kept Finished asynchronous outcomes kept for GET /v1/messages/{id}.\n# TYPE %sasync_outcomes_kept gauge\n%sasync_outcomes_kept %d\n", p, p, p, kept)
 	fmt.Fprintf(&w, "# HELP %stool_calls_refused_total Tool calls outside the agent's role, refused.\n# TYPE %stool_calls_refused_total counter\n%stool_calls_refused_total %d\n", p, p, p, m.toolsRefused)
 	_, err := io.WriteString(out, w.String())
 	return err

@@ -13,6 +13,22 @@
 //	  (oom, exit, protocol, sandbox, llm, steps, request, internal), all as
 //	  ErrorBody {"error": {"kind", "message"}, "message_id"}.
 //	  Every answer to a message that ran carries X-Message-Id.
+//	POST /v1/messages?wait=false   the same, asynchronously: the message is
+//	                    checked and queued exactly like a blocking one (same
+//	                    token, same queue, same 400/401/413/429/503 refusals),
+//	                    and the answer is at once
+//	  202  AsyncStatus {"message_id", "state": "queued"}, with X-Message-Id
+//	       and Location: /v1/messages/{id}.
+//	  wait=true (or no wait) is the blocking call; any other value is 400.
+//	GET /v1/messages/{id}   Authorization: Bearer <Config.Token>
+//	  200  AsyncStatus {"message_id", "state"}: state is queued, running or
+//	       done; when done, "status" is the HTTP status and "result" the JSON
+//	       body that the blocking call would have answered (the agent.Reply,
+//	       or the ErrorBody with its error kind).
+//	  401 unauthorized; 404 not_found for an id that is unknown, was
+//	  blocking, or has expired. Finished outcomes are kept in memory for
+//	  DefaultOutcomeTTL (15 minutes) and at most DefaultMaxOutcomes (1,000)
+//	  of them, the oldest evicted first; a restart forgets them.
 //	GET /healthz        Health JSON: ok, agent_id, mode, ready (a prestarted
 //	                    sandbox waits), prestart, queued, busy, plus backend
 //	                    fields (landlock_abi); 503 while shutting down.
@@ -20,6 +36,8 @@
 //
 // A waiting request whose client goes away leaves the queue; a running one
 // finishes (the agent may be writing its memory) within timeout_seconds.
+// An asynchronous message has no client to go away: it stays queued until
+// it runs, or until Shutdown, which answers it shutting_down.
 package runner
 
 import (
@@ -66,6 +84,8 @@ const (
 	// KindNotEnforced: the message was refused before any container ran,
 	// because its ThreeGate firewall is not confirmed in force (503).
 	KindNotEnforced = "not_enforced"
+	// KindNotFound: GET /v1/messages/{id} for an id with no kept outcome.
+	KindNotFound = "not_found"
 )
 
 // MessageRequest is the body of POST /v1/messages.
@@ -136,6 +156,11 @@ type Server struct {
 	turn    chan struct{}
 	closing atomic.Bool
 
+	// outcomes are the asynchronous messages' states and kept results;
+	// async counts their goroutines, which Shutdown waits for.
+	outcomes *outcomeStore
+	async    sync.WaitGroup
+
 	mu      sync.RWMutex // guards cfg, backend, mode, token (swapped by Reload)
 	cfg     *Config
 	backend sandbox.Backend
@@ -162,6 +187,7 @@ func New(ctx context.Context, cfg *Config, o Options) (*Server, error) {
 		newBackend: o.NewBackend,
 		metrics:    newMetrics(),
 		turn:       make(chan struct{}, 1),
+		outcomes:   newOutcomeStore(),
 	}
 	s.relay = newRelay(s.log, s.metrics)
 	if cfg.Container.Enabled && needsRelay(cfg) {
@@ -178,6 +204,7 @@ func New(ctx context.Context, cfg *Config, o Options) (*Server, error) {
 	s.cfg, s.backend, s.mode, s.token = cfg, b, mode, sha256.Sum256([]byte(cfg.Token))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/messages", s.handleMessage)
+	mux.HandleFunc("/v1/messages/", s.handleMessageStatus)
 	mux.HandleFunc("/healthz", s.handleHealth)
 	mux.HandleFunc("/metrics", s.handleMetrics)
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -227,10 +254,20 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Shutdown stops taking messages, lets the one in flight finish (waiting
-// messages get 503), then discards the prestarted sandbox. ctx bounds it.
+// messages get 503, asynchronous ones as their outcome), then discards the
+// prestarted sandbox. ctx bounds it.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.closing.Store(true)
 	err := s.http.Shutdown(ctx)
+	// An asynchronous message in flight has no handler that http.Shutdown
+	// would wait for: wait for it here, so its backend is not closed under it.
+	asyncDone := make(chan struct{})
+	go func() { s.async.Wait(); close(asyncDone) }()
+	select {
+	case <-asyncDone:
+	case <-ctx.Done():
+		err = errors.Join(err, fmt.Errorf("asynchronous messages still running: %w", ctx.Err()))
+	}
 	s.mu.RLock()
 	b := s.backend
 	s.mu.RUnlock()
@@ -349,6 +386,12 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "", KindBadRequest, `"text" is empty`)
 		return
 	}
+	async, err := asyncRequested(r)
+	if err != nil {
+		s.metrics.rejected(KindBadRequest)
+		writeError(w, http.StatusBadRequest, "", KindBadRequest, err.Error())
+		return
+	}
 
 	// Queue: wait for the agent's turn, bounded; a client that gives up
 	// leaves the queue.
@@ -367,6 +410,10 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	queuedAt := time.Now()
+	if async {
+		s.submitAsync(w, msg, len(body), queuedAt, parentOf(r))
+		return
+	}
 	select {
 	case s.turn <- struct{}{}:
 		s.metrics.queued.Add(-1)
@@ -387,7 +434,9 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
 	cfg, backend, _ := s.snapshot()
 	// A client that disconnects does not stop the message: the agent may be
 	// half-way through writing its memory. The timeout still bounds it.
-	s.run(context.WithoutCancel(r.Context()), w, cfg, backend, msg, len(body), time.Since(queuedAt), parentOf(r))
+	id := newMessageID()
+	res := s.run(context.WithoutCancel(r.Context()), cfg, backend, id, msg, len(body), time.Since(queuedAt), parentOf(r), false)
+	res.write(w, id)
 }
 
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
@@ -396,9 +445,28 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	return buf.Bytes(), err
 }
 
-// run executes one message in the agent's turn and writes the answer.
-func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, backend sandbox.Backend, msg MessageRequest, bytesIn int, queued time.Duration, parent string) {
-	id := newMessageID()
+// result is the answer to a message that had its turn: the HTTP status and
+// the JSON body, newline-terminated.
+type result struct {
+	status int
+	body   []byte
+}
+
+func errorResult(status int, id, kind, msg string) result {
+	body, _ := json.Marshal(ErrorBody{Error: ErrorDetail{Kind: kind, Message: msg}, MessageID: id})
+	return result{status: status, body: append(body, '\n')}
+}
+
+// write answers res as the blocking call does.
+func (res result) write(w http.ResponseWriter, id string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Message-Id", id)
+	w.WriteHeader(res.status)
+	_, _ = w.Write(res.body)
+}
+
+// run executes message id in the agent's turn and returns the answer.
+func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, id string, msg MessageRequest, bytesIn int, queued time.Duration, parent string, async bool) result {
 	req := BuildRequest(cfg, id, msg)
 	job := sandbox.Job{MessageID: id, Timeout: cfg.Container.Timeout()}
 	var usage RelayUsage
@@ -421,8 +489,7 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, ba
 		} else {
 			child, stop, err := s.relay.Pair()
 			if err != nil {
-				writeError(w, http.StatusInternalServerError, id, agent.ErrKindSandbox, err.Error())
-				return
+				return errorResult(http.StatusInternalServerError, id, agent.ErrKindSandbox, err.Error())
 			}
 			defer stop()
 			// The agent child has its own copy once started: closing the
@@ -434,8 +501,7 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, ba
 	}
 	stdin, err := json.Marshal(req)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, id, agent.ErrKindInternal, "encode request")
-		return
+		return errorResult(http.StatusInternalServerError, id, agent.ErrKindInternal, "encode request")
 	}
 	job.Stdin = stdin
 	begin := time.Now()
@@ -481,14 +547,12 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, cfg *Config, ba
 		"llm_output_tokens", usage.OutputTokens,
 		"parent_message_id", parent,
 		"ask_message_ids", strings.Join(usage.Asks, ","),
+		"async", async,
 	)
 	if runErr != nil {
 		s.log.Error("sandbox failed", "message_id", id, "error", redactor(cfg).String(runErr.Error()))
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Message-Id", id)
-	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
+	return result{status: status, body: append(body, '\n')}
 }
 
 // BuildRequest is the agent-run request for one message: the message plus
@@ -651,7 +715,7 @@ func (h Health) MarshalJSON() ([]byte, error) {
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	_, b, _ := s.snapshot()
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	if err := s.metrics.write(w, b.Ready()); err != nil {
+	if err := s.metrics.write(w, b.Ready(), s.outcomes.kept()); err != nil {
 		s.log.Debug("metrics: client gone", "error", err)
 	}
 }
