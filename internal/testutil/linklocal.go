@@ -29,22 +29,7 @@ func StartLinkLocal(t testing.TB, port int) string {
 	}
 	o := vethNS(t, "md", "169.254.169.253", MetadataIP, 30)
 	addr := fmt.Sprintf("%s:%d", MetadataIP, port)
-	ln, err := listenInNetns("/run/netns/"+o.NS, addr)
-	if err != nil {
-		t.Fatalf("listen in %s: %v", o.NS, err)
-	}
-	Cleanup(t, "close listener", func() error { return Gone(ln.Close()) })
-	banner := fmt.Sprintf("metadata-%d\n", port)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Write([]byte(banner))
-			_ = c.Close() // one banner per connection
-		}
-	}()
+	serveBanner(t, o.NS, addr, fmt.Sprintf("metadata-%d\n", port))
 	return addr
 }
 

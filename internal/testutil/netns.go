@@ -44,56 +44,18 @@ func StartOutside(t testing.TB, ports ...int) *Outside {
 	var o *Outside
 	for try := 0; try < 20 && o == nil; try++ {
 		n := 100 + rand.IntN(150)
-		suffix := fmt.Sprintf("%d%03d", os.Getpid()%1000, n)
-		cand := &Outside{
-			NS: "meepa-test-out-" + suffix, HostVeth: "mto" + suffix,
-			HostIP: fmt.Sprintf("198.18.%d.1", n), IP: fmt.Sprintf("198.18.%d.2", n), Prefix: fmt.Sprintf("198.18.%d.0/24", n),
-		}
-		if routeTaken(cand.Prefix) {
+		prefix := fmt.Sprintf("198.18.%d.0/24", n)
+		if routeTaken(prefix) {
 			continue
 		}
-		o = cand
+		o = vethNS(t, "out", fmt.Sprintf("198.18.%d.1", n), fmt.Sprintf("198.18.%d.2", n), 24)
+		o.Prefix = prefix
 	}
 	if o == nil {
 		t.Fatal("no free 198.18.x.0/24 for the outside namespace")
 	}
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	run("netns", "add", o.NS)
-	t.Cleanup(func() {
-		_ = exec.Command("ip", "link", "del", o.HostVeth).Run()
-		_ = exec.Command("ip", "netns", "del", o.NS).Run()
-	})
-	peer := o.HostVeth + "p"
-	run("link", "add", o.HostVeth, "type", "veth", "peer", "name", peer)
-	run("link", "set", peer, "netns", o.NS)
-	run("addr", "add", o.HostIP+"/24", "dev", o.HostVeth)
-	run("link", "set", o.HostVeth, "up")
-	run("-n", o.NS, "addr", "add", o.IP+"/24", "dev", peer)
-	run("-n", o.NS, "link", "set", peer, "up")
-	run("-n", o.NS, "link", "set", "lo", "up")
-	run("-n", o.NS, "route", "add", "default", "via", o.HostIP)
 	for _, p := range ports {
-		ln, err := listenInNetns("/run/netns/"+o.NS, fmt.Sprintf("%s:%d", o.IP, p))
-		if err != nil {
-			t.Fatalf("listen in %s: %v", o.NS, err)
-		}
-		Cleanup(t, "close listener", func() error { return Gone(ln.Close()) })
-		banner := fmt.Sprintf("outside-%d\n", p)
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				_, _ = c.Write([]byte(banner))
-				_ = c.Close() // one banner per connection
-			}
-		}()
+		serveBanner(t, o.NS, o.Addr(p), fmt.Sprintf("outside-%d\n", p))
 	}
 	return o
 }
@@ -170,16 +132,7 @@ func HostService(t testing.TB) int {
 		t.Fatal(err)
 	}
 	Cleanup(t, "close listener", func() error { return Gone(ln.Close()) })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Write([]byte("host-service\n"))
-			_ = c.Close() // one banner per connection
-		}
-	}()
+	go acceptBanners(ln, "host-service\n")
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
@@ -201,4 +154,29 @@ func (o *Outside) ServeHTTP(t testing.TB, port int, body string) {
 	}
 	Cleanup(t, "stop the outside web server", func() error { return srv.Close() })
 	go func() { _ = srv.Serve(ln) }() // returns ErrServerClosed once the test ends
+}
+
+// serveBanner listens on addr inside the namespace ns and greets every
+// connection with banner, until the test ends.
+func serveBanner(t testing.TB, ns, addr, banner string) {
+	t.Helper()
+	ln, err := listenInNetns("/run/netns/"+ns, addr)
+	if err != nil {
+		t.Fatalf("listen in %s: %v", ns, err)
+	}
+	Cleanup(t, "close listener", func() error { return Gone(ln.Close()) })
+	go acceptBanners(ln, banner)
+}
+
+// acceptBanners writes banner to each connection ln accepts and closes it,
+// until ln is closed.
+func acceptBanners(ln net.Listener, banner string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		_, _ = c.Write([]byte(banner))
+		_ = c.Close() // one banner per connection
+	}
 }
