@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
 func init() {
@@ -64,7 +65,7 @@ func runServe(args []string) int {
 	// process of its uid may read its memory through /proc/<pid>/mem or
 	// ptrace, and it leaves no core dump. Landlock already keeps a
 	// restricted host-mode agent out; this covers an unrestricted one.
-	if err := noDump(); err != nil {
+	if err := landlock.SetNonDumpable(); err != nil {
 		log.Warn("could not make the runner non-dumpable", "error", err)
 	}
 	if *unrestricted {

@@ -182,6 +182,12 @@ func Ensure(ctx context.Context, cli client.APIClient, image string, dns []netip
 	log = logging.Or(log)
 	mu.Lock()
 	defer mu.Unlock()
+	// Its rules, resolvers and guard mounts are this machine's.
+	if local, why, err := guard.DaemonIsLocal(ctx, cli); err != nil {
+		return err
+	} else if !local {
+		return fmt.Errorf("network = \"bridge\" needs the Docker daemon on the machine that runs the provider (its firewall is this machine's), and %s", why)
+	}
 	in, err := ensureNetwork(ctx, cli, log)
 	if err != nil {
 		return err

@@ -28,6 +28,10 @@ func ResolveAsk(stateDir, topologyID string, ids []string) ([]runner.AskTarget, 
 	var out []runner.AskTarget
 	var errs []error
 	for _, id := range ids {
+		if !ValidID(id) {
+			errs = append(errs, fmt.Errorf("ask %q: not an agent id", id))
+			continue
+		}
 		cfg, err := runner.LoadConfig(LayoutFor(stateDir, id).ConfigFile)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -63,7 +67,9 @@ func askHostPaths(c runner.Config) []HostPath {
 	var out []HostPath
 	for _, a := range c.Ask {
 		if sock, ok := strings.CutPrefix(a.Listen, "unix://"); ok {
-			out = append(out, HostPath{Path: filepath.Dir(sock)})
+			// Read-only: connecting needs no write access, and the asking
+			// runner must not replace the target's socket.
+			out = append(out, HostPath{Path: filepath.Dir(sock), ReadOnly: true})
 		}
 	}
 	return out

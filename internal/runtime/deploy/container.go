@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -170,6 +171,16 @@ func Spec(d Deployment) (*container.Config, *container.HostConfig, *network.Netw
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: p.Path, Target: p.Path, ReadOnly: p.ReadOnly})
 	}
 	tmpfs := map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"}
+	if len(d.Covers) > 0 {
+		// The runner believes only the covers its deployment names (and
+		// checks each is an empty read-only mount).
+		paths := make([]string, len(d.Covers))
+		for i, c := range d.Covers {
+			paths[i] = c.Path
+		}
+		listed, _ := json.Marshal(paths) // a []string always marshals
+		cfg.Env = append(cfg.Env, sandbox.CoversEnv+"="+string(listed))
+	}
 	for _, c := range d.Covers {
 		// Docker mounts parents before children, so these land on top of
 		// the HostPaths that hold them.

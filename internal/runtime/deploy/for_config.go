@@ -3,6 +3,7 @@ package deploy
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -140,6 +141,11 @@ func covers(fa runner.FileAccess) []Cover {
 	for _, in := range landlock.DeniesInside(fa) {
 		fi, err := os.Lstat(in.Path)
 		if err != nil || !(fi.IsDir() || fi.Mode().IsRegular()) {
+			continue
+		}
+		// Reached through a symlink, the mount would land elsewhere; and
+		// the runner's own /tmp is a tmpfs of its own.
+		if real, err := filepath.EvalSymlinks(in.Path); err != nil || real != in.Path || in.Path == "/tmp" {
 			continue
 		}
 		c := Cover{Path: in.Path, Dir: fi.IsDir()}

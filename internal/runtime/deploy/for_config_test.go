@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
 func TestForConfigContainerMode(t *testing.T) {
@@ -121,7 +123,11 @@ func TestForConfigCoversDeniesInsideAllows(t *testing.T) {
 	if !slices.Equal(d.Covers, want) {
 		t.Fatalf("covers %+v, want %+v", d.Covers, want)
 	}
-	_, hc, _ := Spec(d)
+	cfg, hc, _ := Spec(d)
+	wantEnv := fmt.Sprintf(`%s=[%q,%q]`, sandbox.CoversEnv, filepath.Join(rw, "secret"), filepath.Join(rw, "key.txt"))
+	if !slices.Contains(cfg.Env, wantEnv) {
+		t.Errorf("the runner is not told its covers: env %q, want %q", cfg.Env, wantEnv)
+	}
 	if got := hc.Tmpfs[filepath.Join(rw, "secret")]; !strings.HasPrefix(got, "ro,") {
 		t.Errorf("directory cover: tmpfs options %q, want read-only", got)
 	}

@@ -35,6 +35,11 @@ func Enforced(ctx context.Context, cli client.APIClient, networks []string) erro
 			// A managed bridge network has a guard of its own name.
 			topo, fix = in.Labels[LabelBridge], "apply an agent with network = \"bridge\" again to install it"
 		}
+		if topo == "" && n == sandbox.ManagedBridge {
+			// Ours by name but not by label (made again by hand): no
+			// guard vouches for it.
+			return fmt.Errorf("%w: network %s has no guard label; apply an agent with network = \"bridge\" again", sandbox.ErrNotEnforced, n)
+		}
 		if topo == "" || seen[topo] {
 			continue
 		}

@@ -358,8 +358,8 @@ func DecodeParams(s string) (firewall.Params, error) {
 	if err := json.Unmarshal([]byte(s), &p); err != nil {
 		return p, fmt.Errorf("guard params: %w", err)
 	}
-	if p.Name == "" || !p.LLMNet.IsValid() || !p.FetchNet.IsValid() || !p.EgressNet.IsValid() || !p.ProxyIP.IsValid() {
-		return p, errors.New("guard params: name, the three subnets and the proxy address are required")
+	if !firewall.ValidName(p.Name) || !p.LLMNet.IsValid() || !p.FetchNet.IsValid() || !p.EgressNet.IsValid() || !p.ProxyIP.IsValid() {
+		return p, errors.New("guard params: a valid name, the three subnets and the proxy address are required")
 	}
 	return p, nil
 }
@@ -381,8 +381,8 @@ func DecodeBridge(s string) (firewall.BridgeParams, error) {
 	if err := json.Unmarshal([]byte(s), &p); err != nil {
 		return p, fmt.Errorf("guard bridge params: %w", err)
 	}
-	if p.Name == "" || p.Interface == "" || !p.Subnet.IsValid() {
-		return p, errors.New("guard bridge params: name, interface and subnet are required")
+	if !firewall.ValidName(p.Name) || !firewall.ValidInterface(p.Interface) || !p.Subnet.IsValid() {
+		return p, errors.New("guard bridge params: a valid name, interface name and subnet are required")
 	}
 	return p, nil
 }

@@ -231,3 +231,22 @@ func TestBridgeParamsRoundTrip(t *testing.T) {
 		t.Errorf("bridge guard spec: cmd %v labels %v", cfg.Cmd, cfg.Labels)
 	}
 }
+
+// The guard's command line becomes iptables-restore text: a name or an
+// interface that could carry a rule of its own is refused.
+func TestDecodeRefusesNamesThatAreNotNames(t *testing.T) {
+	ok, err := EncodeBridge(firewall.BridgeParams{Name: "meepa-bridge", Interface: "meepa-br0", Subnet: netip.MustParsePrefix("172.30.0.0/16")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeBridge(ok); err != nil {
+		t.Fatalf("valid params refused: %v", err)
+	}
+	bad := strings.Replace(ok, `"meepa-br0"`, `"x\n-I DOCKER-USER 1 -j ACCEPT"`, 1)
+	if _, err := DecodeBridge(bad); err == nil {
+		t.Error("an interface with a rule in it was accepted")
+	}
+	if _, err := DecodeParams(`{"Name":"tg x","LLMNet":"10.1.0.0/24","FetchNet":"10.2.0.0/24","EgressNet":"10.3.0.0/24","ProxyIP":"10.2.0.2"}`); err == nil {
+		t.Error("a topology name with a space was accepted")
+	}
+}

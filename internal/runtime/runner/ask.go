@@ -29,8 +29,6 @@ const (
 	// HeaderParentMessage names, on an asked message, the message that
 	// asked; both audit lines carry the pair.
 	HeaderParentMessage = "X-Meepa-Parent-Message"
-	// HeaderParentAgent names the asking agent.
-	HeaderParentAgent = "X-Meepa-Parent-Agent"
 )
 
 func (r *Relay) serveAsk(w http.ResponseWriter, req *http.Request, s *relaySession, refuse func(int, string)) {
@@ -59,7 +57,7 @@ func (r *Relay) serveAsk(w http.ResponseWriter, req *http.Request, s *relaySessi
 	ctx, cancel := context.WithTimeout(req.Context(), s.askLimit)
 	defer cancel()
 	begin := time.Now()
-	ans, status, err := postAsk(ctx, *target, s.messageID, s.llm, ask.Text)
+	ans, status, err := postAsk(ctx, *target, s.messageID, ask.Text)
 	if ans.MessageID != "" {
 		s.mu.Lock()
 		s.usage.Asks = append(s.usage.Asks, ans.MessageID)
@@ -79,16 +77,18 @@ func (r *Relay) serveAsk(w http.ResponseWriter, req *http.Request, s *relaySessi
 
 // postAsk sends one message to the target's runner and returns its reply
 // or error, the message id it ran under and the HTTP status.
-func postAsk(ctx context.Context, t AskTarget, parent string, _ agent.LLMConfig, text string) (agent.AskAnswer, int, error) {
-	base, c := "http://runner", &http.Client{}
+func postAsk(ctx context.Context, t AskTarget, parent string, text string) (agent.AskAnswer, int, error) {
+	// One connection per ask, closed after it: asks are rare next to the
+	// message they run, and a kept-alive connection per ask would pile up.
+	base, tr := "http://runner", &http.Transport{Proxy: nil, DisableKeepAlives: true}
 	if sock, ok := strings.CutPrefix(t.Listen, "unix://"); ok {
-		c.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}}
+		}
 	} else {
 		base = "http://" + t.Listen
-		c.Transport = &http.Transport{Proxy: nil}
 	}
+	c := &http.Client{Transport: tr}
 	body, _ := json.Marshal(MessageRequest{Text: text, Sender: "agent:" + parent, Channel: "ask"})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/messages", bytes.NewReader(body))
 	if err != nil {

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/docker/docker/client"
@@ -220,7 +222,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("ask[%d]: agent_id %q: want another agent's id", i, a.AgentID))
 		case a.Role != agent.RoleFetch && a.Role != agent.RoleToolExec:
 			errs = append(errs, fmt.Errorf("ask[%d]: agent %s has role %q; a core agent asks only fetch and tool_exec agents", i, a.AgentID, a.Role))
-		case a.Token == "" || !(strings.HasPrefix(a.Listen, "unix:///") || strings.HasPrefix(a.Listen, "127.0.0.1:")):
+		case a.Token == "" || !validAskListen(a.Listen):
 			errs = append(errs, fmt.Errorf("ask[%d]: agent %s: want its runner's listen (unix:///path or 127.0.0.1:PORT) and token", i, a.AgentID))
 		}
 	}
@@ -251,4 +253,19 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("runner config: %w", err)
 	}
 	return nil
+}
+
+// validAskListen: an ask target's runner listens on a unix socket (an
+// absolute path) or on 127.0.0.1 with a numeric port, nothing else: the
+// ask carries that runner's token.
+func validAskListen(listen string) bool {
+	if p, ok := strings.CutPrefix(listen, "unix://"); ok {
+		return strings.HasPrefix(p, "/") && p == filepath.Clean(p)
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil || host != "127.0.0.1" {
+		return false
+	}
+	n, err := strconv.Atoi(port)
+	return err == nil && n > 0 && n < 65536 && strconv.Itoa(n) == port
 }

@@ -128,7 +128,6 @@ func (m *metrics) refusedTools(n int) {
 func (m *metrics) write(out io.Writer, ready bool, kept int) error {
 	var w strings.Builder
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	const p = "meepa_runner_"
 	fmt.Fprintf(&w, "# HELP %smessages_total Messages by outcome (ok, or the error kind).\n# TYPE %smessages_total counter\n", p, p)
 	outcomes := make([]string, 0, len(m.byOutcome))
@@ -164,6 +163,9 @@ func (m *metrics) write(out io.Writer, ready bool, kept int) error {
 	fmt.Fprintf(&w, "# HELP %sasync_submissions_total Messages accepted with wait=false.\n# TYPE %sasync_submissions_total counter\n%sasync_submissions_total %d\n", p, p, p, m.asyncSubmitted.Load())
 	fmt.Fprintf(&w, "# HELP %sasync_outcomes_kept Finished asynchronous outcomes kept for GET /v1/messages/{id}.\n# TYPE %sasync_outcomes_kept gauge\n%sasync_outcomes_kept %d\n", p, p, p, kept)
 	fmt.Fprintf(&w, "# HELP %stool_calls_refused_total Tool calls outside the agent's role, refused.\n# TYPE %stool_calls_refused_total counter\n%stool_calls_refused_total %d\n", p, p, p, m.toolsRefused)
+	m.mu.Unlock()
+	// Written after the lock is let go: a slow reader of /metrics must not
+	// hold up the messages and relayed calls that count into it.
 	_, err := io.WriteString(out, w.String())
 	return err
 }

@@ -338,9 +338,9 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			v = defaultAnthropicVersion
 		}
 		out.Header.Set("Anthropic-Version", v)
-		if beta := req.Header.Get("Anthropic-Beta"); beta != "" {
-			out.Header.Set("Anthropic-Beta", beta)
-		}
+		// No Anthropic-Beta: beta features include server-side tools that
+		// fetch from the web, which would give a sandbox without network
+		// (TOOL-EXEC) a way out through the model.
 	}
 	resp, err := r.upstream.Do(out)
 	if err != nil {
@@ -369,9 +369,10 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	s.mu.Unlock()
 	r.metrics.relayed("ok")
 	r.metrics.tokens(in, outTok)
-	// An endpoint that echoes the key in an error must not hand it in.
+	// An endpoint that echoes the key in an error must not hand it in, in
+	// any of the forms the redactor knows (JSON-escaped among them).
 	if s.llm.APIKey != "" {
-		answer = bytes.ReplaceAll(answer, []byte(s.llm.APIKey), []byte("[REDACTED]"))
+		answer = []byte(agent.NewRedactor(s.llm.APIKey).String(string(answer)))
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
 		w.Header().Set("Content-Type", ct)

@@ -297,9 +297,17 @@ func (s *Server) Reload(ctx context.Context, cfg *Config) error {
 	if cfg.Listen != oldCfg.Listen {
 		s.log.Warn("listen address changed; it takes effect at the next restart", "listen", oldCfg.Listen)
 	}
-	if cfg.Container.Enabled && needsRelay(cfg) && s.relay.Dir() == "" {
-		if err := s.relay.Listen(RelayDir(cfg)); err != nil {
-			return fmt.Errorf("reload: %w", err)
+	if cfg.Container.Enabled && needsRelay(cfg) {
+		switch dir := s.relay.Dir(); {
+		case dir == "":
+			if err := s.relay.Listen(RelayDir(cfg)); err != nil {
+				return fmt.Errorf("reload: %w", err)
+			}
+		case dir != RelayDir(cfg):
+			// The relay keeps its socket; the sandboxes must mount where
+			// it is, not where the new config would put it.
+			s.log.Warn("relay directory changed; it takes effect at the next restart", "relay_dir", dir)
+			cfg.RelayDir = dir
 		}
 	}
 	// Close first: each backend removes the agent's sandboxes that are not

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -226,43 +227,85 @@ func searchableBy(p string, uid, gid int) error {
 	}
 }
 
-// coveredDenies returns the denies inside an allow that an empty read-only
-// mount already covers in this process's mount namespace: the runner
-// container's deployment mounts them (see deploy.ForConfig), so the child
-// needs no privilege to hide them.
+// CoversEnv names the runner's environment variable through which the
+// deployment lists (as a JSON array) the denied paths it has covered with
+// empty read-only mounts: deploy.ForConfig sets it on the runner
+// container.
+const CoversEnv = "MEEPA_DENY_COVERS"
+
+// coveredDenies returns the denies inside an allow that are covered in
+// this process's mount namespace, so the child needs no privilege to hide
+// them: those the deployment says it covered (CoversEnv) and that are
+// indeed an empty read-only mount here. Any other read-only mount at a
+// denied path (the path's own read-only bind, a squashfs) is not a cover:
+// it still shows what it holds.
 func coveredDenies(fa landlock.FileAccess) ([]string, error) {
 	inside := landlock.DeniesInside(fa)
-	if len(inside) == 0 {
+	listed := os.Getenv(CoversEnv)
+	if len(inside) == 0 || listed == "" {
 		return nil, nil
+	}
+	var claimed []string
+	if err := json.Unmarshal([]byte(listed), &claimed); err != nil {
+		return nil, fmt.Errorf("%s: %w", CoversEnv, err)
 	}
 	raw, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, fmt.Errorf("mount table: %w", err)
 	}
-	ro := readOnlyMounts(string(raw))
+	mounts := mountTable(string(raw))
 	var out []string
 	for _, in := range inside {
-		if ro[in.Path] && !slices.Contains(out, in.Path) {
+		if slices.Contains(claimed, in.Path) && !slices.Contains(out, in.Path) && isEmptyCover(in.Path, mounts[in.Path]) {
 			out = append(out, in.Path)
 		}
 	}
 	return out, nil
 }
 
-// readOnlyMounts returns the mount points of mountinfo text whose
-// per-mount options say ro. For a path mounted more than once the last
-// (topmost) mount decides.
-func readOnlyMounts(mountinfo string) map[string]bool {
-	ro := map[string]bool{}
+// isEmptyCover: path is a read-only mount point holding nothing: an empty
+// tmpfs directory, or an empty file.
+func isEmptyCover(path string, m mountEntry) bool {
+	if !m.readOnly {
+		return false
+	}
+	fi, err := os.Lstat(path)
+	switch {
+	case err != nil:
+		return false
+	case fi.Mode().IsRegular():
+		return fi.Size() == 0
+	case fi.IsDir() && m.fsType == "tmpfs":
+		entries, err := os.ReadDir(path)
+		return err == nil && len(entries) == 0
+	}
+	return false
+}
+
+// mountEntry is what the mount table says of one mount point.
+type mountEntry struct {
+	readOnly bool
+	fsType   string
+}
+
+// mountTable reads mountinfo text: per mount point, whether its per-mount
+// options say ro and its filesystem type. For a path mounted more than
+// once the last (topmost) mount decides.
+func mountTable(mountinfo string) map[string]mountEntry {
+	t := map[string]mountEntry{}
 	for _, line := range strings.Split(mountinfo, "\n") {
 		f := strings.Fields(line)
 		if len(f) < 6 {
 			continue
 		}
-		point := unescapeMountPath(f[4])
-		ro[point] = slices.Contains(strings.Split(f[5], ","), "ro")
+		e := mountEntry{readOnly: slices.Contains(strings.Split(f[5], ","), "ro")}
+		// Optional fields end at "-"; the filesystem type follows it.
+		if i := slices.Index(f[6:], "-"); i >= 0 && 6+i+1 < len(f) {
+			e.fsType = f[6+i+1]
+		}
+		t[unescapeMountPath(f[4])] = e
 	}
-	return ro
+	return t
 }
 
 // unescapeMountPath undoes the kernel's octal escapes (\040 for a space,

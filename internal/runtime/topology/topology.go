@@ -18,6 +18,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/firewall"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
 // Network kinds, in the order they are created.
@@ -199,6 +200,9 @@ func Build(in Input) (Spec, Problems) {
 	switch {
 	case in.Name == "":
 		ps.add("name", "", -1, "Invalid Topology Name", "name must not be empty")
+	case in.Name == sandbox.ManagedBridge:
+		ps.add("name", "", -1, "Invalid Topology Name",
+			"%q is the managed bridge network's name (network = \"bridge\"), and its guard's; choose another.", in.Name)
 	case len(in.Name) > MaxNameLen || !nameRE.MatchString(in.Name):
 		ps.add("name", "", -1, "Invalid Topology Name",
 			"%q: use 1 to %d characters of lower-case letters, digits and '-', starting with a letter or digit "+

@@ -79,6 +79,7 @@ func TestBuildProblems(t *testing.T) {
 		{"empty name", func(in *Input) { in.Name = "" }, "name", "empty"},
 		{"upper-case name", func(in *Input) { in.Name = "Prod" }, "name", "lower-case"},
 		{"long name", func(in *Input) { in.Name = strings.Repeat("a", 25) }, "name", "24"},
+		{"the managed bridge's name", func(in *Input) { in.Name = "meepa-bridge" }, "name", "managed bridge"},
 		{"overlapping subnets", func(in *Input) { in.Subnets[FetchNet] = "10.213.1.128/25" }, "fetchnet_subnet", "overlaps llmnet"},
 		{"not a CIDR", func(in *Input) { in.Subnets[LLMNet] = "10.213.1.0" }, "llmnet_subnet", "not an IPv4 CIDR"},
 		{"host bits", func(in *Input) { in.Subnets[LLMNet] = "10.213.1.7/24" }, "llmnet_subnet", "10.213.1.0/24"},

@@ -688,7 +688,9 @@ func (c *compiler) markHideable() {
 func (c *compiler) markCovered(covered []string) {
 	for _, p := range covered {
 		p = filepath.Clean(p)
-		if slices.Contains(c.deny, p) {
+		// A deny written through a symlink stays expanded around, covered
+		// or not: its parent must not be granted whole (see markHideable).
+		if slices.Contains(c.deny, p) && !slices.Contains(c.lexicalOnly, p) {
 			if c.coveredDeny == nil {
 				c.coveredDeny = map[string]bool{}
 			}
