@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -73,42 +74,64 @@ func topologyEnforced(ctx context.Context, cli client.APIClient, topo, fix strin
 }
 
 // DaemonIsLocal reports whether the Docker daemon behind cli programs this
-// machine's network: the gateway address of one of its bridge networks is
-// an address of a local interface. A unix socket forwarded from another
-// machine (ssh -L) passes a scheme check but not this one.
+// machine's network: a bridge network's gateway address sits on this
+// machine's interface of that network's name. A user-defined network's
+// interface is named after its id (br-<12 hex>), which no other daemon
+// shares, so those decide when there are any; the named bridges (docker0,
+// meepa-br0) have the same name and often the same gateway on every host
+// and decide only when there is nothing else. A unix socket forwarded from
+// another machine (ssh -L) passes a scheme check but not this one.
 func DaemonIsLocal(ctx context.Context, cli client.APIClient) (bool, string, error) {
 	nets, err := cli.NetworkList(ctx, network.ListOptions{})
 	if err != nil {
 		return false, "", fmt.Errorf("network list: %w", err)
 	}
-	local := map[netip.Addr]bool{}
-	addrs, err := net.InterfaceAddrs()
+	ifaces, err := net.Interfaces()
 	if err != nil {
-		return false, "", fmt.Errorf("interface addresses: %w", err)
+		return false, "", fmt.Errorf("interfaces: %w", err)
 	}
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil {
-			local[p.Addr()] = true
+	onIface := map[string]map[netip.Addr]bool{}
+	for _, i := range ifaces {
+		addrs, err := i.Addrs()
+		if err != nil {
+			continue
+		}
+		onIface[i.Name] = map[netip.Addr]bool{}
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil {
+				onIface[i.Name][p.Addr()] = true
+			}
 		}
 	}
+	var byID, named []bool
 	var seen []string
 	for _, n := range nets {
 		if n.Driver != "bridge" {
 			continue
 		}
+		iface, fromID := n.Options["com.docker.network.bridge.name"], false
+		if iface == "" && len(n.ID) >= 12 {
+			iface, fromID = "br-"+n.ID[:12], true
+		}
 		for _, c := range n.IPAM.Config {
 			gw, err := netip.ParseAddr(c.Gateway)
-			if err != nil {
+			if err != nil || iface == "" {
 				continue
 			}
-			if local[gw] {
-				return true, "", nil
+			match := onIface[iface][gw]
+			if fromID {
+				byID = append(byID, match)
+			} else {
+				named = append(named, match)
 			}
-			seen = append(seen, n.Name+" "+gw.String())
+			seen = append(seen, fmt.Sprintf("%s %s on %s", n.Name, gw, iface))
 		}
 	}
-	if len(seen) == 0 {
-		return false, "the daemon has no bridge network with a gateway to compare with this machine's addresses", nil
+	switch {
+	case slices.Contains(byID, true), len(byID) == 0 && slices.Contains(named, true):
+		return true, "", nil
+	case len(seen) == 0:
+		return false, "the daemon has no bridge network with a gateway to compare with this machine's interfaces", nil
 	}
-	return false, fmt.Sprintf("none of the daemon's bridge gateways (%v) is an address of this machine", seen), nil
+	return false, fmt.Sprintf("none of the daemon's bridge gateways (%v) is on this machine's interface of that name", seen), nil
 }
