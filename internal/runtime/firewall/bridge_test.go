@@ -46,3 +46,32 @@ func TestBuildBridge(t *testing.T) {
 		t.Errorf("apply batch:\n%s", text)
 	}
 }
+
+// The one opening in the bridge's set: DNS to the host's resolvers, as
+// RETURN (Docker's rules still judge it) and before every DROP that would
+// catch it, in both chains.
+func TestBuildBridgeDNSComesFirst(t *testing.T) {
+	s := BuildBridge(BridgeParams{Name: "meepa-bridge", Interface: "meepa-br0", Subnet: netip.MustParsePrefix("172.30.0.0/16"),
+		DNS: []netip.Addr{netip.MustParseAddr("10.255.255.53")}})
+	lines := s.Lines()
+	for _, chain := range []string{"MB-meepa-bridge", "MBI-meepa-bridge"} {
+		firstDrop, returns := -1, 0
+		for i, ln := range lines {
+			if !strings.HasPrefix(ln, "-A "+chain+" ") {
+				continue
+			}
+			switch {
+			case strings.HasSuffix(ln, "-j DROP") && firstDrop < 0:
+				firstDrop = i
+			case strings.Contains(ln, "-d 10.255.255.53/32") && strings.Contains(ln, "--dport 53") && strings.HasSuffix(ln, "-j RETURN"):
+				if firstDrop >= 0 {
+					t.Errorf("%s: DNS RETURN after a DROP: %s", chain, ln)
+				}
+				returns++
+			}
+		}
+		if returns != 2 || firstDrop < 0 {
+			t.Errorf("%s: %d DNS RETURNs (want udp and tcp), first DROP at %d:\n%s", chain, returns, firstDrop, strings.Join(lines, "\n"))
+		}
+	}
+}
