@@ -25,6 +25,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfversion"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -73,6 +74,15 @@ func TestAccAgent_hostMode(t *testing.T) {
 		filepath.Join(other, "MEMORY.md"): "other agent memory",
 	} {
 		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A root runner runs the agent under a uid of its own: the tree it may
+	// write must be writable by that uid (Landlock grants, Unix permits).
+	agentUID := os.Getuid()
+	if agentUID == 0 {
+		agentUID = sandbox.AgentUID(id)
+		if err := sandbox.ChownTree(rw, agentUID, agentUID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -232,6 +242,13 @@ resource "meepa_agent" "h" {
 					ok(s, "cat "+filepath.Join(home, "notes.txt"), "home notes"),
 					ok(s, "echo ok > note.txt && cat note.txt", "ok"),
 					denied(s, dial, "hello-from-test"),
+					// Its own uid, and no capability left from the runner's:
+					// chmod, which Landlock does not govern, fails on the
+					// runner's directories because they are not its own.
+					ok(s, "id -u", strconv.Itoa(agentUID)),
+					ok(s, "grep -cE '^Cap(Prm|Eff|Amb):[[:space:]]+0+$' /proc/self/status", "3"),
+					fails(s, "chmod 0777 "+deploy.LayoutFor(stateDir, id).SocketDir+" && echo CHMOD", "CHMOD"),
+					fails(s, "chmod 0644 "+deploy.LayoutFor(stateDir, id).ConfigFile+" && echo CHMOD", "CHMOD"),
 				)
 			},
 		}, {

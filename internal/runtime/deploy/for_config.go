@@ -108,6 +108,7 @@ func ForConfig(c runner.Config, p Placement) (Deployment, error) {
 	}
 	if !c.FileAccess.Unrestricted {
 		d.Covers = covers(c.FileAccess)
+		d.CapAdd = hostModeCaps()
 	}
 	if !c.FileAccess.Unrestricted {
 		// Docker's default profile, with Landlock's syscalls allowed on
@@ -120,6 +121,21 @@ func ForConfig(c runner.Config, p Placement) (Deployment, error) {
 		d.SecurityOpt = []string{"seccomp=" + string(prof)}
 	}
 	return d, nil
+}
+
+// hostModeCaps are what a root runner needs to run each agent under the
+// agent's own uid (sandbox.AgentUID), so that Unix permissions keep the
+// runner's files from the agent and its chmod/chown on them fail: SETUID
+// and SETGID to switch, CHOWN to hand it the workspace and its scratch
+// directory, DAC_OVERRIDE and FOWNER to walk, chown back and remove what
+// the agent's uid made there. The child loses all of them when it leaves
+// uid 0. A runner that is not root gets none: they would not be effective,
+// and it runs the agent under its own uid, which it says at start.
+func hostModeCaps() []string {
+	if os.Getuid() != 0 {
+		return nil
+	}
+	return []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"}
 }
 
 // StopTimeout lets a runner being replaced finish its message in flight:

@@ -57,9 +57,18 @@ func TestForConfigHostMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.DockerSocket != "" || d.GroupAdd != nil || d.CapAdd != nil {
-		t.Errorf("a host-mode runner gets no Docker socket and no capabilities: %+v", d)
+	if d.DockerSocket != "" || d.GroupAdd != nil {
+		t.Errorf("a host-mode runner gets no Docker socket: %+v", d)
 	}
+	// As root, what switching to the agent's own uid takes; else nothing.
+	if root := os.Getuid() == 0; root != slices.Equal(d.CapAdd, []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"}) || !root && d.CapAdd != nil {
+		t.Errorf("host-mode runner as uid %d: CapAdd %v", os.Getuid(), d.CapAdd)
+	}
+	c.FileAccess.Unrestricted = true
+	if d, _ := ForConfig(c, p); d.CapAdd != nil {
+		t.Errorf("an unrestricted host-mode runner keeps its own uid: CapAdd %v", d.CapAdd)
+	}
+	c.FileAccess.Unrestricted = false
 	if d.Memory != (512+256)<<20 || d.PidsLimit != 64+256 {
 		t.Errorf("limits: memory %d pids %d", d.Memory, d.PidsLimit)
 	}

@@ -114,24 +114,44 @@ func DaemonIsLocal(ctx context.Context, cli client.APIClient) (bool, string, err
 			iface, fromID = "br-"+n.ID[:12], true
 		}
 		for _, c := range n.IPAM.Config {
-			gw, err := netip.ParseAddr(c.Gateway)
-			if err != nil || iface == "" {
+			match, where, ok := onInterface(onIface[iface], c)
+			if !ok || iface == "" {
 				continue
 			}
-			match := onIface[iface][gw]
 			if fromID {
 				byID = append(byID, match)
 			} else {
 				named = append(named, match)
 			}
-			seen = append(seen, fmt.Sprintf("%s %s on %s", n.Name, gw, iface))
+			seen = append(seen, fmt.Sprintf("%s %s on %s", n.Name, where, iface))
 		}
 	}
 	switch {
 	case slices.Contains(byID, true), len(byID) == 0 && slices.Contains(named, true):
 		return true, "", nil
 	case len(seen) == 0:
-		return false, "the daemon has no bridge network with a gateway to compare with this machine's interfaces", nil
+		return false, "the daemon has no bridge network with a gateway or subnet to compare with this machine's interfaces", nil
 	}
 	return false, fmt.Sprintf("none of the daemon's bridge gateways (%v) is on this machine's interface of that name", seen), nil
+}
+
+// onInterface says whether a network's IPAM entry is on an interface with
+// addrs: its gateway is one of them or, for an entry that names no gateway
+// (the default bridge of a daemon that has just been installed lists only
+// its subnet), one of them lies in its subnet. ok is false for an entry
+// with neither.
+func onInterface(addrs map[netip.Addr]bool, c network.IPAMConfig) (match bool, where string, ok bool) {
+	if gw, err := netip.ParseAddr(c.Gateway); err == nil {
+		return addrs[gw], gw.String(), true
+	}
+	sub, err := netip.ParsePrefix(c.Subnet)
+	if err != nil {
+		return false, "", false
+	}
+	for a := range addrs {
+		if sub.Contains(a) {
+			return true, sub.String(), true
+		}
+	}
+	return false, sub.String(), true
 }

@@ -38,6 +38,13 @@ func TestDaemonIsLocal(t *testing.T) {
 	named := network.Summary{Name: "bridge", ID: "0123456789abcdef", Driver: "bridge",
 		Options: map[string]string{"com.docker.network.bridge.name": "lo"},
 		IPAM:    network.IPAM{Config: []network.IPAMConfig{{Gateway: "127.0.0.1"}}}}
+	// A daemon just installed lists its default bridge with a subnet and
+	// no gateway.
+	fresh := network.Summary{Name: "bridge", ID: "0123456789abcdef", Driver: "bridge",
+		Options: map[string]string{"com.docker.network.bridge.name": "lo"},
+		IPAM:    network.IPAM{Config: []network.IPAMConfig{{Subnet: "127.0.0.0/8"}}}}
+	freshElsewhere := fresh
+	freshElsewhere.IPAM = network.IPAM{Config: []network.IPAMConfig{{Subnet: "198.51.100.0/24"}}}
 	remoteUserNet := network.Summary{Name: "tg-llmnet", ID: "fedcba9876543210ffff", Driver: "bridge",
 		IPAM: network.IPAM{Config: []network.IPAMConfig{{Gateway: "127.0.0.1"}}}}
 	for _, c := range []struct {
@@ -50,6 +57,8 @@ func TestDaemonIsLocal(t *testing.T) {
 		// is not here, and the id-named networks decide.
 		{"another daemon's network", []network.Summary{named, remoteUserNet}, false},
 		{"no bridge at all", nil, false},
+		{"a fresh default bridge: its subnet on its interface", []network.Summary{fresh}, true},
+		{"a fresh default bridge whose subnet is not here", []network.Summary{freshElsewhere}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			local, why, err := DaemonIsLocal(t.Context(), daemonWithNetworks(t, c.nets))

@@ -266,8 +266,20 @@ func healthProblem(c container.InspectResponse, now time.Time) string {
 		}
 		return "health " + h.Status + msg
 	}
-	if n := len(h.Log); n == 0 || now.Sub(h.Log[n-1].End) > HealthStale {
+	n := len(h.Log)
+	if n == 0 || now.Sub(h.Log[n-1].End) > HealthStale {
 		return fmt.Sprintf("its last health check is older than %s", HealthStale)
+	}
+	// The daemon keeps a container's health across a restart (its own or
+	// the container's) and sets it back to "starting" only a moment after
+	// the container runs again; in between, inspect shows the old
+	// "healthy". Only a check run since this start vouches.
+	started, err := time.Parse(time.RFC3339Nano, c.State.StartedAt)
+	if err != nil {
+		return fmt.Sprintf("has no start time (%q)", c.State.StartedAt)
+	}
+	if !h.Log[n-1].Start.After(started) {
+		return "has not been checked since it started"
 	}
 	return ""
 }

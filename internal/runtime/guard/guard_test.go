@@ -174,11 +174,18 @@ func TestSpec(t *testing.T) {
 
 func TestHealthProblem(t *testing.T) {
 	now := time.Now()
+	started := now.Add(-time.Minute)
 	c := func(running bool, status container.HealthStatus, end time.Time) container.InspectResponse {
-		st := &container.State{Running: running, Status: "running", Health: &container.Health{Status: status,
-			Log: []*container.HealthcheckResult{{End: end, Output: "not enforced: no heartbeat"}}}}
+		st := &container.State{Running: running, Status: "running", StartedAt: started.Format(time.RFC3339Nano),
+			Health: &container.Health{Status: status, Log: []*container.HealthcheckResult{
+				{Start: end.Add(-10 * time.Millisecond), End: end, Output: "not enforced: no heartbeat"}}}}
 		return container.InspectResponse{ContainerJSONBase: &container.ContainerJSONBase{State: st}}
 	}
+	// Restarted a moment ago, still showing the health of its last run.
+	restarted := c(true, container.Healthy, now.Add(-time.Second))
+	restarted.State.StartedAt = now.Add(-500 * time.Millisecond).Format(time.RFC3339Nano)
+	noStart := c(true, container.Healthy, now.Add(-time.Second))
+	noStart.State.StartedAt = ""
 	if p := healthProblem(c(true, container.Healthy, now.Add(-time.Second)), now); p != "" {
 		t.Errorf("healthy: %q", p)
 	}
@@ -187,6 +194,8 @@ func TestHealthProblem(t *testing.T) {
 		"starting":  c(true, container.Starting, now),
 		"unhealthy": c(true, container.Unhealthy, now),
 		"stale":     c(true, container.Healthy, now.Add(-HealthStale-time.Second)),
+		"restarted": restarted,
+		"no start":  noStart,
 	} {
 		if p := healthProblem(in, now); p == "" {
 			t.Errorf("%s: vouched for", name)
