@@ -225,6 +225,21 @@ func (fc *failClosed) removeRules() error {
 	return nil
 }
 
+// waitReady waits for the runner's prestarted container (/healthz ready).
+func (fc *failClosed) waitReady() error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		h, err := deploy.CheckHealth(context.Background(), deploy.Listener{Unix: fc.sock})
+		if err == nil && h["ready"] == true {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("runner not ready 60 s after the first message: %v %v", h, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // guardStopped: with the guard stopped and the rules gone, a message is
 // refused (503 not_enforced) and no container starts; with the guard
 // started again, the rules come back and the next message is answered.
@@ -232,7 +247,12 @@ func (fc *failClosed) guardStopped() error {
 	if o := fc.send("hi"); o.code != 200 || o.reply != agent.OfflineAnswer("hi") {
 		return fmt.Errorf("first message: %+v", o)
 	}
-	time.Sleep(2 * time.Second) // the replacement container is prestarted
+	// The replacement container is prestarted before the guard stops: its
+	// start (checked while the rules were there) must not count as one
+	// made without them.
+	if err := fc.waitReady(); err != nil {
+		return err
+	}
 	stopGuard(fc.t, fc.topo)
 	if err := fc.removeRules(); err != nil {
 		return err
