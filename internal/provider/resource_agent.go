@@ -130,6 +130,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 		if deployment != deploy.ModeExternal {
 			plan.RunnerContainerID = types.StringUnknown()
 			plan.LandlockABI = types.Int64Unknown()
+			plan.AgentUID = types.Int64Unknown()
 		}
 		resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 		return
@@ -157,9 +158,11 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 			!plan.WorkspacePath.Equal(state.WorkspacePath) {
 			plan.RunnerContainerID = types.StringUnknown()
 			plan.LandlockABI = types.Int64Unknown()
+			plan.AgentUID = types.Int64Unknown()
 		} else {
 			plan.RunnerContainerID = state.RunnerContainerID
 			plan.LandlockABI = state.LandlockABI
+			plan.AgentUID = state.AgentUID
 		}
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
@@ -222,6 +225,7 @@ func planDerived(svc *deploy.Service, plan *agentModel) string {
 		plan.RunnerStatus = types.StringValue(deploy.StatusExternal)
 		plan.RunnerContainerID = types.StringValue("")
 		plan.LandlockABI = types.Int64Null()
+		plan.AgentUID = types.Int64Null()
 	default:
 		plan.RunnerStatus = types.StringUnknown()
 	}
@@ -324,7 +328,7 @@ func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan, 
 	plan.Endpoint = types.StringValue(out.Endpoint)
 	plan.RunnerStatus = types.StringValue(out.RunnerStatus)
 	plan.RunnerContainerID = types.StringValue(out.RunnerContainerID)
-	plan.LandlockABI = abiValue(out.LandlockABI)
+	plan.LandlockABI, plan.AgentUID = reportedValues(out.Reported)
 	if !plan.Threegate.IsNull() {
 		attrs := plan.ContainerMode.Attributes()
 		attrs["network"] = types.StringNull()
@@ -383,8 +387,8 @@ func (r *agentResource) ImportState(ctx context.Context, req resource.ImportStat
 		RunnerContainerID: types.StringValue(""),
 		RunnerStatus:      types.StringValue(""),
 		ConfigHash:        types.StringValue(""),
-		LandlockABI:       abiValue(imp.LandlockABI),
 	}
+	m.LandlockABI, m.AgentUID = reportedValues(imp.Reported)
 	if imp.Endpoint != "" {
 		m.Endpoint = types.StringValue(imp.Endpoint)
 	}

@@ -92,12 +92,9 @@ func priorOf(ctx context.Context, m *agentModel) *deploy.Prior {
 	p := &deploy.Prior{
 		RunnerStatus:      m.RunnerStatus.ValueString(),
 		RunnerContainerID: m.RunnerContainerID.ValueString(),
-		LandlockABI:       deploy.NoABI,
+		Reported:          deploy.Reported{LandlockABI: reportedOf(m.LandlockABI), AgentUID: reportedOf(m.AgentUID)},
 		// A state without a readable runner block may have left one.
 		Deployment: deploy.ModeContainer,
-	}
-	if !m.LandlockABI.IsNull() && !m.LandlockABI.IsUnknown() {
-		p.LandlockABI = m.LandlockABI.ValueInt64()
 	}
 	var diags diag.Diagnostics
 	if rn, ok := objectAs[runnerModel](ctx, m.Runner, &diags); ok {
@@ -106,10 +103,22 @@ func priorOf(ctx context.Context, m *agentModel) *deploy.Prior {
 	return p
 }
 
-// abiValue is a Landlock ABI in state: null when none was reported.
-func abiValue(abi int64) types.Int64 {
-	if abi < 0 {
-		return types.Int64Null()
+// reportedValues are what a runner reported, in state: null for what it
+// did not.
+func reportedValues(r deploy.Reported) (abi, uid types.Int64) {
+	value := func(v int64) types.Int64 {
+		if v == deploy.Unreported {
+			return types.Int64Null()
+		}
+		return types.Int64Value(v)
 	}
-	return types.Int64Value(abi)
+	return value(r.LandlockABI), value(r.AgentUID)
+}
+
+// reportedOf is a reported value from state, Unreported when null or unknown.
+func reportedOf(v types.Int64) int64 {
+	if v.IsNull() || v.IsUnknown() {
+		return deploy.Unreported
+	}
+	return v.ValueInt64()
 }

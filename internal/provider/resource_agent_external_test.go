@@ -65,6 +65,7 @@ func TestAccAgent_external(t *testing.T) {
 				statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("token"), knownvalue.StringRegexp(hex64)),
 				statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("config_hash"), knownvalue.StringRegexp(hex64)),
 				statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("landlock_abi"), knownvalue.Null()),
+				statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("agent_uid"), knownvalue.Null()),
 			},
 			Check: func(s *terraform.State) error {
 				a := s.RootModule().Resources["meepa_agent.t"].Primary.Attributes

@@ -180,6 +180,7 @@ resource "meepa_agent" "h" {
 			ConfigStateChecks: []statecheck.StateCheck{
 				statecheck.ExpectKnownValue("meepa_agent.h", tfjsonpath.New("runner_status"), knownvalue.StringExact("running")),
 				statecheck.ExpectKnownValue("meepa_agent.h", tfjsonpath.New("landlock_abi"), knownvalue.NotNull()),
+				statecheck.ExpectKnownValue("meepa_agent.h", tfjsonpath.New("agent_uid"), knownvalue.Int64Exact(int64(agentUID))),
 				statecheck.ExpectKnownValue("meepa_agent.h", tfjsonpath.New("endpoint"), knownvalue.StringExact(fmt.Sprintf("http://127.0.0.1:%d", port))),
 			},
 			Check: func(s *terraform.State) error {

@@ -35,6 +35,7 @@ type agentModel struct {
 	RunnerStatus      types.String `tfsdk:"runner_status"`
 	ConfigHash        types.String `tfsdk:"config_hash"`
 	LandlockABI       types.Int64  `tfsdk:"landlock_abi"`
+	AgentUID          types.Int64  `tfsdk:"agent_uid"`
 }
 
 type llmModel struct {

@@ -288,6 +288,12 @@ func agentSchema() schema.Schema {
 				Computed:            true,
 				MarkdownDescription: "The Landlock ABI the runner detected (its `/healthz`); null when the runner does not report it or runs `external`.",
 			},
+			"agent_uid": schema.Int64Attribute{
+				Computed: true,
+				MarkdownDescription: "Host mode: the uid (and gid) the agent's process runs under, as the runner reports it. A runner running as " +
+					"root gives each agent a uid of its own, derived from `agent_id`; `allow_read_write` trees must be writable by it " +
+					"(chown them to it, or grant its group). Null in container mode (see `container_mode.user`) and for `external` runners.",
+			},
 		},
 	}
 }

@@ -31,8 +31,24 @@ const (
 	StatusStale = "stale"
 )
 
-// NoABI stands for "no Landlock ABI reported".
-const NoABI = -1
+// Unreported stands for a value a runner did not report.
+const Unreported = -1
+
+// Reported is what a live runner says of itself in /healthz that is worth
+// keeping: its Landlock ABI and the uid its host-mode agents run under.
+// Either is Unreported when the runner did not say (container mode, an
+// external runner, one not reached).
+type Reported struct {
+	LandlockABI int64
+	AgentUID    int64
+}
+
+// NotReported is a runner that said nothing.
+var NotReported = Reported{LandlockABI: Unreported, AgentUID: Unreported}
+
+func reportedBy(h Health) Reported {
+	return Reported{LandlockABI: h.Int("landlock_abi"), AgentUID: h.Int("agent_uid")}
+}
 
 // Prior is what the previous apply of an agent recorded.
 type Prior struct {
@@ -41,7 +57,7 @@ type Prior struct {
 	Deployment        string
 	RunnerStatus      string
 	RunnerContainerID string
-	LandlockABI       int64
+	Reported          Reported
 }
 
 // Applied is an agent as Apply left it.
@@ -52,9 +68,9 @@ type Applied struct {
 	ConfigHash        string
 	RunnerStatus      string
 	RunnerContainerID string
-	// LandlockABI is what the runner's /healthz reported, or NoABI.
-	LandlockABI int64
-	Warnings    []Warning
+	// Reported is what the runner's /healthz said.
+	Reported Reported
+	Warnings []Warning
 }
 
 // Apply makes the agent real: the workspace (never destroying the agent's
@@ -64,7 +80,7 @@ type Applied struct {
 // agent's runner files (they hold its secrets).
 func (s *Service) Apply(ctx context.Context, a Agent, prior *Prior, redeploy bool) (Applied, error) {
 	id := a.Config.AgentID
-	out := Applied{Token: a.Config.Token, LandlockABI: NoABI}
+	out := Applied{Token: a.Config.Token, Reported: NotReported}
 	if out.Token == "" {
 		tok, err := NewToken()
 		if err != nil {
@@ -113,7 +129,7 @@ func (s *Service) Apply(ctx context.Context, a Agent, prior *Prior, redeploy boo
 		return out, nil
 	}
 	if !redeploy && prior != nil {
-		out.RunnerStatus, out.RunnerContainerID, out.LandlockABI = prior.RunnerStatus, prior.RunnerContainerID, prior.LandlockABI
+		out.RunnerStatus, out.RunnerContainerID, out.Reported = prior.RunnerStatus, prior.RunnerContainerID, prior.Reported
 		return out, nil
 	}
 	err = s.deployRunner(ctx, cli, a, listener, out.ConfigHash, prior == nil, &out)
@@ -254,7 +270,7 @@ func (s *Service) deployRunner(ctx context.Context, cli client.APIClient, a Agen
 	}
 	out.RunnerContainerID = cid
 	out.RunnerStatus = StatusRunning
-	out.LandlockABI = health.Int("landlock_abi")
+	out.Reported = reportedBy(health)
 	return nil
 }
 
@@ -394,15 +410,15 @@ func (s *Service) Remove(ctx context.Context, a Agent) error {
 type Imported struct {
 	Agent    Agent
 	Endpoint string
-	// LandlockABI is the live runner's, or NoABI.
-	LandlockABI int64
+	// Reported is what the live runner said.
+	Reported Reported
 }
 
 // Import restores an agent from the runner's config and agent.json under
 // the state directory. The config holds the secrets, the API key among
 // them; the caller decides what of it to keep.
 func (s *Service) Import(ctx context.Context, id string) (Imported, error) {
-	out := Imported{LandlockABI: NoABI}
+	out := Imported{Reported: NotReported}
 	if !ValidID(id) {
 		return out, stepErr(StepImport, "", "importing "+id, fmt.Errorf("%q is not an agent id (%s)", id, IDPattern))
 	}
@@ -423,10 +439,10 @@ func (s *Service) Import(ctx context.Context, id string) (Imported, error) {
 		return out, nil
 	}
 	out.Endpoint = l.Endpoint()
-	// Only the live runner knows its Landlock ABI.
+	// Only the live runner knows its Landlock ABI and agent uid.
 	if meta.Deployment == ModeContainer {
 		if h, err := CheckHealth(ctx, l); err == nil {
-			out.LandlockABI = h.Int("landlock_abi")
+			out.Reported = reportedBy(h)
 		}
 	}
 	return out, nil

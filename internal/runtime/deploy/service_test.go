@@ -82,7 +82,7 @@ func TestServiceExternalLifecycle(t *testing.T) {
 	layout := svc.Layout("a1")
 	ws := filepath.Join(state, "agents", "a1")
 	if out.Token == "" || out.WorkspacePath != ws || out.RunnerStatus != StatusExternal || out.RunnerContainerID != "" ||
-		out.LandlockABI != NoABI || out.Endpoint != "unix://"+layout.Socket || out.ConfigHash == "" {
+		out.Reported != NotReported || out.Endpoint != "unix://"+layout.Socket || out.ConfigHash == "" {
 		t.Fatalf("Apply = %+v", out)
 	}
 	for _, f := range []string{layout.ConfigFile, MetaFile(layout), layout.HashKeyFile} {
@@ -131,7 +131,7 @@ func TestServiceExternalLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !reflect.DeepEqual(imp.Agent.Meta, Meta{Soul: "be brief", Memory: "nothing yet", Deployment: ModeExternal}) ||
-		imp.Agent.Config.Token != out.Token || imp.Endpoint != out.Endpoint || imp.LandlockABI != NoABI {
+		imp.Agent.Config.Token != out.Token || imp.Endpoint != out.Endpoint || imp.Reported != NotReported {
 		t.Errorf("Import = %+v", imp)
 	}
 	if _, err := svc.Import(ctx, "../a1"); err == nil {
@@ -186,7 +186,7 @@ func TestServiceWarnsOfARecreatedWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Config.Token = out.Token
-	again, err := svc.Apply(ctx, a, &Prior{Deployment: ModeExternal, RunnerStatus: StatusExternal, LandlockABI: NoABI}, false)
+	again, err := svc.Apply(ctx, a, &Prior{Deployment: ModeExternal, RunnerStatus: StatusExternal, Reported: NotReported}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
