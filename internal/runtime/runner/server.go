@@ -156,10 +156,15 @@ type Server struct {
 	turn    chan struct{}
 	closing atomic.Bool
 
-	// outcomes are the asynchronous messages' states and kept results;
-	// async counts their goroutines, which Shutdown waits for.
+	// outcomes are the kept messages' states and results (see
+	// pending.kept); async counts the goroutines of asynchronous and
+	// resumed messages, which Shutdown waits for.
 	outcomes *outcomeStore
 	async    sync.WaitGroup
+	// journal holds every accepted message on disk until it is answered
+	// (nil without Config.Journal); acceptMu orders acceptance.
+	journal  *journal
+	acceptMu sync.Mutex
 
 	mu      sync.RWMutex // guards cfg, backend, mode, token (swapped by Reload)
 	cfg     *Config
@@ -196,12 +201,24 @@ func New(ctx context.Context, cfg *Config, o Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	var recs []record
+	if cfg.Journal != "" {
+		j, r, err := openJournal(cfg.Journal, s.log)
+		if err != nil {
+			return nil, errors.Join(err, s.relay.Close())
+		}
+		s.journal, recs = j, r
+		s.outcomes.evicted = j.drop
+	}
+	// The backend removes the sandboxes a crash left before the journal is
+	// resumed: an interrupted message has stopped for good by then.
 	b, mode, err := s.newBackend(ctx, cfg, s.log)
 	if err != nil {
 		_ = s.relay.Close()
 		return nil, err
 	}
 	s.cfg, s.backend, s.mode, s.token = cfg, b, mode, sha256.Sum256([]byte(cfg.Token))
+	s.resume(recs)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/messages", s.handleMessage)
 	mux.HandleFunc("/v1/messages/", s.handleMessageStatus)
@@ -400,51 +417,61 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "", KindBadRequest, err.Error())
 		return
 	}
-
-	// Queue: wait for the agent's turn, bounded; a client that gives up
-	// leaves the queue.
+	keyHash, err := idempotencyKey(r)
+	if err != nil {
+		s.metrics.rejected(KindBadRequest)
+		writeError(w, http.StatusBadRequest, "", KindBadRequest, err.Error())
+		return
+	}
 	queueSize := cfg.QueueSize
 	if queueSize <= 0 {
 		queueSize = DefaultQueueSize
 	}
-	if s.closing.Load() {
-		writeError(w, http.StatusServiceUnavailable, "", KindShuttingDown, "the runner is shutting down")
-		return
+	p := &pending{msg: msg, bytesIn: len(body), parent: parentOf(r), async: async, keyHash: keyHash}
+	for {
+		first, ref := s.admit(p, queueSize)
+		if ref != nil {
+			writeError(w, ref.status, "", ref.kind, ref.text)
+			return
+		}
+		if first == "" {
+			break
+		}
+		if s.answerRepeat(w, r, p, first) {
+			return
+		}
 	}
-	if s.metrics.queued.Add(1) > int64(queueSize) {
-		s.metrics.queued.Add(-1)
-		s.metrics.rejected(KindQueueFull)
-		writeError(w, http.StatusTooManyRequests, "", KindQueueFull, fmt.Sprintf("%d messages already wait for this agent", queueSize))
-		return
-	}
-	queuedAt := time.Now()
 	if async {
-		s.submitAsync(w, msg, len(body), queuedAt, parentOf(r))
+		s.submitAsync(w, p)
 		return
 	}
+	s.runBlocking(w, r, p)
+}
+
+// runBlocking waits for p's turn, bounded by the queue; a client that
+// gives up leaves the queue, and its message is withdrawn.
+func (s *Server) runBlocking(w http.ResponseWriter, r *http.Request, p *pending) {
 	select {
 	case s.turn <- struct{}{}:
 		s.metrics.queued.Add(-1)
 	case <-r.Context().Done():
 		s.metrics.queued.Add(-1)
 		s.metrics.rejected(KindCancelled)
+		s.withdraw(p)
 		return
 	}
 	defer func() { <-s.turn }()
 	if s.closing.Load() {
+		s.withdraw(p)
 		writeError(w, http.StatusServiceUnavailable, "", KindShuttingDown, "the runner is shutting down")
 		return
 	}
-	s.metrics.inFlight.Add(1)
-	defer s.metrics.inFlight.Add(-1)
 	// The config and backend are read after the turn is ours: a Reload
-	// holds the turn, so a message never straddles two configs.
-	cfg, backend, _ := s.snapshot()
-	// A client that disconnects does not stop the message: the agent may be
+	// holds the turn, so a message never straddles two configs. A client
+	// that disconnects does not stop the message: the agent may be
 	// half-way through writing its memory. The timeout still bounds it.
-	id := newMessageID()
-	res := s.run(context.WithoutCancel(r.Context()), cfg, backend, id, msg, len(body), time.Since(queuedAt), parentOf(r), false)
-	res.write(w, id)
+	res := s.execute(context.WithoutCancel(r.Context()), p)
+	res.write(w, p.id)
 }
 
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
@@ -473,9 +500,10 @@ func (res result) write(w http.ResponseWriter, id string) {
 	_, _ = w.Write(res.body)
 }
 
-// run executes message id in the agent's turn and returns the answer.
-func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, id string, msg MessageRequest, bytesIn int, queued time.Duration, parent string, async bool) result {
-	req := BuildRequest(cfg, id, msg)
+// run executes message p in the agent's turn and returns the answer.
+func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, p *pending) result {
+	id, queued := p.id, time.Since(p.queuedAt)
+	req := BuildRequest(cfg, id, p.msg)
 	job := sandbox.Job{MessageID: id, Timeout: cfg.Container.Timeout()}
 	var usage RelayUsage
 	endRelay := func() {}
@@ -545,7 +573,7 @@ func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, 
 		"start_ms", out.StartLatency.Milliseconds(),
 		"queued_ms", queued.Milliseconds(),
 		"exit_code", out.ExitCode,
-		"bytes_in", bytesIn,
+		"bytes_in", p.bytesIn,
 		"bytes_out", len(body),
 		"role", cfg.Role,
 		"tools_refused", refused,
@@ -553,9 +581,11 @@ func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, 
 		"llm_refused", usage.Refused,
 		"llm_input_tokens", usage.InputTokens,
 		"llm_output_tokens", usage.OutputTokens,
-		"parent_message_id", parent,
+		"parent_message_id", p.parent,
 		"ask_message_ids", strings.Join(usage.Asks, ","),
-		"async", async,
+		"async", p.async,
+		"resumed", p.resumed,
+		"idempotency_key", p.keyLabel(),
 	)
 	if runErr != nil {
 		s.log.Error("sandbox failed", "message_id", id, "error", redactor(cfg).String(runErr.Error()))
@@ -723,7 +753,9 @@ func (h Health) MarshalJSON() ([]byte, error) {
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	_, b, _ := s.snapshot()
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	if err := s.metrics.write(w, b.Ready(), s.outcomes.kept()); err != nil {
+	records, bytes := s.journal.stats()
+	g := gauges{ready: b.Ready(), kept: s.outcomes.kept(), journalRecords: records, journalBytes: bytes}
+	if err := s.metrics.write(w, g); err != nil {
 		s.log.Debug("metrics: client gone", "error", err)
 	}
 }
