@@ -391,10 +391,14 @@ func TestJournalSurvivesDockerdRestart(t *testing.T) {
 		t.Fatalf("ensure-docker: %v: %s", err, out)
 	}
 	a.waitBack(pid)
+	outcomes := make([]runner.AsyncStatus, len(subs))
+	for i, s := range subs {
+		outcomes[i] = a.waitDone(s.id)
+	}
 	counts := map[string]int{}
 	ran := a.lines("dockerd.log")
 	for i, s := range subs {
-		st := a.waitDone(s.id)
+		st := outcomes[i]
 		again := a.post(fmt.Sprintf("d%d", i), "!sh echo never >> dockerd.log", false)
 		if !again.replayed || again.id != s.id || again.code != st.Status {
 			t.Errorf("key d%d after the restart: %d %s %s, outcome %d", i, again.code, again.id, again.body, st.Status)

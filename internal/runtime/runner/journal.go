@@ -50,10 +50,7 @@ type record struct {
 	Body json.RawMessage `json:"body,omitempty"`
 }
 
-var (
-	messageIDRe   = regexp.MustCompile(`^msg-[0-9a-f]{16}$`)
-	journalFileRe = regexp.MustCompile(`^([0-9]{16})-(msg-[0-9a-f]{16})\.json$`)
-)
+var journalFileRe = regexp.MustCompile(`^([0-9]{16})-(msg-[0-9a-f]{16})\.json$`)
 
 // journal keeps each accepted message durably in a directory of its own:
 // every change is a new file written, synced and renamed over the old one,

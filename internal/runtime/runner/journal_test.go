@@ -116,11 +116,11 @@ func TestJournalCorruptSkipped(t *testing.T) {
 	testMust(t, j.accept(good))
 	other := newMessageID()
 	bad := map[string]string{
-		"0000000000000002-" + other + ".json":              `{"v":1,"seq":2,"message_id":"` + other + `","state":"accep`,
-		"0000000000000003-msg-0000000000000003.json":        `{"v":1,"seq":3,"message_id":"msg-0000000000000004","state":"accepted","message":{"text":"x"}}`,
-		"0000000000000004-msg-0000000000000004.json":        `{"v":9,"seq":4,"message_id":"msg-0000000000000004","state":"accepted","message":{"text":"x"}}`,
-		"0000000000000005-msg-0000000000000005.json":        `{"v":1,"seq":5,"message_id":"msg-0000000000000005","state":"done"}`,
-		"0000000000000006-msg-0000000000000006.json":        `{"v":1,"seq":6,"message_id":"msg-0000000000000006","state":"running","message":{"text":"x"}}`,
+		"0000000000000002-" + other + ".json":        `{"v":1,"seq":2,"message_id":"` + other + `","state":"accep`,
+		"0000000000000003-msg-0000000000000003.json": `{"v":1,"seq":3,"message_id":"msg-0000000000000004","state":"accepted","message":{"text":"x"}}`,
+		"0000000000000004-msg-0000000000000004.json": `{"v":9,"seq":4,"message_id":"msg-0000000000000004","state":"accepted","message":{"text":"x"}}`,
+		"0000000000000005-msg-0000000000000005.json": `{"v":1,"seq":5,"message_id":"msg-0000000000000005","state":"done"}`,
+		"0000000000000006-msg-0000000000000006.json": `{"v":1,"seq":6,"message_id":"msg-0000000000000006","state":"running","message":{"text":"x"}}`,
 		"notes.txt": "hello",
 	}
 	for name, body := range bad {
@@ -327,7 +327,7 @@ func TestIdempotencyKeyRefused(t *testing.T) {
 	resp, err := http.DefaultClient.Do(req)
 	testMust(t, err)
 	_ = resp.Body.Close()
-	if resp.StatusCode != 400 {
+	if resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("two keys: %d", resp.StatusCode)
 	}
 	// Go's client refuses control characters itself; the server does too.
