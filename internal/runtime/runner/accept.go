@@ -37,6 +37,9 @@ type pending struct {
 	keyHash  string // sha256 of the Idempotency-Key, hex; "" without one
 	resumed  bool   // accepted before this runner started
 	queuedAt time.Time
+	// turnHeld: the agent was idle when p was accepted, so p took the turn
+	// at once and its first journal record already says started.
+	turnHeld bool
 }
 
 // kept says the outcome is kept for GET /v1/messages/{id} and for repeats
@@ -104,7 +107,19 @@ func (s *Server) admit(p *pending, queueSize int) (first string, ref *refusal) {
 		return "", &refusal{http.StatusTooManyRequests, KindQueueFull, fmt.Sprintf("%d messages already wait for this agent", queueSize)}
 	}
 	p.id, p.queuedAt = newMessageID(), time.Now()
+	if !p.async {
+		select {
+		case s.turn <- struct{}{}:
+			// Nobody waits (a waiting sender would have had the slot): p
+			// runs now, and one journal write says accepted and started.
+			p.turnHeld = true
+		default:
+		}
+	}
 	if err := s.journal.accept(p); err != nil {
+		if p.turnHeld {
+			<-s.turn
+		}
 		s.metrics.queued.Add(-1)
 		s.metrics.rejected(KindJournal)
 		s.log.Error("journal: message not accepted", "error", err)
@@ -149,7 +164,9 @@ func (s *Server) answerRepeat(w http.ResponseWriter, r *http.Request, p *pending
 // execute runs p in the turn the caller holds. The journal says started
 // before any sandbox sees the message, and done with its answer after.
 func (s *Server) execute(ctx context.Context, p *pending) result {
-	if err := s.journal.start(p.id); err != nil {
+	if p.turnHeld {
+		p.turnHeld = false // written so by accept
+	} else if err := s.journal.start(p.id); err != nil {
 		s.log.Error("journal: message not started", "message_id", p.id, "error", err)
 		res := errorResult(http.StatusServiceUnavailable, p.id, KindJournal, "the runner could not record that the message starts, so it did not run it")
 		s.metrics.rejected(KindJournal)
@@ -170,7 +187,10 @@ func (s *Server) execute(ctx context.Context, p *pending) result {
 // message without a key, whose caller gets the answer now.
 func (s *Server) settle(p *pending, res result) {
 	if !p.kept() {
-		if err := s.journal.remove(p.id); err != nil {
+		// Not synced: should a crash bring the record back, it is only
+		// reported interrupted, to nobody (no key, and the caller had its
+		// answer or lost its connection); it never runs again.
+		if err := s.journal.forget(p.id); err != nil {
 			s.log.Error("journal: remove an answered message", "message_id", p.id, "error", err)
 		}
 		return

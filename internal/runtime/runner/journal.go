@@ -168,8 +168,8 @@ func (j *journal) fileName(r *record) string {
 	return filepath.Join(j.dir, fmt.Sprintf("%016d-%s.json", r.Seq, r.ID))
 }
 
-// accept records p as accepted and numbers it; it returns once the record
-// is on disk.
+// accept records p as accepted (started, when p already holds the turn)
+// and numbers it; it returns once the record is on disk.
 func (j *journal) accept(p *pending) error {
 	if j == nil {
 		return nil
@@ -178,7 +178,11 @@ func (j *journal) accept(p *pending) error {
 	defer j.mu.Unlock()
 	j.seq++
 	msg := p.msg
-	r := &record{Version: journalVersion, Seq: j.seq, ID: p.id, State: journalAccepted, Async: p.async,
+	state := journalAccepted
+	if p.turnHeld {
+		state = journalStarted
+	}
+	r := &record{Version: journalVersion, Seq: j.seq, ID: p.id, State: state, Async: p.async,
 		KeyHash: p.keyHash, Parent: p.parent, Accepted: p.queuedAt.UTC(), Message: &msg, BytesIn: p.bytesIn}
 	if err := j.writeLocked(r); err != nil {
 		return err
@@ -243,15 +247,20 @@ func (j *journal) remove(id string) error {
 	return syncDir(j.dir)
 }
 
-// drop deletes a done record that is past its keeping bounds. No sync: a
-// record that comes back after a crash is pruned again.
-func (j *journal) drop(id string) {
+// forget deletes message id's record without a sync (see settle).
+func (j *journal) forget(id string) error {
 	if j == nil {
-		return
+		return nil
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if err := j.unlinkLocked(id); err != nil {
+	return j.unlinkLocked(id)
+}
+
+// drop deletes a done record that is past its keeping bounds. No sync: a
+// record that comes back after a crash is pruned again.
+func (j *journal) drop(id string) {
+	if err := j.forget(id); err != nil {
 		j.log.Warn("journal: remove an expired record", "message_id", id, "error", err)
 	}
 }

@@ -476,15 +476,17 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
 // runBlocking waits for p's turn, bounded by the queue; a client that
 // gives up leaves the queue, and its message is withdrawn.
 func (s *Server) runBlocking(w http.ResponseWriter, r *http.Request, p *pending) {
-	select {
-	case s.turn <- struct{}{}:
-		s.metrics.queued.Add(-1)
-	case <-r.Context().Done():
-		s.metrics.queued.Add(-1)
-		s.metrics.rejected(KindCancelled)
-		s.withdraw(p)
-		return
+	if !p.turnHeld {
+		select {
+		case s.turn <- struct{}{}:
+		case <-r.Context().Done():
+			s.metrics.queued.Add(-1)
+			s.metrics.rejected(KindCancelled)
+			s.withdraw(p)
+			return
+		}
 	}
+	s.metrics.queued.Add(-1)
 	defer func() { <-s.turn }()
 	if s.closing.Load() {
 		s.withdraw(p)
