@@ -339,6 +339,9 @@ func (s *Server) Reload(ctx context.Context, cfg *Config) error {
 	if cfg.Listen != oldCfg.Listen {
 		s.log.Warn("listen address changed; it takes effect at the next restart", "listen", oldCfg.Listen)
 	}
+	if cfg.Journal != oldCfg.Journal {
+		s.log.Warn("journal directory changed; it takes effect at the next restart", "journal_dir", oldCfg.Journal)
+	}
 	if cfg.Container.Enabled && needsRelay(cfg) {
 		switch dir := s.relay.Dir(); {
 		case dir == "":
