@@ -55,6 +55,13 @@ func (p *pending) keyLabel() string {
 	return p.keyHash[:12]
 }
 
+// auditFields are the audit line's fields on how the message came: never
+// its text, and of its key only a prefix of the hash.
+func (p *pending) auditFields() []any {
+	return []any{"bytes_in", p.bytesIn, "parent_message_id", p.parent,
+		"async", p.async, "resumed", p.resumed, "idempotency_key", p.keyLabel()}
+}
+
 // idempotencyKey reads the Idempotency-Key header: at most one, 1 to
 // MaxIdempotencyKeyLen printable ASCII characters. It returns the key's
 // hash, which is all the runner keeps of it.

@@ -540,3 +540,44 @@ func BenchmarkMessageJournal(b *testing.B) {
 		})
 	}
 }
+
+// The audit line says whether a message was resumed and which key it had
+// (a hash prefix, never the key); a repeat logs a line of its own.
+func TestAuditLineResumedAndKey(t *testing.T) {
+	var buf syncBuffer
+	s, err := New(context.Background(), journalConfig(t.TempDir()), Options{
+		Logger: hclog.New(&hclog.LoggerOptions{Output: &buf, JSONFormat: true, Level: hclog.Trace}),
+		NewBackend: func(context.Context, *Config, hclog.Logger) (sandbox.Backend, string, error) {
+			return echoBackend(), ModeContainer, nil
+		},
+	})
+	testMust(t, err)
+	ts := httptest.NewServer(s.handler())
+	t.Cleanup(ts.Close)
+	key := "customer-secret-order-7"
+	_, id, _, _ := postKey(t, ts.URL, key, `{"text":"x"}`, false)
+	_, _, _, _ = postKey(t, ts.URL, key, `{"text":"x"}`, false)
+	var audit, repeat map[string]any
+	for _, line := range bytes.Split(buf.Bytes(), []byte("\n")) {
+		var m map[string]any
+		if json.Unmarshal(line, &m) != nil {
+			continue
+		}
+		switch m["@message"] {
+		case "message":
+			audit = m
+		case "message repeated":
+			repeat = m
+		}
+	}
+	want := hashOf(key)[:12]
+	if audit == nil || audit["message_id"] != id || audit["resumed"] != false || audit["idempotency_key"] != want {
+		t.Errorf("audit line %v, want key %s", audit, want)
+	}
+	if repeat == nil || repeat["message_id"] != id || repeat["idempotency_key"] != want || repeat["state"] != StateDone {
+		t.Errorf("repeat line %v", repeat)
+	}
+	if bytes.Contains(buf.Bytes(), []byte(key)) {
+		t.Error("the key in clear in the log")
+	}
+}

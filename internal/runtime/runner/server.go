@@ -593,7 +593,7 @@ func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, 
 	}
 	// The audit line: what ran where and how it ended; never the text, the
 	// reply or a secret.
-	s.log.Info("message",
+	s.log.Info("message", append([]any{
 		"message_id", id,
 		"sandbox_id", shortID(out.SandboxID),
 		"image_id", out.ImageID,
@@ -603,7 +603,6 @@ func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, 
 		"start_ms", out.StartLatency.Milliseconds(),
 		"queued_ms", queued.Milliseconds(),
 		"exit_code", out.ExitCode,
-		"bytes_in", p.bytesIn,
 		"bytes_out", len(body),
 		"role", cfg.Role,
 		"tools_refused", refused,
@@ -611,12 +610,8 @@ func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, 
 		"llm_refused", usage.Refused,
 		"llm_input_tokens", usage.InputTokens,
 		"llm_output_tokens", usage.OutputTokens,
-		"parent_message_id", p.parent,
 		"ask_message_ids", strings.Join(usage.Asks, ","),
-		"async", p.async,
-		"resumed", p.resumed,
-		"idempotency_key", p.keyLabel(),
-	)
+	}, p.auditFields()...)...)
 	if runErr != nil {
 		s.log.Error("sandbox failed", "message_id", id, "error", redactor(cfg).String(runErr.Error()))
 	}
