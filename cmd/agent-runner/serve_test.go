@@ -25,7 +25,8 @@ import (
 
 // `agent-runner serve` killed with SIGKILL mid-message leaves that
 // message's container behind; started again, it removes it (found by
-// label) and the next message works. SIGTERM in the middle of a message
+// label), reports that message interrupted from its journal (asked for by
+// its Idempotency-Key), and the next message works. SIGTERM in the middle of a message
 // lets it finish, then stops with no container left.
 func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 	testutil.RequireDocker(t)
@@ -44,6 +45,7 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 		Token:     "serve-test-token",
 		Container: runner.ContainerMode{Enabled: true, Image: testutil.EnsureRunnerImage(t, cli), TimeoutSeconds: 120, Network: "none", Prestart: true},
 		LLM:       agent.LLMConfig{Provider: "offline"},
+		Journal:   filepath.Join(sockDir, "journal"),
 	}
 	cfgPath := filepath.Join(sockDir, "runner.json")
 	if err := runner.WriteConfig(cfgPath, cfg); err != nil {
@@ -99,10 +101,13 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	send := func(text string) (int, string) {
+	sendKey := func(key, text string) (int, string) {
 		body, _ := json.Marshal(runner.MessageRequest{Text: text})
 		req, _ := http.NewRequest(http.MethodPost, "http://r/v1/messages", bytes.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+cfg.Token)
+		if key != "" {
+			req.Header.Set(runner.IdempotencyKeyHeader, key)
+		}
 		resp, err := client.Do(req)
 		if err != nil {
 			return 0, err.Error()
@@ -111,9 +116,10 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 		raw, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(raw)
 	}
+	send := func(text string) (int, string) { return sendKey("", text) }
 
 	first := serve()
-	go send("!sh touch /workspace/started; sleep 100")
+	go sendKey("killed", "!sh touch /workspace/started; sleep 100")
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
 			break
@@ -148,6 +154,12 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("orphans survived the restart: %v", left)
 		}
+	}
+	if code, body := sendKey("killed", "!sh touch /workspace/ran-twice"); code != 500 || !strings.Contains(body, runner.KindInterrupted) {
+		t.Errorf("the killed message after the restart: %d %s", code, body)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "ran-twice")); err == nil {
+		t.Error("the repeated key ran a message")
 	}
 	if code, body := send("!sh echo again"); code != 200 || !strings.Contains(body, `exit 0\nagain`) {
 		t.Fatalf("next message: %d %s", code, body)

@@ -236,6 +236,9 @@ resource "meepa_agent" "h" {
 					// agent's runner; whatever the cause, it stays unreadable.
 					fails(s, "cat "+filepath.Join(other, "MEMORY.md"), "other agent memory"),
 					denied(s, "cat "+deploy.LayoutFor(stateDir, id).ConfigFile, a["token"]),
+					// The journal holds message text: this very message's
+					// record is in it while it runs.
+					denied(s, "ls "+deploy.LayoutFor(stateDir, id).JournalDir, "msg-"),
 					// The runner's /tmp is writable by the runner, not by the
 					// agent (its TMPDIR is a private directory inside it).
 					denied(s, "echo x > /tmp/meepa-outside-"+runID, ""),

@@ -64,8 +64,8 @@ type Deployment struct {
 	AgentID string
 	// Image has agent-runner on its PATH (an isolation image).
 	Image string
-	// Layout locates the config (mounted read-only) and the socket
-	// directory (mounted read-write).
+	// Layout locates the config (mounted read-only), the socket directory
+	// and the journal (mounted read-write).
 	Layout Layout
 	// Listener is where the runner listens. A TCP port is published on the
 	// host's 127.0.0.1 only.
@@ -135,8 +135,8 @@ func (d Deployment) withDefaults() Deployment {
 // Its only host mounts are the Docker socket (it must start the per-message
 // containers; that socket is root-equivalent, which is why the runner is a
 // service of its own and never shares a process with an agent), its config
-// directory read-only, its socket directory, the workspace, and in host mode
-// the file_access paths.
+// directory read-only, its socket directory and journal, the workspace, and
+// in host mode the file_access paths.
 func Spec(d Deployment) (*container.Config, *container.HostConfig, *network.NetworkingConfig) {
 	d = d.withDefaults()
 	stopSecs := int(d.StopTimeout / time.Second)
@@ -156,6 +156,7 @@ func Spec(d Deployment) (*container.Config, *container.HostConfig, *network.Netw
 	mounts := []mount.Mount{
 		{Type: mount.TypeBind, Source: d.Layout.Dir, Target: d.Layout.Dir, ReadOnly: true},
 		{Type: mount.TypeBind, Source: d.Layout.SocketDir, Target: d.Layout.SocketDir},
+		{Type: mount.TypeBind, Source: d.Layout.JournalDir, Target: d.Layout.JournalDir},
 		{Type: mount.TypeBind, Source: d.Workspace, Target: d.Workspace},
 	}
 	if d.DockerSocket != "" {

@@ -93,7 +93,7 @@ func TestPrepareAndFiles(t *testing.T) {
 	if err != nil || string(k1) != string(k2) {
 		t.Fatalf("the hash key changed between Prepare calls: %v", err)
 	}
-	for _, d := range []string{l.Dir, l.SocketDir} {
+	for _, d := range []string{l.Dir, l.SocketDir, l.JournalDir} {
 		st, _ := os.Stat(d)
 		if st.Mode().Perm() != 0o700 {
 			t.Errorf("%s mode %o", d, st.Mode().Perm())
@@ -204,6 +204,7 @@ func TestSpecHardening(t *testing.T) {
 	want := []m{
 		{l.Dir, l.Dir, true},
 		{l.SocketDir, l.SocketDir, false},
+		{l.JournalDir, l.JournalDir, false},
 		{d.Workspace, d.Workspace, false},
 		{"/var/run/docker.sock", "/var/run/docker.sock", false},
 	}

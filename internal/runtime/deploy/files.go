@@ -37,6 +37,11 @@ type Layout struct {
 	SocketDir string
 	// Socket is the default unix socket, SocketDir/runner.sock.
 	Socket string
+	// JournalDir is Dir/journal, mode 0700: the runner's record of every
+	// message it accepted until it is answered (runner.Config.Journal). It
+	// holds message text and replies; the runner's container mounts it
+	// read-write, and no sandbox ever sees it.
+	JournalDir string
 	// HashKeyFile keys the hash of the secrets inside config_hash (see
 	// ConfigHash), so the hash in Terraform state cannot be used to guess a
 	// secret.
@@ -54,6 +59,7 @@ func LayoutFor(stateDir, agentID string) Layout {
 		ConfigFile:  filepath.Join(dir, "config.json"),
 		SocketDir:   filepath.Join(dir, "run"),
 		Socket:      filepath.Join(dir, "run", "runner.sock"),
+		JournalDir:  filepath.Join(dir, "journal"),
 		HashKeyFile: filepath.Join(dir, "hash.key"),
 		EmptyFile:   filepath.Join(dir, "empty"),
 	}
@@ -71,7 +77,7 @@ func NewToken() (string, error) {
 // Prepare makes the runner's directories (0700), its empty file and its
 // hash key when missing, and returns the key.
 func Prepare(l Layout) ([]byte, error) {
-	for _, d := range []string{filepath.Dir(l.Dir), l.Dir, l.SocketDir} {
+	for _, d := range []string{filepath.Dir(l.Dir), l.Dir, l.SocketDir, l.JournalDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("runner dir: %w", err)
 		}
@@ -117,7 +123,7 @@ func WriteConfig(l Layout, c *runner.Config) error {
 	return runner.WriteConfig(l.ConfigFile, c)
 }
 
-// RemoveFiles deletes the runner's directory: config, key, socket.
+// RemoveFiles deletes the runner's directory: config, key, socket, journal.
 func RemoveFiles(l Layout) error {
 	// As workspace.Remove does: only <state_dir>/runners/<agent_id>, so a
 	// bad agent id or state can never make it delete elsewhere.

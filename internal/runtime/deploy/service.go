@@ -147,11 +147,12 @@ func (s *Service) Plan(a Agent) Planned {
 	return p
 }
 
-// complete fills what the service decides: the workspace, the listen
-// address in its one form, and the home whose dotfiles allow_home_dotfiles
-// means (the host user's who deploys, not the runner's).
+// complete fills what the service decides: the workspace, the journal,
+// the listen address in its one form, and the home whose dotfiles
+// allow_home_dotfiles means (the host user's who deploys, not the runner's).
 func (s *Service) complete(a *Agent, l Listener) {
 	a.Config.Workspace = s.WorkspacePath(a.Config.AgentID)
+	a.Config.Journal = s.Layout(a.Config.AgentID).JournalDir
 	a.Config.Listen = l.String()
 	if a.Config.FileAccess.HomeDir == "" {
 		a.Config.FileAccess.HomeDir, _ = os.UserHomeDir()

@@ -55,25 +55,27 @@ func asyncRequested(r *http.Request) (bool, error) {
 	}
 }
 
-// submitAsync answers 202 with the message id of a message that already has
-// its place in the queue (s.metrics.queued counts it) and runs it in the
+// submitAsync answers 202 with the id of p, which is accepted and has its
+// place in the queue (s.metrics.queued counts it), and runs it in the
 // background when its turn comes.
-func (s *Server) submitAsync(w http.ResponseWriter, msg MessageRequest, bytesIn int, queuedAt time.Time, parent string) {
-	id := newMessageID()
-	s.outcomes.submit(id)
+func (s *Server) submitAsync(w http.ResponseWriter, p *pending) {
 	s.metrics.asyncSubmitted.Add(1)
 	s.async.Add(1)
-	go s.runAsync(id, msg, bytesIn, queuedAt, parent)
+	go s.runAsync(p)
+	writeAccepted(w, p.id, StateQueued)
+}
+
+func writeAccepted(w http.ResponseWriter, id, state string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Message-Id", id)
 	w.Header().Set("Location", "/v1/messages/"+id)
 	w.WriteHeader(http.StatusAccepted)
-	_ = json.NewEncoder(w).Encode(AsyncStatus{MessageID: id, State: StateQueued})
+	_ = json.NewEncoder(w).Encode(AsyncStatus{MessageID: id, State: state})
 }
 
 // runAsync is the blocking path's wait and run for an asynchronous message,
 // whose outcome goes to s.outcomes instead of a waiting client.
-func (s *Server) runAsync(id string, msg MessageRequest, bytesIn int, queuedAt time.Time, parent string) {
+func (s *Server) runAsync(p *pending) {
 	defer s.async.Done()
 	// No client waits, so none can give up: the message keeps its place
 	// until its turn. Shutdown lets it through to the closing check below.
@@ -81,16 +83,14 @@ func (s *Server) runAsync(id string, msg MessageRequest, bytesIn int, queuedAt t
 	s.metrics.queued.Add(-1)
 	defer func() { <-s.turn }()
 	if s.closing.Load() {
-		s.outcomes.finish(id, errorResult(http.StatusServiceUnavailable, id, KindShuttingDown, "the runner is shutting down"))
+		if s.journal != nil {
+			// Still accepted in the journal: the next start runs it.
+			return
+		}
+		s.settle(p, errorResult(http.StatusServiceUnavailable, p.id, KindShuttingDown, "the runner is shutting down"))
 		return
 	}
-	s.outcomes.start(id)
-	s.metrics.inFlight.Add(1)
-	cfg, backend, _ := s.snapshot()
-	res := s.run(context.Background(), cfg, backend, id, msg, bytesIn, time.Since(queuedAt), parent, true)
-	// Not running any more by the time a poll can read done.
-	s.metrics.inFlight.Add(-1)
-	s.outcomes.finish(id, res)
+	s.execute(context.Background(), p)
 }
 
 // handleMessageStatus answers GET /v1/messages/{id}.
@@ -126,28 +126,83 @@ type asyncEntry struct {
 	state    string
 	res      result
 	finished time.Time
+	keyHash  string
+	// done is closed when the message is done or withdrawn.
+	done chan struct{}
 }
 
-// outcomeStore holds the asynchronous messages by id: the pending ones
-// (bounded by the queue) and the finished ones, at most max of them and
-// none older than ttl, evicted oldest first.
+// outcomeStore holds the kept messages (see pending.kept) by id and by
+// idempotency key: the pending ones (bounded by the queue) and the
+// finished ones, at most max of them and none older than ttl, evicted
+// oldest first.
 type outcomeStore struct {
 	mu      sync.Mutex
 	now     func() time.Time // the clock; tests replace it
 	ttl     time.Duration
 	max     int
 	entries map[string]*asyncEntry
-	done    []string // finished ids, oldest first
+	keys    map[string]string // key hash -> message id
+	done    []string          // finished ids, oldest first
+	// evicted is told each finished id that is evicted (the journal drops
+	// its record); it runs under the store's lock.
+	evicted func(id string)
 }
 
 func newOutcomeStore() *outcomeStore {
-	return &outcomeStore{now: time.Now, ttl: DefaultOutcomeTTL, max: DefaultMaxOutcomes, entries: map[string]*asyncEntry{}}
+	return &outcomeStore{now: time.Now, ttl: DefaultOutcomeTTL, max: DefaultMaxOutcomes,
+		entries: map[string]*asyncEntry{}, keys: map[string]string{}}
 }
 
-func (o *outcomeStore) submit(id string) {
+func (o *outcomeStore) submit(id, keyHash string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.entries[id] = &asyncEntry{state: StateQueued}
+	o.entries[id] = &asyncEntry{state: StateQueued, keyHash: keyHash, done: make(chan struct{})}
+	if keyHash != "" {
+		o.keys[keyHash] = id
+	}
+}
+
+// load keeps an outcome that finished before this runner started.
+func (o *outcomeStore) load(id, keyHash string, res result, finished time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	done := make(chan struct{})
+	close(done)
+	o.entries[id] = &asyncEntry{state: StateDone, res: res, finished: finished, keyHash: keyHash, done: done}
+	if keyHash != "" {
+		o.keys[keyHash] = id
+	}
+	o.done = append(o.done, id)
+	o.pruneLocked()
+}
+
+// byKey is the id of the kept message with this key hash.
+func (o *outcomeStore) byKey(keyHash string) (string, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.pruneLocked()
+	id, ok := o.keys[keyHash]
+	return id, ok
+}
+
+// remove forgets a message that was withdrawn before it ran; whoever waits
+// for it finds it gone.
+func (o *outcomeStore) remove(id string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	e, ok := o.entries[id]
+	if !ok || e.state == StateDone {
+		return
+	}
+	o.forgetLocked(id, e)
+	close(e.done)
+}
+
+func (o *outcomeStore) forgetLocked(id string, e *asyncEntry) {
+	delete(o.entries, id)
+	if e.keyHash != "" && o.keys[e.keyHash] == id {
+		delete(o.keys, e.keyHash)
+	}
 }
 
 func (o *outcomeStore) start(id string) {
@@ -165,7 +220,11 @@ func (o *outcomeStore) finish(id string, res result) {
 	if !ok {
 		return
 	}
+	if e.state == StateDone {
+		return
+	}
 	e.state, e.res, e.finished = StateDone, res, o.now()
+	close(e.done)
 	o.done = append(o.done, id)
 	o.pruneLocked()
 }
@@ -191,8 +250,8 @@ func (o *outcomeStore) kept() int {
 }
 
 // pruneLocked evicts the oldest finished outcomes past the count bound or
-// the age bound. Finish times only grow along o.done, so both bounds cut
-// its front.
+// the age bound. Finish times only grow along o.done (outcomes loaded at
+// start come first, in finish order), so both bounds cut its front.
 func (o *outcomeStore) pruneLocked() {
 	now := o.now()
 	n := 0
@@ -200,7 +259,10 @@ func (o *outcomeStore) pruneLocked() {
 		if len(o.done)-n <= o.max && now.Sub(o.entries[o.done[n]].finished) < o.ttl {
 			break
 		}
-		delete(o.entries, o.done[n])
+		o.forgetLocked(o.done[n], o.entries[o.done[n]])
+		if o.evicted != nil {
+			o.evicted(o.done[n])
+		}
 		n++
 	}
 	if n > 0 {

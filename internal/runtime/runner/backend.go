@@ -138,7 +138,7 @@ func HostOptions(cfg *Config, log hclog.Logger) sandbox.HostOptions {
 		MemoryLimit: cfg.Container.MemoryLimit,
 		PidsLimit:   cfg.Container.PidsLimit,
 		Env:         cfg.Env,
-		Protect:     protectedPaths(cfg.Path),
+		Protect:     protectedPaths(cfg.Path, cfg.Journal),
 		StateDir:    stateDir(cfg.Path),
 		Logger:      log,
 	}
@@ -146,13 +146,18 @@ func HostOptions(cfg *Config, log hclog.Logger) sandbox.HostOptions {
 
 // protectedPaths are the runner files a host-mode agent must never read,
 // whatever file_access allows: its config (the token, the API key, the
-// secrets), and in the provider's layout <state_dir>/runners/<id>/ every
-// agent's runner files, since host-mode agents run as the same user.
-func protectedPaths(configPath string) []string {
-	if configPath == "" {
-		return nil
+// secrets), its journal (message text and replies), and in the provider's
+// layout <state_dir>/runners/<id>/ every agent's runner files, since
+// host-mode agents run as the same user.
+func protectedPaths(configPath, journal string) []string {
+	var p []string
+	if journal != "" {
+		p = append(p, journal)
 	}
-	p := []string{configPath}
+	if configPath == "" {
+		return p
+	}
+	p = append(p, configPath)
 	if runners := filepath.Dir(filepath.Dir(configPath)); filepath.Base(runners) == "runners" {
 		p = append(p, runners)
 	}
@@ -229,8 +234,14 @@ func (c *Config) Validate() error {
 	if c.Container.Enabled && c.Container.Image == "" {
 		errs = append(errs, errors.New("container_mode.image is empty"))
 	}
-	if c.Path != "" && c.Workspace != "" && (c.Path == c.Workspace || strings.HasPrefix(c.Path, strings.TrimSuffix(c.Workspace, "/")+"/")) {
+	if within(c.Path, c.Workspace) {
 		errs = append(errs, fmt.Errorf("the config file %s lies inside the workspace, where the agent can read and change it; keep it outside", c.Path))
+	}
+	switch {
+	case c.Journal != "" && (!filepath.IsAbs(c.Journal) || filepath.Clean(c.Journal) != c.Journal):
+		errs = append(errs, fmt.Errorf("journal_dir %q: want an absolute, clean path", c.Journal))
+	case within(c.Journal, c.Workspace) || within(c.Workspace, c.Journal):
+		errs = append(errs, fmt.Errorf("journal_dir %s and the workspace overlap; the journal holds message text the agent must not read or change", c.Journal))
 	}
 	// Env is set on the sandbox, where `docker inspect` and /proc show it;
 	// a secret there would outlive the message. Secrets travel on stdin.
@@ -253,6 +264,14 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("runner config: %w", err)
 	}
 	return nil
+}
+
+// within says path is dir or lies inside it (both set).
+func within(path, dir string) bool {
+	if path == "" || dir == "" {
+		return false
+	}
+	return path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
 }
 
 // validAskListen: an ask target's runner listens on a unix socket (an

@@ -74,6 +74,12 @@ type Config struct {
 	// DockerHost is the daemon the per-message containers run on; empty
 	// means DOCKER_HOST, else the local socket.
 	DockerHost string `json:"docker_host,omitempty"`
+	// Journal is the directory (made 0700) where the runner records every
+	// message it accepts until it is answered, so that a restart resumes
+	// them (see the package doc). It holds message text: keep it outside
+	// the workspace, away from every sandbox. Empty: no journal, and a
+	// restart forgets what was queued.
+	Journal string `json:"journal_dir,omitempty"`
 
 	// Path is the absolute path LoadConfig read the config from; it is
 	// not part of the file.

@@ -104,13 +104,13 @@ func TestListenReplacesOnlyASocket(t *testing.T) {
 }
 
 func TestProtectedPathsAndConfigOutsideWorkspace(t *testing.T) {
-	if got := protectedPaths("/s/runners/a1/config.json"); !slices.Equal(got, []string{"/s/runners/a1/config.json", "/s/runners"}) {
+	if got := protectedPaths("/s/runners/a1/config.json", "/s/runners/a1/journal"); !slices.Equal(got, []string{"/s/runners/a1/journal", "/s/runners/a1/config.json", "/s/runners"}) {
 		t.Errorf("provider layout: %q", got)
 	}
-	if got := protectedPaths("/etc/meepa/a1.json"); !slices.Equal(got, []string{"/etc/meepa/a1.json"}) {
+	if got := protectedPaths("/etc/meepa/a1.json", "/var/lib/meepa/a1"); !slices.Equal(got, []string{"/var/lib/meepa/a1", "/etc/meepa/a1.json"}) {
 		t.Errorf("external layout: %q", got)
 	}
-	if got := protectedPaths(""); got != nil {
+	if got := protectedPaths("", ""); got != nil {
 		t.Errorf("no path: %q", got)
 	}
 	if o := HostOptions(&Config{Path: "/s/runners/a1/config.json"}, nil); !slices.Contains(o.Protect, "/s/runners") {
@@ -126,5 +126,14 @@ func TestProtectedPathsAndConfigOutsideWorkspace(t *testing.T) {
 	c.Path = "/srv/a1-runner.json"
 	if err := c.Validate(); err != nil {
 		t.Errorf("config beside the workspace: %v", err)
+	}
+	// The journal holds message text: never where the agent writes.
+	for j, want := range map[string]string{
+		"/srv/a1/.journal": "overlap", "/srv": "overlap", "journal": "absolute", "/x/../srv/j": "absolute", "/srv/a1-journal": "",
+	} {
+		c.Journal = j
+		if err := c.Validate(); (want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), want) {
+			t.Errorf("journal_dir %q: %v, want %q", j, err, want)
+		}
 	}
 }

@@ -63,6 +63,19 @@ type metrics struct {
 	inFlight atomic.Int64
 	// Messages accepted with wait=false.
 	asyncSubmitted atomic.Uint64
+	// The journal: accepted messages a new runner queued again, started
+	// ones it reported interrupted, and repeats of an idempotency key.
+	resumed     atomic.Uint64
+	interrupted atomic.Uint64
+	replayed    atomic.Uint64
+}
+
+// gauges are the values /metrics reads from the rest of the server.
+type gauges struct {
+	ready          bool
+	kept           int // finished outcomes kept for GET /v1/messages/{id}
+	journalRecords int
+	journalBytes   int64
 }
 
 func newMetrics() *metrics {
@@ -123,9 +136,8 @@ func (m *metrics) refusedTools(n int) {
 }
 
 // write renders the metrics in the Prometheus text format; built in memory
-// and written once, so a failed write is one error to handle. kept is the
-// number of finished asynchronous outcomes held for GET /v1/messages/{id}.
-func (m *metrics) write(out io.Writer, ready bool, kept int) error {
+// and written once, so a failed write is one error to handle.
+func (m *metrics) write(out io.Writer, g gauges) error {
 	var w strings.Builder
 	m.mu.Lock()
 	const p = "meepa_runner_"
@@ -143,7 +155,7 @@ func (m *metrics) write(out io.Writer, ready bool, kept int) error {
 	fmt.Fprintf(&w, "# HELP %squeue_depth Messages waiting for the agent's turn.\n# TYPE %squeue_depth gauge\n%squeue_depth %d\n", p, p, p, m.queued.Load())
 	fmt.Fprintf(&w, "# HELP %sin_flight Messages running now (0 or 1).\n# TYPE %sin_flight gauge\n%sin_flight %d\n", p, p, p, m.inFlight.Load())
 	r := 0
-	if ready {
+	if g.ready {
 		r = 1
 	}
 	fmt.Fprintf(&w, "# HELP %sprestarted_ready Whether a prestarted sandbox is waiting.\n# TYPE %sprestarted_ready gauge\n%sprestarted_ready %d\n", p, p, p, r)
@@ -161,11 +173,21 @@ func (m *metrics) write(out io.Writer, ready bool, kept int) error {
 	fmt.Fprintf(&w, "# HELP %sllm_tokens_total Tokens the model endpoint reported through the relay.\n# TYPE %sllm_tokens_total counter\n", p, p)
 	fmt.Fprintf(&w, "%sllm_tokens_total{direction=\"input\"} %d\n%sllm_tokens_total{direction=\"output\"} %d\n", p, m.inputTokens, p, m.outputTokens)
 	fmt.Fprintf(&w, "# HELP %sasync_submissions_total Messages accepted with wait=false.\n# TYPE %sasync_submissions_total counter\n%sasync_submissions_total %d\n", p, p, p, m.asyncSubmitted.Load())
-	fmt.Fprintf(&w, "# HELP %sasync_outcomes_kept Finished asynchronous outcomes kept for GET /v1/messages/{id}.\n# TYPE %sasync_outcomes_kept gauge\n%sasync_outcomes_kept %d\n", p, p, p, kept)
+	fmt.Fprintf(&w, "# HELP %sasync_outcomes_kept Finished outcomes kept for GET /v1/messages/{id} and idempotency keys.\n# TYPE %sasync_outcomes_kept gauge\n%sasync_outcomes_kept %d\n", p, p, p, g.kept)
+	m.writeJournal(&w, g)
 	fmt.Fprintf(&w, "# HELP %stool_calls_refused_total Tool calls outside the agent's role, refused.\n# TYPE %stool_calls_refused_total counter\n%stool_calls_refused_total %d\n", p, p, p, m.toolsRefused)
 	m.mu.Unlock()
 	// Written after the lock is let go: a slow reader of /metrics must not
 	// hold up the messages and relayed calls that count into it.
 	_, err := io.WriteString(out, w.String())
 	return err
+}
+
+func (m *metrics) writeJournal(w *strings.Builder, g gauges) {
+	const p = "meepa_runner_"
+	fmt.Fprintf(w, "# HELP %sjournal_records Messages recorded in the journal (accepted, started, or done and kept).\n# TYPE %sjournal_records gauge\n%sjournal_records %d\n", p, p, p, g.journalRecords)
+	fmt.Fprintf(w, "# HELP %sjournal_bytes Bytes of the journal's records.\n# TYPE %sjournal_bytes gauge\n%sjournal_bytes %d\n", p, p, p, g.journalBytes)
+	fmt.Fprintf(w, "# HELP %sresumed_total Accepted messages a restarted runner took up from its journal and queued again.\n# TYPE %sresumed_total counter\n%sresumed_total %d\n", p, p, p, m.resumed.Load())
+	fmt.Fprintf(w, "# HELP %sinterrupted_total Messages that had started when the runner stopped, reported interrupted and not run again.\n# TYPE %sinterrupted_total counter\n%sinterrupted_total %d\n", p, p, p, m.interrupted.Load())
+	fmt.Fprintf(w, "# HELP %sidempotent_replays_total Messages whose Idempotency-Key was seen before, answered with the first message's outcome.\n# TYPE %sidempotent_replays_total counter\n%sidempotent_replays_total %d\n", p, p, p, m.replayed.Load())
 }

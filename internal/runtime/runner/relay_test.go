@@ -177,7 +177,7 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 	end2()
 
 	var sb strings.Builder
-	testutil.Must(t, m.write(&sb, false, 0))
+	testutil.Must(t, m.write(&sb, gauges{}))
 	for _, want := range []string{`meepa_runner_llm_tokens_total{direction="input"} 22`, `meepa_runner_llm_relay_calls_total{outcome="unauthorized"} 3`} {
 		if !strings.Contains(sb.String(), want) {
 			t.Errorf("metrics lack %q:\n%s", want, sb.String())

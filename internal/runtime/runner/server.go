@@ -6,11 +6,13 @@
 // The API, on Config.Listen ("unix:///path" or "127.0.0.1:PORT"):
 //
 //	POST /v1/messages   Authorization: Bearer <Config.Token>
+//	                    Idempotency-Key: <key> (optional; 1-255 printable ASCII)
 //	                    body MessageRequest {"text", "sender", "channel", "conversation_id"}
 //	  200  agent.Reply JSON (reply, steps, usage, duration_ms, message_id)
 //	  400 bad_request, 401 unauthorized, 413 too_large, 429 queue_full,
-//	  503 shutting_down or not_enforced, 504 timeout, 500 with the agent's error kind
-//	  (oom, exit, protocol, sandbox, llm, steps, request, internal), all as
+//	  503 shutting_down, not_enforced or journal, 504 timeout, 500 with the
+//	  agent's error kind (oom, exit, protocol, sandbox, llm, steps, request,
+//	  internal) or interrupted, all as
 //	  ErrorBody {"error": {"kind", "message"}, "message_id"}.
 //	  Every answer to a message that ran carries X-Message-Id.
 //	POST /v1/messages?wait=false   the same, asynchronously: the message is
@@ -25,19 +27,42 @@
 //	       done; when done, "status" is the HTTP status and "result" the JSON
 //	       body that the blocking call would have answered (the agent.Reply,
 //	       or the ErrorBody with its error kind).
-//	  401 unauthorized; 404 not_found for an id that is unknown, was
-//	  blocking, or has expired. Finished outcomes are kept in memory for
+//	  401 unauthorized; 404 not_found for an id that is unknown, has
+//	  expired, or was a blocking message without an Idempotency-Key (its
+//	  caller had the answer). Finished outcomes are kept for
 //	  DefaultOutcomeTTL (15 minutes) and at most DefaultMaxOutcomes (1,000)
-//	  of them, the oldest evicted first; a restart forgets them.
+//	  of them, the oldest evicted first.
 //	GET /healthz        Health JSON: ok, agent_id, mode, ready (a prestarted
 //	                    sandbox waits), prestart, queued, busy, plus backend
 //	                    fields (landlock_abi); 503 while shutting down.
 //	GET /metrics        Prometheus text, meepa_runner_* metrics.
 //
-// A waiting request whose client goes away leaves the queue; a running one
+// Accepted means answered. With Config.Journal, a message is written to
+// the journal (one file per message, synced) before it is acknowledged or
+// queued, marked started before a sandbox sees it, and done with its
+// answer. A runner that starts resumes the journal its predecessor left
+// (after a crash, a kill or a restart): accepted messages run again, in
+// their order, as asynchronous ones; a message that had started is never
+// run again but answered 500 interrupted (it may have had effects); done
+// outcomes answer GET and repeated keys as before. Without a journal a
+// restart forgets every queued message and every kept outcome.
+//
+// Idempotency-Key: a key seen before (per agent, while its first message
+// is kept) returns the first message's outcome and runs nothing: when it
+// is done, its status and body with the first X-Message-Id and
+// Idempotent-Replayed: true, whether the repeat is blocking or not; while
+// it waits or runs, a blocking repeat waits for it and an asynchronous one
+// gets 202 with the first id. The key alone decides: a different text
+// under a used key gets the first outcome. Only the key's SHA-256 is kept
+// (in memory and the journal), and the audit line shows a prefix of it.
+//
+// A waiting blocking request whose client goes away leaves the queue (it is
+// withdrawn from the journal, and its key is free again); a running one
 // finishes (the agent may be writing its memory) within timeout_seconds.
-// An asynchronous message has no client to go away: it stays queued until
-// it runs, or until Shutdown, which answers it shutting_down.
+// Shutdown answers waiting blocking requests shutting_down (withdrawn
+// likewise); an asynchronous message stays queued until it runs, or until
+// Shutdown, which leaves it accepted in the journal for the next start (or,
+// without a journal, answers it shutting_down).
 package runner
 
 import (
@@ -156,10 +181,15 @@ type Server struct {
 	turn    chan struct{}
 	closing atomic.Bool
 
-	// outcomes are the asynchronous messages' states and kept results;
-	// async counts their goroutines, which Shutdown waits for.
+	// outcomes are the kept messages' states and results (see
+	// pending.kept); async counts the goroutines of asynchronous and
+	// resumed messages, which Shutdown waits for.
 	outcomes *outcomeStore
 	async    sync.WaitGroup
+	// journal holds every accepted message on disk until it is answered
+	// (nil without Config.Journal); acceptMu orders acceptance.
+	journal  *journal
+	acceptMu sync.Mutex
 
 	mu      sync.RWMutex // guards cfg, backend, mode, token (swapped by Reload)
 	cfg     *Config
@@ -196,12 +226,24 @@ func New(ctx context.Context, cfg *Config, o Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	var recs []record
+	if cfg.Journal != "" {
+		j, r, err := openJournal(cfg.Journal, s.log)
+		if err != nil {
+			return nil, errors.Join(err, s.relay.Close())
+		}
+		s.journal, recs = j, r
+		s.outcomes.evicted = j.drop
+	}
+	// The backend removes the sandboxes a crash left before the journal is
+	// resumed: an interrupted message has stopped for good by then.
 	b, mode, err := s.newBackend(ctx, cfg, s.log)
 	if err != nil {
 		_ = s.relay.Close()
 		return nil, err
 	}
 	s.cfg, s.backend, s.mode, s.token = cfg, b, mode, sha256.Sum256([]byte(cfg.Token))
+	s.resume(recs)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/messages", s.handleMessage)
 	mux.HandleFunc("/v1/messages/", s.handleMessageStatus)
@@ -296,6 +338,9 @@ func (s *Server) Reload(ctx context.Context, cfg *Config) error {
 	s.mu.RUnlock()
 	if cfg.Listen != oldCfg.Listen {
 		s.log.Warn("listen address changed; it takes effect at the next restart", "listen", oldCfg.Listen)
+	}
+	if cfg.Journal != oldCfg.Journal {
+		s.log.Warn("journal directory changed; it takes effect at the next restart", "journal_dir", oldCfg.Journal)
 	}
 	if cfg.Container.Enabled && needsRelay(cfg) {
 		switch dir := s.relay.Dir(); {
@@ -400,51 +445,63 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "", KindBadRequest, err.Error())
 		return
 	}
-
-	// Queue: wait for the agent's turn, bounded; a client that gives up
-	// leaves the queue.
+	keyHash, err := idempotencyKey(r)
+	if err != nil {
+		s.metrics.rejected(KindBadRequest)
+		writeError(w, http.StatusBadRequest, "", KindBadRequest, err.Error())
+		return
+	}
 	queueSize := cfg.QueueSize
 	if queueSize <= 0 {
 		queueSize = DefaultQueueSize
 	}
-	if s.closing.Load() {
-		writeError(w, http.StatusServiceUnavailable, "", KindShuttingDown, "the runner is shutting down")
-		return
+	p := &pending{msg: msg, bytesIn: len(body), parent: parentOf(r), async: async, keyHash: keyHash}
+	for {
+		first, ref := s.admit(p, queueSize)
+		if ref != nil {
+			writeError(w, ref.status, "", ref.kind, ref.text)
+			return
+		}
+		if first == "" {
+			break
+		}
+		if s.answerRepeat(w, r, p, first) {
+			return
+		}
 	}
-	if s.metrics.queued.Add(1) > int64(queueSize) {
-		s.metrics.queued.Add(-1)
-		s.metrics.rejected(KindQueueFull)
-		writeError(w, http.StatusTooManyRequests, "", KindQueueFull, fmt.Sprintf("%d messages already wait for this agent", queueSize))
-		return
-	}
-	queuedAt := time.Now()
 	if async {
-		s.submitAsync(w, msg, len(body), queuedAt, parentOf(r))
+		s.submitAsync(w, p)
 		return
 	}
-	select {
-	case s.turn <- struct{}{}:
-		s.metrics.queued.Add(-1)
-	case <-r.Context().Done():
-		s.metrics.queued.Add(-1)
-		s.metrics.rejected(KindCancelled)
-		return
+	s.runBlocking(w, r, p)
+}
+
+// runBlocking waits for p's turn, bounded by the queue; a client that
+// gives up leaves the queue, and its message is withdrawn.
+func (s *Server) runBlocking(w http.ResponseWriter, r *http.Request, p *pending) {
+	if !p.turnHeld {
+		select {
+		case s.turn <- struct{}{}:
+		case <-r.Context().Done():
+			s.metrics.queued.Add(-1)
+			s.metrics.rejected(KindCancelled)
+			s.withdraw(p)
+			return
+		}
 	}
+	s.metrics.queued.Add(-1)
 	defer func() { <-s.turn }()
 	if s.closing.Load() {
+		s.withdraw(p)
 		writeError(w, http.StatusServiceUnavailable, "", KindShuttingDown, "the runner is shutting down")
 		return
 	}
-	s.metrics.inFlight.Add(1)
-	defer s.metrics.inFlight.Add(-1)
 	// The config and backend are read after the turn is ours: a Reload
-	// holds the turn, so a message never straddles two configs.
-	cfg, backend, _ := s.snapshot()
-	// A client that disconnects does not stop the message: the agent may be
+	// holds the turn, so a message never straddles two configs. A client
+	// that disconnects does not stop the message: the agent may be
 	// half-way through writing its memory. The timeout still bounds it.
-	id := newMessageID()
-	res := s.run(context.WithoutCancel(r.Context()), cfg, backend, id, msg, len(body), time.Since(queuedAt), parentOf(r), false)
-	res.write(w, id)
+	res := s.execute(context.WithoutCancel(r.Context()), p)
+	res.write(w, p.id)
 }
 
 func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
@@ -473,9 +530,10 @@ func (res result) write(w http.ResponseWriter, id string) {
 	_, _ = w.Write(res.body)
 }
 
-// run executes message id in the agent's turn and returns the answer.
-func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, id string, msg MessageRequest, bytesIn int, queued time.Duration, parent string, async bool) result {
-	req := BuildRequest(cfg, id, msg)
+// run executes message p in the agent's turn and returns the answer.
+func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, p *pending) result {
+	id, queued := p.id, time.Since(p.queuedAt)
+	req := BuildRequest(cfg, id, p.msg)
 	job := sandbox.Job{MessageID: id, Timeout: cfg.Container.Timeout()}
 	var usage RelayUsage
 	endRelay := func() {}
@@ -535,7 +593,7 @@ func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, 
 	}
 	// The audit line: what ran where and how it ended; never the text, the
 	// reply or a secret.
-	s.log.Info("message",
+	s.log.Info("message", append([]any{
 		"message_id", id,
 		"sandbox_id", shortID(out.SandboxID),
 		"image_id", out.ImageID,
@@ -545,7 +603,6 @@ func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, 
 		"start_ms", out.StartLatency.Milliseconds(),
 		"queued_ms", queued.Milliseconds(),
 		"exit_code", out.ExitCode,
-		"bytes_in", bytesIn,
 		"bytes_out", len(body),
 		"role", cfg.Role,
 		"tools_refused", refused,
@@ -553,10 +610,8 @@ func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, 
 		"llm_refused", usage.Refused,
 		"llm_input_tokens", usage.InputTokens,
 		"llm_output_tokens", usage.OutputTokens,
-		"parent_message_id", parent,
 		"ask_message_ids", strings.Join(usage.Asks, ","),
-		"async", async,
-	)
+	}, p.auditFields()...)...)
 	if runErr != nil {
 		s.log.Error("sandbox failed", "message_id", id, "error", redactor(cfg).String(runErr.Error()))
 	}
@@ -723,7 +778,9 @@ func (h Health) MarshalJSON() ([]byte, error) {
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	_, b, _ := s.snapshot()
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	if err := s.metrics.write(w, b.Ready(), s.outcomes.kept()); err != nil {
+	records, bytes := s.journal.stats()
+	g := gauges{ready: b.Ready(), kept: s.outcomes.kept(), journalRecords: records, journalBytes: bytes}
+	if err := s.metrics.write(w, g); err != nil {
 		s.log.Debug("metrics: client gone", "error", err)
 	}
 }
