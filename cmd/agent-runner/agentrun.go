@@ -18,11 +18,14 @@ import (
 
 // agent-run is what every per-message sandbox runs: a container from the
 // agent's image (workspace at /workspace, HOME=/workspace) or, in host mode,
-// a Landlock-restricted child whose HOME and cwd are the workspace. It reads
-// one agent.Request on stdin until EOF, touching nothing in the workspace
-// before then (so a prestarted sandbox can wait on stdin while the previous
-// message still owns memory.db), and writes one agent.Reply line on stdout.
-// Logs are JSON lines on stderr, without message text or secrets.
+// a Landlock-restricted child whose HOME and cwd are the workspace. Before
+// it reads its request it prepares what needs none (agent.Prepare: the
+// workspace checked and opened, memory.db open), so a prestarted container
+// waits ready; then it reads one agent.Request on stdin until EOF and
+// writes one agent.Reply line on stdout. As a container's init it marks
+// the reply Final when nothing in the container was killed for memory, and
+// exits right after. Logs are JSON lines on stderr, without message text
+// or secrets.
 func init() {
 	register("agent-run", "run the agent loop on one JSON request from stdin, reply JSON on stdout", runAgent)
 }
@@ -63,12 +66,22 @@ func runAgent(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
+	// Nothing of the request is needed to prepare; the request (the token
+	// of this message among it) comes only with the message.
+	prepared := agent.Prepare(ctx, *workspace)
 	data, err := io.ReadAll(io.LimitReader(os.Stdin, agent.MaxRequestBytes+1))
 	var reply *agent.Reply
 	if err != nil {
+		prepared.Close(log)
 		reply = &agent.Reply{ErrorKind: agent.ErrKindRequest, Error: fmt.Sprintf("read stdin: %v", err)}
 	} else {
-		reply = agent.RunJSON(ctx, data, agent.Options{Workspace: *workspace, Logger: log})
+		reply = agent.RunJSON(ctx, data, agent.Options{Workspace: *workspace, Logger: log, Prepared: prepared})
+	}
+	if os.Getpid() == 1 {
+		// The container's init: its cgroup is the container's, and its
+		// exit ends every process in it.
+		n, ok := agent.ContainerOOMKills()
+		reply.Final = ok && n == 0
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(reply); err != nil {
 		fmt.Fprintf(os.Stderr, "agent-run: write reply: %v\n", err)

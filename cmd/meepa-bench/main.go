@@ -12,6 +12,8 @@
 //	and throughput with 1, 2 and 4 agents in parallel (prestart on);
 //	(h) the host-mode (Landlock) runner round trip for the same message,
 //	    against the container-mode one (prestart off) in the same rounds;
+//	(k) d over h: what the prestarted container path costs beyond running
+//	    the agent at all (host mode starts a process per message too);
 //	(i) a TOOL-EXEC message with one shell call, prestart on, and
 //	(j) a CORE message that asks TOOL-EXEC once, as ratios to (a).
 //
@@ -19,7 +21,7 @@
 // work on the machine falls on all of them alike. It prints medians and, as
 // its last line:
 //
-//	bench: b/a=<x> c/a=<x> d/a=<x> e=<msgs/s> thr2/thr1=<x> thr4/thr1=<x>
+//	bench: b/a=<x> c/a=<x> d/a=<x> k=<d/h> e=<msgs/s> thr2/thr1=<x> thr4/thr1=<x>
 //
 // Images are built locally from /bin/busybox (Debian's busybox-static) and a
 // fresh agent-runner; nothing is pulled.
@@ -215,6 +217,8 @@ func run(rounds, burst, perAgent, reps int) error {
 	fmt.Printf("(h) runner HTTP round trip, host mode (Landlock) median %7.1f ms (container mode, prestart off, same rounds: %.1f ms)\n", ms(hostRT), ms(ctrRT))
 	fmt.Printf("bench-host: host/container=%.3f host/c=%.3f host/d=%.3f\n",
 		float64(hostRT)/float64(ctrRT), float64(hostRT)/float64(median(c)), float64(hostRT)/float64(median(d)))
+	k := float64(median(d)) / float64(hostRT)
+	fmt.Printf("(k) prestarted round trip over host mode's, d/h                 %6.2f\n", k)
 
 	// (i) and (j): the ThreeGate execution layer (gates.go).
 	gi, gj, err := benchGates(ctx, tmp, rounds)
@@ -272,8 +276,8 @@ func run(rounds, burst, perAgent, reps int) error {
 	for _, n := range []int{1, 2, 4} {
 		fmt.Printf("    throughput, %d agent(s) in parallel          median %6.2f msgs/s (%d runs of %d msgs)\n", n, medianF(thr[n]), reps, n*perAgent)
 	}
-	fmt.Printf("bench: b/a=%.2f c/a=%.2f d/a=%.2f e=%.2f thr2/thr1=%.2f thr4/thr1=%.2f\n",
-		ratio(b, a), ratio(c, a), ratio(d, a), medianF(eOn), medianF(thr[2])/medianF(thr[1]), medianF(thr[4])/medianF(thr[1]))
+	fmt.Printf("bench: b/a=%.2f c/a=%.2f d/a=%.2f k=%.2f e=%.2f thr2/thr1=%.2f thr4/thr1=%.2f\n",
+		ratio(b, a), ratio(c, a), ratio(d, a), k, medianF(eOn), medianF(thr[2])/medianF(thr[1]), medianF(thr[4])/medianF(thr[1]))
 	return nil
 }
 

@@ -163,8 +163,10 @@ func agentSchema() schema.Schema {
 					},
 					"prestart": schema.BoolAttribute{
 						Optional: true, Computed: true, Default: booldefault.StaticBool(true),
-						MarkdownDescription: "Keep the next container started and waiting on stdin, so a message does not wait for a " +
-							"container start. Every message still gets a container that has never seen another. Default `true`.",
+						MarkdownDescription: "Keep the next container started, with its agent loop initialised (workspace and " +
+							"`memory.db` open) and waiting on stdin, so a message waits for neither. Every message still gets a " +
+							"container that has never seen another, its own relay token on stdin, and reaches it only after the " +
+							"previous message's container has exited. Default `true`.",
 					},
 				},
 			},

@@ -63,18 +63,25 @@ type Options struct {
 	HTTPClient *http.Client
 	// Logger gets structured, secret-free events; nil discards them.
 	Logger hclog.Logger
+	// Prepared is Workspace made ready before the request came (Prepare);
+	// Run takes it over and closes it. Nil prepares at Run.
+	Prepared *Prepared
 }
 
 // RunJSON decodes one request and runs it; a malformed request still gets
 // a Reply, with ErrKindRequest.
 func RunJSON(ctx context.Context, data []byte, opt Options) *Reply {
 	start := time.Now()
-	if len(data) > MaxRequestBytes {
-		return failed(&Reply{}, start, ErrKindRequest, fmt.Errorf("request is %d bytes, more than the %d allowed", len(data), MaxRequestBytes))
-	}
 	var req Request
-	if err := json.Unmarshal(data, &req); err != nil {
-		return failed(&Reply{}, start, ErrKindRequest, fmt.Errorf("decode request: %w", err))
+	var err error
+	if len(data) > MaxRequestBytes {
+		err = fmt.Errorf("request is %d bytes, more than the %d allowed", len(data), MaxRequestBytes)
+	} else if err = json.Unmarshal(data, &req); err != nil {
+		err = fmt.Errorf("decode request: %w", err)
+	}
+	if err != nil {
+		opt.Prepared.Close(opt.Logger)
+		return failed(&Reply{}, start, ErrKindRequest, err)
 	}
 	return Run(ctx, &req, opt)
 }
@@ -144,31 +151,27 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 		return rep
 	}
 
+	p := opt.Prepared
+	if p == nil || p.err != nil || p.workspace != opt.Workspace {
+		// A workspace that was not ready when the sandbox started may
+		// be ready now: prepare again rather than report a stale failure.
+		p.Close(log)
+		p = Prepare(ctx, opt.Workspace)
+	}
+	defer p.Close(log)
 	maxSteps, env, err := validate(req, opt.Workspace)
 	if err != nil {
 		return finish(ErrKindRequest, err)
 	}
-	if err := checkWorkspace(opt.Workspace); err != nil {
-		return finish(ErrKindWorkspace, err)
+	if p.err != nil {
+		return finish(ErrKindWorkspace, p.err)
 	}
-	tb, err := NewToolbox(opt.Workspace, env)
-	if err != nil {
-		return finish(ErrKindWorkspace, err)
-	}
-	defer func() { _ = tb.Close() }() // a read-only root handle
+	tb, mem := p.tb, p.mem
+	tb.env = env
 	if err := tb.SetRole(req.Role); err != nil {
 		return finish(ErrKindRequest, err)
 	}
 	defer func() { rep.ToolsRefused = tb.Refused() }()
-	mem, err := OpenMemory(ctx, tb.Dir())
-	if err != nil {
-		return finish(ErrKindWorkspace, err)
-	}
-	defer func() {
-		if err := mem.Close(); err != nil {
-			log.Warn("close memory.db", "error", err)
-		}
-	}()
 
 	hc := opt.HTTPClient
 	if req.Relay != nil {

@@ -115,4 +115,9 @@ type Reply struct {
 	ToolsRefused int    `json:"tools_refused,omitempty"`
 	ErrorKind    string `json:"error_kind,omitempty"`
 	Error        string `json:"error,omitempty"`
+	// Final is set by agent-run running as its container's init when it
+	// found no process of the container killed for memory: it exits 0
+	// right after this line, so the runner may answer without waiting for
+	// the daemon to report the exit (see FinalReply).
+	Final bool `json:"final,omitempty"`
 }

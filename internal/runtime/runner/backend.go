@@ -74,7 +74,9 @@ func DockerOptions(cfg *Config, log hclog.Logger) sandbox.DockerOptions {
 			Env:         cfg.Env,
 		},
 		Prestart: cm.Prestart,
-		Logger:   log,
+		// agent-run marks a reply that needs no wait for its exit.
+		Final:  agent.FinalReply,
+		Logger: log,
 	}
 	if needsRelay(cfg) {
 		o.Spec.RelayDir = RelayDir(cfg)

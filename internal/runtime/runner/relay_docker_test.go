@@ -5,11 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -139,5 +143,51 @@ func TestToolExecShellHasNoNetwork(t *testing.T) {
 	}
 	if n := len(model.Seen()); n != 2 {
 		t.Errorf("the model got %d calls, want 2", n)
+	}
+}
+
+// A prestarted container's agent has its workspace and memory.db open
+// before any message, yet its relay token comes only with the message:
+// each message gets its own, and the token of a message that is over is
+// refused even to the next message's tools, while that message's own works.
+func TestPrestartedAgentGetsItsOwnToken(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	model := testutil.NewFakeModel(t, map[string]string{"token": `echo "== token $OPENAI_API_KEY"`})
+	cfg := testAgentConfig(t, cli, "pretoken")
+	cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.BaseURL = "openai", "m", model.URL()+"/v1"
+	cfg.RedactSecrets, cfg.InjectCredentialsEnv = false, true
+	a := startAgent(t, cfg)
+	a.waitReady(t)
+	// The waiting agent prepared before any message: memory.db exists.
+	db := filepath.Join(cfg.Workspace, agent.MemoryFile)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(db); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the prestarted agent did not open memory.db before its message")
+		}
+	}
+	var tokens []string
+	for range 2 {
+		a.waitReady(t)
+		ans := a.send(t, "token")
+		tok := relayTokenRe.FindString(firstToolOutput(t, ans.raw))
+		if ans.status != 200 || tok == "" {
+			t.Fatalf("token message: %d %s", ans.status, ans.raw)
+		}
+		tokens = append(tokens, tok)
+	}
+	if tokens[0] == tokens[1] {
+		t.Fatalf("two messages got the same token %s", tokens[0])
+	}
+	call := `wget -q -O /dev/null --header "Authorization: Bearer %s" --header 'Content-Type: application/json' --post-data '{"model":"m","messages":[{"role":"user","content":"hi"}]}' "$OPENAI_BASE_URL/chat/completions"`
+	model.SetCommand("replay", fmt.Sprintf(call+`; echo "== old $?"; `+call+`; echo "== own $?"`, tokens[0], "$OPENAI_API_KEY"))
+	a.waitReady(t)
+	ans := a.send(t, "replay")
+	out := firstToolOutput(t, ans.raw)
+	if ans.status != 200 || !strings.Contains(out, "== own 0") || !strings.Contains(out, "== old ") || strings.Contains(out, "== old 0") {
+		t.Errorf("replay of an earlier message's token: want it refused and this message's own accepted: %d\n%s", ans.status, out)
 	}
 }

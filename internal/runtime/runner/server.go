@@ -694,6 +694,7 @@ func classify(cfg *Config, out sandbox.Outcome, runErr error) (status int, kind,
 		// that does not.
 		red.Reply(&r)
 	}
+	r.Final = false // between agent-run and the sandbox only
 	return http.StatusOK, "", "", &r
 }
 

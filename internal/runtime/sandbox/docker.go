@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,7 +17,6 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
@@ -49,7 +47,14 @@ type DockerOptions struct {
 	// Enforcement, when set, must pass before any container starts and
 	// before a prestarted one receives a message (fail closed).
 	Enforcement EnforcementCheck
-	Logger      hclog.Logger
+	// Final, when set, is asked as the container's stdout grows; true means
+	// the output so far is the whole answer and the container exits
+	// cleanly right after it (agent.FinalReply), so Run answers without
+	// waiting for the daemon to process the exit. The exit is still
+	// awaited, off the answer's path, and no later message reaches a
+	// container before it is confirmed. Nil waits for every exit.
+	Final  func(stdout []byte) bool
+	Logger hclog.Logger
 }
 
 // Docker runs each message in a fresh hardened container through the Docker
@@ -69,7 +74,10 @@ type Docker struct {
 	closed bool
 	// removing closes when the last cold-started container is removed.
 	removing <-chan struct{}
-	bg       sync.WaitGroup // replacements being started, containers being removed
+	// prev is the end of the last message's container: a prestarted
+	// container gets its message only after it.
+	prev *ending
+	bg   sync.WaitGroup // replacements being started, containers being removed
 }
 
 // LabelInstance names the backend instance (one runner process) that made
@@ -96,8 +104,21 @@ type pending struct {
 type attached struct {
 	id      string
 	hijack  types.HijackedResponse
+	out     *output
 	started time.Time
 	latency time.Duration
+	// image is the container's image id, asked once it started.
+	image     string
+	imageDone chan struct{}
+}
+
+// ending is a used container on its way out; done closes once its
+// processes are known to be gone (its exit seen, or it was removed), and
+// err says why that could not be confirmed.
+type ending struct {
+	id   string
+	done chan struct{}
+	err  error
 }
 
 // NewDocker checks the spec, removes this agent's orphan containers (left
@@ -233,7 +254,7 @@ func (d *Docker) Ready() bool {
 	}
 	select {
 	case <-p.done:
-		return p.err == nil
+		return p.err == nil && !p.c.out.ended()
 	default:
 		return false
 	}
@@ -334,7 +355,7 @@ func (d *Docker) discardPending(p *pending) {
 
 // Run runs one job in a fresh container: the prestarted one if there is
 // one (it has never seen a message), else one made now. The container is
-// always removed.
+// always removed, after the answer.
 func (d *Docker) Run(ctx context.Context, job Job) (Outcome, error) {
 	begin := time.Now()
 	if job.Timeout <= 0 {
@@ -343,59 +364,12 @@ func (d *Docker) Run(ctx context.Context, job Job) (Outcome, error) {
 	// The timeout covers the whole message, a slow start included.
 	ctx, cancel := context.WithTimeout(ctx, job.Timeout)
 	defer cancel()
-	timedOut := func(err error) bool {
-		return errors.Is(err, context.DeadlineExceeded) && errors.Is(ctx.Err(), context.DeadlineExceeded)
-	}
-	var c *attached
-	prestarted := false
-	if d.opts.Prestart {
-		var err error
-		if c, err = d.take(ctx); err != nil {
-			if timedOut(err) {
-				return Outcome{TimedOut: true}, nil
-			}
-			return Outcome{}, fmt.Errorf("wait for prestarted container: %w", err)
+	c, prestarted, err := d.acquire(ctx, job)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return Outcome{TimedOut: true, StartLatency: time.Since(begin)}, nil
 		}
-		// A container that waited a long time may have died meanwhile
-		// (killed by an operator, the daemon restarted); then start afresh.
-		if c != nil && !d.stillWaiting(ctx, c) {
-			_ = d.discard(c)
-			c = nil
-		}
-		prestarted = c != nil
-		if c != nil {
-			// It may have been started while the rules were in force and
-			// they have gone since: it must not see the message then.
-			if err := d.enforced(ctx); err != nil {
-				_ = d.discard(c)
-				return Outcome{}, err
-			}
-		}
-	}
-	if c == nil {
-		// The previous message's container is removed before this one is
-		// made: side by side the daemon does both slower.
-		d.mu.Lock()
-		removing := d.removing
-		d.mu.Unlock()
-		if removing != nil {
-			select {
-			case <-removing:
-			case <-ctx.Done():
-				if timedOut(ctx.Err()) {
-					return Outcome{TimedOut: true}, nil
-				}
-				return Outcome{}, ctx.Err()
-			}
-		}
-		var err error
-		c, err = d.startContainer(ctx, job.MessageID)
-		if err != nil {
-			if timedOut(err) {
-				return Outcome{TimedOut: true, StartLatency: time.Since(begin)}, nil
-			}
-			return Outcome{}, err
-		}
+		return Outcome{}, err
 	}
 	out := Outcome{SandboxID: c.id}
 	if prestarted {
@@ -407,48 +381,203 @@ func (d *Docker) Run(ctx context.Context, job Job) (Outcome, error) {
 	} else {
 		out.StartLatency = time.Since(begin)
 	}
+	var refill func()
+	var timer *time.Timer
 	if d.opts.Prestart {
 		// The replacement starts once the message has had a head start or
-		// has finished, whichever comes first: starting a container is
-		// CPU work for the daemon, and on a small host it would otherwise
-		// slow a short message's own reply and exit. A long message (an
-		// LLM conversation) still leaves the next one a ready container.
-		refill := sync.OnceFunc(func() {
+		// its container is gone, whichever comes first: starting a
+		// container is CPU work for the daemon, and on a small host it
+		// would otherwise slow a short message's own reply and exit. A
+		// long message (an LLM conversation) still leaves the next one a
+		// ready container.
+		refill = sync.OnceFunc(func() {
 			d.mu.Lock()
 			d.refillLocked(context.WithoutCancel(ctx))
 			d.mu.Unlock()
 		})
-		timer := time.AfterFunc(refillHeadStart, refill)
-		err := d.exchange(ctx, c, job, &out)
-		if timer.Stop() {
-			// Remove first, then start the replacement: the daemon does
-			// the two faster one after the other than side by side.
-			d.bg.Add(1)
-			go func() {
-				defer d.bg.Done()
-				_ = d.remove(c.id)
-				refill()
-			}()
-		} else {
-			d.removeAsync(c.id)
-		}
-		return out, err
+		timer = time.AfterFunc(refillHeadStart, refill)
 	}
-	err := d.exchange(ctx, c, job, &out)
-	d.mu.Lock()
-	d.removing = d.removeAsync(c.id)
-	d.mu.Unlock()
+	awaitExit, err := d.exchange(ctx, c, job, &out)
+	if timer == nil || !timer.Stop() {
+		refill = nil // started already, or no prestart
+	}
+	d.retire(c, awaitExit, refill)
 	return out, err
 }
 
-// stillWaiting says whether a prestarted container still runs.
-func (d *Docker) stillWaiting(ctx context.Context, c *attached) bool {
-	ins, err := d.cli.ContainerInspect(ctx, c.id)
-	if err != nil || ins.State == nil || !ins.State.Running {
-		d.log.Warn("prestarted container is gone; starting a fresh one", "container_id", short(c.id))
-		return false
+// acquire returns the container for a message: the prestarted one when it
+// is still waiting, else one started now; either way only once the gate
+// lets the message through.
+func (d *Docker) acquire(ctx context.Context, job Job) (*attached, bool, error) {
+	if d.opts.Prestart {
+		c, err := d.take(ctx)
+		if err != nil {
+			return nil, false, fmt.Errorf("wait for prestarted container: %w", err)
+		}
+		// A container that waited a long time may have died meanwhile
+		// (killed by an operator, the daemon restarted): its output
+		// stream has ended then, which needs no call to the daemon.
+		if c != nil && c.out.ended() {
+			d.log.Warn("prestarted container is gone; starting a fresh one", "container_id", short(c.id))
+			_ = d.discard(c)
+			c = nil
+		}
+		if c != nil {
+			// It may have been started while the rules were in force and
+			// they have gone since: it must not see the message then.
+			if err := d.gate(ctx, true); err != nil {
+				_ = d.discard(c)
+				return nil, false, err
+			}
+			return c, true, nil
+		}
 	}
-	return true
+	// Without prestart the previous container is removed before this one
+	// is made: side by side the daemon does both slower.
+	d.mu.Lock()
+	removing := d.removing
+	d.mu.Unlock()
+	if removing != nil && !d.opts.Prestart {
+		select {
+		case <-removing:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+	c, err := d.startContainer(ctx, job.MessageID)
+	if err != nil {
+		return nil, false, err
+	}
+	// startContainer asked the enforcement check just before the start.
+	if err := d.gate(ctx, false); err != nil {
+		_ = d.discard(c)
+		return nil, false, err
+	}
+	return c, false, nil
+}
+
+// gate holds a message back until the previous message's container is
+// gone (no process of one message runs beside the next) and, with
+// enforce, until the enforcement check passes. The two are awaited side by
+// side; the check is asked for every message, never taken from an earlier
+// answer.
+func (d *Docker) gate(ctx context.Context, enforce bool) error {
+	d.mu.Lock()
+	prev := d.prev
+	d.mu.Unlock()
+	var enfErr error
+	enfDone := make(chan struct{})
+	if enforce && d.opts.Enforcement != nil {
+		go func() {
+			defer close(enfDone)
+			enfErr = d.enforced(ctx)
+		}()
+	} else {
+		close(enfDone)
+	}
+	prevErr := d.waitEnded(ctx, prev)
+	<-enfDone
+	if enfErr != nil {
+		return enfErr
+	}
+	return prevErr
+}
+
+// waitEnded waits until e's container is gone. One whose exit could not be
+// confirmed is removed now (a forced remove kills it and waits), or the
+// message is refused.
+func (d *Docker) waitEnded(ctx context.Context, e *ending) error {
+	if e == nil {
+		return nil
+	}
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if e.err == nil {
+		return nil
+	}
+	if err := d.remove(e.id); err != nil {
+		return fmt.Errorf("the previous message's container %s is not confirmed gone: %w", short(e.id), err)
+	}
+	return nil
+}
+
+// exitGrace is how long a container that gave its final reply may take to
+// exit before it is killed.
+const exitGrace = 10 * time.Second
+
+// retire ends a used container off the answer's path: it confirms the exit
+// when the exchange did not (a final reply), removes the container and
+// then, when refill is set, starts the replacement. The next message waits
+// for the confirmed exit (d.prev), a cold start without prestart for the
+// removal too (d.removing).
+func (d *Docker) retire(c *attached, awaitExit bool, refill func()) {
+	e := &ending{id: c.id, done: make(chan struct{})}
+	removed := make(chan struct{})
+	d.mu.Lock()
+	d.prev, d.removing = e, removed
+	d.mu.Unlock()
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		defer close(removed)
+		var err error
+		if awaitExit {
+			err = d.awaitExit(c)
+		}
+		c.hijack.Close()
+		if err == nil {
+			close(e.done)
+		}
+		rerr := d.remove(c.id)
+		if err != nil {
+			// Removed is gone too: the daemon kills before it removes.
+			e.err = rerr
+			close(e.done)
+		}
+		if refill != nil {
+			refill()
+		}
+	}()
+}
+
+// awaitExit waits for a container that gave its final reply to exit, as
+// it does right after it; one that lingers is killed after exitGrace. An
+// exit that contradicts the final reply is logged.
+func (d *Docker) awaitExit(c *attached) error {
+	t := time.NewTimer(exitGrace)
+	defer t.Stop()
+	select {
+	case <-c.out.done:
+	case <-t.C:
+		d.log.Warn("container still runs after its final reply; killing it", "container_id", short(c.id))
+		d.kill(c.id)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	waitC, errC := d.cli.ContainerWait(ctx, c.id, container.WaitConditionNotRunning)
+	select {
+	case w := <-waitC:
+		if w.StatusCode != 0 {
+			d.log.Warn("container exited non-zero after its final reply", "container_id", short(c.id), "exit_code", w.StatusCode)
+		}
+		return nil
+	case err := <-errC:
+		if cerrdefs.IsNotFound(err) {
+			return nil // removed out of band: gone
+		}
+		return fmt.Errorf("container wait: %w", err)
+	}
+}
+
+func (d *Docker) kill(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+	defer cancel()
+	if err := d.cli.ContainerKill(ctx, id, "KILL"); err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
+		d.log.Warn("container kill", "container_id", short(id), "error", err)
+	}
 }
 
 // startContainer creates, attaches and starts one container. Docker only
@@ -489,6 +618,7 @@ func (d *Docker) startContainer(ctx context.Context, messageID string) (_ *attac
 	if err != nil {
 		return nil, fmt.Errorf("container attach: %w", err)
 	}
+	c.out = readOutput(c.hijack.Reader, d.opts.Final)
 	// Asked as late as possible: the container joins its networks at start.
 	if err := d.enforced(ctx); err != nil {
 		return nil, err
@@ -498,7 +628,29 @@ func (d *Docker) startContainer(ctx context.Context, messageID string) (_ *attac
 	}
 	c.started = time.Now()
 	c.latency = c.started.Sub(t0)
+	d.askImage(c)
 	return c, nil
+}
+
+// askImage learns the container's image id beside its run, for an answer
+// given before the exit state is read (a final reply); without Final the
+// exit state's inspect has it.
+func (d *Docker) askImage(c *attached) {
+	c.imageDone = make(chan struct{})
+	if d.opts.Final == nil {
+		close(c.imageDone)
+		return
+	}
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		defer close(c.imageDone)
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		if ins, err := d.cli.ContainerInspect(ctx, c.id); err == nil {
+			c.image = ins.Image
+		}
+	}()
 }
 
 func containerName(agentID string) string {
@@ -517,19 +669,13 @@ func containerName(agentID string) string {
 	return "meepa-msg-" + safe + "-" + hex.EncodeToString(b[:])
 }
 
-// exchange writes the request, reads the reply until the container closes
-// its output, and collects the exit state. It kills the container at the
-// timeout or when ctx ends; Run removes it after.
-func (d *Docker) exchange(ctx context.Context, c *attached, job Job, out *Outcome) error {
+// exchange writes the request and reads the reply: until the container
+// closes its output or, when Final says so, until its final reply. It
+// kills the container at the timeout or when ctx ends. awaitExit says the
+// exit is still to be confirmed (retire does it, off the answer's path).
+func (d *Docker) exchange(ctx context.Context, c *attached, job Job, out *Outcome) (awaitExit bool, err error) {
 	// ctx carries the message's deadline (set in Run).
 
-	stdout := &capped{max: MaxStdout}
-	stderr := &tail{max: StderrTailLen}
-	copied := make(chan error, 1)
-	go func() {
-		_, err := stdcopy.StdCopy(stdout, stderr, c.hijack.Reader)
-		copied <- err
-	}()
 	// The write runs beside the read: a request bigger than the pipe buffer
 	// would otherwise deadlock against an agent that answers early.
 	go func() {
@@ -542,34 +688,50 @@ func (d *Docker) exchange(ctx context.Context, c *attached, job Job, out *Outcom
 	}()
 
 	t0 := time.Now()
-	var tEOF, tWait time.Time
-	defer func() {
-		if !tWait.IsZero() {
-			d.log.Debug("exchange timings", "container_id", short(c.id), "reply_ms", tEOF.Sub(t0).Milliseconds(),
-				"wait_ms", tWait.Sub(tEOF).Milliseconds(), "inspect_ms", time.Since(tWait).Milliseconds())
-		}
-	}()
-	var copyErr error
 	select {
-	case copyErr = <-copied:
+	case <-c.out.done:
+	case <-c.out.settled:
+		out.Stdout, out.StderrTail, _ = c.out.snapshot()
+		select {
+		case <-c.imageDone:
+			out.ImageID = c.image
+		case <-ctx.Done():
+		}
+		d.log.Debug("final reply", "container_id", short(c.id), "reply_ms", time.Since(t0).Milliseconds())
+		return true, nil
 	case <-ctx.Done():
 		out.TimedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
-		kctx, kcancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		if err := d.cli.ContainerKill(kctx, c.id, "KILL"); err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
-			d.log.Warn("container kill", "container_id", short(c.id), "error", err)
-		}
-		kcancel()
+		d.kill(c.id)
 		c.hijack.Close()
 		// Cut short by the kill: not reported, since ctx is done (below).
-		copyErr = <-copied
+		<-c.out.done
 	}
 	c.hijack.Close()
-	tEOF = time.Now()
-	out.Stdout = stdout.buf
-	out.StderrTail = stderr.bytes()
+	tEOF := time.Now()
+	stdout, stderr, over := c.out.snapshot()
+	out.Stdout, out.StderrTail = stdout, stderr
+	copyErr := c.out.copyErr()
+	if err := d.exitState(ctx, c, out); err != nil {
+		return true, err
+	}
+	d.log.Debug("exchange timings", "container_id", short(c.id), "reply_ms", tEOF.Sub(t0).Milliseconds(),
+		"exit_ms", time.Since(tEOF).Milliseconds())
+	if over {
+		return false, fmt.Errorf("reply larger than %d bytes", MaxStdout)
+	}
+	if copyErr != nil && !out.TimedOut && ctx.Err() == nil {
+		return false, fmt.Errorf("read container output: %w", copyErr)
+	}
+	if ctx.Err() != nil && !out.TimedOut {
+		return false, ctx.Err()
+	}
+	return false, nil
+}
 
-	// Exit state, on a fresh bounded context: it must be read even when the
-	// request was cancelled, and OOM is only known from inspect.
+// exitState reads the exit code and OOM state of an exited container, on
+// a fresh bounded context: it must be read even when the request was
+// cancelled, and OOM is only known from inspect.
+func (d *Docker) exitState(ctx context.Context, c *attached, out *Outcome) error {
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer scancel()
 	waitC, errC := d.cli.ContainerWait(sctx, c.id, container.WaitConditionNotRunning)
@@ -579,7 +741,6 @@ func (d *Docker) exchange(ctx context.Context, c *attached, job Job, out *Outcom
 	case err := <-errC:
 		return fmt.Errorf("container wait: %w", err)
 	}
-	tWait = time.Now()
 	ins, err := d.cli.ContainerInspect(sctx, c.id)
 	switch {
 	case cerrdefs.IsNotFound(err):
@@ -593,15 +754,6 @@ func (d *Docker) exchange(ctx context.Context, c *attached, job Job, out *Outcom
 	if ins.State != nil {
 		out.ExitCode = ins.State.ExitCode
 		out.OOMKilled = ins.State.OOMKilled
-	}
-	if stdout.over {
-		return fmt.Errorf("reply larger than %d bytes", MaxStdout)
-	}
-	if copyErr != nil && !out.TimedOut && ctx.Err() == nil {
-		return fmt.Errorf("read container output: %w", copyErr)
-	}
-	if ctx.Err() != nil && !out.TimedOut {
-		return ctx.Err()
 	}
 	return nil
 }
@@ -627,19 +779,6 @@ func (d *Docker) remove(id string) error {
 	return nil
 }
 
-// removeAsync removes an exited container off the reply's path; Close waits
-// for it, and a crash in between leaves an orphan that start-up removes.
-func (d *Docker) removeAsync(id string) <-chan struct{} {
-	done := make(chan struct{})
-	d.bg.Add(1)
-	go func() {
-		defer d.bg.Done()
-		defer close(done)
-		_ = d.remove(id)
-	}()
-	return done
-}
-
 func short(id string) string {
 	if len(id) > 12 {
 		return id[:12]
@@ -647,48 +786,4 @@ func short(id string) string {
 	return id
 }
 
-// capped keeps up to max bytes and notes overflow, and keeps draining so
-// the container is never blocked on a full pipe.
-type capped struct {
-	buf  []byte
-	max  int
-	over bool
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	if room := c.max - len(c.buf); room > 0 {
-		if len(p) > room {
-			c.buf = append(c.buf, p[:room]...)
-			c.over = true
-		} else {
-			c.buf = append(c.buf, p...)
-		}
-	} else if len(p) > 0 {
-		c.over = true
-	}
-	return len(p), nil
-}
-
-// tail keeps the last max bytes written.
-type tail struct {
-	buf []byte
-	max int
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > 2*t.max {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) bytes() []byte {
-	if len(t.buf) > t.max {
-		return t.buf[len(t.buf)-t.max:]
-	}
-	return t.buf
-}
-
 var _ Backend = (*Docker)(nil)
-var _ io.Writer = (*capped)(nil)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -208,6 +209,13 @@ func TestDockerDeadPrestartedContainerIsReplaced(t *testing.T) {
 	if err := cli.ContainerKill(ctx, list[0].ID, "KILL"); err != nil {
 		t.Fatal(err)
 	}
+	// The backend learns of the death from the end of the container's
+	// output stream, which the daemon closes as the kill completes.
+	for deadline := time.Now().Add(10 * time.Second); d.Ready(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the backend still reports the killed container ready")
+		}
+	}
 	out, err := d.Run(ctx, Job{MessageID: "m-2", Stdin: []byte("still here"), Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -250,5 +258,51 @@ func TestDockerNamedNetworks(t *testing.T) {
 	}
 	if got := strings.TrimSpace(string(out.Stdout)); got != "eth0 eth1 lo" {
 		t.Errorf("interfaces %q, want eth0 eth1 lo", got)
+	}
+}
+
+// With Final, a reply that says it is final is answered at once, before the
+// container exits; the next message still reaches its container only after
+// the previous one has exited. The command notes in the workspace when it
+// read its message and when it ended: the notes never interleave.
+func TestDockerFinalReplyAnswersBeforeExit(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	ctx := context.Background()
+	ws := t.TempDir()
+	// The sleep before the reply outlasts refillHeadStart, so the next
+	// container is started while this one still runs.
+	cmd := []string{"sh", "-c", "cat >/dev/null; sleep 0.5; echo start >> /workspace/order; echo done; sleep 3; echo end >> /workspace/order"}
+	spec := Spec{AgentID: uniq("tf-acc-sbx-final"), Workspace: ws, Image: testutil.EnsureBusybox(t, cli), Command: cmd}
+	final := func(b []byte) bool { return string(b) == "done\n" }
+	d, err := NewDocker(ctx, cli, DockerOptions{Spec: spec, Prestart: true, ChownWorkspace: true, Final: final})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Cleanup(t, "close backend and remove its containers", func() error {
+		cerr := d.Close(context.Background())
+		_, rerr := RemoveOrphans(context.Background(), cli, spec.AgentID)
+		return errors.Join(cerr, rerr)
+	})
+	order := func() string {
+		b, err := os.ReadFile(filepath.Join(ws, "order"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	out, err := d.Run(ctx, Job{MessageID: "m-1", Stdin: []byte("one"), Timeout: 60 * time.Second})
+	if err != nil || string(out.Stdout) != "done\n" || out.ImageID == "" {
+		t.Fatalf("first message: %+v %v", out, err)
+	}
+	if got := order(); got != "start\n" {
+		t.Fatalf("after the first answer the workspace says %q: the answer waited for the exit", got)
+	}
+	out2, err := d.Run(ctx, Job{MessageID: "m-2", Stdin: []byte("two"), Timeout: 60 * time.Second})
+	if err != nil || string(out2.Stdout) != "done\n" || out2.SandboxID == out.SandboxID {
+		t.Fatalf("second message: %+v %v", out2, err)
+	}
+	if got := order(); got != "start\nend\nstart\n" {
+		t.Fatalf("the workspace says %q: the second message ran beside the first container", got)
 	}
 }

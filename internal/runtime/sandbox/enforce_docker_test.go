@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,8 +15,9 @@ import (
 
 // TestDockerEnforcementFailsClosed: while the enforcement check fails, no
 // container starts (the prestart is refused too) and a container prestarted
-// while it passed is discarded instead of getting the message; once it
-// passes again, messages run.
+// while it passed is discarded instead of getting the message (its command
+// would keep whatever it read in the workspace); once it passes again,
+// messages run.
 func TestDockerEnforcementFailsClosed(t *testing.T) {
 	testutil.RequireDocker(t)
 	cli := testutil.Docker(t)
@@ -30,7 +33,7 @@ func TestDockerEnforcementFailsClosed(t *testing.T) {
 		return nil
 	}
 	ws := t.TempDir()
-	spec := Spec{AgentID: uniq("tf-acc-sbx-enforce"), Workspace: ws, Image: testutil.EnsureBusybox(t, cli), Command: []string{"cat"}}
+	spec := Spec{AgentID: uniq("tf-acc-sbx-enforce"), Workspace: ws, Image: testutil.EnsureBusybox(t, cli), Command: []string{"sh", "-c", "tee -a /workspace/got"}}
 	d, err := NewDocker(ctx, cli, DockerOptions{Spec: spec, Prestart: true, ChownWorkspace: true, Enforcement: check})
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +65,10 @@ func TestDockerEnforcementFailsClosed(t *testing.T) {
 	if asked.Load() == before {
 		t.Fatal("the check was not asked")
 	}
+	// tee makes the file when it starts; what matters is what is in it.
+	if got, err := os.ReadFile(filepath.Join(ws, "got")); (err != nil && !errors.Is(err, os.ErrNotExist)) || len(got) != 0 {
+		t.Fatalf("a container read the refused message: %q %v", got, err)
+	}
 	// The prestarted container is gone, and no other started meanwhile.
 	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		left := agentContainers(t, cli, spec.AgentID)
@@ -83,5 +90,9 @@ func TestDockerEnforcementFailsClosed(t *testing.T) {
 	out, err = d.Run(ctx, Job{MessageID: "m-ok", Stdin: []byte("back"), Timeout: 30 * time.Second})
 	if err != nil || string(out.Stdout) != "back" || out.SandboxID == prestarted[0].ID {
 		t.Fatalf("after enforcement is back: %+v %v", out, err)
+	}
+	// The same command did keep what it read: the check above can fail.
+	if got, err := os.ReadFile(filepath.Join(ws, "got")); err != nil || string(got) != "back" {
+		t.Fatalf("workspace after a message: %q %v", got, err)
 	}
 }
