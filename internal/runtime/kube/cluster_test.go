@@ -6,18 +6,16 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/testimage"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -95,80 +93,26 @@ func runnerImage(t *testing.T) string {
 	tag := testutil.EnsureRunnerImage(t, cli)
 	importMu.Lock()
 	defer importMu.Unlock()
-	if imported[tag] {
-		return tag
+	if !imported[tag] {
+		testutil.Must(t, testimage.ImportToCluster(context.Background(), cli, testutil.RepoRoot(), tag))
+		imported[tag] = true
 	}
-	rc, err := cli.ImageSave(context.Background(), []string{tag})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = rc.Close() }() // read to the end by the import
-	cmd := exec.Command(filepath.Join(testutil.RepoRoot(), "scripts", "k8s", "load-image.sh"), "-")
-	cmd.Stdin = rc
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("import %s into the cluster: %v\n%s", tag, err, out)
-	}
-	imported[tag] = true
 	return tag
 }
 
-// workspaceClaim makes a host directory owned by the sandbox user, a
-// hostPath PersistentVolume for it bound in advance to a claim of that
-// name in c's namespace, and waits until the claim is bound. The cluster's
-// mount namespace is a copy of the host's, so the directory is the same
-// on both sides.
+// workspaceClaim makes a host directory owned by the sandbox user and a
+// claim of that name for it. The cluster's mount namespace is a copy of
+// the host's, so the directory is the same on both sides.
 func workspaceClaim(t *testing.T, c *Client, name string) string {
 	t.Helper()
 	dir := testutil.SharedTempDir(t)
 	testutil.Must(t, os.Chown(dir, sandbox.DefaultUID, sandbox.DefaultGID))
-	ctx := context.Background()
-	pvName := c.Namespace + "-" + name
-	size := resource.MustParse("1Gi")
-	hostDir := corev1.HostPathDirectory
-	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: pvName},
-		Spec: corev1.PersistentVolumeSpec{
-			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: size},
-			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
-			StorageClassName:              "",
-			ClaimRef:                      &corev1.ObjectReference{Namespace: c.Namespace, Name: name},
-			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir, Type: &hostDir}},
-		},
-	}
-	if _, err := c.Clientset.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Cleanup(t, "delete persistent volume "+pvName, func() error {
-		return c.Clientset.CoreV1().PersistentVolumes().Delete(context.Background(), pvName, metav1.DeleteOptions{})
-	})
-	empty := ""
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			StorageClassName: &empty,
-			VolumeName:       pvName,
-			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
-		},
-	}
-	if _, err := c.Clientset.CoreV1().PersistentVolumeClaims(c.Namespace).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		got, err := c.Clientset.CoreV1().PersistentVolumeClaims(c.Namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.Status.Phase == corev1.ClaimBound {
-			return dir
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("claim %s not bound: %+v", name, got.Status)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	remove, err := HostPathClaim(ctx, c, name, dir)
+	testutil.Must(t, err)
+	testutil.Cleanup(t, "delete claim "+name, func() error { return remove(context.Background()) })
+	return dir
 }
 
 // agentPods lists the pods of one agent in c's namespace.
