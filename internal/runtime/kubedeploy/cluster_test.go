@@ -76,7 +76,7 @@ func runnerImage(t *testing.T) string {
 // of the kubernetes Service (the test cluster runs no kube-proxy).
 func apiServer(t *testing.T, c *kube.Client) string {
 	t.Helper()
-	ep, err := c.Clientset.CoreV1().Endpoints("default").Get(context.Background(), "kubernetes", metav1.GetOptions{}) //nolint:staticcheck // the test cluster's one endpoint
+	ep, err := c.Clientset.CoreV1().Endpoints("default").Get(context.Background(), "kubernetes", metav1.GetOptions{})
 	testutil.Must(t, err)
 	if len(ep.Subsets) == 0 || len(ep.Subsets[0].Addresses) == 0 || len(ep.Subsets[0].Ports) == 0 {
 		t.Fatalf("kubernetes endpoints: %+v", ep.Subsets)

@@ -9,7 +9,6 @@ package kubedeploy
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"time"
 
@@ -236,5 +235,3 @@ func ignoreNotFound(err error) error {
 	}
 	return err
 }
-
-var errNotAvailable = errors.New("runner not available")
