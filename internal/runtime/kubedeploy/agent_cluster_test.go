@@ -83,6 +83,12 @@ func TestAgentOnCluster(t *testing.T) {
 		t.Fatalf("Read after apply = %+v, %v; want no drift", obs, err)
 	}
 
+	imp, err := svc.Import(ctx, id)
+	if err != nil || imp.Config.Token != out.Token || imp.Config.Secrets["GH"] != secretValue || imp.PullPolicy != corev1.PullNever ||
+		imp.RunnerImage != "" || imp.Workspace.Volume != volume {
+		t.Errorf("Import = %+v, %v", imp, err)
+	}
+
 	// A changed config rolls the runner: a new pod, never two at once.
 	a.Config.MaxSteps = 7
 	out2, err := svc.Apply(ctx, a)

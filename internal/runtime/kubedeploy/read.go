@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -166,4 +167,43 @@ func (s *Service) waitRunnerGone(ctx context.Context, id string) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// Import restores an agent from its objects: the config from its Secret
+// (with the token, the API key and the secrets; the caller decides what to
+// keep), the runner image and pull policy from its Deployment, the
+// workspace's class and volume from its claim.
+func (s *Service) Import(ctx context.Context, id string) (Agent, error) {
+	var a Agent
+	if !deploy.ValidID(id) {
+		return a, stepErr(deploy.StepImport, "", "importing "+id, fmt.Errorf("%q is not an agent id (%s)", id, deploy.IDPattern))
+	}
+	n, ns, cs := NamesFor(id), s.o.Client.Namespace, s.o.Client.Clientset
+	cfg, _, err := s.secretState(ctx, n)
+	if err == nil && cfg == nil {
+		err = fmt.Errorf("no readable runner config in Secret %s/%s", ns, n.Base)
+	}
+	if err != nil {
+		return a, stepErr(deploy.StepImport, "", "importing "+id, err)
+	}
+	a.Config = *cfg
+	dep, err := cs.AppsV1().Deployments(ns).Get(ctx, n.Base, metav1.GetOptions{})
+	switch {
+	case err == nil && len(dep.Spec.Template.Spec.Containers) == 1:
+		c := dep.Spec.Template.Spec.Containers[0]
+		a.PullPolicy = c.ImagePullPolicy
+		if c.Image != cfg.Container.Image {
+			a.RunnerImage = c.Image
+		}
+	case err != nil && !apierrors.IsNotFound(err):
+		return a, stepErr(deploy.StepImport, "", "importing "+id, err)
+	}
+	pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, n.Claim, metav1.GetOptions{})
+	if err == nil {
+		a.Workspace = Workspace{StorageClass: pvc.Spec.StorageClassName, Volume: pvc.Spec.VolumeName}
+		if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
+			a.Workspace.Size = q.String()
+		}
+	}
+	return a, nil
 }
