@@ -62,6 +62,10 @@ type PodSpec struct {
 	RuntimeClass string
 	// Env is extra non-secret environment; secrets travel on stdin only.
 	Env map[string]string
+	// Labels are extra pod labels, such as the ThreeGate member labels
+	// that NetworkPolicies select on; they cannot replace the ownership,
+	// agent, message or role labels.
+	Labels map[string]string
 }
 
 var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -259,6 +263,15 @@ func podLabels(s PodSpec, messageID string) (map[string]string, error) {
 		extra["role"] = s.Role
 	}
 	labels := engine.Labels(sandbox.Component, extra)
+	for k, v := range s.Labels {
+		if _, own := labels[k]; own || k == LabelInstance {
+			return nil, fmt.Errorf("label %s is set by the sandbox itself", k)
+		}
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return nil, fmt.Errorf("label key %q: %s", k, errs[0])
+		}
+		labels[k] = v
+	}
 	for k, v := range labels {
 		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
 			return nil, fmt.Errorf("label %s=%q: %s", k, v, errs[0])
