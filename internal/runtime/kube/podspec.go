@@ -195,7 +195,7 @@ func (s PodSpec) check() error {
 		return fmt.Errorf("workspace claim %q: %s", s.WorkspaceClaim, errs[0])
 	}
 	if p := s.WorkspaceSubPath; p != "" && (strings.HasPrefix(p, "/") || strings.Contains("/"+p+"/", "/../")) {
-		return fmt.Errorf("workspace sub-path %q: want a relative path without ..", p)
+		return fmt.Errorf("workspace sub-path %q: want a relative path that does not climb out with \"..\"", p)
 	}
 	if s.RuntimeClass != "" {
 		if errs := validation.IsDNS1123Subdomain(s.RuntimeClass); len(errs) > 0 {
