@@ -112,7 +112,9 @@ namespaces() {
   done
   nsx ip link set lo up
   nsx ip addr add "$NODE_IP/32" dev lo
-  # The host's way in: see the header.
+  # The host's way in: see the header. (A pair whose holder died went
+  # with it; one left some other way is replaced.)
+  ip link del "$VETH_HOST" 2>/dev/null || true
   ip link add "$VETH_HOST" type veth peer name "$VETH_NS" netns "$(holder)"
   ip addr add "$HOST_END/30" dev "$VETH_HOST"
   ip link set "$VETH_HOST" up
