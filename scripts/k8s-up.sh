@@ -73,23 +73,32 @@ deps() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# build: only when a binary is missing or the build inputs changed
+# fresh STAMP_NAME HASH BINARIES...: the binaries exist and were built from
+# inputs with this hash
+fresh() {
+  local stamp=$1 hash=$2 b
+  shift 2
+  for b in "$@"; do [ -x "$BIN/$b" ] || return 1; done
+  [ "$(cat "$BIN/.$stamp" 2>/dev/null)" = "$hash" ]
+}
+
+# build: only what is missing or was built from other inputs
 build() {
-  local stamp
-  stamp=$(cat "$here/k8s/build/go.mod" "$here/k8s/build/go.sum" "$here/k8s/build/build.sh" \
-    "$here/k8s/build/cmd"/*/main.go <(echo "$KUBE_ROUTER") | sha256sum | cut -d' ' -f1)
-  local b ok=1
-  for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd pause kube-router; do
-    [ -x "$BIN/$b" ] || ok=0
-  done
-  if [ $ok = 1 ] && [ "$(cat "$BIN/.inputs" 2>/dev/null)" = "$stamp" ]; then return; fi
-  local t0=$SECONDS
-  log "building Kubernetes v1.37.2, etcd and pause (first time: about 9 minutes)"
-  "$here/k8s/build/build.sh" "$BIN"
-  log "building kube-router"
-  CGO_ENABLED=0 GOBIN=$BIN go install -trimpath -ldflags "-s -w" "$KUBE_ROUTER"
-  echo "$stamp" >"$BIN/.inputs"
-  log "built in $((SECONDS - t0)) s"
+  local t0=$SECONDS hash
+  hash=$(cat "$here/k8s/build/go.mod" "$here/k8s/build/go.sum" "$here/k8s/build/build.sh" \
+    "$here/k8s/build/cmd"/*/main.go | sha256sum | cut -d' ' -f1)
+  if ! fresh k8s.inputs "$hash" kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl etcd pause; then
+    log "building Kubernetes v1.37.2, etcd and pause (from empty Go caches: 9 minutes or more)"
+    "$here/k8s/build/build.sh" "$BIN"
+    echo "$hash" >"$BIN/.k8s.inputs"
+  fi
+  hash=$(echo "$KUBE_ROUTER" | sha256sum | cut -d' ' -f1)
+  if ! fresh kube-router.inputs "$hash" kube-router; then
+    log "building kube-router"
+    CGO_ENABLED=0 GOBIN=$BIN go install -trimpath -ldflags "-s -w" "$KUBE_ROUTER"
+    echo "$hash" >"$BIN/.kube-router.inputs"
+  fi
+  log "binaries ready in $((SECONDS - t0)) s"
 }
 
 namespaces() {
@@ -103,7 +112,9 @@ namespaces() {
   done
   nsx ip link set lo up
   nsx ip addr add "$NODE_IP/32" dev lo
-  # The host's way in: see the header.
+  # The host's way in: see the header. (A pair whose holder died went
+  # with it; one left some other way is replaced.)
+  ip link del "$VETH_HOST" 2>/dev/null || true
   ip link add "$VETH_HOST" type veth peer name "$VETH_NS" netns "$(holder)"
   ip addr add "$HOST_END/30" dev "$VETH_HOST"
   ip link set "$VETH_HOST" up

@@ -152,7 +152,9 @@ func barePod(ctx context.Context, c *kube.Client, spec kube.PodSpec) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = pods.Delete(context.WithoutCancel(ctx), created.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}) }()
+	defer func() {
+		_ = pods.Delete(context.WithoutCancel(ctx), created.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	}()
 	w, err := pods.Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", created.Name).String(), ResourceVersion: created.ResourceVersion})
 	if err != nil {
 		return err

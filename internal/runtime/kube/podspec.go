@@ -62,6 +62,10 @@ type PodSpec struct {
 	RuntimeClass string
 	// Env is extra non-secret environment; secrets travel on stdin only.
 	Env map[string]string
+	// Labels are extra pod labels, such as the ThreeGate member labels
+	// that NetworkPolicies select on; they cannot replace the ownership,
+	// agent, message or role labels.
+	Labels map[string]string
 }
 
 var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -191,7 +195,7 @@ func (s PodSpec) check() error {
 		return fmt.Errorf("workspace claim %q: %s", s.WorkspaceClaim, errs[0])
 	}
 	if p := s.WorkspaceSubPath; p != "" && (strings.HasPrefix(p, "/") || strings.Contains("/"+p+"/", "/../")) {
-		return fmt.Errorf("workspace sub-path %q: want a relative path without ..", p)
+		return fmt.Errorf("workspace sub-path %q: want a relative path that does not climb out with \"..\"", p)
 	}
 	if s.RuntimeClass != "" {
 		if errs := validation.IsDNS1123Subdomain(s.RuntimeClass); len(errs) > 0 {
@@ -259,6 +263,15 @@ func podLabels(s PodSpec, messageID string) (map[string]string, error) {
 		extra["role"] = s.Role
 	}
 	labels := engine.Labels(sandbox.Component, extra)
+	for k, v := range s.Labels {
+		if _, own := labels[k]; own || k == LabelInstance {
+			return nil, fmt.Errorf("label %s is set by the sandbox itself", k)
+		}
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return nil, fmt.Errorf("label key %q: %s", k, errs[0])
+		}
+		labels[k] = v
+	}
 	for k, v := range labels {
 		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
 			return nil, fmt.Errorf("label %s=%q: %s", k, v, errs[0])

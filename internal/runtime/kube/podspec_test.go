@@ -12,7 +12,8 @@ import (
 
 func testSpec() PodSpec {
 	return PodSpec{AgentID: "tool_exec.1", Role: "tool-exec", Image: "meepa-test/runner:abc", WorkspaceClaim: "ws-tool-exec",
-		RuntimeClass: "gvisor", Env: map[string]string{"LANG": "C.UTF-8", "HOME": "/root"}}
+		RuntimeClass: "gvisor", Env: map[string]string{"LANG": "C.UTF-8", "HOME": "/root"},
+		Labels: map[string]string{"meepa.io/threegate": "tg", "meepa.io/threegate-execution": "true"}}
 }
 
 // Every hardening setting of a per-message pod, field by field, after the
@@ -33,6 +34,7 @@ func TestHardenedPod(t *testing.T) {
 	wantLabels := map[string]string{
 		engine.LabelManagedBy: engine.ManagedByValue, engine.LabelComponent: sandbox.Component,
 		sandbox.LabelAgent: "tool_exec.1", sandbox.LabelMessage: "m-1", LabelRole: "tool-exec",
+		"meepa.io/threegate": "tg", "meepa.io/threegate-execution": "true",
 	}
 	if len(p.Labels) != len(wantLabels) {
 		t.Errorf("labels %v, want %v", p.Labels, wantLabels)
@@ -153,6 +155,10 @@ func TestHardenedPodRefuses(t *testing.T) {
 		"bad pull":      {func(s *PodSpec) { s.ImagePullPolicy = "Sometimes" }, "pull policy"},
 		"empty image":   {func(s *PodSpec) { s.Image = "" }, "image"},
 		"long agent id": {func(s *PodSpec) { s.AgentID = strings.Repeat("a", 64) }, "label"},
+		"own label":     {func(s *PodSpec) { s.Labels = map[string]string{sandbox.LabelAgent: "other"} }, "set by the sandbox"},
+		"instance":      {func(s *PodSpec) { s.Labels = map[string]string{LabelInstance: "x"} }, "set by the sandbox"},
+		"bad key":       {func(s *PodSpec) { s.Labels = map[string]string{"a b": "x"} }, "label key"},
+		"bad value":     {func(s *PodSpec) { s.Labels = map[string]string{"k": "-x-"} }, "label"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := testSpec()
