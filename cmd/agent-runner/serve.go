@@ -20,7 +20,7 @@ func init() {
 	register("serve", "run one agent's message service (HTTP on a unix socket or TCP)", runServe)
 }
 
-// runServe: agent-runner serve --config PATH [--unrestricted]
+// runServe: agent-runner serve --config PATH [--unrestricted] [--config-secret]
 //
 // SIGTERM/SIGINT finish the message in flight and stop; SIGHUP re-reads the
 // config (discarding a prestarted container made for the old one).
@@ -30,6 +30,7 @@ func runServe(args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "path of the runner config file (JSON, mode 0600)")
 	unrestricted := fs.Bool("unrestricted", false, "host mode without file access restrictions (file_access.unrestricted)")
+	inSecret := fs.Bool("config-secret", false, "the config is a Kubernetes Secret volume, readable by the pod's fsGroup (the runner's own group)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -44,7 +45,11 @@ func runServe(args []string) int {
 		Output:     os.Stderr,
 	})
 	load := func() (*runner.Config, error) {
-		cfg, err := runner.LoadConfig(*cfgPath)
+		loadFile := runner.LoadConfig
+		if *inSecret {
+			loadFile = runner.LoadSecretConfig
+		}
+		cfg, err := loadFile(*cfgPath)
 		if err != nil {
 			return nil, err
 		}

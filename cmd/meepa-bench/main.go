@@ -23,6 +23,9 @@
 //
 //	bench: b/a=<x> c/a=<x> d/a=<x> k=<d/h> e=<msgs/s> thr2/thr1=<x> thr4/thr1=<x>
 //
+// With MEEPA_KUBECONFIG set (export MEEPA_KUBECONFIG=$(scripts/k8s-up.sh))
+// a Kubernetes section runs first (kube.go); -kube-only stops after it.
+//
 // Images are built locally from /bin/busybox (Debian's busybox-static) and a
 // fresh agent-runner; nothing is pulled.
 package main
@@ -90,14 +93,15 @@ func main() {
 	burst := flag.Int("burst", 10, "messages per back-to-back run (e)")
 	perAgent := flag.Int("per-agent", 8, "messages per agent in the throughput runs")
 	reps := flag.Int("reps", 3, "repetitions of (e) and of the throughput runs")
+	kubeOnly := flag.Bool("kube-only", false, "run only the Kubernetes section (needs MEEPA_KUBECONFIG)")
 	flag.Parse()
-	if err := run(*rounds, *burst, *perAgent, *reps); err != nil {
+	if err := run(*rounds, *burst, *perAgent, *reps, *kubeOnly); err != nil {
 		fmt.Fprintln(os.Stderr, "meepa-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rounds, burst, perAgent, reps int) error {
+func run(rounds, burst, perAgent, reps int, kubeOnly bool) error {
 	ctx := context.Background()
 	cli, err := engine.Connect(ctx, engine.Options{})
 	if err != nil {
@@ -122,6 +126,16 @@ func run(rounds, burst, perAgent, reps int) error {
 	// agent's own uid, which must pass through to its workspace.
 	if err := os.Chmod(tmp, 0o711); err != nil {
 		return err
+	}
+	if kc := os.Getenv("MEEPA_KUBECONFIG"); kc != "" {
+		if err := benchKube(ctx, cli, kc, tmp, rounds); err != nil {
+			return fmt.Errorf("kubernetes: %w", err)
+		}
+	} else if kubeOnly {
+		return errors.New("-kube-only: set MEEPA_KUBECONFIG (scripts/k8s-up.sh prints it)")
+	}
+	if kubeOnly {
+		return nil
 	}
 
 	newWorkspace := func(name string) (string, error) {

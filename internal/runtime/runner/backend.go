@@ -29,8 +29,12 @@ const (
 )
 
 // NewBackend is the one place that picks the sandbox for a config: the
-// Docker per-message container with container mode, else the host backend.
+// Docker per-message container with container mode, a Pod per message with
+// a kubernetes section, else the host backend.
 func NewBackend(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox.Backend, string, error) {
+	if cfg.Kubernetes != nil {
+		return newKubeBackend(ctx, cfg, log)
+	}
 	if !cfg.Container.Enabled {
 		h, err := sandbox.NewHost(HostOptions(cfg, log))
 		return h, ModeHost, err
@@ -260,6 +264,7 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	errs = append(errs, c.validateKubernetes())
 	// What the owner chose is checked as the provider's plan checks it.
 	errs = append(errs, ValidateSettings(c))
 	if err := errors.Join(errs...); err != nil {

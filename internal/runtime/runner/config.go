@@ -80,6 +80,10 @@ type Config struct {
 	// the workspace, away from every sandbox. Empty: no journal, and a
 	// restart forgets what was queued.
 	Journal string `json:"journal_dir,omitempty"`
+	// Kubernetes, when set, runs each message in a Pod of the cluster the
+	// runner itself runs in, instead of a Docker container (see
+	// Kubernetes).
+	Kubernetes *Kubernetes `json:"kubernetes,omitempty"`
 
 	// Path is the absolute path LoadConfig read the config from; it is
 	// not part of the file.
@@ -140,7 +144,15 @@ func (c ContainerMode) Timeout() time.Duration {
 
 // LoadConfig reads a config file and refuses one that others can read. The
 // mode is checked on the open file, so a swap after the check is not read.
-func LoadConfig(path string) (*Config, error) {
+func LoadConfig(path string) (*Config, error) { return loadConfig(path, false) }
+
+// LoadSecretConfig reads a config mounted from a Kubernetes Secret. The
+// kubelet makes such a file readable by the pod's fsGroup, so group read is
+// accepted when that group is this process's own; a file others can read,
+// or anyone but its owner can write, is refused as by LoadConfig.
+func LoadSecretConfig(path string) (*Config, error) { return loadConfig(path, true) }
+
+func loadConfig(path string, groupRead bool) (*Config, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("runner config: %w", err)
@@ -150,8 +162,8 @@ func LoadConfig(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runner config: %w", err)
 	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("runner config %s: mode %o lets others read its secrets; chmod 600 it", path, st.Mode().Perm())
+	if err := checkConfigMode(path, st, groupRead); err != nil {
+		return nil, err
 	}
 	raw, err := io.ReadAll(f)
 	if err != nil {
@@ -216,6 +228,23 @@ func WriteConfig(path string, c *Config) (err error) {
 	}
 	if err := os.Rename(f.Name(), path); err != nil {
 		return fmt.Errorf("runner config: %w", err)
+	}
+	return nil
+}
+
+// checkConfigMode refuses a config file that others than its owner (and,
+// with groupRead, its own group) can read, or anyone but its owner can
+// write.
+func checkConfigMode(path string, st fs.FileInfo, groupRead bool) error {
+	perm := st.Mode().Perm()
+	if !groupRead || perm&0o037 != 0 {
+		if perm&0o077 == 0 {
+			return nil
+		}
+		return fmt.Errorf("runner config %s: mode %o lets others read its secrets; chmod 600 it", path, perm)
+	}
+	if perm&0o040 != 0 && !ownGroup(st) {
+		return fmt.Errorf("runner config %s: mode %o lets a group other than this process's own read its secrets", path, perm)
 	}
 	return nil
 }

@@ -1,0 +1,217 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/streaming/pkg/httpstream"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+)
+
+// podRun is a running pod with its container's stdin, stdout and stderr
+// attached.
+type podRun struct {
+	name    string
+	started time.Time
+	stdin   *io.PipeWriter
+	stdout  *capped
+	stderr  *tail
+	// streamed closes when the attach ends (the container exited or the
+	// stream broke); streamErr is then set.
+	streamed  chan struct{}
+	streamErr error
+	cancel    context.CancelFunc
+}
+
+func (r *podRun) alive() bool {
+	select {
+	case <-r.streamed:
+		return false
+	default:
+		return true
+	}
+}
+
+// startPod creates a pod, waits until its container runs and attaches to
+// it. The agent reads its request before it writes anything, so nothing is
+// lost between start and attach.
+func (k *Pods) startPod(ctx context.Context, messageID string) (_ *podRun, err error) {
+	pod, err := HardenedPod(k.opts.Spec, k.c.Namespace, messageID)
+	if err != nil {
+		return nil, err
+	}
+	pod.Labels[LabelInstance] = k.instance
+	created, err := k.c.Clientset.CoreV1().Pods(k.c.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("pod create: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			k.deleteAsync(created.Name)
+		}
+	}()
+	if _, err := k.waitPod(ctx, created, containerRunning); err != nil {
+		return nil, fmt.Errorf("pod %s start: %w", created.Name, err)
+	}
+	r, err := k.attach(created.Name)
+	if err != nil {
+		return nil, err
+	}
+	r.started = time.Now()
+	return r, nil
+}
+
+// attach opens the container's streams over the API server: WebSocket
+// first, SPDY where the server does not upgrade to WebSocket.
+func (k *Pods) attach(name string) (*podRun, error) {
+	req := k.c.Clientset.CoreV1().RESTClient().Post().
+		Namespace(k.c.Namespace).Resource("pods").Name(name).SubResource("attach").
+		VersionedParams(&corev1.PodAttachOptions{Container: ContainerName, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	spdy, err := remotecommand.NewSPDYExecutor(k.c.REST, "POST", req.URL())
+	if err != nil {
+		return nil, fmt.Errorf("pod attach: %w", err)
+	}
+	ws, err := remotecommand.NewWebSocketExecutor(k.c.REST, "GET", req.URL().String())
+	if err != nil {
+		return nil, fmt.Errorf("pod attach: %w", err)
+	}
+	ex, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pod attach: %w", err)
+	}
+	pr, pw := io.Pipe()
+	sctx, cancel := context.WithCancel(context.Background())
+	r := &podRun{name: name, stdin: pw, stdout: &capped{max: sandbox.MaxStdout},
+		stderr: &tail{max: sandbox.StderrTailLen}, streamed: make(chan struct{}), cancel: cancel}
+	go func() {
+		r.streamErr = ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: pr, Stdout: r.stdout, Stderr: r.stderr})
+		// A request still being written must not block on a dead stream.
+		_ = pr.CloseWithError(io.ErrClosedPipe)
+		close(r.streamed)
+	}()
+	return r, nil
+}
+
+// relabel names the message on a prestarted pod, in the background: the
+// message does not wait for it.
+func (k *Pods) relabel(name, messageID string) {
+	if messageID == "" {
+		return
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{sandbox.LabelMessage: messageID}}})
+	k.bg.Add(1)
+	go func() {
+		defer k.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		_, err := k.c.Clientset.CoreV1().Pods(k.c.Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		if err != nil {
+			k.log.Debug("label prestarted pod with its message", "pod", name, "error", err)
+		}
+	}()
+}
+
+// exchange writes the request, reads the reply until the container closes
+// its output, and reads the exit state from the pod's status. At the
+// timeout (or when ctx ends) the pod is deleted at once.
+func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sandbox.Outcome) error {
+	defer r.cancel()
+	// The write runs beside the read: a request bigger than the pipe buffer
+	// would otherwise deadlock against an agent that answers early.
+	go func() {
+		if _, err := r.stdin.Write(job.Stdin); err != nil {
+			k.log.Debug("stdin write", "pod", r.name, "error", err)
+		}
+		_ = r.stdin.Close()
+	}()
+	select {
+	case <-r.streamed:
+	case <-ctx.Done():
+		out.TimedOut = errors.Is(ctx.Err(), context.DeadlineExceeded)
+		out.ExitCode = killedExitCode
+		dctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		err := deletePod(dctx, k.c, r.name)
+		cancel()
+		r.cancel()
+		<-r.streamed
+		out.Stdout, out.StderrTail = r.stdout.buf, r.stderr.bytes()
+		if err != nil {
+			return err
+		}
+		if !out.TimedOut {
+			return ctx.Err()
+		}
+		return nil
+	}
+	out.Stdout, out.StderrTail = r.stdout.buf, r.stderr.bytes()
+	// The exit state is read even when the request was cancelled meanwhile.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	p, err := k.waitPod(sctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: r.name}}, containerTerminated)
+	if err != nil {
+		return fmt.Errorf("pod %s exit state: %w", r.name, err)
+	}
+	cs := containerStatus(p)
+	t := cs.State.Terminated
+	out.ExitCode = int(t.ExitCode)
+	out.OOMKilled = t.Reason == "OOMKilled"
+	out.ImageID = cs.ImageID
+	if r.stdout.over {
+		return fmt.Errorf("reply larger than %d bytes", sandbox.MaxStdout)
+	}
+	if r.streamErr != nil && ctx.Err() == nil {
+		return fmt.Errorf("pod attach: %w", r.streamErr)
+	}
+	return ctx.Err()
+}
+
+// capped keeps up to max bytes and notes overflow; it keeps accepting, so
+// the container never blocks on a full pipe.
+type capped struct {
+	buf  []byte
+	max  int
+	over bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	n := len(p)
+	if room := c.max - len(c.buf); n > room {
+		c.over = true
+		p = p[:max(room, 0)]
+	}
+	c.buf = append(c.buf, p...)
+	return n, nil
+}
+
+// tail keeps the last max bytes written.
+type tail struct {
+	buf []byte
+	max int
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2*t.max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) bytes() []byte {
+	if len(t.buf) > t.max {
+		return t.buf[len(t.buf)-t.max:]
+	}
+	return t.buf
+}

@@ -1,0 +1,298 @@
+package kube
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+)
+
+// Timings of the pod backend.
+const (
+	// cleanupTimeout bounds a delete or the read of an exit state, on a
+	// fresh context so that a cancelled message still cleans up.
+	cleanupTimeout = 15 * time.Second
+	// refillHeadStart is how long a message runs before the next
+	// prestarted pod is created, unless it finishes sooner: creating a pod
+	// is CPU work for the node, which would slow a short message's reply.
+	refillHeadStart = 250 * time.Millisecond
+	// prestartTimeout bounds the start of a prestarted pod.
+	prestartTimeout = 2 * time.Minute
+	// killedExitCode is reported for a pod killed at the timeout: it is
+	// deleted at once, so no exit code of its own is ever read.
+	killedExitCode = 137
+)
+
+// Options configure a pod backend.
+type Options struct {
+	Spec PodSpec
+	// Prestart keeps the next pod created, running and attached, waiting
+	// on stdin, so that a message does not wait for a pod start.
+	Prestart bool
+	Logger   hclog.Logger
+}
+
+// Pods runs each message in a fresh hardened Pod: the request goes in on
+// the container's stdin over an attach, the reply comes back on its stdout,
+// and the pod is deleted after.
+type Pods struct {
+	c    *Client
+	opts Options
+	log  hclog.Logger
+	// instance labels this backend's pods.
+	instance string
+
+	mu     sync.Mutex
+	next   *pending // the prestarted pod, possibly still starting
+	closed bool
+	bg     sync.WaitGroup // prestarts and deletions under way
+}
+
+// pending is a prestarted pod; done closes when it is attached or failed.
+type pending struct {
+	done chan struct{}
+	r    *podRun
+	err  error
+}
+
+// NewPods checks the spec, deletes this agent's pods left by an earlier
+// runner (by label) and, with prestart, starts the first waiting pod.
+func NewPods(ctx context.Context, c *Client, o Options) (*Pods, error) {
+	if _, err := HardenedPod(o.Spec, c.Namespace, ""); err != nil {
+		return nil, err
+	}
+	log := o.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	var inst [8]byte
+	_, _ = rand.Read(inst[:])
+	k := &Pods{c: c, opts: o, log: log.Named("kube"), instance: hex.EncodeToString(inst[:])}
+	n, err := DeleteAgentPods(ctx, c, o.Spec.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	if n > 0 {
+		k.log.Info("deleted orphan pods", "count", n)
+	}
+	if o.Prestart {
+		k.mu.Lock()
+		k.refillLocked(context.WithoutCancel(ctx))
+		k.mu.Unlock()
+	}
+	return k, nil
+}
+
+// DeleteAgentPods deletes every per-message pod of agentID at once (no
+// grace) and returns how many there were.
+func DeleteAgentPods(ctx context.Context, c *Client, agentID string) (int, error) {
+	pods := c.Clientset.CoreV1().Pods(c.Namespace)
+	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: AgentSelector(agentID)})
+	if err != nil {
+		return 0, fmt.Errorf("list orphan pods: %w", err)
+	}
+	var errs []error
+	for _, p := range list.Items {
+		if err := deletePod(ctx, c, p.Name); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return len(list.Items), errors.Join(errs...)
+}
+
+func deletePod(ctx context.Context, c *Client, name string) error {
+	err := c.Clientset.CoreV1().Pods(c.Namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("pod delete %s: %w", name, err)
+	}
+	return nil
+}
+
+// Ready reports whether a prestarted pod is waiting.
+func (k *Pods) Ready() bool {
+	k.mu.Lock()
+	p := k.next
+	k.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return p.err == nil && p.r.alive()
+	default:
+		return false
+	}
+}
+
+// Close deletes the prestarted pod and waits for prestarts and deletions
+// under way.
+func (k *Pods) Close(ctx context.Context) error {
+	k.mu.Lock()
+	k.closed = true
+	p := k.next
+	k.next = nil
+	k.mu.Unlock()
+	if p != nil {
+		k.bg.Add(1)
+		go func() {
+			defer k.bg.Done()
+			<-p.done
+			k.discardPending(p)
+		}()
+	}
+	done := make(chan struct{})
+	go func() { k.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// refillLocked starts the next prestarted pod in the background. k.mu held.
+func (k *Pods) refillLocked(ctx context.Context) {
+	if k.closed || k.next != nil {
+		return
+	}
+	p := &pending{done: make(chan struct{})}
+	k.next = p
+	k.bg.Add(1)
+	go func() {
+		defer k.bg.Done()
+		ctx, cancel := context.WithTimeout(ctx, prestartTimeout)
+		defer cancel()
+		p.r, p.err = k.startPod(ctx, "")
+		if p.err != nil {
+			k.log.Warn("prestart failed; the next message starts its own pod", "error", p.err)
+		}
+		close(p.done)
+	}()
+}
+
+// take returns the prestarted pod, waiting for one still starting; nil
+// when there is none, it failed, or it died while it waited.
+func (k *Pods) take(ctx context.Context) (*podRun, error) {
+	k.mu.Lock()
+	p := k.next
+	k.next = nil
+	k.mu.Unlock()
+	if p == nil {
+		return nil, nil
+	}
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		// Keep it for the next message rather than waste the start.
+		k.mu.Lock()
+		if k.next == nil && !k.closed {
+			k.next, p = p, nil
+		}
+		k.mu.Unlock()
+		if p != nil {
+			k.bg.Add(1)
+			go func() { defer k.bg.Done(); <-p.done; k.discardPending(p) }()
+		}
+		return nil, ctx.Err()
+	}
+	if p.err != nil {
+		return nil, nil
+	}
+	// Its attach ends only when the container does: a prestarted pod
+	// killed out of band (or by a node restart) never sees the message.
+	if !p.r.alive() {
+		k.log.Warn("prestarted pod is gone; starting a fresh one", "pod", p.r.name)
+		k.discardPending(p)
+		return nil, nil
+	}
+	return p.r, nil
+}
+
+func (k *Pods) discardPending(p *pending) {
+	if p.r != nil {
+		p.r.cancel()
+		k.deleteAsync(p.r.name)
+	}
+}
+
+// deleteAsync deletes a pod off the reply's path; Close waits for it, and
+// a crash in between leaves an orphan that the next start-up deletes.
+func (k *Pods) deleteAsync(name string) {
+	k.bg.Add(1)
+	go func() {
+		defer k.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		if err := deletePod(ctx, k.c, name); err != nil {
+			k.log.Warn("pod delete", "pod", name, "error", err)
+		}
+	}()
+}
+
+// Run runs one job in a fresh pod: the prestarted one if there is one (it
+// has never seen a message), else one made now. The pod is always deleted.
+func (k *Pods) Run(ctx context.Context, job sandbox.Job) (sandbox.Outcome, error) {
+	begin := time.Now()
+	if job.Timeout <= 0 {
+		job.Timeout = sandbox.DefaultTimeout
+	}
+	// The timeout covers the whole message, a slow start included.
+	ctx, cancel := context.WithTimeout(ctx, job.Timeout)
+	defer cancel()
+	timedOut := func() bool { return errors.Is(ctx.Err(), context.DeadlineExceeded) }
+	var r *podRun
+	if k.opts.Prestart {
+		var err error
+		if r, err = k.take(ctx); err != nil {
+			if timedOut() {
+				return sandbox.Outcome{TimedOut: true, StartLatency: time.Since(begin)}, nil
+			}
+			return sandbox.Outcome{}, fmt.Errorf("wait for prestarted pod: %w", err)
+		}
+	}
+	prestarted := r != nil
+	if r == nil {
+		var err error
+		if r, err = k.startPod(ctx, job.MessageID); err != nil {
+			if timedOut() {
+				return sandbox.Outcome{TimedOut: true, StartLatency: time.Since(begin)}, nil
+			}
+			return sandbox.Outcome{}, err
+		}
+	}
+	out := sandbox.Outcome{SandboxID: r.name}
+	if !prestarted {
+		out.StartLatency = time.Since(begin)
+	} else if w := r.started.Sub(begin); w > 0 {
+		// Only what the message waited for a pod still starting.
+		out.StartLatency = w
+	}
+	if prestarted {
+		k.relabel(r.name, job.MessageID)
+	}
+	if !k.opts.Prestart {
+		err := k.exchange(ctx, r, job, &out)
+		k.deleteAsync(r.name)
+		return out, err
+	}
+	refill := sync.OnceFunc(func() {
+		k.mu.Lock()
+		k.refillLocked(context.WithoutCancel(ctx))
+		k.mu.Unlock()
+	})
+	timer := time.AfterFunc(refillHeadStart, refill)
+	err := k.exchange(ctx, r, job, &out)
+	timer.Stop()
+	k.deleteAsync(r.name)
+	refill()
+	return out, err
+}

@@ -1,0 +1,308 @@
+package kube
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+)
+
+// Names and defaults of a per-message pod.
+const (
+	// ContainerName is the pod's one container.
+	ContainerName = "agent"
+	// DefaultCPULimit is one core; the request is CPURequest, so that a
+	// waiting prestarted pod does not hold a whole core of a small node.
+	DefaultCPULimit = "1"
+	CPURequest      = "100m"
+	// LabelRole carries the agent's ThreeGate role, for NetworkPolicies.
+	LabelRole = engine.LabelPrefix + "role"
+	// LabelInstance names the backend (one runner process) that made a pod.
+	LabelInstance = sandbox.LabelInstance
+	volWorkspace  = "workspace"
+	volTmp        = "tmp"
+)
+
+// PodSpec is what varies between agents' per-message pods; everything else
+// is fixed by HardenedPod. The zero value of each optional field is its
+// documented default.
+type PodSpec struct {
+	AgentID string
+	// Role is the ThreeGate role (core, fetch, tool-exec) as a pod label;
+	// empty sets no role label.
+	Role  string
+	Image string
+	// ImagePullPolicy defaults to IfNotPresent; tests use Never with images
+	// imported into the node's containerd.
+	ImagePullPolicy corev1.PullPolicy
+	// Command defaults to sandbox.DefaultCommand.
+	Command []string
+	// MemoryLimit is a size as in the Docker backend ("512m"); default
+	// sandbox.DefaultMemoryLimit. It is the request too: a message never
+	// lands on a node without that memory.
+	MemoryLimit string
+	// CPULimit is a Kubernetes quantity ("500m", "2"); default DefaultCPULimit.
+	CPULimit string
+	// User is "uid:gid" (sandbox.ParseUser); default sandbox.DefaultUser.
+	User string
+	// WorkspaceClaim is the PersistentVolumeClaim mounted read-write at
+	// /workspace (required); WorkspaceSubPath is a directory inside it.
+	WorkspaceClaim   string
+	WorkspaceSubPath string
+	// RuntimeClass is container_mode.runtime: the pod's runtimeClassName
+	// (e.g. gvisor); empty is the cluster's default runtime.
+	RuntimeClass string
+	// Env is extra non-secret environment; secrets travel on stdin only.
+	Env map[string]string
+	// Labels are extra pod labels, such as the ThreeGate member labels
+	// that NetworkPolicies select on; they cannot replace the ownership,
+	// agent, message or role labels.
+	Labels map[string]string
+}
+
+var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// HardenedPod is the one place that says what a per-message pod is: a
+// non-root user (the Docker backend's), a read-only root filesystem, every
+// capability dropped, no privilege escalation, the RuntimeDefault seccomp
+// profile, no service-account token, no service links, memory and CPU
+// limits, a memory-backed /tmp of sandbox.TmpSize, the workspace claim at
+// /workspace and no other volume, restartPolicy Never, stdin open for one
+// attach, and the ownership labels. A pids limit has no field in the Pod
+// API: it is the node's podPidsLimit (kubelet configuration).
+// messageID is "" for a prestarted pod that has no message yet.
+func HardenedPod(s PodSpec, namespace, messageID string) (*corev1.Pod, error) {
+	if err := s.check(); err != nil {
+		return nil, fmt.Errorf("pod spec: %w", err)
+	}
+	u, err := sandbox.ParseUser(s.User)
+	if err != nil {
+		return nil, fmt.Errorf("pod spec: user %w", err)
+	}
+	res, err := s.resources()
+	if err != nil {
+		return nil, fmt.Errorf("pod spec: %w", err)
+	}
+	env, err := s.env()
+	if err != nil {
+		return nil, fmt.Errorf("pod spec: %w", err)
+	}
+	tmp, err := sandbox.MemoryBytes(sandbox.TmpSize)
+	if err != nil {
+		return nil, err
+	}
+	labels, err := podLabels(s, messageID)
+	if err != nil {
+		return nil, fmt.Errorf("pod spec: %w", err)
+	}
+	cmd := s.Command
+	if len(cmd) == 0 {
+		cmd = sandbox.DefaultCommand
+	}
+	pull := s.ImagePullPolicy
+	if pull == "" {
+		pull = corev1.PullIfNotPresent
+	}
+	uid, gid := int64(u.UID), int64(u.GID)
+	grace := int64(1)
+	onMismatch := corev1.FSGroupChangeOnRootMismatch
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: podNamePrefix(s.AgentID),
+			Namespace:    namespace,
+			Labels:       labels,
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  ptr(false),
+			EnableServiceLinks:            ptr(false),
+			HostNetwork:                   false,
+			HostPID:                       false,
+			HostIPC:                       false,
+			ShareProcessNamespace:         ptr(false),
+			Hostname:                      "agent",
+			TerminationGracePeriodSeconds: &grace,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:        ptr(true),
+				RunAsUser:           &uid,
+				RunAsGroup:          &gid,
+				FSGroup:             &gid,
+				FSGroupChangePolicy: &onMismatch,
+				SeccompProfile:      &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Volumes: []corev1.Volume{
+				{Name: volWorkspace, VolumeSource: corev1.VolumeSource{
+					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: s.WorkspaceClaim},
+				}},
+				{Name: volTmp, VolumeSource: corev1.VolumeSource{
+					EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(tmp, resource.BinarySI)},
+				}},
+			},
+			Containers: []corev1.Container{{
+				Name:            ContainerName,
+				Image:           s.Image,
+				ImagePullPolicy: pull,
+				Command:         cmd,
+				Env:             env,
+				WorkingDir:      sandbox.WorkspaceDir,
+				Resources:       res,
+				// The request goes in over one attach; its end closes stdin.
+				Stdin:     true,
+				StdinOnce: true,
+				TTY:       false,
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: volWorkspace, MountPath: sandbox.WorkspaceDir, SubPath: s.WorkspaceSubPath},
+					{Name: volTmp, MountPath: "/tmp"},
+				},
+				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+				SecurityContext: &corev1.SecurityContext{
+					RunAsNonRoot:             ptr(true),
+					RunAsUser:                &uid,
+					RunAsGroup:               &gid,
+					Privileged:               ptr(false),
+					AllowPrivilegeEscalation: ptr(false),
+					ReadOnlyRootFilesystem:   ptr(true),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+			}},
+		},
+	}
+	if s.RuntimeClass != "" {
+		pod.Spec.RuntimeClassName = &s.RuntimeClass
+	}
+	return pod, nil
+}
+
+func (s PodSpec) check() error {
+	switch {
+	case s.AgentID == "":
+		return fmt.Errorf("agent id is empty")
+	case s.Image == "":
+		return fmt.Errorf("image is empty")
+	case s.WorkspaceClaim == "":
+		return fmt.Errorf("workspace claim is empty")
+	}
+	if errs := validation.IsDNS1123Subdomain(s.WorkspaceClaim); len(errs) > 0 {
+		return fmt.Errorf("workspace claim %q: %s", s.WorkspaceClaim, errs[0])
+	}
+	if p := s.WorkspaceSubPath; p != "" && (strings.HasPrefix(p, "/") || strings.Contains("/"+p+"/", "/../")) {
+		return fmt.Errorf("workspace sub-path %q: want a relative path that does not climb out with \"..\"", p)
+	}
+	if s.RuntimeClass != "" {
+		if errs := validation.IsDNS1123Subdomain(s.RuntimeClass); len(errs) > 0 {
+			return fmt.Errorf("runtime class %q: %s", s.RuntimeClass, errs[0])
+		}
+	}
+	switch s.ImagePullPolicy {
+	case "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
+	default:
+		return fmt.Errorf("image pull policy %q: want Always, IfNotPresent or Never", s.ImagePullPolicy)
+	}
+	return nil
+}
+
+func (s PodSpec) resources() (corev1.ResourceRequirements, error) {
+	mem, err := sandbox.MemoryBytes(s.MemoryLimit)
+	if err != nil {
+		return corev1.ResourceRequirements{}, fmt.Errorf("memory limit %w", err)
+	}
+	cpuText := s.CPULimit
+	if cpuText == "" {
+		cpuText = DefaultCPULimit
+	}
+	cpu, err := resource.ParseQuantity(cpuText)
+	if err != nil || cpu.Sign() <= 0 {
+		return corev1.ResourceRequirements{}, fmt.Errorf("cpu limit %q: want a positive quantity such as \"500m\" or \"2\"", cpuText)
+	}
+	req := resource.MustParse(CPURequest)
+	if cpu.Cmp(req) < 0 {
+		req = cpu
+	}
+	memQ := *resource.NewQuantity(mem, resource.BinarySI)
+	return corev1.ResourceRequirements{
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: memQ, corev1.ResourceCPU: cpu},
+		Requests: corev1.ResourceList{corev1.ResourceMemory: memQ, corev1.ResourceCPU: req},
+	}, nil
+}
+
+func (s PodSpec) env() ([]corev1.EnvVar, error) {
+	env := []corev1.EnvVar{{Name: "HOME", Value: sandbox.WorkspaceDir}, {Name: "TMPDIR", Value: "/tmp"}}
+	keys := make([]string, 0, len(s.Env))
+	for k, v := range s.Env {
+		if !envNameRe.MatchString(k) || strings.ContainsRune(v, 0) {
+			return nil, fmt.Errorf("env %q: want a variable name and a value without NUL", k)
+		}
+		if k != "HOME" && k != "TMPDIR" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, corev1.EnvVar{Name: k, Value: s.Env[k]})
+	}
+	return env, nil
+}
+
+// podLabels are the ownership labels plus agent, message and role; each
+// value must be a valid label value (an id that is not is refused).
+func podLabels(s PodSpec, messageID string) (map[string]string, error) {
+	if messageID == "" {
+		messageID = "prestart"
+	}
+	extra := map[string]string{"agent": s.AgentID, "message": messageID}
+	if s.Role != "" {
+		extra["role"] = s.Role
+	}
+	labels := engine.Labels(sandbox.Component, extra)
+	for k, v := range s.Labels {
+		if _, own := labels[k]; own || k == LabelInstance {
+			return nil, fmt.Errorf("label %s is set by the sandbox itself", k)
+		}
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return nil, fmt.Errorf("label key %q: %s", k, errs[0])
+		}
+		labels[k] = v
+	}
+	for k, v := range labels {
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return nil, fmt.Errorf("label %s=%q: %s", k, v, errs[0])
+		}
+	}
+	return labels, nil
+}
+
+// AgentSelector selects the per-message pods of one agent.
+func AgentSelector(agentID string) string {
+	return engine.LabelManagedBy + "=" + engine.ManagedByValue + "," +
+		engine.LabelComponent + "=" + sandbox.Component + "," +
+		sandbox.LabelAgent + "=" + agentID
+}
+
+// podNamePrefix is "meepa-msg-<agent>-" cut and cleaned to a DNS label
+// prefix; the API server appends a random suffix.
+func podNamePrefix(agentID string) string {
+	safe := strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
+			return r
+		case r >= 'A' && r <= 'Z':
+			return r + 'a' - 'A'
+		}
+		return '-'
+	}, agentID)
+	if len(safe) > 40 {
+		safe = safe[:40]
+	}
+	return "meepa-msg-" + strings.Trim(safe, "-") + "-"
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,156 @@
+package kubedeploy
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/transport/spdy"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/testimage"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// The acceptance tests run against the project's own cluster:
+//
+//	export MEEPA_KUBECONFIG=$(flock -o /tmp/meepa-acc.lock scripts/k8s-up.sh)
+//	TF_ACC=1 flock -o /tmp/meepa-acc.lock go test ./internal/runtime/kubedeploy/
+
+var runToken = func() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}()
+
+// requireCluster skips without TF_ACC or MEEPA_KUBECONFIG, and connects to
+// a fresh namespace that is deleted when the test ends.
+func requireCluster(t *testing.T) *kube.Client {
+	t.Helper()
+	if os.Getenv("TF_ACC") == "" {
+		t.Skip("needs a cluster: set TF_ACC=1 (make testacc)")
+	}
+	kc := os.Getenv("MEEPA_KUBECONFIG")
+	if kc == "" {
+		t.Skip("needs a cluster: export MEEPA_KUBECONFIG=$(scripts/k8s-up.sh)")
+	}
+	c, err := kube.Connect(kube.Config{ConfigPath: kc})
+	testutil.Must(t, err)
+	name := "tf-acc-kd-" + runToken + "-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+	ctx := context.Background()
+	_, err = c.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	testutil.Must(t, err)
+	testutil.Cleanup(t, "delete namespace "+name, func() error {
+		return c.Clientset.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
+	})
+	c.Namespace = name
+	return c
+}
+
+// runnerImage is busybox + this build's agent-runner, imported into the
+// cluster's containerd.
+func runnerImage(t *testing.T) string {
+	t.Helper()
+	cli := testutil.Docker(t)
+	tag := testutil.EnsureRunnerImage(t, cli)
+	testutil.Must(t, testimage.ImportToCluster(context.Background(), cli, testutil.RepoRoot(), tag))
+	return tag
+}
+
+// apiServer is the API server's address as pods reach it: the endpoint
+// of the kubernetes Service (the test cluster runs no kube-proxy).
+func apiServer(t *testing.T, c *kube.Client) string {
+	t.Helper()
+	ep, err := c.Clientset.CoreV1().Endpoints("default").Get(context.Background(), "kubernetes", metav1.GetOptions{})
+	testutil.Must(t, err)
+	if len(ep.Subsets) == 0 || len(ep.Subsets[0].Addresses) == 0 || len(ep.Subsets[0].Ports) == 0 {
+		t.Fatalf("kubernetes endpoints: %+v", ep.Subsets)
+	}
+	return net.JoinHostPort(ep.Subsets[0].Addresses[0].IP, strconv.Itoa(int(ep.Subsets[0].Ports[0].Port)))
+}
+
+// workspaceVolume is a hostPath PersistentVolume reserved for the agent's
+// claim (the test cluster has no provisioner); the directory belongs to
+// the sandbox user, since no fsGroup change reaches a hostPath.
+func workspaceVolume(t *testing.T, c *kube.Client, agentID string) (string, string) {
+	t.Helper()
+	dir := testutil.SharedTempDir(t)
+	testutil.Must(t, os.Chown(dir, sandbox.DefaultUID, sandbox.DefaultGID))
+	name := c.Namespace + "-ws"
+	hostDir := corev1.HostPathDirectory
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(DefaultWorkspaceSize)},
+			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			ClaimRef:                      &corev1.ObjectReference{Namespace: c.Namespace, Name: NamesFor(agentID).Claim},
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: dir, Type: &hostDir}},
+		},
+	}
+	_, err := c.Clientset.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{})
+	testutil.Must(t, err)
+	testutil.Cleanup(t, "delete volume "+name, func() error {
+		return ignoreNotFound(c.Clientset.CoreV1().PersistentVolumes().Delete(context.Background(), name, metav1.DeleteOptions{}))
+	})
+	return name, dir
+}
+
+// forward opens a port-forward to a pod's port through the API server and
+// returns the local address.
+func forward(t *testing.T, c *kube.Client, pod string, port int32) string {
+	t.Helper()
+	tr, up, err := spdy.RoundTripperFor(c.REST)
+	testutil.Must(t, err)
+	u := c.Clientset.CoreV1().RESTClient().Post().Resource("pods").Namespace(c.Namespace).Name(pod).SubResource("portforward").URL()
+	dialer := spdy.NewDialer(up, &http.Client{Transport: tr}, http.MethodPost, u)
+	stop, ready := make(chan struct{}), make(chan struct{})
+	fw, err := portforward.NewOnAddresses(dialer, []string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stop, ready, io.Discard, io.Discard)
+	testutil.Must(t, err)
+	done := make(chan error, 1)
+	go func() { done <- fw.ForwardPorts() }()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("port-forward: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("port-forward not ready after 30 s")
+	}
+	t.Cleanup(func() { close(stop) })
+	ports, err := fw.GetPorts()
+	testutil.Must(t, err)
+	return fmt.Sprintf("127.0.0.1:%d", ports[0].Local)
+}
+
+// send posts a message and returns the HTTP status and the decoded body.
+func send(t *testing.T, addr, token, text string) (int, map[string]any) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"text": text})
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/messages", bytes.NewReader(body))
+	testutil.Must(t, err)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
+	testutil.Must(t, err)
+	defer func() { _ = resp.Body.Close() }()
+	var out map[string]any
+	raw, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("reply %d %q: %v", resp.StatusCode, raw, err)
+	}
+	return resp.StatusCode, out
+}

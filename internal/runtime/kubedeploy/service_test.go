@@ -1,0 +1,113 @@
+package kubedeploy
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+)
+
+func fakeService() (*Service, *fake.Clientset) {
+	cs := fake.NewClientset()
+	return NewService(Options{Client: &kube.Client{Clientset: cs, Namespace: "agents"}, Version: "test"}), cs
+}
+
+// The objects Apply writes, without a cluster: the completed config in
+// the Secret, then Read's drift, Remove keeping the claim, and a forced
+// Remove.
+func TestObjectsReadRemove(t *testing.T) {
+	svc, cs := fakeService()
+	ctx := context.Background()
+	a := testAgent("writer", "img", "")
+	a.Config.Token = "tok"
+	if err := svc.complete(ctx, &a); err != nil {
+		t.Fatal(err)
+	}
+	n := NamesFor("writer")
+	claim, err := svc.workspaceClaim(a, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.ensureClaim(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	key := []byte("0123456789abcdef0123456789abcdef")
+	if err := svc.applyObjects(ctx, a, n, key, svc.hash(a, key)); err != nil {
+		t.Fatal(err)
+	}
+	// A second apply updates in place.
+	if err := svc.applyObjects(ctx, a, n, key, svc.hash(a, key)); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := cs.CoreV1().Secrets("agents").Get(ctx, n.Base, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg runner.Config
+	if err := json.Unmarshal(sec.Data[SecretConfigKey], &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "0.0.0.0:8080" || cfg.Workspace != "/workspace" || cfg.Kubernetes.Namespace != "agents" ||
+		cfg.Kubernetes.WorkspaceClaim != n.Claim || cfg.Kubernetes.ImagePullPolicy != "Never" || cfg.Token != "tok" {
+		t.Errorf("config in the Secret: %+v %+v", cfg, cfg.Kubernetes)
+	}
+	obs, err := svc.Read(ctx, a)
+	if err != nil || len(obs.Missing) != 0 || len(obs.Changed) != 0 || obs.RunnerStatus != StatusNotReady || !obs.Drift() {
+		t.Errorf("Read with no runner pod: %+v, %v", obs, err)
+	}
+	if err := cs.RbacV1().RoleBindings("agents").Delete(ctx, n.Base, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if obs, _ := svc.Read(ctx, a); !slices.Equal(obs.Missing, []string{"RoleBinding"}) {
+		t.Errorf("Read after deleting the RoleBinding: %+v", obs)
+	}
+	if err := svc.Remove(ctx, "writer", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().PersistentVolumeClaims("agents").Get(ctx, n.Claim, metav1.GetOptions{}); err != nil {
+		t.Errorf("claim after Remove: %v", err)
+	}
+	if _, err := cs.CoreV1().Secrets("agents").Get(ctx, n.Base, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("Secret after Remove: %v", err)
+	}
+	if obs, _ := svc.Read(ctx, a); len(obs.Missing) != 6 || slices.Contains(obs.Missing, "PersistentVolumeClaim") || obs.RunnerStatus != StatusMissing {
+		t.Errorf("Read after Remove: %+v", obs)
+	}
+	if err := svc.Remove(ctx, "writer", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().PersistentVolumeClaims("agents").Get(ctx, n.Claim, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("claim after a forced Remove: %v", err)
+	}
+}
+
+// A config the runner would refuse is refused before anything is made.
+func TestCompleteRefuses(t *testing.T) {
+	svc, cs := fakeService()
+	a := testAgent("writer", "img", "")
+	a.Config.Container.Network = "none"
+	_, err := svc.Apply(context.Background(), a)
+	if err == nil || !strings.Contains(err.Error(), "network") {
+		t.Fatalf("Apply with network none: %v", err)
+	}
+	if list, _ := cs.CoreV1().Secrets("agents").List(context.Background(), metav1.ListOptions{}); len(list.Items) != 0 {
+		t.Error("a refused agent left a Secret")
+	}
+	a = testAgent("writer", "img", "")
+	a.Config.Container.Runtime = "runsc"
+	if _, err := svc.Apply(context.Background(), a); err == nil || !strings.Contains(err.Error(), "RuntimeClass") {
+		t.Errorf("Apply with a runtime the cluster lacks: %v", err)
+	}
+	a = testAgent("Bad/Id", "img", "")
+	if _, err := svc.Apply(context.Background(), a); err == nil || !strings.Contains(err.Error(), "agent id") {
+		t.Errorf("Apply with a bad id: %v", err)
+	}
+}

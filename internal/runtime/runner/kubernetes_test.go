@@ -1,0 +1,101 @@
+package runner
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func kubeConfig() *Config {
+	c := testConfig()
+	c.Container.Network = "bridge"
+	c.Container.MemoryLimit = "256m"
+	c.Role = "tool_exec"
+	c.Env = map[string]string{"LANG": "C"}
+	c.Kubernetes = &Kubernetes{WorkspaceClaim: "ws-a1", ImagePullPolicy: "Never", RuntimeClass: "gvisor", CPULimit: "500m"}
+	return c
+}
+
+func TestValidateKubernetes(t *testing.T) {
+	if err := kubeConfig().Validate(); err != nil {
+		t.Fatalf("a good kubernetes config: %v", err)
+	}
+	cases := []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"host mode", func(c *Config) { c.Container.Enabled = false; c.Container.MemoryLimit = "1g" }, "needs container_mode.enabled"},
+		{"relay", func(c *Config) { c.LLM.Provider = "openai" }, "LLM relay"},
+		{"docker networks", func(c *Config) { c.Container.Networks = []string{"llmnet"} }, "Docker networks"},
+		{"network none", func(c *Config) { c.Role = ""; c.Container.Network = "none" }, "network \"none\""},
+		{"network empty", func(c *Config) { c.Role = ""; c.Container.Network = "" }, "network \"none\""},
+		{"no claim", func(c *Config) { c.Kubernetes.WorkspaceClaim = "" }, "workspace claim is empty"},
+		{"bad pull policy", func(c *Config) { c.Kubernetes.ImagePullPolicy = "Sometimes" }, "image pull policy"},
+		{"bad cpu", func(c *Config) { c.Kubernetes.CPULimit = "lots" }, "cpu limit"},
+	}
+	for _, tc := range cases {
+		c := kubeConfig()
+		tc.edit(c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestKubeOptions(t *testing.T) {
+	o := KubeOptions(kubeConfig(), nil)
+	s := o.Spec
+	if s.AgentID != "a1" || s.Image != "img" || s.Role != "tool-exec" || s.MemoryLimit != "256m" || s.CPULimit != "500m" ||
+		s.WorkspaceClaim != "ws-a1" || s.RuntimeClass != "gvisor" || s.ImagePullPolicy != corev1.PullNever || s.Env["LANG"] != "C" {
+		t.Errorf("spec %+v", s)
+	}
+	if o.Prestart {
+		t.Error("prestart on though the config has it off")
+	}
+}
+
+// A Secret volume's file is group-readable by the pod's fsGroup: accepted
+// only by LoadSecretConfig, only for the process's own group, and never
+// when others may read or anyone but the owner may write.
+func TestLoadSecretConfigMode(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.json")
+	if err := WriteConfig(path, kubeConfig()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode         os.FileMode
+		plain, inSec bool
+	}{
+		{0o600, true, true}, {0o400, true, true}, {0o440, false, true}, {0o640, false, true},
+		{0o444, false, false}, {0o460, false, false}, {0o404, false, false}, {0o470, false, false},
+	} {
+		if err := os.Chmod(path, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadConfig(path)
+		if (err == nil) != tc.plain {
+			t.Errorf("LoadConfig mode %o: %v", tc.mode, err)
+		}
+		c, err := LoadSecretConfig(path)
+		if (err == nil) != tc.inSec || (err == nil && c.Kubernetes.WorkspaceClaim != "ws-a1") {
+			t.Errorf("LoadSecretConfig mode %o: %v", tc.mode, err)
+		}
+	}
+	if os.Getegid() != 0 {
+		t.Skip("the foreign-group case needs root to chown")
+	}
+	if err := os.Chmod(path, 0o440); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(path, -1, 4242); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadSecretConfig(path); err == nil || !strings.Contains(err.Error(), "group other than") {
+		t.Errorf("a config readable by another group: %v, want a refusal", err)
+	}
+}

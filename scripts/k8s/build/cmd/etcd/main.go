@@ -1,0 +1,11 @@
+// Command etcd is the etcd server at the version k8s.io/kubernetes pins, so
+// the test cluster needs no etcd release download.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
