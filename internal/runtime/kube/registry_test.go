@@ -72,9 +72,9 @@ func TestRegistryConfigPrintsNoCredentials(t *testing.T) {
 func TestRemoteTag(t *testing.T) {
 	c := RegistryConfig{Address: "10.0.0.5:5000/team", Insecure: true}
 	good := map[string]string{
-		"meepa-sandbox:3f9a1c2b4d5e": "10.0.0.5:5000/team/meepa-sandbox:3f9a1c2b4d5e",
+		"meepa-sandbox:3f9a1c2b4d5e":                             "10.0.0.5:5000/team/meepa-sandbox:3f9a1c2b4d5e",
 		"meepagateway-isolated:0.1.0-meepa-sandbox-3f9a1c2b4d5e": "10.0.0.5:5000/team/meepagateway-isolated:0.1.0-meepa-sandbox-3f9a1c2b4d5e",
-		"meepa-test/runner:abc": "10.0.0.5:5000/team/meepa-test/runner:abc",
+		"meepa-test/runner:abc":                                  "10.0.0.5:5000/team/meepa-test/runner:abc",
 	}
 	for local, want := range good {
 		got, err := c.remoteTag(local)
