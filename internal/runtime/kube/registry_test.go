@@ -58,7 +58,7 @@ func TestRegistryConfigPrintsNoCredentials(t *testing.T) {
 		{Address: "r.example.com", Username: "alice", Password: "pw-secret-1"},
 		{Address: "r.example.com", Token: "tok-secret-2"},
 	} {
-		for _, s := range []string{fmt.Sprint(c), fmt.Sprintf("%v", c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), fmt.Sprintf("%s", c)} {
+		for _, s := range []string{fmt.Sprint(c), fmt.Sprintf("%v", c), fmt.Sprintf("%+v", c), fmt.Sprintf("%#v", c), fmt.Sprintf("%q", c)} {
 			if strings.Contains(s, "secret") {
 				t.Errorf("printed config shows a credential: %s", s)
 			}
