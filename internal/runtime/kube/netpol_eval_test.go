@@ -18,19 +18,19 @@ import (
 // implementation may differ it takes the permissive reading (an ipBlock
 // matches pod addresses too), so a denial it reports holds everywhere.
 
-// endpoint is a pod (Labels non-nil) or an address outside the cluster's
+// policyEndpoint is a pod (Labels non-nil) or an address outside the cluster's
 // pods.
-type endpoint struct {
+type policyEndpoint struct {
 	Namespace string
 	Labels    map[string]string
 	IP        netip.Addr
 }
 
-func (e endpoint) isPod() bool { return e.Labels != nil }
+func (e policyEndpoint) isPod() bool { return e.Labels != nil }
 
-// conn is one connection attempt.
-type conn struct {
-	From, To endpoint
+// policyConn is one connection attempt.
+type policyConn struct {
+	From, To policyEndpoint
 	Proto    corev1.Protocol
 	Port     int
 }
@@ -39,7 +39,7 @@ type evaluator struct{ pols []netv1.NetworkPolicy }
 
 // allowed says whether c passes; err reports a policy construct the
 // evaluator does not know, which the generated policies must not use.
-func (ev evaluator) allowed(c conn) (bool, error) {
+func (ev evaluator) allowed(c policyConn) (bool, error) {
 	out, err := ev.direction(c.From, netv1.PolicyTypeEgress, func(p netv1.NetworkPolicy) (bool, error) {
 		for _, r := range p.Spec.Egress {
 			if ok, err := ev.rule(p.Namespace, r.To, r.Ports, c.To, c); ok || err != nil {
@@ -63,7 +63,7 @@ func (ev evaluator) allowed(c conn) (bool, error) {
 
 // direction: pod is open unless a policy of type t selects it; then one
 // of those policies must allow.
-func (ev evaluator) direction(pod endpoint, t netv1.PolicyType, allows func(netv1.NetworkPolicy) (bool, error)) (bool, error) {
+func (ev evaluator) direction(pod policyEndpoint, t netv1.PolicyType, allows func(netv1.NetworkPolicy) (bool, error)) (bool, error) {
 	isolated := false
 	for _, p := range ev.pols {
 		if p.Namespace != pod.Namespace || !hasType(p, t) {
@@ -95,7 +95,7 @@ func hasType(p netv1.NetworkPolicy, t netv1.PolicyType) bool {
 }
 
 // rule: no peers means every peer, no ports every port.
-func (ev evaluator) rule(ns string, peers []netv1.NetworkPolicyPeer, ports []netv1.NetworkPolicyPort, peer endpoint, c conn) (bool, error) {
+func (ev evaluator) rule(tgNamespace string, peers []netv1.NetworkPolicyPeer, ports []netv1.NetworkPolicyPort, peer policyEndpoint, c policyConn) (bool, error) {
 	if !portMatches(ports, c) {
 		return false, nil
 	}
@@ -103,7 +103,7 @@ func (ev evaluator) rule(ns string, peers []netv1.NetworkPolicyPeer, ports []net
 		return true, nil
 	}
 	for _, p := range peers {
-		ok, err := peerMatches(ns, p, peer)
+		ok, err := peerMatches(tgNamespace, p, peer)
 		if ok || err != nil {
 			return ok, err
 		}
@@ -111,7 +111,7 @@ func (ev evaluator) rule(ns string, peers []netv1.NetworkPolicyPeer, ports []net
 	return false, nil
 }
 
-func peerMatches(ns string, p netv1.NetworkPolicyPeer, e endpoint) (bool, error) {
+func peerMatches(tgNamespace string, p netv1.NetworkPolicyPeer, e policyEndpoint) (bool, error) {
 	switch {
 	case p.NamespaceSelector != nil:
 		return false, fmt.Errorf("namespaceSelector is not evaluated")
@@ -136,7 +136,7 @@ func peerMatches(ns string, p netv1.NetworkPolicyPeer, e endpoint) (bool, error)
 		}
 		return true, nil
 	case p.PodSelector != nil:
-		if !e.isPod() || e.Namespace != ns {
+		if !e.isPod() || e.Namespace != tgNamespace {
 			return false, nil
 		}
 		sel, err := metav1.LabelSelectorAsSelector(p.PodSelector)
@@ -145,7 +145,7 @@ func peerMatches(ns string, p netv1.NetworkPolicyPeer, e endpoint) (bool, error)
 	return false, fmt.Errorf("empty peer")
 }
 
-func portMatches(ports []netv1.NetworkPolicyPort, c conn) bool {
+func portMatches(ports []netv1.NetworkPolicyPort, c policyConn) bool {
 	if len(ports) == 0 {
 		return true
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 )
 
-const ns = "agents"
+const tgNamespace = "agents"
 
 func pfx(s ...string) []netip.Prefix {
 	out := make([]netip.Prefix, len(s))
@@ -29,7 +29,7 @@ func pfx(s ...string) []netip.Prefix {
 func testInput() PolicyInput {
 	return PolicyInput{
 		Name:        "tg1",
-		Namespace:   ns,
+		Namespace:   tgNamespace,
 		LLM:         LLMEndpoint{CIDRs: pfx("10.30.0.0/24", "10.250.0.0/16"), Ports: []int{8080}},
 		ProxyLabels: map[string]string{"app": "egress-proxy"},
 		Cluster: ClusterNetwork{
@@ -41,75 +41,75 @@ func testInput() PolicyInput {
 	}
 }
 
-func pod(ip string, l map[string]string) endpoint {
-	return endpoint{Namespace: ns, Labels: l, IP: netip.MustParseAddr(ip)}
+func tgPod(ip string, l map[string]string) policyEndpoint {
+	return policyEndpoint{Namespace: tgNamespace, Labels: l, IP: netip.MustParseAddr(ip)}
 }
 
-func member(ip, role string, execution bool) endpoint {
-	return pod(ip, ThreeGateMemberLabels("tg1", role, execution))
+func tgMember(ip, role string, execution bool) policyEndpoint {
+	return tgPod(ip, ThreeGateMemberLabels("tg1", role, execution))
 }
 
-func proxyPod(ip, topo string, extra map[string]string) endpoint {
+func tgProxyPod(ip, topo string, extra map[string]string) policyEndpoint {
 	l := ThreeGateMemberLabels(topo, topology.RoleProxy, false)
 	for k, v := range extra {
 		l[k] = v
 	}
-	return pod(ip, l)
+	return tgPod(ip, l)
 }
 
 var (
-	sources = map[string]endpoint{
-		"core":           member("10.244.0.10", topology.RoleCore, false),
-		"core-exec":      member("10.244.0.11", topology.RoleCore, true),
-		"fetch":          member("10.244.0.12", topology.RoleFetch, false),
-		"fetch-exec":     member("10.244.0.13", topology.RoleFetch, true),
-		"tool-exec":      member("10.244.0.14", topology.RoleToolExec, false),
-		"tool-exec-exec": member("10.244.0.15", topology.RoleToolExec, true),
-		"proxy":          proxyPod("10.244.0.9", "tg1", map[string]string{"app": "egress-proxy"}),
-		"non-member":     pod("10.244.0.30", map[string]string{"app": "other"}),
+	tgSources = map[string]policyEndpoint{
+		"core":           tgMember("10.244.0.10", topology.RoleCore, false),
+		"core-exec":      tgMember("10.244.0.11", topology.RoleCore, true),
+		"fetch":          tgMember("10.244.0.12", topology.RoleFetch, false),
+		"fetch-exec":     tgMember("10.244.0.13", topology.RoleFetch, true),
+		"tool-exec":      tgMember("10.244.0.14", topology.RoleToolExec, false),
+		"tool-exec-exec": tgMember("10.244.0.15", topology.RoleToolExec, true),
+		"proxy":          tgProxyPod("10.244.0.9", "tg1", map[string]string{"app": "egress-proxy"}),
+		"non-member":     tgPod("10.244.0.30", map[string]string{"app": "other"}),
 	}
-	ext      = func(ip string) endpoint { return endpoint{IP: netip.MustParseAddr(ip)} }
+	extAddr  = func(ip string) policyEndpoint { return policyEndpoint{IP: netip.MustParseAddr(ip)} }
 	protoTCP = corev1.ProtocolTCP
 	protoUDP = corev1.ProtocolUDP
-	// destinations: name -> where, protocol, port.
-	destinations = map[string]struct {
-		to    endpoint
+	// tgDestinations: name -> where, protocol, port.
+	tgDestinations = map[string]struct {
+		to    policyEndpoint
 		proto corev1.Protocol
 		port  int
 	}{
-		"llm":                  {ext("10.30.0.5"), protoTCP, 8080},
-		"llm-other-port":       {ext("10.30.0.5"), protoTCP, 22},
-		"llm-udp":              {ext("10.30.0.5"), protoUDP, 8080},
-		"llm-range-2":          {ext("10.250.3.4"), protoTCP, 8080},
-		"node-in-llm-range":    {ext("10.250.0.1"), protoTCP, 8080},
-		"proxy":                {sources["proxy"], protoTCP, 3128},
-		"proxy-other-port":     {sources["proxy"], protoTCP, 22},
-		"proxy-udp":            {sources["proxy"], protoUDP, 3128},
-		"unlabelled-proxy":     {proxyPod("10.244.0.21", "tg1", nil), protoTCP, 3128},
-		"other-topology-proxy": {proxyPod("10.244.0.20", "tg2", map[string]string{"app": "egress-proxy"}), protoTCP, 3128},
-		"web-443":              {ext("1.1.1.1"), protoTCP, 443},
-		"web-80":               {ext("1.1.1.1"), protoTCP, 80},
-		"web-443-udp":          {ext("1.1.1.1"), protoUDP, 443},
-		"dns-udp":              {ext("1.1.1.1"), protoUDP, 53},
-		"dns-tcp":              {ext("1.1.1.1"), protoTCP, 53},
-		"private-10":           {ext("10.1.2.3"), protoTCP, 443},
-		"private-172":          {ext("172.16.5.5"), protoTCP, 443},
-		"private-192":          {ext("192.168.1.1"), protoTCP, 443},
-		"private-dns":          {ext("192.168.1.1"), protoUDP, 53},
-		"cgnat":                {ext("100.64.0.1"), protoTCP, 443},
-		"loopback":             {ext("127.0.0.1"), protoTCP, 443},
-		"metadata":             {ext("169.254.169.254"), protoTCP, 80},
-		"metadata-443":         {ext("169.254.169.254"), protoTCP, 443},
-		"node-public":          {ext("203.0.113.7"), protoTCP, 443},
-		"node-kubelet":         {ext("10.250.0.1"), protoTCP, 10250},
-		"apiserver":            {ext("192.0.2.10"), protoTCP, 443},
-		"apiserver-node":       {ext("10.250.0.1"), protoTCP, 6443},
-		"apiserver-service":    {ext("198.18.96.1"), protoTCP, 443},
-		"kube-dns":             {ext("198.18.96.10"), protoUDP, 53},
-		"pod-by-address":       {ext("10.244.0.99"), protoTCP, 443},
-		"member-core":          {sources["core"], protoTCP, 8080},
-		"member-tool-exec":     {sources["tool-exec"], protoTCP, 8080},
-		"non-member":           {sources["non-member"], protoTCP, 80},
+		"llm":                  {extAddr("10.30.0.5"), protoTCP, 8080},
+		"llm-other-port":       {extAddr("10.30.0.5"), protoTCP, 22},
+		"llm-udp":              {extAddr("10.30.0.5"), protoUDP, 8080},
+		"llm-range-2":          {extAddr("10.250.3.4"), protoTCP, 8080},
+		"node-in-llm-range":    {extAddr("10.250.0.1"), protoTCP, 8080},
+		"proxy":                {tgSources["proxy"], protoTCP, 3128},
+		"proxy-other-port":     {tgSources["proxy"], protoTCP, 22},
+		"proxy-udp":            {tgSources["proxy"], protoUDP, 3128},
+		"unlabelled-proxy":     {tgProxyPod("10.244.0.21", "tg1", nil), protoTCP, 3128},
+		"other-topology-proxy": {tgProxyPod("10.244.0.20", "tg2", map[string]string{"app": "egress-proxy"}), protoTCP, 3128},
+		"web-443":              {extAddr("1.1.1.1"), protoTCP, 443},
+		"web-80":               {extAddr("1.1.1.1"), protoTCP, 80},
+		"web-443-udp":          {extAddr("1.1.1.1"), protoUDP, 443},
+		"dns-udp":              {extAddr("1.1.1.1"), protoUDP, 53},
+		"dns-tcp":              {extAddr("1.1.1.1"), protoTCP, 53},
+		"private-10":           {extAddr("10.1.2.3"), protoTCP, 443},
+		"private-172":          {extAddr("172.16.5.5"), protoTCP, 443},
+		"private-192":          {extAddr("192.168.1.1"), protoTCP, 443},
+		"private-dns":          {extAddr("192.168.1.1"), protoUDP, 53},
+		"cgnat":                {extAddr("100.64.0.1"), protoTCP, 443},
+		"loopback":             {extAddr("127.0.0.1"), protoTCP, 443},
+		"metadata":             {extAddr("169.254.169.254"), protoTCP, 80},
+		"metadata-443":         {extAddr("169.254.169.254"), protoTCP, 443},
+		"node-public":          {extAddr("203.0.113.7"), protoTCP, 443},
+		"node-kubelet":         {extAddr("10.250.0.1"), protoTCP, 10250},
+		"apiserver":            {extAddr("192.0.2.10"), protoTCP, 443},
+		"apiserver-node":       {extAddr("10.250.0.1"), protoTCP, 6443},
+		"apiserver-service":    {extAddr("198.18.96.1"), protoTCP, 443},
+		"kube-dns":             {extAddr("198.18.96.10"), protoUDP, 53},
+		"pod-by-address":       {extAddr("10.244.0.99"), protoTCP, 443},
+		"member-core":          {tgSources["core"], protoTCP, 8080},
+		"member-tool-exec":     {tgSources["tool-exec"], protoTCP, 8080},
+		"non-member":           {tgSources["non-member"], protoTCP, 80},
 	}
 )
 
@@ -135,7 +135,7 @@ func TestThreeGateConnectivity(t *testing.T) {
 	// reaches everything but the members, which admit only FETCH (and only
 	// at the proxy), and the other topology's proxy, which has no policies
 	// in this set.
-	for d := range destinations {
+	for d := range tgDestinations {
 		switch d {
 		case "proxy", "proxy-other-port", "proxy-udp", "unlabelled-proxy", "member-core", "member-tool-exec":
 		default:
@@ -148,13 +148,13 @@ func TestThreeGateConnectivity(t *testing.T) {
 func checkTable(t *testing.T, pols []netv1.NetworkPolicy, allowed map[string][]string) {
 	t.Helper()
 	ev := evaluator{pols}
-	for sn, src := range sources {
+	for sn, src := range tgSources {
 		want := map[string]bool{}
 		for _, d := range allowed[sn] {
 			want[d] = true
 		}
-		for dn, d := range destinations {
-			got, err := ev.allowed(conn{From: src, To: d.to, Proto: d.proto, Port: d.port})
+		for dn, d := range tgDestinations {
+			got, err := ev.allowed(policyConn{From: src, To: d.to, Proto: d.proto, Port: d.port})
 			if err != nil {
 				t.Fatalf("%s → %s: %v", sn, dn, err)
 			}
@@ -189,7 +189,7 @@ func TestThreeGateProxyDNSServers(t *testing.T) {
 		{"1.1.1.1", protoTCP, 53, false},
 		{"1.1.1.1", protoTCP, 443, true},
 	} {
-		got, err := ev.allowed(conn{From: sources["proxy"], To: ext(c.ip), Proto: c.proto, Port: c.port})
+		got, err := ev.allowed(policyConn{From: tgSources["proxy"], To: extAddr(c.ip), Proto: c.proto, Port: c.port})
 		if err != nil || got != c.want {
 			t.Errorf("proxy → %s %s/%d: allowed = %v, %v; want %v", c.ip, c.proto, c.port, got, err, c.want)
 		}
@@ -235,8 +235,8 @@ func TestEvaluatorCatchesWrongPolicies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := destinations[b.dst]
-		got, err := evaluator{b.edit(pols)}.allowed(conn{From: sources[b.src], To: d.to, Proto: d.proto, Port: d.port})
+		d := tgDestinations[b.dst]
+		got, err := evaluator{b.edit(pols)}.allowed(policyConn{From: tgSources[b.src], To: d.to, Proto: d.proto, Port: d.port})
 		if err != nil || !got {
 			t.Errorf("%s: %s → %s allowed = %v, %v; the broken set should allow it", name, b.src, b.dst, got, err)
 		}
@@ -257,8 +257,8 @@ func TestThreeGatePoliciesShape(t *testing.T) {
 			t.Errorf("policy name %q repeated or not under tg1-", p.Name)
 		}
 		names[p.Name] = true
-		if p.Namespace != ns || p.Spec.PodSelector.MatchLabels[ThreeGateLabelTopology] != "tg1" {
-			t.Errorf("%s: namespace %q, selector %v; want %s and the topology label", p.Name, p.Namespace, p.Spec.PodSelector, ns)
+		if p.Namespace != tgNamespace || p.Spec.PodSelector.MatchLabels[ThreeGateLabelTopology] != "tg1" {
+			t.Errorf("%s: namespace %q, selector %v; want %s and the topology label", p.Name, p.Namespace, p.Spec.PodSelector, tgNamespace)
 		}
 		if len(p.Spec.PolicyTypes) != 2 {
 			t.Errorf("%s: policy types %v, want Ingress and Egress", p.Name, p.Spec.PolicyTypes)
