@@ -95,7 +95,7 @@ func hasType(p netv1.NetworkPolicy, t netv1.PolicyType) bool {
 }
 
 // rule: no peers means every peer, no ports every port.
-func (ev evaluator) rule(tgNamespace string, peers []netv1.NetworkPolicyPeer, ports []netv1.NetworkPolicyPort, peer policyEndpoint, c policyConn) (bool, error) {
+func (ev evaluator) rule(policyNS string, peers []netv1.NetworkPolicyPeer, ports []netv1.NetworkPolicyPort, peer policyEndpoint, c policyConn) (bool, error) {
 	if !portMatches(ports, c) {
 		return false, nil
 	}
@@ -103,7 +103,7 @@ func (ev evaluator) rule(tgNamespace string, peers []netv1.NetworkPolicyPeer, po
 		return true, nil
 	}
 	for _, p := range peers {
-		ok, err := peerMatches(tgNamespace, p, peer)
+		ok, err := peerMatches(policyNS, p, peer)
 		if ok || err != nil {
 			return ok, err
 		}
@@ -111,7 +111,7 @@ func (ev evaluator) rule(tgNamespace string, peers []netv1.NetworkPolicyPeer, po
 	return false, nil
 }
 
-func peerMatches(tgNamespace string, p netv1.NetworkPolicyPeer, e policyEndpoint) (bool, error) {
+func peerMatches(policyNS string, p netv1.NetworkPolicyPeer, e policyEndpoint) (bool, error) {
 	switch {
 	case p.NamespaceSelector != nil:
 		return false, fmt.Errorf("namespaceSelector is not evaluated")
@@ -136,7 +136,7 @@ func peerMatches(tgNamespace string, p netv1.NetworkPolicyPeer, e policyEndpoint
 		}
 		return true, nil
 	case p.PodSelector != nil:
-		if !e.isPod() || e.Namespace != tgNamespace {
+		if !e.isPod() || e.Namespace != policyNS {
 			return false, nil
 		}
 		sel, err := metav1.LabelSelectorAsSelector(p.PodSelector)
