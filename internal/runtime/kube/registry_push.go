@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 
 	"github.com/docker/docker/client"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -15,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/image"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
 )
 
@@ -162,4 +164,33 @@ func present(ref name.Digest, opts []remote.Option) (bool, error) {
 func isNotFound(err error) bool {
 	var te *transport.Error
 	return errors.As(err, &te) && te.StatusCode == http.StatusNotFound
+}
+
+// IsolationRefs are an isolation image's references in the registry.
+type IsolationRefs struct {
+	// Isolated is the isolation image: what the agents' pods run.
+	Isolated PushedImage
+	// Container is the container image (meepa-sandbox:<content hash>) it
+	// layers onto, or nil when there is none: a base image is not ours to
+	// push, and its layers travel inside the isolation image.
+	Container *PushedImage
+}
+
+// PushIsolation pushes what the image service built for st: the container
+// image, when there is one, and the isolation image.
+func (p *ImagePusher) PushIsolation(ctx context.Context, st image.State) (IsolationRefs, error) {
+	var out IsolationRefs
+	if repo, _, ok := strings.Cut(st.Image, ":"); ok && repo == image.ContainerRepo {
+		c, err := p.Push(ctx, st.Image)
+		if err != nil {
+			return IsolationRefs{}, err
+		}
+		out.Container = &c
+	}
+	iso, err := p.Push(ctx, st.Isolated)
+	if err != nil {
+		return IsolationRefs{}, err
+	}
+	out.Isolated = iso
+	return out, nil
 }
