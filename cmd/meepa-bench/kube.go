@@ -51,6 +51,9 @@ func benchKube(ctx context.Context, cli *client.Client, kubeconfig, tmp string, 
 	if err != nil {
 		return err
 	}
+	if err := kube.WaitDefaultServiceAccount(ctx, c); err != nil {
+		return err
+	}
 	ws := filepath.Join(tmp, "k8s-ws")
 	if err := os.Mkdir(ws, 0o755); err != nil {
 		return err

@@ -62,6 +62,9 @@ func requireCluster(t *testing.T) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	testutil.Must(t, WaitDefaultServiceAccount(wctx, c))
 	return c
 }
 
