@@ -156,6 +156,11 @@ func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sa
 		return nil
 	}
 	out.Stdout, out.StderrTail = r.stdout.buf, r.stderr.bytes()
+	if r.streamErr != nil && ctx.Err() == nil {
+		// A broken attach says nothing of the container, which may still
+		// wait for its request: no waiting for an exit here.
+		return fmt.Errorf("pod %s attach: %w", r.name, r.streamErr)
+	}
 	// The exit state is read even when the request was cancelled meanwhile.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
@@ -170,9 +175,6 @@ func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sa
 	out.ImageID = cs.ImageID
 	if r.stdout.over {
 		return fmt.Errorf("reply larger than %d bytes", sandbox.MaxStdout)
-	}
-	if r.streamErr != nil && ctx.Err() == nil {
-		return fmt.Errorf("pod attach: %w", r.streamErr)
 	}
 	return ctx.Err()
 }
