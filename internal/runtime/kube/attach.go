@@ -128,6 +128,7 @@ func (k *Pods) relabel(name, messageID string) {
 // timeout (or when ctx ends) the pod is deleted at once.
 func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sandbox.Outcome) error {
 	defer r.cancel()
+	t0 := time.Now()
 	// The write runs beside the read: a request bigger than the pipe buffer
 	// would otherwise deadlock against an agent that answers early.
 	go func() {
@@ -156,6 +157,11 @@ func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sa
 		return nil
 	}
 	out.Stdout, out.StderrTail = r.stdout.buf, r.stderr.bytes()
+	tEOF := time.Now()
+	defer func() {
+		k.log.Debug("exchange timings", "pod", r.name, "reply_ms", tEOF.Sub(t0).Milliseconds(),
+			"exit_state_ms", time.Since(tEOF).Milliseconds())
+	}()
 	if r.streamErr != nil && ctx.Err() == nil {
 		// A broken attach says nothing of the container, which may still
 		// wait for its request: no waiting for an exit here.
