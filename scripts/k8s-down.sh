@@ -44,7 +44,7 @@ fi
 stop containerd
 # Shims of our containerd name its socket on their command line.
 for d in /proc/[0-9]*; do
-  if tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -q "^/usr/bin/containerd-shim-runc-v2 .*-address $C/containerd.sock "; then
+  if { tr '\0' ' ' <"$d/cmdline"; } 2>/dev/null | grep -q "^/usr/bin/containerd-shim-runc-v2 .*-address $C/containerd.sock "; then
     log "killing leftover shim ${d#/proc/}"
     kill "${d#/proc/}"
   fi

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/client"
+	"github.com/hashicorp/go-hclog"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -51,6 +52,9 @@ func benchKube(ctx context.Context, cli *client.Client, kubeconfig, tmp string, 
 	if err != nil {
 		return err
 	}
+	if err := kube.WaitDefaultServiceAccount(ctx, c); err != nil {
+		return err
+	}
 	ws := filepath.Join(tmp, "k8s-ws")
 	if err := os.Mkdir(ws, 0o755); err != nil {
 		return err
@@ -80,14 +84,19 @@ func benchKube(ctx context.Context, cli *client.Client, kubeconfig, tmp string, 
 }
 
 func kubeRounds(ctx context.Context, c *kube.Client, spec kube.PodSpec, rounds int) (k, l, m []time.Duration, err error) {
-	cold, err := kube.NewPods(ctx, c, kube.Options{Spec: spec})
+	// MEEPA_BENCH_DEBUG=1 prints each message's reply and exit-state times.
+	log := hclog.NewNullLogger()
+	if os.Getenv("MEEPA_BENCH_DEBUG") != "" {
+		log = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: os.Stderr})
+	}
+	cold, err := kube.NewPods(ctx, c, kube.Options{Spec: spec, Logger: log})
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	defer func() { err = errors.Join(err, cold.Close(context.WithoutCancel(ctx))) }()
 	warmSpec := spec
 	warmSpec.AgentID = agentName("k8s-warm")
-	warm, err := kube.NewPods(ctx, c, kube.Options{Spec: warmSpec, Prestart: true})
+	warm, err := kube.NewPods(ctx, c, kube.Options{Spec: warmSpec, Prestart: true, Logger: log})
 	if err != nil {
 		return nil, nil, nil, err
 	}

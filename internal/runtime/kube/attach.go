@@ -11,9 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
@@ -128,6 +128,7 @@ func (k *Pods) relabel(name, messageID string) {
 // timeout (or when ctx ends) the pod is deleted at once.
 func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sandbox.Outcome) error {
 	defer r.cancel()
+	t0 := time.Now()
 	// The write runs beside the read: a request bigger than the pipe buffer
 	// would otherwise deadlock against an agent that answers early.
 	go func() {
@@ -156,6 +157,16 @@ func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sa
 		return nil
 	}
 	out.Stdout, out.StderrTail = r.stdout.buf, r.stderr.bytes()
+	tEOF := time.Now()
+	defer func() {
+		k.log.Debug("exchange timings", "pod", r.name, "reply_ms", tEOF.Sub(t0).Milliseconds(),
+			"exit_state_ms", time.Since(tEOF).Milliseconds())
+	}()
+	if r.streamErr != nil && ctx.Err() == nil {
+		// A broken attach says nothing of the container, which may still
+		// wait for its request: no waiting for an exit here.
+		return fmt.Errorf("pod %s attach: %w", r.name, r.streamErr)
+	}
 	// The exit state is read even when the request was cancelled meanwhile.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
@@ -170,9 +181,6 @@ func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sa
 	out.ImageID = cs.ImageID
 	if r.stdout.over {
 		return fmt.Errorf("reply larger than %d bytes", sandbox.MaxStdout)
-	}
-	if r.streamErr != nil && ctx.Err() == nil {
-		return fmt.Errorf("pod attach: %w", r.streamErr)
 	}
 	return ctx.Err()
 }

@@ -62,6 +62,9 @@ func requireCluster(t *testing.T) *Client {
 	if err != nil {
 		t.Fatal(err)
 	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	testutil.Must(t, WaitDefaultServiceAccount(wctx, c))
 	return c
 }
 
@@ -132,8 +135,11 @@ func newPods(t *testing.T, c *Client, edit func(*PodSpec), prestart bool) (*Pods
 	if len(agentID) > 50 {
 		agentID = agentID[:50]
 	}
-	dir := workspaceClaim(t, c, "ws")
-	spec := PodSpec{AgentID: agentID, Image: runnerImage(t), ImagePullPolicy: corev1.PullNever, WorkspaceClaim: "ws"}
+	// Claims (and their volumes, named after them) are unique in the run:
+	// a volume being deleted still holds its name for a while.
+	claim := fmt.Sprintf("ws-%d", nsCount.Add())
+	dir := workspaceClaim(t, c, claim)
+	spec := PodSpec{AgentID: agentID, Image: runnerImage(t), ImagePullPolicy: corev1.PullNever, WorkspaceClaim: claim}
 	if edit != nil {
 		edit(&spec)
 	}

@@ -76,3 +76,23 @@ func HostPathClaim(ctx context.Context, c *Client, claim, dir string) (func(cont
 		}
 	}
 }
+
+// WaitDefaultServiceAccount waits until c's namespace has its "default"
+// ServiceAccount: the API server refuses pods in a namespace whose
+// account the controller manager has not made yet.
+func WaitDefaultServiceAccount(ctx context.Context, c *Client) error {
+	for {
+		_, err := c.Clientset.CoreV1().ServiceAccounts(c.Namespace).Get(ctx, "default", metav1.GetOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("service account %s/default: %w", c.Namespace, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("service account %s/default: %w", c.Namespace, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -209,12 +209,23 @@ func (k *Pods) take(ctx context.Context) (*podRun, error) {
 	}
 	// Its attach ends only when the container does: a prestarted pod
 	// killed out of band (or by a node restart) never sees the message.
-	if !p.r.alive() {
+	if !p.r.alive() || !k.stillWaiting(ctx, p.r.name) {
 		k.log.Warn("prestarted pod is gone; starting a fresh one", "pod", p.r.name)
 		k.discardPending(p)
 		return nil, nil
 	}
 	return p.r, nil
+}
+
+// stillWaiting asks the API whether a prestarted pod still runs: a pod
+// deleted a moment ago can keep its attach open until the kubelet kills it.
+func (k *Pods) stillWaiting(ctx context.Context, name string) bool {
+	p, err := k.c.Clientset.CoreV1().Pods(k.c.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	ok, err := containerRunning(p)
+	return ok && err == nil
 }
 
 func (k *Pods) discardPending(p *pending) {

@@ -107,10 +107,6 @@ func HardenedPod(s PodSpec, namespace, messageID string) (*corev1.Pod, error) {
 	if len(cmd) == 0 {
 		cmd = sandbox.DefaultCommand
 	}
-	pull := s.ImagePullPolicy
-	if pull == "" {
-		pull = corev1.PullIfNotPresent
-	}
 	uid, gid := int64(u.UID), int64(u.GID)
 	grace := int64(1)
 	onMismatch := corev1.FSGroupChangeOnRootMismatch
@@ -146,40 +142,50 @@ func HardenedPod(s PodSpec, namespace, messageID string) (*corev1.Pod, error) {
 					EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(tmp, resource.BinarySI)},
 				}},
 			},
-			Containers: []corev1.Container{{
-				Name:            ContainerName,
-				Image:           s.Image,
-				ImagePullPolicy: pull,
-				Command:         cmd,
-				Env:             env,
-				WorkingDir:      sandbox.WorkspaceDir,
-				Resources:       res,
-				// The request goes in over one attach; its end closes stdin.
-				Stdin:     true,
-				StdinOnce: true,
-				TTY:       false,
-				VolumeMounts: []corev1.VolumeMount{
-					{Name: volWorkspace, MountPath: sandbox.WorkspaceDir, SubPath: s.WorkspaceSubPath},
-					{Name: volTmp, MountPath: "/tmp"},
-				},
-				TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-				SecurityContext: &corev1.SecurityContext{
-					RunAsNonRoot:             ptr(true),
-					RunAsUser:                &uid,
-					RunAsGroup:               &gid,
-					Privileged:               ptr(false),
-					AllowPrivilegeEscalation: ptr(false),
-					ReadOnlyRootFilesystem:   ptr(true),
-					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-				},
-			}},
+			Containers: []corev1.Container{agentContainer(s, cmd, env, res, uid, gid)},
 		},
 	}
 	if s.RuntimeClass != "" {
 		pod.Spec.RuntimeClassName = &s.RuntimeClass
 	}
 	return pod, nil
+}
+
+// agentContainer is the pod's one container: the agent loop with stdin
+// open for one attach and the tightest security context.
+func agentContainer(s PodSpec, cmd []string, env []corev1.EnvVar, res corev1.ResourceRequirements, uid, gid int64) corev1.Container {
+	pull := s.ImagePullPolicy
+	if pull == "" {
+		pull = corev1.PullIfNotPresent
+	}
+	return corev1.Container{
+		Name:            ContainerName,
+		Image:           s.Image,
+		ImagePullPolicy: pull,
+		Command:         cmd,
+		Env:             env,
+		WorkingDir:      sandbox.WorkspaceDir,
+		Resources:       res,
+		// The request goes in over one attach; its end closes stdin.
+		Stdin:     true,
+		StdinOnce: true,
+		TTY:       false,
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: volWorkspace, MountPath: sandbox.WorkspaceDir, SubPath: s.WorkspaceSubPath},
+			{Name: volTmp, MountPath: "/tmp"},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot:             ptr(true),
+			RunAsUser:                &uid,
+			RunAsGroup:               &gid,
+			Privileged:               ptr(false),
+			AllowPrivilegeEscalation: ptr(false),
+			ReadOnlyRootFilesystem:   ptr(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+	}
 }
 
 func (s PodSpec) check() error {

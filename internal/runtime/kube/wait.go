@@ -132,11 +132,11 @@ func describe(p *corev1.Pod) string {
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Status != corev1.ConditionTrue && c.Reason != "" {
-			return fmt.Sprintf("phase %s, %s: %s %s", p.Status.Phase, c.Type, c.Reason, c.Message)
+			return fmt.Sprintf("phase %s, %s %s: %s", p.Status.Phase, c.Type, c.Reason, c.Message)
 		}
 	}
 	if cs := containerStatus(p); cs != nil && cs.State.Waiting != nil {
-		return fmt.Sprintf("phase %s, waiting: %s %s", p.Status.Phase, cs.State.Waiting.Reason, cs.State.Waiting.Message)
+		return fmt.Sprintf("phase %s, waiting %s: %s", p.Status.Phase, cs.State.Waiting.Reason, cs.State.Waiting.Message)
 	}
 	return "phase " + string(p.Status.Phase)
 }
