@@ -451,6 +451,11 @@ func startRunner(ctx context.Context, dir, id, ws string, prestart bool) (*bench
 // runner.NewBackend.
 func serveRunner(ctx context.Context, cfg *runner.Config, newBackend runner.BackendFactory) (*benchRunner, error) {
 	log := hclog.New(&hclog.LoggerOptions{Name: "runner", Level: hclog.LevelFromString(envOr("MEEPA_LOG_LEVEL", "warn")), Output: os.Stderr})
+	if cfg.Journal == "" {
+		// As the provider deploys every runner: each accepted message is
+		// journalled, and the bench pays for it.
+		cfg.Journal = filepath.Join(filepath.Dir(strings.TrimPrefix(cfg.Listen, "unix://")), cfg.AgentID+"-journal")
+	}
 	srv, err := runner.New(ctx, cfg, runner.Options{Logger: log, NewBackend: newBackend})
 	if err != nil {
 		return nil, err
