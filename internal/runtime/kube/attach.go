@@ -9,12 +9,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/streaming/pkg/httpstream"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
@@ -31,6 +33,11 @@ type podRun struct {
 	streamed  chan struct{}
 	streamErr error
 	cancel    context.CancelFunc
+	// imageID is the image the container runs, from its running status.
+	imageID string
+	// confirming: answered early, the pod is deleted once its exit is seen
+	// (confirmExit), not right after the exchange.
+	confirming bool
 }
 
 func (r *podRun) alive() bool {
@@ -60,7 +67,8 @@ func (k *Pods) startPod(ctx context.Context, messageID string) (_ *podRun, err e
 			k.deleteAsync(created.Name)
 		}
 	}()
-	if _, err := k.waitPod(ctx, created, containerRunning); err != nil {
+	running, err := k.waitPod(ctx, created, containerRunning)
+	if err != nil {
 		return nil, fmt.Errorf("pod %s start: %w", created.Name, err)
 	}
 	r, err := k.attach(created.Name)
@@ -68,6 +76,9 @@ func (k *Pods) startPod(ctx context.Context, messageID string) (_ *podRun, err e
 		return nil, err
 	}
 	r.started = time.Now()
+	if cs := containerStatus(running); cs != nil {
+		r.imageID = cs.ImageID
+	}
 	return r, nil
 }
 
@@ -167,6 +178,16 @@ func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sa
 		// wait for its request: no waiting for an exit here.
 		return fmt.Errorf("pod %s attach: %w", r.name, r.streamErr)
 	}
+	if !r.stdout.over && ctx.Err() == nil && agent.FinalReply(out.Stdout) {
+		// agent-run, the container's init, found nothing killed for memory
+		// and exits right after its reply: answer now. The kubelet reports
+		// the exit about a second later; the next message waits for that
+		// (awaitPrevious), never this one.
+		out.ImageID = r.imageID
+		r.confirming = true
+		k.confirmExit(r.name)
+		return nil
+	}
 	// The exit state is read even when the request was cancelled meanwhile.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
@@ -222,4 +243,69 @@ func (t *tail) bytes() []byte {
 		return t.buf[len(t.buf)-t.max:]
 	}
 	return t.buf
+}
+
+// confirmExit waits, off the answer's path, for the kubelet to report the
+// exit of a pod whose final reply was answered (or for the pod to be
+// gone); awaitPrevious holds the next message until then.
+func (k *Pods) confirmExit(name string) {
+	gone := &exitWatch{done: make(chan struct{})}
+	k.mu.Lock()
+	k.previous = gone
+	k.mu.Unlock()
+	k.bg.Add(1)
+	go func() {
+		defer k.bg.Done()
+		defer close(gone.done)
+		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
+		defer cancel()
+		p, err := k.waitPod(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}}, containerTerminated)
+		switch {
+		case apierrors.IsNotFound(err), errors.Is(err, errPodGone):
+			// Deleted by someone else: its attach had already ended, that
+			// is every process holding the container's stdout was gone.
+			gone.ok = true
+		case err != nil:
+			gone.err = fmt.Errorf("the previous message's pod %s was not seen to exit: %w", name, err)
+		default:
+			gone.ok = true
+			if t := containerStatus(p).State.Terminated; t.ExitCode != 0 {
+				k.log.Warn("pod exited non-zero after its final reply", "pod", name, "exit_code", t.ExitCode, "reason", t.Reason)
+			}
+		}
+		// Deleted only now: a forced delete removes the pod from the API
+		// before the kubelet has stopped it, which would prove nothing.
+		if err := deletePod(ctx, k.c, name); err != nil {
+			k.log.Warn("pod delete", "pod", name, "error", err)
+		}
+	}()
+}
+
+// exitWatch is the confirmation of a previous pod's exit.
+type exitWatch struct {
+	done chan struct{}
+	ok   bool
+	err  error
+}
+
+// awaitPrevious holds a message until the previous message's pod has
+// exited, so that no process of one message runs beside the next (they
+// share the workspace). A pod that cannot be seen to exit refuses the
+// message.
+func (k *Pods) awaitPrevious(ctx context.Context) error {
+	k.mu.Lock()
+	w := k.previous
+	k.mu.Unlock()
+	if w == nil {
+		return nil
+	}
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if !w.ok {
+		return w.err
+	}
+	return nil
 }

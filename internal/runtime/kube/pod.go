@@ -54,7 +54,9 @@ type Pods struct {
 	mu     sync.Mutex
 	next   *pending // the prestarted pod, possibly still starting
 	closed bool
-	bg     sync.WaitGroup // prestarts and deletions under way
+	// previous confirms the exit of the last pod answered early (nil: none).
+	previous *exitWatch
+	bg       sync.WaitGroup // prestarts and deletions under way
 }
 
 // pending is a prestarted pod; done closes when it is attached or failed.
@@ -290,9 +292,17 @@ func (k *Pods) Run(ctx context.Context, job sandbox.Job) (sandbox.Outcome, error
 	if prestarted {
 		k.relabel(r.name, job.MessageID)
 	}
+	if err := k.awaitPrevious(ctx); err != nil {
+		r.cancel()
+		k.deleteAsync(r.name)
+		if timedOut() {
+			return sandbox.Outcome{TimedOut: true, StartLatency: time.Since(begin)}, nil
+		}
+		return sandbox.Outcome{}, err
+	}
 	if !k.opts.Prestart {
 		err := k.exchange(ctx, r, job, &out)
-		k.deleteAsync(r.name)
+		k.release(r)
 		return out, err
 	}
 	refill := sync.OnceFunc(func() {
@@ -303,7 +313,15 @@ func (k *Pods) Run(ctx context.Context, job sandbox.Job) (sandbox.Outcome, error
 	timer := time.AfterFunc(refillHeadStart, refill)
 	err := k.exchange(ctx, r, job, &out)
 	timer.Stop()
-	k.deleteAsync(r.name)
+	k.release(r)
 	refill()
 	return out, err
+}
+
+// release deletes a message's pod after its exchange, unless its exit is
+// still being confirmed (confirmExit deletes it then).
+func (k *Pods) release(r *podRun) {
+	if !r.confirming {
+		k.deleteAsync(r.name)
+	}
 }
