@@ -26,11 +26,11 @@ import (
 // a cluster (export MEEPA_KUBECONFIG=$(scripts/k8s-up.sh)). Interleaved,
 // round by round, on the same image and hardened pod:
 //
-//	(k) a bare pod: create, until the API reports its container exited, delete;
-//	(l) a message round trip through the pod backend, prestart off;
-//	(m) the same with prestart on, sent when the next pod is ready;
+//	(n) a bare pod: create, until the API reports its container exited, delete;
+//	(o) a message round trip through the pod backend, prestart off;
+//	(p) the same with prestart on, sent when the next pod is ready;
 //
-// and prints `bench-k8s: l/k=<x> m/k=<x>`.
+// and prints `bench-k8s: o/n=<x> p/n=<x>` (targets: o/n ≤ 1.10, p/n ≤ 0.25).
 func benchKube(ctx context.Context, cli *client.Client, kubeconfig, tmp string, rounds int) error {
 	if err := testimage.ImportToCluster(ctx, cli, ".", runnerImage); err != nil {
 		return err
@@ -76,10 +76,10 @@ func benchKube(ctx context.Context, cli *client.Client, kubeconfig, tmp string, 
 	if err != nil {
 		return err
 	}
-	fmt.Printf("(k) k8s bare pod create -> exited (API) -> delete median %7.1f ms  (n=%d)\n", ms(median(k)), len(k))
-	fmt.Printf("(l) k8s message round trip, prestart off      median %7.1f ms\n", ms(median(l)))
-	fmt.Printf("(m) k8s message round trip, prestart on, idle median %7.1f ms\n", ms(median(m)))
-	fmt.Printf("bench-k8s: l/k=%.3f m/k=%.3f\n", ratio(l, k), ratio(m, k))
+	fmt.Printf("(n) k8s bare pod create -> exited (API) -> delete median %7.1f ms  (n=%d)\n", ms(median(k)), len(k))
+	fmt.Printf("(o) k8s message round trip, prestart off      median %7.1f ms\n", ms(median(l)))
+	fmt.Printf("(p) k8s message round trip, prestart on, idle median %7.1f ms\n", ms(median(m)))
+	fmt.Printf("bench-k8s: o/n=%.3f p/n=%.3f\n", ratio(l, k), ratio(m, k))
 	return nil
 }
 
@@ -115,18 +115,18 @@ func kubeRounds(ctx context.Context, c *kube.Client, spec kube.PodSpec, rounds i
 	for i := 0; i <= rounds; i++ {
 		tk, err := timed(func() error { return barePod(ctx, c, spec) })
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("(k): %w", err)
+			return nil, nil, nil, fmt.Errorf("(n): %w", err)
 		}
 		tl, err := timed(func() error { return send(cold) })
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("(l): %w", err)
+			return nil, nil, nil, fmt.Errorf("(o): %w", err)
 		}
 		if err := waitPrestarted(ctx, warm); err != nil {
 			return nil, nil, nil, err
 		}
 		tm, err := timed(func() error { return send(warm) })
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("(m): %w", err)
+			return nil, nil, nil, fmt.Errorf("(p): %w", err)
 		}
 		// The replacement starts now; let it finish before the next round.
 		if err := waitPrestarted(ctx, warm); err != nil {
