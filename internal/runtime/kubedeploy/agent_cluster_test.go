@@ -91,10 +91,12 @@ func TestAgentOnCluster(t *testing.T) {
 
 	// A changed config rolls the runner: a new pod, never two at once.
 	a.Config.MaxSteps = 7
+	begin = time.Now()
 	out2, err := svc.Apply(ctx, a)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("apply (config change, runner rolled) took %s", time.Since(begin).Round(time.Millisecond))
 	if out2.ConfigHash == out.ConfigHash || out2.RunnerPod == out.RunnerPod || out2.Token != out.Token {
 		t.Errorf("config change: %+v after %+v; want a new hash and pod, the same token", out2, out)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/portforward"
@@ -76,12 +77,16 @@ func runnerImage(t *testing.T) string {
 // of the kubernetes Service (the test cluster runs no kube-proxy).
 func apiServer(t *testing.T, c *kube.Client) string {
 	t.Helper()
-	ep, err := c.Clientset.CoreV1().Endpoints("default").Get(context.Background(), "kubernetes", metav1.GetOptions{})
+	list, err := c.Clientset.DiscoveryV1().EndpointSlices("default").List(context.Background(),
+		metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=kubernetes"})
 	testutil.Must(t, err)
-	if len(ep.Subsets) == 0 || len(ep.Subsets[0].Addresses) == 0 || len(ep.Subsets[0].Ports) == 0 {
-		t.Fatalf("kubernetes endpoints: %+v", ep.Subsets)
+	for _, es := range list.Items {
+		if len(es.Endpoints) > 0 && len(es.Endpoints[0].Addresses) > 0 && len(es.Ports) > 0 && es.Ports[0].Port != nil {
+			return net.JoinHostPort(es.Endpoints[0].Addresses[0], strconv.Itoa(int(*es.Ports[0].Port)))
+		}
 	}
-	return net.JoinHostPort(ep.Subsets[0].Addresses[0].IP, strconv.Itoa(int(ep.Subsets[0].Ports[0].Port)))
+	t.Fatalf("no endpoint of the kubernetes Service: %+v", list.Items)
+	return ""
 }
 
 // workspaceVolume is a hostPath PersistentVolume reserved for the agent's
