@@ -26,8 +26,8 @@ type podRun struct {
 	name    string
 	started time.Time
 	stdin   *io.PipeWriter
-	stdout  *capped
-	stderr  *tail
+	stdout  *sandbox.Capped
+	stderr  *sandbox.Tail
 	// streamed closes when the attach ends (the container exited or the
 	// stream broke); streamErr is then set.
 	streamed  chan struct{}
@@ -104,8 +104,8 @@ func (k *Pods) attach(name string) (*podRun, error) {
 	}
 	pr, pw := io.Pipe()
 	sctx, cancel := context.WithCancel(context.Background())
-	r := &podRun{name: name, stdin: pw, stdout: &capped{max: sandbox.MaxStdout},
-		stderr: &tail{max: sandbox.StderrTailLen}, streamed: make(chan struct{}), cancel: cancel}
+	r := &podRun{name: name, stdin: pw, stdout: &sandbox.Capped{Max: sandbox.MaxStdout},
+		stderr: &sandbox.Tail{Max: sandbox.StderrTailLen}, streamed: make(chan struct{}), cancel: cancel}
 	go func() {
 		r.streamErr = ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: pr, Stdout: r.stdout, Stderr: r.stderr})
 		// A request still being written must not block on a dead stream.
@@ -158,7 +158,7 @@ func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sa
 		cancel()
 		r.cancel()
 		<-r.streamed
-		out.Stdout, out.StderrTail = r.stdout.buf, r.stderr.bytes()
+		out.Stdout, out.StderrTail = r.stdout.Buf, r.stderr.Bytes()
 		if err != nil {
 			return err
 		}
@@ -167,7 +167,7 @@ func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sa
 		}
 		return nil
 	}
-	out.Stdout, out.StderrTail = r.stdout.buf, r.stderr.bytes()
+	out.Stdout, out.StderrTail = r.stdout.Buf, r.stderr.Bytes()
 	tEOF := time.Now()
 	defer func() {
 		k.log.Debug("exchange timings", "pod", r.name, "reply_ms", tEOF.Sub(t0).Milliseconds(),
@@ -178,7 +178,7 @@ func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sa
 		// wait for its request: no waiting for an exit here.
 		return fmt.Errorf("pod %s attach: %w", r.name, r.streamErr)
 	}
-	if !r.stdout.over && ctx.Err() == nil && agent.FinalReply(out.Stdout) {
+	if !r.stdout.Over && ctx.Err() == nil && agent.FinalReply(out.Stdout) {
 		// agent-run, the container's init, found nothing killed for memory
 		// and exits right after its reply: answer now. The kubelet reports
 		// the exit about a second later; the next message waits for that
@@ -200,49 +200,10 @@ func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sa
 	out.ExitCode = int(t.ExitCode)
 	out.OOMKilled = t.Reason == "OOMKilled"
 	out.ImageID = cs.ImageID
-	if r.stdout.over {
+	if r.stdout.Over {
 		return fmt.Errorf("reply larger than %d bytes", sandbox.MaxStdout)
 	}
 	return ctx.Err()
-}
-
-// capped keeps up to max bytes and notes overflow; it keeps accepting, so
-// the container never blocks on a full pipe.
-type capped struct {
-	buf  []byte
-	max  int
-	over bool
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	n := len(p)
-	if room := c.max - len(c.buf); n > room {
-		c.over = true
-		p = p[:max(room, 0)]
-	}
-	c.buf = append(c.buf, p...)
-	return n, nil
-}
-
-// tail keeps the last max bytes written.
-type tail struct {
-	buf []byte
-	max int
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > 2*t.max {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) bytes() []byte {
-	if len(t.buf) > t.max {
-		return t.buf[len(t.buf)-t.max:]
-	}
-	return t.buf
 }
 
 // confirmExit waits, off the answer's path, for the kubelet to report the

@@ -425,8 +425,8 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	// process); the close is the EOF the child reads up to.
 	_ = cfgW.Close()
 
-	stdout := &capped{max: MaxStdout}
-	stderr := &tail{max: StderrTailLen}
+	stdout := &Capped{Max: MaxStdout}
+	stderr := &Tail{Max: StderrTailLen}
 	var readers sync.WaitGroup
 	readers.Add(2)
 	go func() { defer readers.Done(); _, _ = io.Copy(stdout, outR) }()
@@ -465,9 +465,9 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 		<-drained
 	}
 
-	out.Stdout = stdout.buf
-	out.StderrTail = stderr.bytes()
-	return out, exitState(ctx, &out, cmd.ProcessState, stdout.over)
+	out.Stdout = stdout.Buf
+	out.StderrTail = stderr.Bytes()
+	return out, exitState(ctx, &out, cmd.ProcessState, stdout.Over)
 }
 
 // removeAll removes a message's scratch directory. A failure leaves litter

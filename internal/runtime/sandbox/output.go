@@ -13,8 +13,8 @@ import (
 // so that its end (the container died) is known without asking the daemon.
 type output struct {
 	mu     sync.Mutex
-	stdout capped
-	stderr tail
+	stdout Capped
+	stderr Tail
 	// final, when set, is asked whenever a newline arrives on stdout; true
 	// closes settled (once).
 	final   func(stdout []byte) bool
@@ -27,8 +27,8 @@ type output struct {
 
 func readOutput(r io.Reader, final func([]byte) bool) *output {
 	o := &output{
-		stdout:  capped{max: MaxStdout},
-		stderr:  tail{max: StderrTailLen},
+		stdout:  Capped{Max: MaxStdout},
+		stderr:  Tail{Max: StderrTailLen},
 		final:   final,
 		settled: make(chan struct{}),
 		done:    make(chan struct{}),
@@ -58,7 +58,7 @@ func (o *output) ended() bool {
 func (o *output) snapshot() (stdout, stderr []byte, over bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return bytes.Clone(o.stdout.buf), bytes.Clone(o.stderr.bytes()), o.stdout.over
+	return bytes.Clone(o.stdout.Buf), bytes.Clone(o.stderr.Bytes()), o.stdout.Over
 }
 
 func (o *output) copyErr() error {
@@ -80,54 +80,56 @@ func (w outWriter) Write(p []byte) (int, error) {
 		return o.stderr.Write(p)
 	}
 	n, err := o.stdout.Write(p)
-	if o.final != nil && !o.isFinal && !o.stdout.over && bytes.IndexByte(p, '\n') >= 0 && o.final(o.stdout.buf) {
+	if o.final != nil && !o.isFinal && !o.stdout.Over && bytes.IndexByte(p, '\n') >= 0 && o.final(o.stdout.Buf) {
 		o.isFinal = true
 		close(o.settled)
 	}
 	return n, err
 }
 
-// capped keeps up to max bytes and notes overflow, and keeps draining so
-// the container is never blocked on a full pipe.
-type capped struct {
-	buf  []byte
-	max  int
-	over bool
+// Capped keeps up to Max bytes (in Buf) and notes overflow (Over), and
+// keeps draining so the sandbox is never blocked on a full pipe. Every
+// backend collects a message's stdout with it.
+type Capped struct {
+	Buf  []byte
+	Max  int
+	Over bool
 }
 
-func (c *capped) Write(p []byte) (int, error) {
-	if room := c.max - len(c.buf); room > 0 {
+func (c *Capped) Write(p []byte) (int, error) {
+	if room := c.Max - len(c.Buf); room > 0 {
 		if len(p) > room {
-			c.buf = append(c.buf, p[:room]...)
-			c.over = true
+			c.Buf = append(c.Buf, p[:room]...)
+			c.Over = true
 		} else {
-			c.buf = append(c.buf, p...)
+			c.Buf = append(c.Buf, p...)
 		}
 	} else if len(p) > 0 {
-		c.over = true
+		c.Over = true
 	}
 	return len(p), nil
 }
 
-// tail keeps the last max bytes written.
-type tail struct {
+// Tail keeps the last Max bytes written: a message's stderr, for errors.
+type Tail struct {
 	buf []byte
-	max int
+	Max int
 }
 
-func (t *tail) Write(p []byte) (int, error) {
+func (t *Tail) Write(p []byte) (int, error) {
 	t.buf = append(t.buf, p...)
-	if len(t.buf) > 2*t.max {
-		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.max:]...)
+	if len(t.buf) > 2*t.Max {
+		t.buf = append(t.buf[:0], t.buf[len(t.buf)-t.Max:]...)
 	}
 	return len(p), nil
 }
 
-func (t *tail) bytes() []byte {
-	if len(t.buf) > t.max {
-		return t.buf[len(t.buf)-t.max:]
+// Bytes is what is kept.
+func (t *Tail) Bytes() []byte {
+	if len(t.buf) > t.Max {
+		return t.buf[len(t.buf)-t.Max:]
 	}
 	return t.buf
 }
 
-var _ io.Writer = (*capped)(nil)
+var _ io.Writer = (*Capped)(nil)
