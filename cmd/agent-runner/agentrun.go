@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -13,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/podio"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
@@ -46,6 +49,7 @@ func runAgent(args []string) int {
 	fs := flag.NewFlagSet("agent-run", flag.ContinueOnError)
 	workspace := fs.String("workspace", defaultWorkspace(), "the agent's workspace directory (default $HOME, else /workspace)")
 	logLevel := fs.String("log-level", "warn", "stderr log level: trace, debug, info, warn, error, off")
+	frames := fs.Bool("frames", false, "stdin and stdout are framed (package podio): the request, the reply and the LLM relay share them (Kubernetes message pods)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -69,13 +73,17 @@ func runAgent(args []string) int {
 	// Nothing of the request is needed to prepare; the request (the token
 	// of this message among it) comes only with the message.
 	prepared := agent.Prepare(ctx, *workspace)
-	data, err := io.ReadAll(io.LimitReader(os.Stdin, agent.MaxRequestBytes+1))
+	std := plainStdio()
+	if *frames {
+		std = framedStdio()
+	}
+	data, err := std.request()
 	var reply *agent.Reply
 	if err != nil {
 		prepared.Close(log)
 		reply = &agent.Reply{ErrorKind: agent.ErrKindRequest, Error: fmt.Sprintf("read stdin: %v", err)}
 	} else {
-		reply = agent.RunJSON(ctx, data, agent.Options{Workspace: *workspace, Logger: log, Prepared: prepared})
+		reply = agent.RunJSON(ctx, data, agent.Options{Workspace: *workspace, Logger: log, Prepared: prepared, RelayConn: std.relay})
 	}
 	if os.Getpid() == 1 {
 		// The container's init: its cgroup is the container's, and its
@@ -83,9 +91,52 @@ func runAgent(args []string) int {
 		n, ok := agent.ContainerOOMKills()
 		reply.Final = ok && n == 0
 	}
-	if err := json.NewEncoder(os.Stdout).Encode(reply); err != nil {
+	if err := std.reply(reply); err != nil {
 		fmt.Fprintf(os.Stderr, "agent-run: write reply: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// stdio is how agent-run reads its request and writes its reply.
+type stdio struct {
+	request func() ([]byte, error)
+	reply   func(*agent.Reply) error
+	// relay is the LLM relay's connection on the framed stream, or nil.
+	relay net.Conn
+}
+
+// plainStdio: the request is all of stdin, the reply one JSON line on
+// stdout (Docker containers and host mode).
+func plainStdio() stdio {
+	return stdio{
+		request: func() ([]byte, error) { return io.ReadAll(io.LimitReader(os.Stdin, agent.MaxRequestBytes+1)) },
+		reply:   func(r *agent.Reply) error { return json.NewEncoder(os.Stdout).Encode(r) },
+	}
+}
+
+// framedStdio: stdin and stdout carry podio frames. After the request,
+// stdin's relay frames feed the relay connection until stdin ends.
+func framedStdio() stdio {
+	out := podio.NewWriter(os.Stdout)
+	conn, sink := podio.Pipe(out, nil)
+	in := bufio.NewReader(os.Stdin)
+	return stdio{
+		request: func() ([]byte, error) {
+			data, err := podio.ReadRequest(in, agent.MaxRequestBytes+1)
+			if err != nil {
+				return nil, err
+			}
+			go func() { sink.End(podio.Demux(in, map[byte]io.Writer{podio.KindRelay: sink})) }()
+			return data, nil
+		},
+		reply: func(r *agent.Reply) error {
+			b, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			return out.Write(podio.KindReply, append(b, '\n'))
+		},
+		relay: conn,
+	}
 }

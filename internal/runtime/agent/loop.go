@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -63,6 +64,9 @@ type Options struct {
 	HTTPClient *http.Client
 	// Logger gets structured, secret-free events; nil discards them.
 	Logger hclog.Logger
+	// RelayConn is the relay connection carried on agent-run's stdio
+	// (Relay.Stream); nil elsewhere.
+	RelayConn net.Conn
 	// Prepared is Workspace made ready before the request came (Prepare);
 	// Run takes it over and closes it. Nil prepares at Run.
 	Prepared *Prepared
@@ -175,7 +179,7 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 
 	hc := opt.HTTPClient
 	if req.Relay != nil {
-		tr, closeRelay, err := relayTransport(req.Relay)
+		tr, closeRelay, err := relayTransport(req.Relay, opt.RelayConn)
 		if err != nil {
 			return finish(ErrKindRequest, err)
 		}

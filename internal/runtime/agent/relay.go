@@ -35,11 +35,15 @@ type Relay struct {
 	// FD is an inherited, connected socket to the relay (host mode). The
 	// loop takes it before anything else runs, so no tool inherits it.
 	FD int `json:"fd,omitempty"`
+	// Stream says the relay is carried on agent-run's own stdin and stdout
+	// (a Kubernetes message pod, package podio); Options.RelayConn is its
+	// connection.
+	Stream bool `json:"stream,omitempty"`
 }
 
 // relayTransport is an HTTP transport whose every connection goes to the
 // relay, whatever the URL's host: no DNS, no proxy, no network route.
-func relayTransport(r *Relay) (*http.Transport, func(), error) {
+func relayTransport(r *Relay, stream net.Conn) (*http.Transport, func(), error) {
 	tr := &http.Transport{
 		Proxy:             nil,
 		ForceAttemptHTTP2: false,
@@ -65,25 +69,37 @@ func relayTransport(r *Relay) (*http.Transport, func(), error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("relay: fd %d: %w", r.FD, err)
 		}
-		// One connection, used by one request at a time: HTTP/1.1 keep-alive
-		// carries every call of the message over it.
-		var mu sync.Mutex
-		taken := false
-		tr.MaxConnsPerHost = 1
-		tr.MaxIdleConnsPerHost = 1
-		tr.DialContext = func(context.Context, string, string) (net.Conn, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			if taken {
-				return nil, errors.New("relay: the connection to the runner is closed")
-			}
-			taken = true
-			return conn, nil
+		tr, stop := oneConnTransport(tr, conn)
+		return tr, stop, nil
+	case r.Stream:
+		if stream == nil {
+			return nil, nil, errors.New("relay: the request names the stdio stream, but agent-run was not started with --frames")
 		}
-		// At the end the message is over: the close has nothing left to send.
-		return tr, func() { tr.CloseIdleConnections(); _ = conn.Close() }, nil
+		tr, stop := oneConnTransport(tr, stream)
+		return tr, stop, nil
 	}
 	return nil, nil, errors.New("relay: neither a socket nor a descriptor")
+}
+
+// oneConnTransport makes tr use conn for every call, one at a time:
+// HTTP/1.1 keep-alive carries every call of the message over it. There is
+// no second connection to dial.
+func oneConnTransport(tr *http.Transport, conn net.Conn) (*http.Transport, func()) {
+	var mu sync.Mutex
+	taken := false
+	tr.MaxConnsPerHost = 1
+	tr.MaxIdleConnsPerHost = 1
+	tr.DialContext = func(context.Context, string, string) (net.Conn, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if taken {
+			return nil, errors.New("relay: the connection to the runner is closed")
+		}
+		taken = true
+		return conn, nil
+	}
+	// At the end the message is over: the close has nothing left to send.
+	return tr, func() { tr.CloseIdleConnections(); _ = conn.Close() }
 }
 
 // relayForwarder serves the relay to tool processes on a loopback TCP port

@@ -17,17 +17,24 @@ import (
 	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/podio"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
 // podRun is a running pod with its container's stdin, stdout and stderr
-// attached.
+// attached. Stdin and stdout carry podio frames: the request, the reply
+// and the LLM relay's connection (agent-run --frames).
 type podRun struct {
 	name    string
 	started time.Time
 	stdin   *io.PipeWriter
+	in      *podio.Writer
 	stdout  *sandbox.Capped
 	stderr  *sandbox.Tail
+	// relay and relaySink are the runner's end of the relay connection on
+	// the stream; the demux of stdout feeds relaySink.
+	relay     *podio.Conn
+	relaySink *podio.Sink
 	// streamed closes when the attach ends (the container exited or the
 	// stream broke); streamErr is then set.
 	streamed  chan struct{}
@@ -103,11 +110,26 @@ func (k *Pods) attach(name string) (*podRun, error) {
 		return nil, fmt.Errorf("pod attach: %w", err)
 	}
 	pr, pw := io.Pipe()
+	outR, outW := io.Pipe()
 	sctx, cancel := context.WithCancel(context.Background())
-	r := &podRun{name: name, stdin: pw, stdout: &sandbox.Capped{Max: sandbox.MaxStdout},
+	r := &podRun{name: name, stdin: pw, in: podio.NewWriter(pw), stdout: &sandbox.Capped{Max: sandbox.MaxStdout},
 		stderr: &sandbox.Tail{Max: sandbox.StderrTailLen}, streamed: make(chan struct{}), cancel: cancel}
+	r.relay, r.relaySink = podio.Pipe(r.in, nil)
+	demuxed := make(chan error, 1)
 	go func() {
-		r.streamErr = ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: pr, Stdout: r.stdout, Stderr: r.stderr})
+		err := podio.Demux(outR, map[byte]io.Writer{podio.KindReply: r.stdout, podio.KindRelay: r.relaySink})
+		r.relaySink.End(err)
+		// A pod that breaks the framing loses its stream: the attach ends.
+		_ = outR.CloseWithError(errors.Join(err, io.ErrClosedPipe)) // a pipe reader's close cannot fail
+		demuxed <- err
+	}()
+	go func() {
+		err := ex.StreamWithContext(sctx, remotecommand.StreamOptions{Stdin: pr, Stdout: outW, Stderr: r.stderr})
+		_ = outW.Close() // a pipe writer's close cannot fail
+		if derr := <-demuxed; derr != nil {
+			err = errors.Join(err, fmt.Errorf("reply stream: %w", derr))
+		}
+		r.streamErr = err
 		// A request still being written must not block on a dead stream.
 		_ = pr.CloseWithError(io.ErrClosedPipe)
 		close(r.streamed)
@@ -140,13 +162,20 @@ func (k *Pods) relabel(name, messageID string) {
 func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sandbox.Outcome) error {
 	defer r.cancel()
 	t0 := time.Now()
+	if job.Relay != nil {
+		stop := job.Relay(r.relay)
+		defer stop()
+	}
 	// The write runs beside the read: a request bigger than the pipe buffer
-	// would otherwise deadlock against an agent that answers early.
+	// would otherwise deadlock against an agent that answers early. Without
+	// a relay nothing more goes in, and stdin ends with the request.
 	go func() {
-		if _, err := r.stdin.Write(job.Stdin); err != nil {
+		if err := podio.WriteRequest(r.in, job.Stdin); err != nil {
 			k.log.Debug("stdin write", "pod", r.name, "error", err)
 		}
-		_ = r.stdin.Close()
+		if job.Relay == nil {
+			_ = r.stdin.Close() // a pipe writer's close cannot fail
+		}
 	}()
 	select {
 	case <-r.streamed:

@@ -3,6 +3,7 @@ package kube
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -43,7 +44,8 @@ type PodSpec struct {
 	// ImagePullPolicy defaults to IfNotPresent; tests use Never with images
 	// imported into the node's containerd.
 	ImagePullPolicy corev1.PullPolicy
-	// Command defaults to sandbox.DefaultCommand.
+	// Command defaults to sandbox.DefaultCommand with --frames: the pod's
+	// stdin and stdout carry podio frames.
 	Command []string
 	// MemoryLimit is a size as in the Docker backend ("512m"); default
 	// sandbox.DefaultMemoryLimit. It is the request too: a message never
@@ -105,7 +107,7 @@ func HardenedPod(s PodSpec, namespace, messageID string) (*corev1.Pod, error) {
 	}
 	cmd := s.Command
 	if len(cmd) == 0 {
-		cmd = sandbox.DefaultCommand
+		cmd = append(slices.Clone(sandbox.DefaultCommand), "--frames")
 	}
 	uid, gid := int64(u.UID), int64(u.GID)
 	grace := int64(1)
@@ -166,7 +168,8 @@ func agentContainer(s PodSpec, cmd []string, env []corev1.EnvVar, res corev1.Res
 		Env:             env,
 		WorkingDir:      sandbox.WorkspaceDir,
 		Resources:       res,
-		// The request goes in over one attach; its end closes stdin.
+		// The request (and the relay's bytes) go in over one attach; its
+		// end closes stdin.
 		Stdin:     true,
 		StdinOnce: true,
 		TTY:       false,

@@ -74,7 +74,7 @@ func TestHardenedPod(t *testing.T) {
 	if !c.Stdin || !c.StdinOnce || c.TTY || len(c.Ports) != 0 || c.WorkingDir != sandbox.WorkspaceDir || c.ImagePullPolicy != corev1.PullIfNotPresent {
 		t.Errorf("stdin %v once %v tty %v ports %v workdir %q pull %s", c.Stdin, c.StdinOnce, c.TTY, c.Ports, c.WorkingDir, c.ImagePullPolicy)
 	}
-	if strings.Join(c.Command, " ") != "agent-runner agent-run" || len(c.Args) != 0 {
+	if strings.Join(c.Command, " ") != "agent-runner agent-run --frames" || len(c.Args) != 0 {
 		t.Errorf("command %q args %q", c.Command, c.Args)
 	}
 	var env []string

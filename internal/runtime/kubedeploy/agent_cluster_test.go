@@ -16,6 +16,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/testkube"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -41,8 +42,8 @@ func testAgent(id, image, volume string) Agent {
 // config only in its Secret, rolled on a config change, restored after
 // drift, removed with its workspace claim kept, then removed by force.
 func TestAgentOnCluster(t *testing.T) {
-	c := requireCluster(t)
-	image := runnerImage(t)
+	c := testkube.Cluster(t, "tf-acc-kd")
+	image := testkube.RunnerImage(t)
 	id := "tf-acc-agent"
 	volume, _ := workspaceVolume(t, c, id)
 	svc := NewService(Options{Client: c, Version: "test", APIServer: apiServer(t, c), Logger: testLogger{t}})
@@ -285,7 +286,7 @@ func waitPodGone(t *testing.T, c *kube.Client, name string) {
 // A runner that cannot start fails Apply with what the pod shows, and a
 // new agent leaves no Secret behind.
 func TestAgentOnClusterBadImage(t *testing.T) {
-	c := requireCluster(t)
+	c := testkube.Cluster(t, "tf-acc-kd")
 	id := "tf-acc-bad"
 	volume, _ := workspaceVolume(t, c, id)
 	svc := NewService(Options{Client: c, Version: "test", APIServer: apiServer(t, c), ReadyTimeout: time.Minute})

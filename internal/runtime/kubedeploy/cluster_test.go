@@ -3,8 +3,6 @@ package kubedeploy
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,7 +22,6 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
-	"github.com/bogpad/terraform-provider-meepa/internal/testimage"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -32,46 +29,6 @@ import (
 //
 //	export MEEPA_KUBECONFIG=$(flock -o /tmp/meepa-acc.lock scripts/k8s-up.sh)
 //	TF_ACC=1 flock -o /tmp/meepa-acc.lock go test ./internal/runtime/kubedeploy/
-
-var runToken = func() string {
-	var b [3]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}()
-
-// requireCluster skips without TF_ACC or MEEPA_KUBECONFIG, and connects to
-// a fresh namespace that is deleted when the test ends.
-func requireCluster(t *testing.T) *kube.Client {
-	t.Helper()
-	if os.Getenv("TF_ACC") == "" {
-		t.Skip("needs a cluster: set TF_ACC=1 (make testacc)")
-	}
-	kc := os.Getenv("MEEPA_KUBECONFIG")
-	if kc == "" {
-		t.Skip("needs a cluster: export MEEPA_KUBECONFIG=$(scripts/k8s-up.sh)")
-	}
-	c, err := kube.Connect(kube.Config{ConfigPath: kc})
-	testutil.Must(t, err)
-	name := "tf-acc-kd-" + runToken + "-" + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
-	ctx := context.Background()
-	_, err = c.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	testutil.Must(t, err)
-	testutil.Cleanup(t, "delete namespace "+name, func() error {
-		return c.Clientset.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
-	c.Namespace = name
-	return c
-}
-
-// runnerImage is busybox + this build's agent-runner, imported into the
-// cluster's containerd.
-func runnerImage(t *testing.T) string {
-	t.Helper()
-	cli := testutil.Docker(t)
-	tag := testutil.EnsureRunnerImage(t, cli)
-	testutil.Must(t, testimage.ImportToCluster(context.Background(), cli, testutil.RepoRoot(), tag))
-	return tag
-}
 
 // apiServer is the API server's address as pods reach it: the endpoint
 // of the kubernetes Service (the test cluster runs no kube-proxy).

@@ -74,8 +74,15 @@ func testAgentConfig(t *testing.T, cli *client.Client, id string) *Config {
 
 func startAgent(t *testing.T, cfg *Config) *liveAgent {
 	t.Helper()
+	return startAgentWith(t, cfg, nil)
+}
+
+// startAgentWith starts a runner whose sandboxes come from newBackend (nil:
+// the config's own).
+func startAgentWith(t *testing.T, cfg *Config, newBackend BackendFactory) *liveAgent {
+	t.Helper()
 	log := hclog.New(&hclog.LoggerOptions{Name: "runner", Level: hclog.Warn, Output: testWriter{t}})
-	srv, err := New(context.Background(), cfg, Options{Logger: log})
+	srv, err := New(context.Background(), cfg, Options{Logger: log, NewBackend: newBackend})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,10 +53,10 @@ func (c *Config) validateKubernetes() error {
 	if !c.Container.Enabled {
 		errs = append(errs, errors.New("kubernetes: needs container_mode.enabled: messages run in pods, there is no host mode in a cluster"))
 	}
-	if needsRelay(c) {
-		// The relay is a unix socket shared with the sandbox through a
-		// host directory; a pod of its own cannot mount it.
-		errs = append(errs, fmt.Errorf("kubernetes: the LLM relay (llm.provider %q, ask) does not reach message pods yet; only the offline provider runs on Kubernetes", c.LLM.Provider))
+	if len(c.Ask) > 0 {
+		// An ask goes from runner to runner; on a cluster that is a
+		// Service, which the ask targets do not name yet.
+		errs = append(errs, errors.New("kubernetes: threegate ask targets are runners on this Docker host; asks between runners in a cluster are not supported yet"))
 	}
 	if len(c.Container.Networks) > 0 {
 		errs = append(errs, errors.New("kubernetes: container_mode.networks are Docker networks; pods are placed by labels and NetworkPolicies"))

@@ -23,13 +23,24 @@ func TestValidateKubernetes(t *testing.T) {
 	if err := kubeConfig().Validate(); err != nil {
 		t.Fatalf("a good kubernetes config: %v", err)
 	}
+	// The relay reaches message pods on their own attach.
+	for _, p := range []string{"openai", "anthropic"} {
+		c := kubeConfig()
+		c.LLM.Provider, c.LLM.Model, c.LLM.BaseURL = p, "m", "https://llm.example/v1"
+		if err := c.Validate(); err != nil {
+			t.Errorf("llm.provider %s on kubernetes: %v", p, err)
+		}
+	}
 	cases := []struct {
 		name string
 		edit func(*Config)
 		want string
 	}{
 		{"host mode", func(c *Config) { c.Container.Enabled = false; c.Container.MemoryLimit = "1g" }, "needs container_mode.enabled"},
-		{"relay", func(c *Config) { c.LLM.Provider = "openai" }, "LLM relay"},
+		{"ask", func(c *Config) {
+			c.Role = "core"
+			c.Ask = []AskTarget{{AgentID: "tx", Role: "tool_exec", Listen: "127.0.0.1:7001", Token: "t"}}
+		}, "asks between runners in a cluster"},
 		{"docker networks", func(c *Config) { c.Container.Networks = []string{"llmnet"} }, "Docker networks"},
 		{"network none", func(c *Config) { c.Role = ""; c.Container.Network = "none" }, "network \"none\""},
 		{"network empty", func(c *Config) { c.Role = ""; c.Container.Network = "" }, "network \"none\""},

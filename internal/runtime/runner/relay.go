@@ -206,9 +206,15 @@ func (r *Relay) Pair() (child *os.File, stop func(), err error) {
 	if err != nil {
 		return nil, nil, errors.Join(fmt.Errorf("relay socketpair: %w", err), child.Close())
 	}
+	return child, r.ServeConn(conn), nil
+}
+
+// ServeConn serves the relay on one connection (a socketpair's end, or the
+// one a pod's framed stdio carries) until the returned stop is called.
+func (r *Relay) ServeConn(conn net.Conn) (stop func()) {
 	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(&oneConn{c: conn, done: make(chan struct{})}) }()
-	return child, func() { _ = srv.Close(); _ = conn.Close() }, nil
+	return func() { _ = srv.Close(); _ = conn.Close() }
 }
 
 // oneConn is a listener that hands out one connection, then waits for Close.
@@ -452,6 +458,13 @@ func bounded(s string, n int) string {
 // provider, or agents to ask. Only then is its directory mounted.
 func needsRelay(cfg *Config) bool {
 	return usesRelay(cfg.LLM.Provider) || len(cfg.Ask) > 0
+}
+
+// relayOnSocket says whether the relay listens on a unix socket that the
+// per-message containers mount (Docker container mode). Host mode gets a
+// socketpair per message, and pods the stream of their own attach.
+func relayOnSocket(cfg *Config) bool {
+	return cfg.Container.Enabled && cfg.Kubernetes == nil && needsRelay(cfg)
 }
 
 // usesRelay says whether a provider calls a model endpoint (offline does not).

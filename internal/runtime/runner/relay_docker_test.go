@@ -19,6 +19,10 @@ import (
 
 var relayTokenRe = regexp.MustCompile(`meepa-relay-[0-9a-f]{64}`)
 
+// keyPrefix is testAPIKey's start: the credential probe searches for it
+// without holding the key itself.
+const keyPrefix = "sk-meepa-test-"
+
 // firstToolOutput is the first tool call's output in a raw runner answer.
 func firstToolOutput(t *testing.T, raw []byte) string {
 	t.Helper()
@@ -51,12 +55,7 @@ func firstToolOutput(t *testing.T, raw []byte) string {
 func TestContainerKeyStaysWithRunner(t *testing.T) {
 	testutil.RequireDocker(t)
 	cli := testutil.Docker(t)
-	const prefix = "sk-meepa-test-"
-	relayCalls := `b="$OPENAI_BASE_URL"; h="Authorization: Bearer $OPENAI_API_KEY"
-wget -q -O /dev/null --header "$h" --header 'Content-Type: application/json' --post-data '{"model":"m","messages":[{"role":"user","content":"hi"}]}' "$b/chat/completions"; echo "== ok $?"
-wget -q -O /dev/null --header "$h" "$b/models" 2>&1; echo "== models $?"
-echo "== token $OPENAI_API_KEY"`
-	model := testutil.NewFakeModel(t, map[string]string{"probe": testutil.CredentialProbe(prefix), "relay": relayCalls})
+	model := testutil.NewFakeModel(t, map[string]string{"probe": testutil.CredentialProbe(keyPrefix), "relay": relayCalls})
 	var mu sync.Mutex
 	var inspected []string
 	for _, inject := range []bool{false, true} {
@@ -77,43 +76,64 @@ echo "== token $OPENAI_API_KEY"`
 				}
 			}
 			a := startAgent(t, cfg)
-			a.waitReady(t)
-			ans := a.send(t, "probe")
-			if ans.status != 200 {
-				t.Fatalf("probe: %d %s", ans.status, ans.raw)
-			}
-			out := firstToolOutput(t, ans.raw)
-			t.Logf("probe output:\n%s", out)
-			if strings.Contains(out, testAPIKey) || bytes.Contains(ans.raw, []byte(testAPIKey)) {
-				t.Errorf("a tool found the API key:\n%s", out)
-			}
-			// Either the probe reads the loop's memory and finds the token
-			// but never the key, or the loop (non-dumpable) is out of its
-			// reach altogether. A probe that could read and found no token
-			// proves nothing.
-			if i := strings.Index(out, "== mem "); i < 0 || (!relayTokenRe.MatchString(out[i:]) && !strings.Contains(out[i:], "Permission denied")) {
-				t.Errorf("the memory probe neither read the loop's memory nor was refused, so it proves nothing:\n%s", out)
-			}
+			checkKeyStaysWithRunner(t, a, model, inject)
 			mu.Lock()
+			defer mu.Unlock()
 			if len(inspected) > 0 {
 				t.Errorf("the key is in docker inspect of %v", inspected)
 			}
-			mu.Unlock()
-			for _, got := range model.Seen() {
-				if got != "Bearer "+testAPIKey {
-					t.Errorf("the model endpoint got Authorization %q, want the key", got)
-				}
-			}
-			if !inject {
-				return
-			}
-			ans = a.send(t, "relay")
-			out = firstToolOutput(t, ans.raw)
-			t.Logf("relay output:\n%s", out)
-			if !strings.Contains(out, "== ok 0") || strings.Contains(out, "== models 0") || !relayTokenRe.MatchString(out) || strings.Contains(out, testAPIKey) {
-				t.Errorf("tools and the relay: want the model call to work, /models refused, a token, no key:\n%s", out)
-			}
 		})
+	}
+}
+
+// relayCalls is a tool's use of the relay with inject_credentials_env: a
+// model call (allowed), a /models call (refused) and the token it holds.
+const relayCalls = `b="$OPENAI_BASE_URL"; h="Authorization: Bearer $OPENAI_API_KEY"
+wget -q -O /dev/null --header "$h" --header 'Content-Type: application/json' --post-data '{"model":"m","messages":[{"role":"user","content":"hi"}]}' "$b/chat/completions"; echo "== ok $?"
+wget -q -O /dev/null --header "$h" "$b/models" 2>&1; echo "== models $?"
+echo "== token $OPENAI_API_KEY"`
+
+// checkKeyStaysWithRunner sends the credential probe (model command
+// "probe") and, with inject, the relay calls (command "relay") to a
+// running agent whose config carries testAPIKey, and checks that no tool
+// found the key while the model endpoint got it on every call.
+func checkKeyStaysWithRunner(t *testing.T, a *liveAgent, model *testutil.FakeModel, inject bool) {
+	t.Helper()
+	a.waitReady(t)
+	ans := a.send(t, "probe")
+	if ans.status != 200 {
+		t.Fatalf("probe: %d %s", ans.status, ans.raw)
+	}
+	out := firstToolOutput(t, ans.raw)
+	t.Logf("probe output:\n%s", out)
+	if strings.Contains(out, testAPIKey) || bytes.Contains(ans.raw, []byte(testAPIKey)) {
+		t.Errorf("a tool found the API key:\n%s", out)
+	}
+	// Either the probe reads the loop's memory and finds the token but
+	// never the key, or the loop (non-dumpable) is out of its reach
+	// altogether. A probe that could read and found no token proves
+	// nothing.
+	if i := strings.Index(out, "== mem "); i < 0 || (!relayTokenRe.MatchString(out[i:]) && !strings.Contains(out[i:], "Permission denied")) {
+		t.Errorf("the memory probe neither read the loop's memory nor was refused, so it proves nothing:\n%s", out)
+	}
+	seen := model.Seen()
+	if len(seen) == 0 {
+		t.Errorf("the model endpoint got no call")
+	}
+	for _, got := range seen {
+		if got != "Bearer "+testAPIKey {
+			t.Errorf("the model endpoint got Authorization %q, want the key", got)
+		}
+	}
+	if !inject {
+		return
+	}
+	a.waitReady(t)
+	ans = a.send(t, "relay")
+	out = firstToolOutput(t, ans.raw)
+	t.Logf("relay output:\n%s", out)
+	if !strings.Contains(out, "== ok 0") || strings.Contains(out, "== models 0") || !relayTokenRe.MatchString(out) || strings.Contains(out, testAPIKey) {
+		t.Errorf("tools and the relay: want the model call to work, /models refused, a token, no key:\n%s", out)
 	}
 }
 

@@ -220,7 +220,7 @@ func New(ctx context.Context, cfg *Config, o Options) (*Server, error) {
 		outcomes:   newOutcomeStore(),
 	}
 	s.relay = newRelay(s.log, s.metrics)
-	if cfg.Container.Enabled && needsRelay(cfg) {
+	if relayOnSocket(cfg) {
 		// The socket exists before any container that mounts its directory.
 		if err := s.relay.Listen(RelayDir(cfg)); err != nil {
 			return nil, err
@@ -342,7 +342,7 @@ func (s *Server) Reload(ctx context.Context, cfg *Config) error {
 	if cfg.Journal != oldCfg.Journal {
 		s.log.Warn("journal directory changed; it takes effect at the next restart", "journal_dir", oldCfg.Journal)
 	}
-	if cfg.Container.Enabled && needsRelay(cfg) {
+	if relayOnSocket(cfg) {
 		switch dir := s.relay.Dir(); {
 		case dir == "":
 			if err := s.relay.Listen(RelayDir(cfg)); err != nil {
@@ -550,9 +550,13 @@ func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, 
 		for _, a := range cfg.Ask {
 			req.Asks = append(req.Asks, agent.AskTarget{AgentID: a.AgentID, Role: a.Role})
 		}
-		if cfg.Container.Enabled {
+		switch {
+		case cfg.Kubernetes != nil:
+			req.Relay = &agent.Relay{Stream: true}
+			job.Relay = s.relay.ServeConn
+		case cfg.Container.Enabled:
 			req.Relay = &agent.Relay{Socket: sandbox.RelayMountDir + "/" + RelaySocketName}
-		} else {
+		default:
 			child, stop, err := s.relay.Pair()
 			if err != nil {
 				return errorResult(http.StatusInternalServerError, id, agent.ErrKindSandbox, err.Error())

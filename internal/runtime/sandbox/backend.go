@@ -5,6 +5,7 @@ package sandbox
 
 import (
 	"context"
+	"net"
 	"os"
 	"time"
 )
@@ -20,6 +21,10 @@ type Job struct {
 	// Landlock rules): the LLM relay's connected socket. The caller owns
 	// and closes them. The Docker backend ignores them.
 	Files []*os.File
+	// Relay, when set, serves the LLM relay on a connection the backend
+	// carries on the sandbox's own stdio (the pod backend: package podio)
+	// until the returned stop is called. Other backends ignore it.
+	Relay func(net.Conn) (stop func())
 }
 
 // Outcome is what the sandbox did. Run returns an error only when the sandbox

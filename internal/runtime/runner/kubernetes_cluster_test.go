@@ -1,0 +1,113 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/testkube"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// The runner's side runs in the test process on the host, its messages in
+// pods of the project's test cluster (scripts/k8s-up.sh), made through
+// the API server as a runner in the cluster makes them:
+//
+//	export MEEPA_KUBECONFIG=$(flock -o /tmp/meepa-acc.lock scripts/k8s-up.sh)
+//	TF_ACC=1 go test ./internal/runtime/runner -run Pod
+
+// kubeAgentConfig is a runner config whose messages run in pods of c's
+// namespace, on a workspace claim of their own.
+func kubeAgentConfig(t *testing.T, c *kube.Client, id string) *Config {
+	t.Helper()
+	claim := "ws-" + id
+	testkube.WorkspaceClaim(t, c, claim)
+	sockDir := testutil.SharedTempDir(t)
+	return &Config{
+		AgentID:   "tf-acc-" + id + "-" + runToken,
+		Workspace: sandbox.WorkspaceDir,
+		Listen:    "unix://" + filepath.Join(sockDir, "runner.sock"),
+		Token:     "test-token-" + id,
+		QueueSize: 8,
+		Container: ContainerMode{
+			Enabled:        true,
+			Image:          testkube.RunnerImage(t),
+			MemoryLimit:    "256m",
+			TimeoutSeconds: 60,
+			Network:        "bridge",
+			Prestart:       true,
+		},
+		Kubernetes:    &Kubernetes{Namespace: c.Namespace, WorkspaceClaim: claim, ImagePullPolicy: "Never"},
+		LLM:           agent.LLMConfig{Provider: "offline", APIKey: testAPIKey},
+		RedactSecrets: true,
+	}
+}
+
+// podBackend makes the pod backend with the test's client instead of the
+// in-cluster service account.
+func podBackend(c *kube.Client) BackendFactory {
+	return func(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox.Backend, string, error) {
+		p, err := kube.NewPods(ctx, c, KubeOptions(cfg, log))
+		if err != nil {
+			return nil, ModeKubernetes, err
+		}
+		return p, ModeKubernetes, nil
+	}
+}
+
+// On a cluster the API key stays with the runner as it does on Docker: the
+// loop in the message pod reaches the relay over the pod's own attach (no
+// network route from the pod), the model endpoint gets the key, and a tool
+// in the pod finds it in no environment, argv, file or process memory, nor
+// in the pod objects the API server holds while the message runs. With
+// inject_credentials_env, tools reach the relay through the loop and get
+// only the message's token.
+func TestPodKeyStaysWithRunner(t *testing.T) {
+	c := testkube.Cluster(t, "tf-acc-runner")
+	model := testutil.NewFakeModel(t, map[string]string{"probe": testutil.CredentialProbe(keyPrefix), "relay": relayCalls})
+	var mu sync.Mutex
+	var inPodObjects []string
+	for _, inject := range []bool{false, true} {
+		t.Run(fmt.Sprintf("inject_credentials_env=%v", inject), func(t *testing.T) {
+			cfg := kubeAgentConfig(t, c, fmt.Sprintf("podrelay%v", inject))
+			cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.BaseURL = "openai", "m", model.URL()+"/v1"
+			cfg.RedactSecrets, cfg.InjectCredentialsEnv = false, inject
+			model.OnCall = func() {
+				list, err := c.Clientset.CoreV1().Pods(c.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: kube.AgentSelector(cfg.AgentID)})
+				raw, _ := json.Marshal(list)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err != nil:
+					inPodObjects = append(inPodObjects, "list: "+err.Error())
+				case len(list.Items) == 0:
+					inPodObjects = append(inPodObjects, "no pod listed while the message ran")
+				case bytes.Contains(raw, []byte(testAPIKey)):
+					inPodObjects = append(inPodObjects, "the key is in the pod objects")
+				}
+			}
+			a := startAgentWith(t, cfg, podBackend(c))
+			checkKeyStaysWithRunner(t, a, model, inject)
+			mu.Lock()
+			defer mu.Unlock()
+			for _, p := range inPodObjects {
+				t.Error(p)
+			}
+			inPodObjects = nil
+			if _, err := os.Stat(RelayDir(cfg)); err == nil {
+				t.Errorf("a relay socket directory was made for a pod runner; pods carry the relay on their attach")
+			}
+		})
+	}
+}
