@@ -42,8 +42,9 @@ import (
 //
 // Only what the loop itself sends is forwarded: POST of the configured
 // provider's one model endpoint (OpenAI-compatible chat/completions, or
-// Anthropic v1/messages), non-streaming, within size limits; redirects are
-// not followed, so the key never leaves for another host.
+// Anthropic v1/messages), non-streaming, without server-side tools, within
+// size limits; redirects are not followed, so the key never leaves for
+// another host.
 const (
 	// MaxRelayRequestBytes bounds one relayed request body (the loop's whole
 	// conversation); the same bound as agent-run's own request.
@@ -307,17 +308,8 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", MaxRelayRequestBytes))
 		return
 	}
-	var probe struct {
-		Stream bool `json:"stream"`
-	}
-	if json.Unmarshal(body, &probe) != nil {
-		refuse(http.StatusBadRequest, "the body is not a JSON object")
-		return
-	}
-	if probe.Stream {
-		// The answer is read whole, so its usage can be counted and its size
-		// bounded.
-		refuse(http.StatusBadRequest, "streaming is not relayed; send stream=false")
+	if why := relayBodyRefusal(s.llm.Provider, body); why != "" {
+		refuse(http.StatusBadRequest, why)
 		return
 	}
 	base := strings.TrimSuffix(s.llm.BaseURL, "/")
@@ -346,7 +338,9 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		out.Header.Set("Anthropic-Version", v)
 		// No Anthropic-Beta: beta features include server-side tools that
 		// fetch from the web, which would give a sandbox without network
-		// (TOOL-EXEC) a way out through the model.
+		// (TOOL-EXEC) a way out through the model. Generally available
+		// ones (web_search_20250305) need no header: relayBodyRefusal
+		// keeps them out.
 	}
 	resp, err := r.upstream.Do(out)
 	if err != nil {
@@ -385,6 +379,91 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(answer)
+}
+
+// serverSideKeys are top-level request fields that make the endpoint itself
+// reach the web (OpenAI's web_search_options, OpenRouter's plugins, the
+// Anthropic MCP connector's mcp_servers): a sandbox without network
+// (TOOL-EXEC) would get a way out through the model.
+var serverSideKeys = []string{"web_search_options", "plugins", "mcp_servers"}
+
+// relayBodyRefusal says why a model call's body is not relayed, or "". The
+// body is judged field by field as written, every duplicate and every
+// spelling of a name included: Go's decoder keeps the last duplicate and
+// matches names case-insensitively, the endpoint may do neither.
+//   - stream must be absent, false or null: the answer is read whole, so
+//     its usage can be counted and its size bounded;
+//   - no server-side tools: a tool's type must be "function" or "custom"
+//     (OpenAI) or absent or "custom" (Anthropic); web search, web fetch,
+//     code execution and the like run on the provider's side with network;
+//   - none of serverSideKeys.
+func relayBodyRefusal(provider string, body []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "the body is not a JSON object"
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "the body is not a JSON object"
+		}
+		name, _ := tok.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return "the body is not a JSON object"
+		}
+		switch {
+		case strings.EqualFold(name, "stream"):
+			if t := string(bytes.TrimSpace(v)); t != "false" && t != "null" {
+				return "streaming is not relayed; send stream=false"
+			}
+		case strings.EqualFold(name, "tools"):
+			if why := serverSideTool(provider, v); why != "" {
+				return why
+			}
+		default:
+			for _, k := range serverSideKeys {
+				if strings.EqualFold(name, k) {
+					return fmt.Sprintf("%s is not relayed: the endpoint would reach the network for a sandbox", k)
+				}
+			}
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return "the body is not a JSON object"
+	}
+	if dec.More() {
+		return "the body is more than one JSON object"
+	}
+	return ""
+}
+
+// serverSideTool says why a tools list holds a tool the endpoint would run
+// itself, or "".
+func serverSideTool(provider string, raw json.RawMessage) string {
+	if t := string(bytes.TrimSpace(raw)); t == "null" {
+		return ""
+	}
+	var tools []map[string]json.RawMessage
+	if json.Unmarshal(raw, &tools) != nil {
+		return "tools: want an array of objects"
+	}
+	for i, tool := range tools {
+		for k, v := range tool {
+			if !strings.EqualFold(k, "type") {
+				continue
+			}
+			var typ string
+			if json.Unmarshal(v, &typ) != nil {
+				return fmt.Sprintf("tools[%d].type: want a string", i)
+			}
+			ok := typ == "custom" || (provider == agent.ProviderOpenAI && typ == "function")
+			if !ok {
+				return fmt.Sprintf("tools[%d] has type %.40q: server-side tools are not relayed (they would reach the network for a sandbox)", i, typ)
+			}
+		}
+	}
+	return ""
 }
 
 // relayRoute maps a relay path to the upstream path under base_url: the

@@ -1,0 +1,84 @@
+package runner
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// Bodies the relay must not forward: streaming in any spelling the
+// endpoint could read as stream=true, and server-side tools (web search,
+// fetch, code execution) that would give a sandbox without network a way
+// out through the model.
+func TestRelayRefusesStreamSpellingsAndServerTools(t *testing.T) {
+	model := newFakeModel(t)
+	r := newRelay(hclog.NewNullLogger(), newMetrics())
+	dir := filepath.Join(t.TempDir(), "relay")
+	if err := r.Listen(dir); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Cleanup(t, "relay", r.Close)
+	c := relayClient(filepath.Join(dir, RelaySocketName))
+	for _, tc := range []struct {
+		provider, path, body string
+		status               int
+	}{
+		{agent.ProviderOpenAI, "/openai/chat/completions", `{"stream":true,"STREAM":false}`, 400},
+		{agent.ProviderOpenAI, "/openai/chat/completions", `{"stream":false,"stream":true}`, 400},
+		{agent.ProviderOpenAI, "/openai/chat/completions", `{"model":"m","web_search_options":{}}`, 400},
+		{agent.ProviderOpenAI, "/openai/chat/completions", `{"model":"m","tools":[{"type":"web_search"}]}`, 400},
+		{agent.ProviderOpenAI, "/openai/chat/completions", `{"model":"m","tools":[{"type":"function","function":{"name":"f"}}]}`, 200},
+		{agent.ProviderAnthropic, "/anthropic/v1/messages", `{"model":"m","tools":[{"type":"web_search_20250305","name":"web_search"}]}`, 400},
+		{agent.ProviderAnthropic, "/anthropic/v1/messages", `{"model":"m","tools":[{"name":"shell","input_schema":{"type":"object"}}]}`, 200},
+		{agent.ProviderAnthropic, "/anthropic/v1/messages", `{"model":"m","tools":[{"type":"custom","name":"shell","input_schema":{"type":"object"}}]}`, 200},
+	} {
+		llm := agent.LLMConfig{Provider: tc.provider, Model: "m", BaseURL: model.srv.URL + "/v1", APIKey: "sk-x"}
+		if tc.provider == agent.ProviderAnthropic {
+			llm.BaseURL = model.srv.URL
+		}
+		tok, end := r.Begin("m1", llm, 10*time.Second, nil, 0)
+		if st, body := relayPost(t, c, tc.path, tok, tc.body); st != tc.status {
+			t.Errorf("%s %s: %d %s, want %d", tc.provider, tc.body, st, strings.TrimSpace(body), tc.status)
+		}
+		end()
+	}
+}
+
+// What the loop's own SDK clients send passes the relay's body check.
+func TestRelayPassesTheLoopsOwnBodies(t *testing.T) {
+	for _, provider := range []string{agent.ProviderOpenAI, agent.ProviderAnthropic} {
+		var got []byte
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got, _ = io.ReadAll(r.Body)
+			w.WriteHeader(http.StatusBadRequest) // the body is all the test wants
+		}))
+		base := srv.URL + "/v1"
+		if provider == agent.ProviderAnthropic {
+			base = srv.URL
+		}
+		c, err := agent.NewClient(agent.LLMConfig{Provider: provider, Model: "m", BaseURL: base, APIKey: "k"}, srv.Client())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Complete(context.Background(), agent.Completion{System: "s",
+			Messages: []agent.ChatMessage{{Role: agent.RoleUser, Text: "hi"}},
+			Tools:    []agent.ToolSpec{{Name: "shell", Description: "d", Parameters: map[string]any{"type": "object", "properties": map[string]any{}}}}})
+		srv.Close()
+		if len(got) == 0 {
+			t.Fatalf("%s: no body", provider)
+		}
+		if why := relayBodyRefusal(provider, got); why != "" {
+			t.Errorf("%s: the loop's own body is refused (%s): %s", provider, why, got)
+		}
+	}
+}
