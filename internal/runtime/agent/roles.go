@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -71,8 +72,8 @@ func (t *Toolbox) allows(name string) bool {
 }
 
 // Fetch GETs an http(s) URL through the proxy of agent-run's environment
-// (the FETCH role's http_proxy / https_proxy), bounded in time and size,
-// and returns the body marked as untrusted content.
+// (the FETCH role's http_proxy / https_proxy, see fetchProxy), bounded in
+// time and size, and returns the body marked as untrusted content.
 func (t *Toolbox) Fetch(ctx context.Context, raw string) (string, error) {
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -87,7 +88,7 @@ func (t *Toolbox) Fetch(ctx context.Context, raw string) (string, error) {
 	req.Header.Set("User-Agent", "meepa-fetch")
 	c := t.fetchClient
 	if c == nil {
-		c = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment}}
+		c = &http.Client{Transport: &http.Transport{Proxy: fetchProxy}}
 	}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -103,6 +104,29 @@ func (t *Toolbox) Fetch(ctx context.Context, raw string) (string, error) {
 		body, cut = body[:FetchMaxBytes], fmt.Sprintf(" (cut at %d bytes)", FetchMaxBytes)
 	}
 	return UntrustedContent(fmt.Sprintf("fetch %s: HTTP %d, %s%s", u.Redacted(), resp.StatusCode, resp.Header.Get("Content-Type"), cut), string(body)), nil
+}
+
+// fetchProxy sends every fetch, each redirect included, to the proxy that
+// FETCH's environment names for the URL's scheme. Unlike Go's
+// ProxyFromEnvironment it honours no no_proxy list and does not exempt
+// loopback: otherwise a fetch (or a redirect an allowed page answers with)
+// would reach llmnet members, the LLM gateway and the runners among them,
+// directly, past the proxy's allowlist. Without a proxy there is no fetch.
+func fetchProxy(req *http.Request) (*url.URL, error) {
+	names := []string{"HTTP_PROXY", "http_proxy"}
+	if req.URL.Scheme == "https" {
+		names = []string{"HTTPS_PROXY", "https_proxy"}
+	}
+	for _, n := range names {
+		if v := os.Getenv(n); v != "" {
+			u, err := url.Parse(v)
+			if err != nil || u.Host == "" {
+				return nil, fmt.Errorf("proxy %s: not a URL", n)
+			}
+			return u, nil
+		}
+	}
+	return nil, errors.New("no proxy: a FETCH agent reaches the web only through its topology's proxy (http_proxy / https_proxy)")
 }
 
 // UntrustedContent marks content from outside (a web page, another agent's
