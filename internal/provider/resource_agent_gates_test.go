@@ -2,6 +2,7 @@ package provider
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -10,8 +11,12 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfversion"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
+
+// reachedRe finds a probe line of a wget that succeeded.
+var reachedRe = regexp.MustCompile(`(?m)^== \S+ \S+ 0$`)
 
 // TestAccAgent_threegateGates: the three gates of a real topology at the
 // execution layer, driven through the offline provider. TOOL-EXEC's shell
@@ -24,7 +29,7 @@ func TestAccAgent_threegateGates(t *testing.T) {
 	cli := testutil.Docker(t)
 	image := testutil.EnsureRunnerImage(t, cli)
 	stateDir := t.TempDir()
-	tg, llm, fetch, egress, _ := freeTopology(t, cli)
+	tg, llm, fetch, egress, spec := freeTopology(t, cli)
 	// An allowed web host outside: FETCH's fetch of it must bring its body.
 	outside := testutil.StartOutside(t)
 	outside.ServeHTTP(t, 443, "hello from the allowed host")
@@ -94,6 +99,15 @@ resource "threegate_network" "tg" {
 		return nil
 	}
 	ifaces := `!sh tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ','`
+	// TOOL-EXEC's shell tries the llmnet gateway (a host service listens
+	// there on all addresses) and the proxy; each try must find no route
+	// at all, not a refusal that a reachable peer would also give.
+	hostPort := testutil.HostService(t)
+	llmGateway := spec.Network(topology.LLMNet).Gateway
+	reach := func(proxyURL string) string {
+		proxy := strings.Replace(strings.TrimPrefix(proxyURL, "http://"), ":", " ", 1)
+		return fmt.Sprintf(`!sh for a in "%s %d" "%s"; do nc -w 3 $a </dev/null 2>&1; echo "== $a $?"; done`, llmGateway, hostPort, proxy)
+	}
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
@@ -120,6 +134,14 @@ resource "threegate_network" "tg" {
 					if err := expect(s, c.addr, c.id, c.text, c.want...); err != nil {
 						return err
 					}
+				}
+				proxyURL := s.RootModule().Resources["threegate_network.tg"].Primary.Attributes["proxy_url"]
+				reply, err := send(s, "meepa_agent.te", teID, reach(proxyURL))
+				if err != nil {
+					return err
+				}
+				if n := strings.Count(reply, "Network is unreachable"); n != 2 || reachedRe.MatchString(reply) {
+					return fmt.Errorf("TOOL-EXEC reached the llmnet gateway or the proxy (want no route to both):\n%s", reply)
 				}
 				return nil
 			},

@@ -144,8 +144,11 @@ func checkKeyStaysWithRunner(t *testing.T, a *liveAgent, model *testutil.FakeMod
 func TestToolExecShellHasNoNetwork(t *testing.T) {
 	testutil.RequireDocker(t)
 	cli := testutil.Docker(t)
+	// A host service on every host address: a container with any network
+	// would reach it through its gateway; this one must find no route.
+	port := testutil.HostService(t)
 	model := testutil.NewFakeModel(t, map[string]string{
-		"ifaces": `echo "== ifaces $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ' ')"; echo "== routes $(tail -n +2 /proc/net/route | wc -l)"; wget -q -T 3 -O /dev/null http://172.17.0.1:9/ 2>&1; echo "== wget $?"`,
+		"ifaces": fmt.Sprintf(`echo "== ifaces $(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ' ')"; echo "== routes $(tail -n +2 /proc/net/route | wc -l)"; nc -w 3 172.17.0.1 %d </dev/null 2>&1; echo "== nc $?"`, port),
 	})
 	cfg := testAgentConfig(t, cli, "toolexec")
 	cfg.Role = "tool_exec"
@@ -158,7 +161,7 @@ func TestToolExecShellHasNoNetwork(t *testing.T) {
 	}
 	out := firstToolOutput(t, ans.raw)
 	t.Logf("TOOL-EXEC shell:\n%s", out)
-	if !strings.Contains(out, "== ifaces lo \n") || !strings.Contains(out, "== routes 0") || strings.Contains(out, "== wget 0") {
+	if !strings.Contains(out, "== ifaces lo \n") || !strings.Contains(out, "== routes 0") || strings.Contains(out, "== nc 0") || !strings.Contains(out, "Network is unreachable") {
 		t.Errorf("the TOOL-EXEC shell has a network:\n%s", out)
 	}
 	if n := len(model.Seen()); n != 2 {
