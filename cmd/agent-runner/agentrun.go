@@ -25,7 +25,9 @@ import (
 // it reads its request it prepares what needs none (agent.Prepare: the
 // workspace checked and opened, memory.db open), so a prestarted container
 // waits ready; then it reads one agent.Request on stdin until EOF and
-// writes one agent.Reply line on stdout. As a container's init it marks
+// writes one agent.Reply line on stdout. With --frames (a Kubernetes
+// message pod) stdin and stdout carry podio frames instead, and the LLM
+// relay's connection travels on them beside the request and the reply. As a container's init it marks
 // the reply Final when nothing in the container was killed for memory, and
 // exits right after. Logs are JSON lines on stderr, without message text
 // or secrets.
