@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/docker/docker/client"
@@ -111,4 +112,10 @@ func (d *providerData) RunnerBinary(arch string) (string, error) {
 	}
 	return "", fmt.Errorf("no agent-runner binary found (looked at: %v); build it with `make build` "+
 		"or set the provider's runner_binary", cands)
+}
+
+// dockerIsLocal reports whether the daemon runs on this machine (a unix
+// socket), so that this host's routes and iptables are the daemon's.
+func dockerIsLocal(d *providerData) bool {
+	return strings.HasPrefix(engine.HostOf(d.docker.opts), "unix://")
 }

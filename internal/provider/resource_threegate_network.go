@@ -17,7 +17,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 )
 
@@ -432,24 +431,5 @@ func addProblems(diags *diag.Diagnostics, ps topology.Problems) {
 	}
 }
 
-// topologyService returns the topology service for one request, logging
-// through tflog, or nil after adding why there is none.
-func topologyService(ctx context.Context, d *providerData, typeName string, diags *diag.Diagnostics) *topology.Service {
-	if !requireProviderData(d, typeName, diags) {
-		return nil
-	}
-	cli := d.dockerClient(ctx, diags)
-	if cli == nil {
-		return nil
-	}
-	return topology.NewService(cli, loggerFor(ctx))
-}
-
 // unknownImage stands in for a proxy image that is not known until apply.
 const unknownImage = "(known after apply)"
-
-// dockerIsLocal reports whether the daemon runs on this machine (a unix
-// socket), so that this host's routes and iptables are the daemon's.
-func dockerIsLocal(d *providerData) bool {
-	return strings.HasPrefix(engine.HostOf(d.docker.opts), "unix://")
-}

@@ -230,18 +230,3 @@ func networksValue(ctx context.Context, spec topology.Spec, o topology.Observed)
 	}
 	return types.MapValueFrom(ctx, networkObjectType, out)
 }
-
-func orEmpty(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
-}
-
-func listOrNull(ctx context.Context, s []string) types.List {
-	if len(s) == 0 {
-		return types.ListNull(types.StringType)
-	}
-	v, _ := types.ListValueFrom(ctx, types.StringType, s)
-	return v
-}

@@ -13,7 +13,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/image"
 )
 
 // listenAddress validates runner.listen with the parser apply uses.
@@ -89,21 +88,6 @@ func baseURL() validator.String {
 				return fmt.Errorf("%q is not an absolute http(s) URL; write e.g. \"https://api.openai.com/v1\" or \"http://llm-gateway:4000/v1\"", s)
 			}
 			return nil
-		},
-	}
-}
-
-// optionalImageReference is imageReference for an image that may be left
-// empty (another attribute then supplies it).
-func optionalImageReference() validator.String {
-	return stringCheck{
-		summary: "Invalid Image Reference",
-		desc:    "a Docker image reference",
-		check: func(s string) error {
-			if s == "" {
-				return nil
-			}
-			return image.ValidateImageRef(s)
 		},
 	}
 }

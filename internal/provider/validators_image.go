@@ -48,6 +48,21 @@ func imageReference() validator.String {
 	}
 }
 
+// optionalImageReference is imageReference for an image that may be left
+// empty (another attribute then supplies it).
+func optionalImageReference() validator.String {
+	return stringCheck{
+		summary: "Invalid Image Reference",
+		desc:    "a Docker image reference",
+		check: func(s string) error {
+			if s == "" {
+				return nil
+			}
+			return image.ValidateImageRef(s)
+		},
+	}
+}
+
 func stringsOf[T ~string](vals []T) []string {
 	s := make([]string, len(vals))
 	for i, v := range vals {
