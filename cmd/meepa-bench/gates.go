@@ -12,6 +12,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
 // benchGates measures the ThreeGate execution layer (issue 10), in rounds
@@ -27,7 +28,7 @@ func benchGates(ctx context.Context, dir string, rounds int) (i, j time.Duration
 		if err := os.Mkdir(ws, 0o755); err != nil {
 			return "", err
 		}
-		return ws, os.Chown(ws, 65534, 65534)
+		return ws, os.Chown(ws, sandbox.DefaultUID, sandbox.DefaultGID)
 	}
 	wsTE, err := mk("gate-te")
 	if err != nil {
