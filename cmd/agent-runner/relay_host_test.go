@@ -39,8 +39,13 @@ func hostServeConfig(t *testing.T, cfg *runner.Config) (*http.Client, *lockedBuf
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
+		// An interrupt is serve's graceful stop: it must exit cleanly.
+		if err := testutil.Gone(cmd.Process.Signal(os.Interrupt)); err != nil {
+			t.Errorf("cleanup: interrupt serve: %v", err)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("cleanup: serve after interrupt: %v\n%s", err, stderr.String())
+		}
 	})
 	c := unixClient(sock)
 	waitUp(t, c, 10*time.Second, stderr.String)

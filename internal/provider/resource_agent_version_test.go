@@ -48,7 +48,10 @@ func TestAccAgent_runnerVersionDrift(t *testing.T) {
 	if err := testimage.Runner(context.Background(), cli, oldImage, testutil.BusyboxImage, oldBin); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = cli.ImageRemove(context.Background(), oldImage, image.RemoveOptions{Force: true}) })
+	testutil.Cleanup(t, "remove image "+oldImage, func() error {
+		_, err := cli.ImageRemove(context.Background(), oldImage, image.RemoveOptions{Force: true})
+		return testutil.Gone(err)
+	})
 
 	stateDir := t.TempDir()
 	id := "tf-acc-agent-ver-" + runID

@@ -290,12 +290,19 @@ func cleanupBridge(t *testing.T, cli client.APIClient) {
 	t.Cleanup(func() {
 		ctx := context.Background()
 		err := guard.Remove(ctx, cli, bridge.Name)
-		if in, ierr := cli.NetworkInspect(ctx, bridge.Name, network.InspectOptions{}); ierr == nil {
-			if p, perr := bridge.Params(in, nil); perr == nil {
-				if h, herr := firewall.Open(ctx, nil); herr == nil {
-					err = errors.Join(err, h.Remove(ctx, firewall.BuildBridge(p)))
-				}
+		in, ierr := cli.NetworkInspect(ctx, bridge.Name, network.InspectOptions{})
+		switch {
+		case errdefs.IsNotFound(ierr):
+			// No network: nothing of its rules can be named, and none made.
+		case ierr != nil:
+			err = errors.Join(err, ierr)
+		default:
+			p, perr := bridge.Params(in, nil)
+			h, herr := firewall.Open(ctx, nil)
+			if perr == nil && herr == nil {
+				err = errors.Join(err, h.Remove(ctx, firewall.BuildBridge(p)))
 			}
+			err = errors.Join(err, perr, herr)
 			if rerr := cli.NetworkRemove(ctx, in.ID); rerr != nil && !errdefs.IsNotFound(rerr) {
 				err = errors.Join(err, rerr)
 			}
