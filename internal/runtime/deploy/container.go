@@ -34,6 +34,13 @@ const (
 // provider does not talk to the daemon over a unix socket of its own.
 const DefaultDockerSocket = "/var/run/docker.sock"
 
+// The runner service's own budget: the runner container's limits, and in
+// host mode what the runner needs on top of its agent child's limits.
+const (
+	RunnerMemory = 256 << 20
+	RunnerPids   = 256
+)
+
 // ContainerName is the runner container's name. It is a function of the
 // agent id alone: Docker refuses a second container with the same name, which
 // is what makes "one agent, one runner" hold across replacements and
@@ -58,7 +65,8 @@ type Cover struct {
 
 // Deployment is one runner service container.
 //
-// Defaults: Memory 256 MiB, PidsLimit 256, StopTimeout 30 s, Network "none".
+// Defaults: Memory RunnerMemory (256 MiB), PidsLimit RunnerPids (256),
+// StopTimeout 30 s, Network "none".
 // An empty DockerSocket mounts no socket (host mode needs none).
 type Deployment struct {
 	AgentID string
@@ -112,10 +120,10 @@ type Deployment struct {
 
 func (d Deployment) withDefaults() Deployment {
 	if d.Memory == 0 {
-		d.Memory = 256 << 20
+		d.Memory = RunnerMemory
 	}
 	if d.PidsLimit == 0 {
-		d.PidsLimit = 256
+		d.PidsLimit = RunnerPids
 	}
 	if d.StopTimeout == 0 {
 		d.StopTimeout = 30 * time.Second

@@ -98,8 +98,8 @@ func ForConfig(c runner.Config, p Placement) (Deployment, error) {
 	if err != nil {
 		return d, err
 	}
-	d.Memory = mem + 256<<20
-	d.PidsLimit = c.Container.PidsLimit + 256
+	d.Memory = mem + RunnerMemory
+	d.PidsLimit = c.Container.PidsLimit + RunnerPids
 	for _, path := range c.FileAccess.AllowRead {
 		d.HostPaths = append(d.HostPaths, HostPath{Path: path, ReadOnly: true})
 	}
