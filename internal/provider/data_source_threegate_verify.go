@@ -82,9 +82,11 @@ func (d *threegateVerifyDataSource) Schema(_ context.Context, _ datasource.Schem
 					"When the topology's proxy has `dns` servers, the probes use them as their resolvers (the query goes only there), and CORE and " +
 					"FETCH also ask the first of them for this name directly, over UDP and TCP port 53, which must fail: port 53 is open for the proxy only."},
 			"host_port": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 65535)},
-				MarkdownDescription: "Port tried on each bridge gateway (the host), 1 to 65535; any answer, even a reset, counts as reachable. Defaults to 22."},
-			"timeout_seconds": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 300)},
-				MarkdownDescription: "Seconds allowed per check, 1 to 300; a check that times out counts as blocked. Defaults to 2."},
+				MarkdownDescription: "Port tried on each bridge gateway (the host), 1 to 65535; any answer, even a reset, counts as reachable. Defaults to " +
+					strconv.Itoa(topology.DefaultVerifyHostPort) + "."},
+			"timeout_seconds": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, topology.MaxVerifyTimeoutSeconds)},
+				MarkdownDescription: fmt.Sprintf("Seconds allowed per check, 1 to %d; a check that times out counts as blocked. Defaults to %d.",
+					topology.MaxVerifyTimeoutSeconds, topology.DefaultVerifyTimeoutSeconds)},
 
 			"id": schema.StringAttribute{Computed: true, MarkdownDescription: "The topology name."},
 			"probes": schema.ListAttribute{Computed: true, ElementType: probeObjectType,

@@ -71,7 +71,7 @@ func (r *isolationImageResource) Schema(_ context.Context, _ resource.SchemaRequ
 				Default: stringdefault.StaticString(string(image.ManagerAuto)),
 				MarkdownDescription: "Package manager that installs `packages`: one of " + codeList(image.Managers) +
 					". `auto` detects `apt-get`, `apk` or `dnf` in the base image at build time; `none` installs nothing " +
-					"(only `env_vars` are added). Defaults to `auto`.",
+					"(only `env_vars` are added). Defaults to `" + string(image.ManagerAuto) + "`.",
 				Validators: []validator.String{stringvalidator.OneOf(stringsOf(image.Managers)...)},
 			},
 			"env_vars": schema.MapAttribute{
@@ -90,7 +90,7 @@ func (r *isolationImageResource) Schema(_ context.Context, _ resource.SchemaRequ
 				Default: stringdefault.StaticString(string(image.PullMissing)),
 				MarkdownDescription: "When to pull `base_image`: one of " + codeList(image.Pulls) + ". `missing` pulls " +
 					"only when the daemon lacks it; `always` pulls before every build (plans compare against the local " +
-					"copy); `never` uses only a local image and fails clearly when there is none. Defaults to `missing`.",
+					"copy); `never` uses only a local image and fails clearly when there is none. Defaults to `" + string(image.PullMissing) + "`.",
 				Validators: []validator.String{stringvalidator.OneOf(stringsOf(image.Pulls)...)},
 			},
 			"keep_locally": schema.BoolAttribute{

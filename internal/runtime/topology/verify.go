@@ -27,6 +27,14 @@ import (
 // VerifyOptions say what to probe. Targets left empty are not probed: the
 // verification never invents a destination, so nothing is sent anywhere
 // the operator did not name.
+// VerifyOptions' defaults and bounds, also quoted by the verify data
+// source's schema and docs.
+const (
+	DefaultVerifyHostPort       = 22
+	DefaultVerifyTimeoutSeconds = 2
+	MaxVerifyTimeoutSeconds     = 300
+)
+
 type VerifyOptions struct {
 	// Image runs the probes; it must contain /usr/local/bin/agent-runner.
 	// Default: the proxy's image.
@@ -43,7 +51,8 @@ type VerifyOptions struct {
 	// reach it directly.
 	OutsideAddress string
 	// HostPort is a port tried on each bridge gateway (the host). Any
-	// answer, even a reset, means the host is reachable. Default 22.
+	// answer, even a reset, means the host is reachable. Default
+	// DefaultVerifyHostPort.
 	HostPort int
 	// DNSName, when set, is resolved from CORE, which must fail. Note that
 	// on engines affected by CVE-2024-29018 the query itself leaves the host.
@@ -53,7 +62,7 @@ type VerifyOptions struct {
 	// directly, over UDP and TCP, which must fail: port 53 is open for
 	// the proxy only.
 	DNSName string
-	// Timeout per check; default 2s.
+	// Timeout per check; default DefaultVerifyTimeoutSeconds.
 	Timeout time.Duration
 }
 
@@ -128,10 +137,10 @@ func (sv *Service) Verify(ctx context.Context, s Spec, o VerifyOptions) (Report,
 		o.Image = s.Proxy.Image
 	}
 	if o.HostPort == 0 {
-		o.HostPort = 22
+		o.HostPort = DefaultVerifyHostPort
 	}
 	if o.Timeout == 0 {
-		o.Timeout = 2 * time.Second
+		o.Timeout = DefaultVerifyTimeoutSeconds * time.Second
 	}
 	sv.log.Debug("verifying threegate topology", "topology", s.Name, "image", o.Image)
 	llm, fetch := s.Network(LLMNet), s.Network(FetchNet)
