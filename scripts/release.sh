@@ -27,6 +27,9 @@ cd "$ROOT"
 export VERSION=${VERSION:?set VERSION}
 export COMMIT=${COMMIT:-}
 GORELEASER=${GORELEASER:?set GORELEASER (the GNUmakefile pins it)}
+# GoReleaser gives up after 1h by default, with its builds thrown away; a
+# cold full snapshot on a busy 2-core machine took longer than that.
+GORELEASER_TIMEOUT=${GORELEASER_TIMEOUT:-3h}
 DIST="$ROOT/dist"
 PREFIX="terraform-provider-meepa_${VERSION}"
 
@@ -83,7 +86,7 @@ snapshot() {
   fi
   # The version comes from VERSION, not from git tags (there may be none).
   local rc=0
-  GORELEASER_CURRENT_TAG="v$VERSION" $GORELEASER release --snapshot --clean "${cfg[@]}" || rc=$?
+  GORELEASER_CURRENT_TAG="v$VERSION" $GORELEASER release --snapshot --clean --timeout "$GORELEASER_TIMEOUT" "${cfg[@]}" || rc=$?
   rm -f "${CFG_TMP:-}"
   [ "$rc" -eq 0 ] || exit "$rc"
   finish
@@ -94,7 +97,7 @@ release() {
   : "${GPG_FINGERPRINT:?set GPG_FINGERPRINT to the fingerprint of the release key (imported into GNUPGHOME)}"
   local -a skip=()
   [ -n "${GITHUB_TOKEN:-}" ] || skip=(--skip=publish)
-  GORELEASER_CURRENT_TAG="v$VERSION" $GORELEASER release --clean "${skip[@]}"
+  GORELEASER_CURRENT_TAG="v$VERSION" $GORELEASER release --clean --timeout "$GORELEASER_TIMEOUT" "${skip[@]}"
   finish
 }
 
