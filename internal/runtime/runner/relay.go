@@ -196,7 +196,7 @@ func (r *Relay) Begin(messageID string, llm agent.LLMConfig, timeout time.Durati
 // serves HTTP on one end until the returned stop is called; the other end
 // is for the child (inherited as agent.RelayFD).
 func (r *Relay) Pair() (child *os.File, stop func(), err error) {
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fds, err := socketpair()
 	if err != nil {
 		return nil, nil, fmt.Errorf("relay socketpair: %w", err)
 	}

@@ -394,7 +394,9 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	if hides {
 		// A mount namespace of its own (Go makes its mounts private), where
 		// the child covers the denied paths before it restricts itself.
-		cmd.SysProcAttr.Unshareflags = syscall.CLONE_NEWNS
+		if err := unshareMounts(cmd.SysProcAttr); err != nil {
+			return Outcome{}, fmt.Errorf("hide denied paths: %w", err)
+		}
 	}
 	if err := cmd.Start(); err != nil {
 		return Outcome{}, fmt.Errorf("start agent child: %w", err)

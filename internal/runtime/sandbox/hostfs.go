@@ -121,7 +121,7 @@ func ChownTree(root string, uid, gid int) error {
 		_ = unix.Close(fd) // read-only directory handle: nothing to lose
 		return fmt.Errorf("chown %s: %w", root, err)
 	}
-	return chownDir(fd, root, st.Dev, uid, gid, 0)
+	return chownDir(fd, root, statDev(&st), uid, gid, 0)
 }
 
 // openDirNoSymlinks opens the directory p with no symbolic link in any
@@ -129,7 +129,7 @@ func ChownTree(root string, uid, gid int) error {
 // mode still runs there) a walk from "/" opening each component O_NOFOLLOW.
 func openDirNoSymlinks(p string) (int, error) {
 	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
-	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{Flags: flags, Resolve: unix.RESOLVE_NO_SYMLINKS})
+	fd, err := openat2NoSymlinks(p, flags)
 	if !errors.Is(err, unix.ENOSYS) {
 		return fd, err
 	}
@@ -172,7 +172,7 @@ func chownDir(dirfd int, path string, dev uint64, uid, gid, depth int) error {
 				}
 				return fmt.Errorf("chown %s: %w", child, err)
 			}
-			if st.Dev != dev {
+			if statDev(&st) != dev {
 				continue // a mount point: another filesystem
 			}
 			if st.Mode&unix.S_IFMT != unix.S_IFDIR {
