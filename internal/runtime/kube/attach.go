@@ -165,6 +165,10 @@ func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sa
 	if job.Relay != nil {
 		stop := job.Relay(r.relay)
 		defer stop()
+	} else {
+		// No relay for this message: relay frames from the pod are dropped
+		// rather than left to block the demux, and with it the reply.
+		_ = r.relay.Close() // closing a pipe end cannot fail
 	}
 	// The write runs beside the read: a request bigger than the pipe buffer
 	// would otherwise deadlock against an agent that answers early. Without
