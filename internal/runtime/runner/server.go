@@ -483,9 +483,11 @@ func (s *Server) runBlocking(w http.ResponseWriter, r *http.Request, p *pending)
 		select {
 		case s.turn <- struct{}{}:
 		case <-r.Context().Done():
+			// Withdrawn before it leaves the queue count: whoever sees the
+			// queue empty finds the journal without it.
+			s.withdraw(p)
 			s.metrics.queued.Add(-1)
 			s.metrics.rejected(KindCancelled)
-			s.withdraw(p)
 			return
 		}
 	}
