@@ -27,9 +27,9 @@ import (
 // waits ready; then it reads one agent.Request on stdin until EOF and
 // writes one agent.Reply line on stdout. With --frames (a Kubernetes
 // message pod) stdin and stdout carry podio frames instead, and the LLM
-// relay's connection travels on them beside the request and the reply. As a container's init it marks
-// the reply Final when nothing in the container was killed for memory, and
-// exits right after. Logs are JSON lines on stderr, without message text
+// relay's connection travels on them beside the request and the reply.
+// As a container's init it marks the reply Final when nothing in the
+// container was killed for memory, and exits right after. Logs are JSON lines on stderr, without message text
 // or secrets.
 func init() {
 	register("agent-run", "run the agent loop on one JSON request from stdin, reply JSON on stdout", runAgent)
@@ -121,7 +121,7 @@ func plainStdio() stdio {
 // stdin's relay frames feed the relay connection until stdin ends.
 func framedStdio() stdio {
 	out := podio.NewWriter(os.Stdout)
-	conn, sink := podio.Pipe(out, nil)
+	conn, sink := podio.Pipe(out)
 	in := bufio.NewReader(os.Stdin)
 	return stdio{
 		request: func() ([]byte, error) {

@@ -114,7 +114,7 @@ func (k *Pods) attach(name string) (*podRun, error) {
 	sctx, cancel := context.WithCancel(context.Background())
 	r := &podRun{name: name, stdin: pw, in: podio.NewWriter(pw), stdout: &sandbox.Capped{Max: sandbox.MaxStdout},
 		stderr: &sandbox.Tail{Max: sandbox.StderrTailLen}, streamed: make(chan struct{}), cancel: cancel}
-	r.relay, r.relaySink = podio.Pipe(r.in, nil)
+	r.relay, r.relaySink = podio.Pipe(r.in)
 	demuxed := make(chan error, 1)
 	go func() {
 		err := podio.Demux(outR, map[byte]io.Writer{podio.KindReply: r.stdout, podio.KindRelay: r.relaySink})

@@ -169,18 +169,16 @@ func Demux(r io.Reader, sinks map[byte]io.Writer) error {
 // ignored): the message's own timeout ends the stream, and with it the
 // connection.
 type Conn struct {
-	in      *io.PipeReader
-	out     io.Writer
-	once    sync.Once
-	onClose func()
+	in  *io.PipeReader
+	out io.Writer
 }
 
 // Pipe makes a relay connection that writes to w and reads what is
 // written to the returned sink (which the demux of the other direction
-// feeds). onClose, if not nil, runs once when the connection is closed.
-func Pipe(w *Writer, onClose func()) (*Conn, *Sink) {
+// feeds).
+func Pipe(w *Writer) (*Conn, *Sink) {
 	pr, pw := io.Pipe()
-	return &Conn{in: pr, out: w.Of(KindRelay), onClose: onClose}, &Sink{pw: pw}
+	return &Conn{in: pr, out: w.Of(KindRelay)}, &Sink{pw: pw}
 }
 
 // Sink feeds a Conn's reads. Bytes that arrive after the Conn was closed
@@ -205,13 +203,7 @@ func (c *Conn) Write(p []byte) (int, error) { return c.out.Write(p) }
 
 // Close ends reading; what the peer sends after it is refused.
 func (c *Conn) Close() error {
-	c.once.Do(func() {
-		_ = c.in.CloseWithError(net.ErrClosed) // a pipe reader's close cannot fail
-		if c.onClose != nil {
-			c.onClose()
-		}
-	})
-	return nil
+	return c.in.CloseWithError(net.ErrClosed) // a pipe reader's close cannot fail
 }
 
 // The addresses name the stream; there is no network behind it.

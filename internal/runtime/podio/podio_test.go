@@ -21,7 +21,7 @@ func TestStreamCarriesRequestRelayAndReply(t *testing.T) {
 	runnerOut, podOut := NewWriter(toPodW), NewWriter(fromPodW)
 
 	// The runner: its relay end, fed by the demux of the pod's stdout.
-	runnerConn, runnerSink := Pipe(runnerOut, nil)
+	runnerConn, runnerSink := Pipe(runnerOut)
 	var reply bytes.Buffer
 	demuxed := make(chan error, 1)
 	go func() {
@@ -48,7 +48,7 @@ func TestStreamCarriesRequestRelayAndReply(t *testing.T) {
 	if err != nil || !bytes.Equal(req, big) {
 		t.Fatalf("request: %d bytes, %v", len(req), err)
 	}
-	podConn, podSink := Pipe(podOut, nil)
+	podConn, podSink := Pipe(podOut)
 	go func() { podSink.End(Demux(toPodR, map[byte]io.Writer{KindRelay: podSink})) }()
 	used := false
 	tr := &http.Transport{MaxConnsPerHost: 1}
@@ -124,7 +124,7 @@ func TestLateRelayBytesDoNotBreakTheStream(t *testing.T) {
 	w := NewWriter(&stream)
 	testWrite(t, w, KindRelay, "late")
 	testWrite(t, w, KindReply, "reply")
-	conn, sink := Pipe(NewWriter(io.Discard), nil)
+	conn, sink := Pipe(NewWriter(io.Discard))
 	_ = conn.Close()
 	var reply bytes.Buffer
 	if err := Demux(&stream, map[byte]io.Writer{KindRelay: sink, KindReply: &reply}); err != nil {
