@@ -1,92 +1,183 @@
 package kube
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"net/netip"
 	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	netv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 )
 
-// Pod labels of ThreeGate members. The domain is engine.LabelPrefix
+// Labels of ThreeGate members and objects. The domain is engine.LabelPrefix
 // ("io.meepa.") read the DNS way round, as Kubernetes label keys are
 // written; a test keeps the two in step.
 const (
 	threegateLabelDomain = "meepa.io/"
-	// ThreeGateLabelTopology carries the topology's name on every member.
+	// ThreeGateLabelTopology carries the topology's name on every member
+	// pod and on every object the topology owns.
 	ThreeGateLabelTopology = threegateLabelDomain + "threegate"
 	// ThreeGateLabelRole carries the member's role, as topology names it
 	// (CORE, FETCH, TOOL_EXEC, PROXY).
 	ThreeGateLabelRole = threegateLabelDomain + "threegate-role"
+	// ThreeGateLabelRunner is "true" on an agent's runner pod.
+	ThreeGateLabelRunner = threegateLabelDomain + "threegate-runner"
 	// ThreeGateLabelExecution is "true" on a per-message execution pod.
-	// A TOOL_EXEC execution pod gets no network at all.
 	ThreeGateLabelExecution = threegateLabelDomain + "threegate-execution"
+	// ThreeGateLabelAgent names the agent an AgentLLMPolicy belongs to (on
+	// the policy object, not on pods).
+	ThreeGateLabelAgent = threegateLabelDomain + "threegate-agent"
+	// ThreeGateLabelManagedBy marks the objects the provider owns
+	// (engine.ManagedByValue).
+	ThreeGateLabelManagedBy = threegateLabelDomain + "managed-by"
 )
 
-// ThreeGateMemberLabels are the labels a member's pod must carry for the
-// policies of PolicyInput to govern it: the runner of an agent of role in
-// topology name (execution false) or one of its per-message pods (true).
-func ThreeGateMemberLabels(name, role string, execution bool) map[string]string {
-	l := map[string]string{ThreeGateLabelTopology: name, ThreeGateLabelRole: role}
-	if execution {
-		l[ThreeGateLabelExecution] = "true"
-	}
-	return l
+// ThreeGateRunnerLabels are the labels an agent's runner pod carries to be
+// governed as the runner of a member of role in topology name.
+func ThreeGateRunnerLabels(name, role string) map[string]string {
+	return map[string]string{ThreeGateLabelTopology: name, ThreeGateLabelRole: role, ThreeGateLabelRunner: "true"}
 }
 
-// ThreeGatePolicies turns a topology into its NetworkPolicies: deny by
-// default in both directions for every member, then exactly the
-// connectivity of the ThreeGate specification:
+// ThreeGateExecutionLabels are the labels of a per-message execution pod
+// of a member of role in topology name.
+func ThreeGateExecutionLabels(name, role string) map[string]string {
+	return map[string]string{ThreeGateLabelTopology: name, ThreeGateLabelRole: role, ThreeGateLabelExecution: "true"}
+}
+
+// ThreeGateProxyLabels are the labels of the topology's proxy pods.
+func ThreeGateProxyLabels(name string) map[string]string {
+	return map[string]string{ThreeGateLabelTopology: name, ThreeGateLabelRole: topology.RoleProxy}
+}
+
+// ThreeGateObjectLabels are the ownership labels of every object a
+// topology owns (policies, the proxy's Deployment and Service).
+func ThreeGateObjectLabels(name string) map[string]string {
+	return map[string]string{ThreeGateLabelManagedBy: engine.ManagedByValue, ThreeGateLabelTopology: name}
+}
+
+// ThreeGatePolicies turns a topology into its NetworkPolicies, for what
+// runs on a cluster: each agent is a runner pod (a Deployment) that makes
+// one execution pod per message and talks to it over the pod's attach
+// stream, through the API server, never over the pod network. Deny by
+// default in both directions for every member, then exactly:
 //
-//	CORE, FETCH, TOOL_EXEC   → the LLM endpoint (llmnet)
-//	FETCH                    → the proxy pods, on the proxy port (fetchnet)
-//	TOOL_EXEC execution pods → nothing
-//	PROXY                    ← FETCH on the proxy port
+//	runner pods (any role)   → the API server's address:port pairs
+//	runner pods              ← the nodes, on the runner port (port-forward, probes)
+//	CORE runners             → FETCH and TOOL_EXEC runners, on the runner port (ask)
+//	FETCH execution pods     → the proxy pods, on the proxy port
+//	CORE, TOOL_EXEC execution pods → nothing
+//	PROXY                    ← FETCH execution pods, on the proxy port
 //	PROXY                    → tcp/443, and DNS (udp and tcp 53), on
-//	                           public addresses only (egressnet)
+//	                           public addresses only
 //
-// No member reaches another member any other way, the nodes, the API
-// server or the metadata service. in is validated first; a topology that
-// cannot be expressed safely is an error and gives no policies.
+// A runner's way to its model is per agent: AgentLLMPolicy. No member
+// reaches DNS, the nodes or the metadata service otherwise. in is
+// validated first; a topology that cannot be expressed safely is an error
+// and gives no policies.
 func ThreeGatePolicies(in PolicyInput) ([]netv1.NetworkPolicy, error) {
 	n, err := in.normalized()
 	if err != nil {
 		return nil, err
 	}
+	asked := n.runners(topology.RoleFetch, topology.RoleToolExec)
 	pols := []netv1.NetworkPolicy{
 		n.policy("default-deny", n.members(), nil, nil),
-		n.policy("llm", n.roles(topology.RoleCore, topology.RoleFetch), nil, n.llmEgress()),
-		n.policy("tool-exec-llm", n.toolExecRunner(), nil, n.llmEgress()),
-		n.policy("fetch-proxy", n.roles(topology.RoleFetch), nil, []netv1.NetworkPolicyEgressRule{{
+		n.policy("runner", n.runners(), []netv1.NetworkPolicyIngressRule{{
+			From:  hostPeers(n.Cluster.Nodes),
+			Ports: tcp(n.RunnerPort),
+		}}, apiServerEgress(n.Cluster.APIServer)),
+		n.policy("core-ask", n.runners(topology.RoleCore), nil, []netv1.NetworkPolicyEgressRule{{
+			To:    []netv1.NetworkPolicyPeer{{PodSelector: asked}},
+			Ports: tcp(n.RunnerPort),
+		}}),
+		n.policy("asked", asked, []netv1.NetworkPolicyIngressRule{{
+			From:  []netv1.NetworkPolicyPeer{{PodSelector: n.runners(topology.RoleCore)}},
+			Ports: tcp(n.RunnerPort),
+		}}, nil),
+		n.policy("fetch-proxy", n.executions(topology.RoleFetch), nil, []netv1.NetworkPolicyEgressRule{{
 			To:    []netv1.NetworkPolicyPeer{{PodSelector: n.proxySelector()}},
 			Ports: tcp(n.ProxyPort),
 		}}),
 		n.policy("proxy", n.proxySelector(), []netv1.NetworkPolicyIngressRule{{
-			From:  []netv1.NetworkPolicyPeer{{PodSelector: n.roles(topology.RoleFetch)}},
+			From:  []netv1.NetworkPolicyPeer{{PodSelector: n.executions(topology.RoleFetch)}},
 			Ports: tcp(n.ProxyPort),
 		}}, n.proxyEgress()),
 	}
 	return pols, nil
 }
 
+// AgentLLMPolicy lets one agent's runner pod reach its model endpoint: the
+// endpoint's ranges, minus the nodes, the API server and link-local space
+// inside them, on its ports. The policy selects the pods that carry
+// runnerLabels (the labels the agent's Deployment selects its pod by, e.g.
+// kubedeploy.Labels(agentID)) and the topology's runner label, so it never
+// opens anything for a pod outside the topology. It carries
+// ThreeGateLabelAgent, so the agent's teardown finds it.
+func AgentLLMPolicy(topologyName, namespace, agentID string, runnerLabels map[string]string, llm LLMEndpoint, cluster ClusterNetwork) (netv1.NetworkPolicy, error) {
+	var ps problems
+	checkTopology(topologyName, namespace, &ps)
+	if msgs := validation.IsValidLabelValue(agentID); len(msgs) > 0 || agentID == "" {
+		ps.bad("agent_id", "%q is not usable as a label value: %s", agentID, strings.Join(msgs, "; "))
+	}
+	if len(runnerLabels) == 0 {
+		ps.bad("runner_labels", "name the labels the agent's runner pod is selected by (kubedeploy.Labels)")
+	}
+	for k, v := range runnerLabels {
+		checkLabel("runner_labels", k, v, &ps)
+	}
+	sets := cluster.sets(&ps)
+	checkLLM(llm, sets.forbidden, &ps)
+	if err := errors.Join(ps...); err != nil {
+		return netv1.NetworkPolicy{}, err
+	}
+	n := normalized{PolicyInput: PolicyInput{Name: topologyName, Namespace: namespace}, cluster: sets}
+	sel := n.runners()
+	for k, v := range runnerLabels {
+		sel.MatchLabels[k] = v
+	}
+	var to []netv1.NetworkPolicyPeer
+	for _, c := range llm.CIDRs {
+		to = append(to, ipBlock(c, inside(c, sets.forbidden)))
+	}
+	p := n.policy("llm-"+agentSuffix(agentID), sel, nil, []netv1.NetworkPolicyEgressRule{{To: to, Ports: tcp(llm.Ports...)}})
+	p.Labels[ThreeGateLabelAgent] = agentID
+	return p, nil
+}
+
+// agentSuffix is the agent id when it can be part of an object name, else
+// a cleaned, cut id and a hash of the whole id (so "a_b" and "a-b" differ).
+func agentSuffix(id string) string {
+	if len(id) <= 40 && len(validation.IsDNS1123Label(id)) == 0 {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	safe := strings.Trim(strings.ToLower(strings.NewReplacer("_", "-", ".", "-").Replace(id)), "-")
+	if len(safe) > 30 {
+		safe = strings.Trim(safe[:30], "-")
+	}
+	return safe + "-" + hex.EncodeToString(sum[:4])
+}
+
 // policy makes one policy named <topology>-<suffix> for the pods sel
 // selects. Every policy states both directions, so a policy that allows
-// only egress still leaves its pods isolated for ingress.
+// only egress still leaves its pods isolated for ingress, even when the
+// default deny is missing.
 func (n normalized) policy(suffix string, sel *metav1.LabelSelector, in []netv1.NetworkPolicyIngressRule, out []netv1.NetworkPolicyEgressRule) netv1.NetworkPolicy {
 	return netv1.NetworkPolicy{
 		TypeMeta: metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      n.Name + "-" + suffix,
 			Namespace: n.Namespace,
-			Labels: map[string]string{
-				threegateLabelDomain + "managed-by": engine.ManagedByValue,
-				ThreeGateLabelTopology:              n.Name,
-			},
+			Labels:    ThreeGateObjectLabels(n.Name),
 		},
 		Spec: netv1.NetworkPolicySpec{
 			PodSelector: *sel,
@@ -102,49 +193,79 @@ func (n normalized) members() *metav1.LabelSelector {
 	return &metav1.LabelSelector{MatchLabels: map[string]string{ThreeGateLabelTopology: n.Name}}
 }
 
-// roles selects the topology's pods of the given roles, runners and
-// execution pods alike.
-func (n normalized) roles(roles ...string) *metav1.LabelSelector {
-	sel := n.members()
-	if len(roles) == 1 {
+// withRoles narrows sel to the given roles (none: every role).
+func withRoles(sel *metav1.LabelSelector, roles []string) *metav1.LabelSelector {
+	switch len(roles) {
+	case 0:
+	case 1:
 		sel.MatchLabels[ThreeGateLabelRole] = roles[0]
-		return sel
+	default:
+		sel.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: ThreeGateLabelRole, Operator: metav1.LabelSelectorOpIn, Values: roles}}
 	}
-	sel.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: ThreeGateLabelRole, Operator: metav1.LabelSelectorOpIn, Values: roles}}
 	return sel
 }
 
-// toolExecRunner selects TOOL_EXEC pods that are not execution pods.
-func (n normalized) toolExecRunner() *metav1.LabelSelector {
-	sel := n.roles(topology.RoleToolExec)
-	sel.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: ThreeGateLabelExecution, Operator: metav1.LabelSelectorOpDoesNotExist}}
-	return sel
+// runners selects the topology's runner pods of the given roles.
+func (n normalized) runners(roles ...string) *metav1.LabelSelector {
+	sel := n.members()
+	sel.MatchLabels[ThreeGateLabelRunner] = "true"
+	return withRoles(sel, roles)
+}
+
+// executions selects the topology's execution pods of the given roles.
+func (n normalized) executions(roles ...string) *metav1.LabelSelector {
+	sel := n.members()
+	sel.MatchLabels[ThreeGateLabelExecution] = "true"
+	return withRoles(sel, roles)
 }
 
 // proxySelector selects the proxy pods: the PROXY role and any extra
 // labels the input names.
 func (n normalized) proxySelector() *metav1.LabelSelector {
-	sel := n.roles(topology.RoleProxy)
+	sel := withRoles(n.members(), []string{topology.RoleProxy})
 	for k, v := range n.ProxyLabels {
 		sel.MatchLabels[k] = v
 	}
 	return sel
 }
 
-// llmEgress reaches the LLM endpoint's CIDRs, minus the nodes, the API
-// server and link-local space inside them, on its ports.
-func (n normalized) llmEgress() []netv1.NetworkPolicyEgressRule {
-	var to []netv1.NetworkPolicyPeer
-	for _, c := range n.LLM.CIDRs {
-		to = append(to, ipBlock(c, inside(c, n.forbidden)))
+// apiServerEgress reaches each address of the API server on its own
+// ports only: one rule per port, so an endpoint's port is never opened
+// on the Service's address or the other way round.
+func apiServerEgress(api []netip.AddrPort) []netv1.NetworkPolicyEgressRule {
+	byPort := map[uint16][]netip.Addr{}
+	for _, a := range api {
+		byPort[a.Port()] = append(byPort[a.Port()], a.Addr())
 	}
-	return []netv1.NetworkPolicyEgressRule{{To: to, Ports: tcp(n.LLM.Ports...)}}
+	ports := make([]int, 0, len(byPort))
+	for p := range byPort {
+		ports = append(ports, int(p))
+	}
+	sort.Ints(ports)
+	var out []netv1.NetworkPolicyEgressRule
+	for _, p := range ports {
+		var to []netv1.NetworkPolicyPeer
+		for _, a := range byPort[uint16(p)] {
+			to = append(to, ipBlock(netip.PrefixFrom(a, 32), nil))
+		}
+		out = append(out, netv1.NetworkPolicyEgressRule{To: to, Ports: tcp(p)})
+	}
+	return out
+}
+
+// hostPeers are the nodes' addresses as peers.
+func hostPeers(nodes []netip.Prefix) []netv1.NetworkPolicyPeer {
+	out := make([]netv1.NetworkPolicyPeer, 0, len(nodes))
+	for _, p := range nodes {
+		out = append(out, ipBlock(p, nil))
+	}
+	return out
 }
 
 // proxyEgress reaches public addresses on tcp/443, and DNS on udp and tcp
 // 53: the configured resolvers, or any public address without them.
 func (n normalized) proxyEgress() []netv1.NetworkPolicyEgressRule {
-	public := ipBlock(netip.MustParsePrefix("0.0.0.0/0"), n.private)
+	public := ipBlock(netip.MustParsePrefix("0.0.0.0/0"), n.cluster.private)
 	dns := []netv1.NetworkPolicyPeer{public}
 	if len(n.ProxyDNS) > 0 {
 		dns = nil

@@ -16,20 +16,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
-
-// The project's test cluster (scripts/k8s-up.sh): its addresses, as
-// scripts/k8s/common.sh and the API server's flags set them.
-var testCluster = ClusterNetwork{
-	PodCIDRs:     pfx("10.244.0.0/16"),
-	ServiceCIDRs: pfx("10.96.0.0/24"),
-	Nodes:        pfx("10.250.0.1/32", "10.250.255.0/30"),
-	APIServer:    []netip.Addr{netip.MustParseAddr("10.250.0.1"), netip.MustParseAddr("10.250.255.2"), netip.MustParseAddr("10.96.0.1")},
-}
 
 const clusterBusybox = "meepa.local/busybox:1"
 
@@ -37,28 +27,57 @@ const clusterBusybox = "meepa.local/busybox:1"
 // skips: the cluster is started by scripts/k8s-up.sh, never by a test.
 func clusterClient(t *testing.T) kubernetes.Interface {
 	t.Helper()
+	return clusterKube(t).Clientset
+}
+
+// clusterKube is clusterClient as a *Client (in the default namespace).
+func clusterKube(t *testing.T) *Client {
+	t.Helper()
 	testutil.RequireDocker(t)
 	path := os.Getenv("MEEPA_KUBECONFIG")
 	if path == "" {
 		t.Skip("needs the test cluster: MEEPA_KUBECONFIG=$(scripts/k8s-up.sh)")
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	c, err := Connect(Config{ConfigPath: path})
 	testutil.Must(t, err)
-	cs, err := kubernetes.NewForConfig(cfg)
-	testutil.Must(t, err)
-	return cs
+	return c
 }
 
-// TestThreeGatePoliciesOnCluster applies the policies to the real cluster
-// (kube-router enforcing them) and probes from a pod of every role with
-// real TCP connections. The cluster has no route to the internet, so the
-// proxy's public egress is checked only for what it must not reach; a pod
-// outside the topology is the control that the targets answer at all.
+// TestDiscoverClusterOnCluster: the test cluster's addresses as its
+// scripts set them (scripts/k8s/common.sh and the API server's flags).
+func TestDiscoverClusterOnCluster(t *testing.T) {
+	c := clusterKube(t)
+	cn, err := DiscoverCluster(context.Background(), c)
+	testutil.Must(t, err)
+	t.Logf("discovered: %+v", cn)
+	want := ClusterNetwork{
+		PodCIDRs:     pfx("10.244.0.0/24"),
+		ServiceCIDRs: pfx("10.96.0.0/24"),
+		Nodes:        pfx("10.250.0.1/32"),
+		APIServer: []netip.AddrPort{netip.MustParseAddrPort("10.96.0.1:443"), netip.MustParseAddrPort("10.250.0.1:6443"),
+			netip.MustParseAddrPort("10.250.255.2:6443")},
+	}
+	if fmt.Sprint(cn) != fmt.Sprint(want) {
+		t.Errorf("DiscoverCluster = %+v\nwant %+v", cn, want)
+	}
+}
+
+// TestThreeGatePoliciesOnCluster applies the policies of a topology and
+// of one CORE agent's model to the real cluster (kube-router enforcing
+// them) and probes with real TCP connections from pods labelled as each
+// kind of member. The policies are what is tested, so the proxy, the
+// asked runner and the model are busybox servers with the right labels.
+// The cluster has no route to the internet, so the proxy's public egress
+// is checked only for what it must not reach; a pod outside the topology
+// is the control that every target answers at all.
 func TestThreeGatePoliciesOnCluster(t *testing.T) {
-	cs := clusterClient(t)
+	c := clusterKube(t)
+	cs := c.Clientset
 	ctx := context.Background()
+	cluster, err := DiscoverCluster(ctx, c)
+	testutil.Must(t, err)
 	ns := "tf-acc-netpol-" + randHex(4)
-	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	_, err = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 	testutil.Must(t, err)
 	testutil.Cleanup(t, "namespace "+ns, func() error {
 		err := cs.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
@@ -67,12 +86,11 @@ func TestThreeGatePoliciesOnCluster(t *testing.T) {
 		}
 		return err
 	})
-	proxyLabels := map[string]string{"app": "egress-proxy"}
 	servers := map[string]map[string]string{
-		"llm":         {"app": "llm"},
-		"proxy":       merge(ThreeGateMemberLabels("tg", topology.RoleProxy, false), proxyLabels),
-		"core-target": ThreeGateMemberLabels("tg", topology.RoleCore, false),
-		"outsider":    {"app": "outsider"},
+		"llm":          {"app": "llm"},
+		"proxy":        ThreeGateProxyLabels("tg"),
+		"fetch-runner": merge(ThreeGateRunnerLabels("tg", topology.RoleFetch), agentLabels("a-fetch")),
+		"outsider":     {"app": "outsider"},
 	}
 	waitServiceAccount(t, cs, ns)
 	ips := map[string]string{}
@@ -82,61 +100,86 @@ func TestThreeGatePoliciesOnCluster(t *testing.T) {
 	for name := range servers {
 		ips[name] = waitPodIP(t, cs, ns, name)
 	}
-	pols, err := ThreeGatePolicies(PolicyInput{
-		Name: "tg", Namespace: ns, ProxyLabels: proxyLabels, Cluster: testCluster,
-		LLM: LLMEndpoint{CIDRs: pfx(ips["llm"] + "/32"), Ports: []int{8080}},
-	})
+	pols, err := ThreeGatePolicies(PolicyInput{Name: "tg", Namespace: ns, Cluster: cluster})
 	testutil.Must(t, err)
-	for i := range pols {
-		if _, err := cs.NetworkingV1().NetworkPolicies(ns).Create(ctx, &pols[i], metav1.CreateOptions{}); err != nil {
-			t.Fatalf("the API server refuses policy %s: %v", pols[i].Name, err)
+	llm, err := AgentLLMPolicy("tg", ns, "a-core", agentLabels("a-core"),
+		LLMEndpoint{CIDRs: pfx(ips["llm"] + "/32"), Ports: []int{8080}}, cluster)
+	testutil.Must(t, err)
+	for _, p := range append(pols, llm) {
+		if _, err := cs.NetworkingV1().NetworkPolicies(ns).Create(ctx, &p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("the API server refuses policy %s: %v", p.Name, err)
 		}
 	}
-	checkClusterTable(t, cs, ns, ips, proxyLabels)
+	checkClusterTable(t, cs, ns, ips)
 }
 
 // serverScript accepts connections on every port a probe tries.
 const serverScript = `for p in 22 443 3128 8080; do nc -ll -p $p -e /bin/echo hi & done; wait`
 
-func checkClusterTable(t *testing.T, cs kubernetes.Interface, ns string, ips map[string]string, proxyLabels map[string]string) {
+func checkClusterTable(t *testing.T, cs kubernetes.Interface, ns string, ips map[string]string) {
 	t.Helper()
 	targets := map[string]string{
 		"llm:8080": ips["llm"] + " 8080", "llm:22": ips["llm"] + " 22",
 		"proxy:3128": ips["proxy"] + " 3128", "proxy:22": ips["proxy"] + " 22",
-		"core-target:8080": ips["core-target"] + " 8080",
-		"outsider:8080":    ips["outsider"] + " 8080", "outsider:443": ips["outsider"] + " 443",
+		"fetch-runner:8080": ips["fetch-runner"] + " 8080", "fetch-runner:22": ips["fetch-runner"] + " 22",
+		"outsider:8080":       ips["outsider"] + " 8080",
 		"node-apiserver:6443": "10.250.0.1 6443", "veth-apiserver:6443": "10.250.255.2 6443",
 	}
-	llm := []string{"llm:8080"}
+	api := []string{"node-apiserver:6443", "veth-apiserver:6443"}
 	allowed := map[string][]string{
-		"core": llm, "core-exec": llm, "tool-exec": llm, "tool-exec-exec": nil,
-		"fetch": {"llm:8080", "proxy:3128"}, "fetch-exec": {"llm:8080", "proxy:3128"},
-		"proxy":      nil,
-		"non-member": {"llm:8080", "llm:22", "outsider:8080", "outsider:443", "node-apiserver:6443", "veth-apiserver:6443"},
+		"core-runner": append([]string{"llm:8080", "fetch-runner:8080"}, api...),
+		"tool-runner": api,
+		"core-exec":   nil,
+		"fetch-exec":  {"proxy:3128"},
+		"tool-exec":   nil,
+		"proxy":       nil,
+		"non-member":  {"llm:8080", "llm:22", "outsider:8080", "node-apiserver:6443", "veth-apiserver:6443"},
 	}
 	probes := map[string]map[string]string{
-		"core": ThreeGateMemberLabels("tg", topology.RoleCore, false), "core-exec": ThreeGateMemberLabels("tg", topology.RoleCore, true),
-		"fetch": ThreeGateMemberLabels("tg", topology.RoleFetch, false), "fetch-exec": ThreeGateMemberLabels("tg", topology.RoleFetch, true),
-		"tool-exec": ThreeGateMemberLabels("tg", topology.RoleToolExec, false), "tool-exec-exec": ThreeGateMemberLabels("tg", topology.RoleToolExec, true),
-		"proxy":      merge(ThreeGateMemberLabels("tg", topology.RoleProxy, false), proxyLabels),
-		"non-member": {"app": "prober"},
+		"core-runner": merge(ThreeGateRunnerLabels("tg", topology.RoleCore), agentLabels("a-core")),
+		"tool-runner": merge(ThreeGateRunnerLabels("tg", topology.RoleToolExec), agentLabels("a-tool")),
+		"core-exec":   ThreeGateExecutionLabels("tg", topology.RoleCore),
+		"fetch-exec":  ThreeGateExecutionLabels("tg", topology.RoleFetch),
+		"tool-exec":   ThreeGateExecutionLabels("tg", topology.RoleToolExec),
+		"proxy":       ThreeGateProxyLabels("tg"),
+		"non-member":  {"app": "prober"},
 	}
 	script := probeScript(targets)
 	for name, l := range probes {
 		startPod(t, cs, ns, "probe-"+name, l, script)
 	}
-	for name := range probes {
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-12s %-20s %-9s %-9s %s\n", "FROM", "TO", "EXPECTED", "OBSERVED", "PASS")
+	for _, name := range sortedKeys(probes) {
 		got := probeResult(t, cs, ns, "probe-"+name)
 		want := map[string]bool{}
 		for _, d := range allowed[name] {
 			want[d] = true
 		}
-		for d := range targets {
+		for _, d := range sortedKeys(targets) {
+			fmt.Fprintf(&table, "%-12s %-20s %-9s %-9s %t\n", name, d, word(want[d]), word(got[d]), got[d] == want[d])
 			if got[d] != want[d] {
 				t.Errorf("%s → %s: connected = %v, want %v", name, d, got[d], want[d])
 			}
 		}
 	}
+	t.Log("observed connectivity:\n" + table.String())
+}
+
+func word(connected bool) string {
+	if connected {
+		return "open"
+	}
+	return "blocked"
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // probeScript waits for the node to have the pod's policies in force,
