@@ -40,6 +40,8 @@ type providerModel struct {
 	DockerHost   types.String `tfsdk:"docker_host"`
 	StateDir     types.String `tfsdk:"state_dir"`
 	RunnerBinary types.String `tfsdk:"runner_binary"`
+	Kubernetes   types.Object `tfsdk:"kubernetes"`
+	Registry     types.Object `tfsdk:"registry"`
 }
 
 func (p *meepaProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
@@ -72,6 +74,8 @@ func (p *meepaProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp
 					"`MEEPA_AGENT_RUNNER`, then `agent-runner-linux-<arch>` or `agent-runner` beside the provider " +
 					"executable, then `agent-runner` on `PATH`.",
 			},
+			"kubernetes": kubernetesSchema(),
+			"registry":   registrySchema(),
 		},
 	}
 }
@@ -88,6 +92,12 @@ func (p *meepaProvider) Configure(ctx context.Context, req provider.ConfigureReq
 				"The provider needs "+attr+" to be known when it is configured; set it from a value known before apply.")
 		}
 	}
+	knownObject(cfg.Kubernetes, "kubernetes", &resp.Diagnostics)
+	knownObject(cfg.Registry, "registry", &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	kubeCfg, registry := readBackend(ctx, cfg, &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -108,6 +118,8 @@ func (p *meepaProvider) Configure(ctx context.Context, req provider.ConfigureReq
 		docker:       newLazyDocker(engine.Options{Host: cfg.DockerHost.ValueString()}),
 		stateDir:     filepath.Clean(stateDir),
 		runnerBinary: cfg.RunnerBinary.ValueString(),
+		kube:         kubeCfg,
+		registry:     registry,
 	}
 	resp.ResourceData = data
 	resp.DataSourceData = data

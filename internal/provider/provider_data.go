@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 )
 
 // providerData is what Configure hands to every resource and data source.
@@ -20,6 +21,10 @@ type providerData struct {
 	docker       *lazyDocker
 	stateDir     string
 	runnerBinary string // as configured; resolve with RunnerBinary
+	// kube is set when agents run on a Kubernetes cluster; registry is
+	// where built images go for its nodes.
+	kube     *kubeSettings
+	registry *kube.RegistryConfig
 }
 
 // lazyDocker connects on first use, so that validate and plan of

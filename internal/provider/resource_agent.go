@@ -12,6 +12,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
 )
 
 var (
@@ -120,8 +121,13 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	svc := r.service(ctx)
-	deployment := planDerived(svc, &plan)
+	svc, err := r.service(ctx)
+	if err != nil {
+		addRuntimeError(&resp.Diagnostics, "Kubernetes Unreachable", "connecting to the cluster", err)
+		return
+	}
+	deployment := planDerived(ctx, svc, &plan)
+	r.refuseOnBackend(ctx, plan, &resp.Diagnostics)
 	warnExpandedDenies(ctx, plan, &resp.Diagnostics)
 	planThreegateAsk(ctx, r.data.stateDir, plan, &resp.Diagnostics)
 	if state == nil {
@@ -144,7 +150,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 		m := plan
 		m.Secrets = secrets
 		a, known := agentOf(ctx, m, apiKey.ValueString(), &resp.Diagnostics)
-		if h := svc.Plan(a).ConfigHash; known && h != "" {
+		if h := svc.Plan(ctx, a).ConfigHash; known && h != "" {
 			plan.ConfigHash = types.StringValue(h)
 		}
 	}
@@ -184,7 +190,7 @@ func warnExpandedDenies(ctx context.Context, m agentModel, diags *diag.Diagnosti
 // planDerived fills what the service derives before apply (id, workspace,
 // the default listen address, endpoint, runner status) and returns the
 // deployment mode, "" while unknown.
-func planDerived(svc *deploy.Service, plan *agentModel) string {
+func planDerived(ctx context.Context, svc deploy.Backend, plan *agentModel) string {
 	// With threegate the role decides the networks; container_mode.network
 	// is null then rather than a "bridge" that would not be used.
 	if !plan.Threegate.IsNull() && !plan.ContainerMode.IsUnknown() {
@@ -198,7 +204,7 @@ func planDerived(svc *deploy.Service, plan *agentModel) string {
 	}
 	id := plan.AgentID.ValueString()
 	plan.ID = types.StringValue(id)
-	plan.WorkspacePath = types.StringValue(svc.WorkspacePath(id))
+	plan.WorkspacePath = types.StringValue(svc.Plan(ctx, deploy.Agent{Config: deploy.Config{AgentID: id}}).WorkspacePath)
 	deployment := ""
 	if !plan.Runner.IsUnknown() {
 		attrs := plan.Runner.Attributes()
@@ -206,7 +212,7 @@ func planDerived(svc *deploy.Service, plan *agentModel) string {
 		if l.IsUnknown() {
 			l = types.StringNull()
 		}
-		p := svc.Plan(deploy.Agent{Config: deploy.Config{AgentID: id, Listen: l.ValueString()}})
+		p := svc.Plan(ctx, deploy.Agent{Config: deploy.Config{AgentID: id, Listen: l.ValueString()}})
 		if l.IsNull() {
 			attrs["listen"] = types.StringValue(p.Listen)
 			plan.Runner = types.ObjectValueMust(runnerAttrTypes, attrs)
@@ -261,7 +267,11 @@ func (r *agentResource) Read(ctx context.Context, req resource.ReadRequest, resp
 		addUnknownAtApplyError(&resp.Diagnostics, "meepa_agent")
 		return
 	}
-	o, err := r.service(ctx).Read(ctx, a)
+	svc, err := r.service(ctx)
+	var o deploy.Observed
+	if err == nil {
+		o, err = svc.Read(ctx, a)
+	}
 	if err != nil {
 		r.addServiceError(&resp.Diagnostics, err)
 		return
@@ -313,7 +323,12 @@ func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan, 
 		addUnknownAtApplyError(diags, "meepa_agent")
 		return
 	}
-	out, err := r.service(ctx).Apply(ctx, a, priorOf(ctx, prior), redeploy)
+	svc, err := r.service(ctx)
+	if err != nil {
+		r.addServiceError(diags, err)
+		return
+	}
+	out, err := svc.Apply(ctx, a, priorOf(ctx, prior), redeploy)
 	for _, w := range out.Warnings {
 		diags.AddWarning(warningSummaries[w.Topic], w.Detail)
 	}
@@ -361,7 +376,11 @@ func (r *agentResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if err := r.service(ctx).Remove(ctx, a); err != nil {
+	svc, err := r.service(ctx)
+	if err == nil {
+		err = svc.Remove(ctx, a)
+	}
+	if err != nil {
 		r.addServiceError(&resp.Diagnostics, err)
 	}
 }
@@ -377,7 +396,11 @@ func (r *agentResource) ImportState(ctx context.Context, req resource.ImportStat
 	if !requireProviderData(r.data, "meepa_agent", &resp.Diagnostics) {
 		return
 	}
-	imp, err := r.service(ctx).Import(ctx, req.ID)
+	svc, err := r.service(ctx)
+	var imp deploy.Imported
+	if err == nil {
+		imp, err = svc.Import(ctx, req.ID)
+	}
 	if err != nil {
 		r.addServiceError(&resp.Diagnostics, err)
 		return
@@ -396,15 +419,51 @@ func (r *agentResource) ImportState(ctx context.Context, req resource.ImportStat
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
 
-// service is the agent service for one request, logging under TF_LOG.
-func (r *agentResource) service(ctx context.Context) *deploy.Service {
+// service is the agent service of the provider's backend for one request,
+// logging under TF_LOG; an error only when the kubeconfig cannot be read.
+func (r *agentResource) service(ctx context.Context) (deploy.Backend, error) {
+	if r.data.kube != nil {
+		c, err := r.data.kube.Client()
+		if err != nil {
+			return nil, err
+		}
+		return kubedeploy.NewBackend(kubedeploy.NewService(kubedeploy.Options{
+			Client: c, Version: r.data.version, APIServer: r.data.kube.apiServer, Logger: loggerFor(ctx),
+		})), nil
+	}
 	return deploy.NewService(deploy.Options{
 		StateDir:     r.data.stateDir,
 		Version:      r.data.version,
 		Docker:       r.docker,
 		DockerSocket: r.dockerSocket(),
 		Logger:       loggerFor(ctx),
-	})
+	}), nil
+}
+
+// refuseOnBackend puts on its attribute each setting the provider's
+// backend cannot honour (kubedeploy.Check, which Apply runs too).
+func (r *agentResource) refuseOnBackend(ctx context.Context, plan agentModel, diags *diag.Diagnostics) {
+	if r.data.kube == nil {
+		return
+	}
+	var d diag.Diagnostics
+	a, known := agentOf(ctx, plan, "", &d)
+	if !known || d.HasError() {
+		return
+	}
+	for _, e := range kubedeploy.Check(a) {
+		diags.AddAttributeError(fieldPath(e.Field), "Not On Kubernetes", e.Error())
+	}
+}
+
+// fieldPath turns a dotted attribute name ("runner.listen") into its path.
+func fieldPath(field string) path.Path {
+	parts := strings.Split(field, ".")
+	p := path.Root(parts[0])
+	for _, name := range parts[1:] {
+		p = p.AtName(name)
+	}
+	return p
 }
 
 // dockerSocket is the daemon's socket on this host: the provider's own unix

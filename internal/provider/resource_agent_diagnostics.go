@@ -12,6 +12,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
 )
 
 // stepSummaries title the agent service's errors by the step that failed.
@@ -45,10 +46,11 @@ var stepPaths = map[string]path.Path{
 
 // warningSummaries title the service's warnings.
 var warningSummaries = map[string]string{
-	"workspace ownership":    "Workspace Ownership",
-	"workspace recreated":    "Workspace Recreated",
-	deploy.TopicVersionDrift: "Runner Version Drift",
-	deploy.TopicBridgeDrift:  "Managed Bridge Network Drift",
+	"workspace ownership":       "Workspace Ownership",
+	"workspace recreated":       "Workspace Recreated",
+	deploy.TopicVersionDrift:    "Runner Version Drift",
+	deploy.TopicBridgeDrift:     "Managed Bridge Network Drift",
+	kubedeploy.TopicObjectDrift: "Kubernetes Object Drift",
 }
 
 // addServiceError turns the agent service's error (one step's, or a step's

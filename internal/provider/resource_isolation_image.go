@@ -252,10 +252,16 @@ func (r *isolationImageResource) ModifyPlan(ctx context.Context, req resource.Mo
 	if svc == nil {
 		return
 	}
+	if r.data.kube != nil && r.data.registry == nil {
+		resp.Diagnostics.AddError("No Registry For The Cluster",
+			"meepa_isolation_image builds on the Docker Engine, and a cluster's nodes pull from a registry: give the provider a "+
+				"registry block (address and credentials) to push to.")
+		return
+	}
 	var prior *image.Prior
 	if exists {
 		oldSpec, _ := state.spec(ctx, &resp.Diagnostics)
-		prior = &image.Prior{Spec: oldSpec, State: state.imageState()}
+		prior = &image.Prior{Spec: oldSpec, State: r.local(state).imageState()}
 	}
 	p, err := svc.Plan(ctx, spec, image.Pull(plan.Pull.ValueString()), prior)
 	if err != nil {
@@ -271,6 +277,7 @@ func (r *isolationImageResource) ModifyPlan(ctx context.Context, req resource.Mo
 		resp.RequiresReplace = append(resp.RequiresReplace, path.Root(a))
 	}
 	plan.setPlanned(p.State)
+	r.publish(&plan, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 }
 
@@ -293,7 +300,17 @@ func (r *isolationImageResource) Create(ctx context.Context, req resource.Create
 	for _, w := range warnings {
 		resp.Diagnostics.AddWarning("Old Isolation Image Kept", w)
 	}
+	if p := r.pusher(ctx, &resp.Diagnostics); p != nil {
+		if _, err := p.PushIsolation(ctx, st); err != nil {
+			addRuntimeError(&resp.Diagnostics, "Image Push Failed", "pushing "+st.Isolated+" to "+r.data.registry.String(), err)
+			return
+		}
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
 	plan.setState(st)
+	r.publish(&plan, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
@@ -311,10 +328,16 @@ func (r *isolationImageResource) Read(ctx context.Context, req resource.ReadRequ
 	if svc == nil {
 		return
 	}
-	prior := state.imageState()
+	prior := r.local(state).imageState()
 	obs, err := svc.Read(ctx, prior)
 	if err != nil {
 		addImageError(&resp.Diagnostics, "Cannot Read Isolation Image", "read "+prior.Isolated, err)
+		return
+	}
+	if !obs.Gone && r.data.registry != nil {
+		obs.Gone = !r.pushed(ctx, prior.Isolated, &resp.Diagnostics)
+	}
+	if resp.Diagnostics.HasError() {
 		return
 	}
 	if obs.Gone {
@@ -326,6 +349,7 @@ func (r *isolationImageResource) Read(ctx context.Context, req resource.ReadRequ
 		state.readSpec(oldSpec, obs.Spec)
 	}
 	state.setState(obs.State)
+	r.publish(&state, &resp.Diagnostics)
 	if state.Pull.IsNull() {
 		state.Pull = types.StringValue(string(image.PullMissing))
 	}
@@ -363,7 +387,7 @@ func (r *isolationImageResource) Delete(ctx context.Context, req resource.Delete
 	if svc == nil {
 		return
 	}
-	if err := svc.Delete(ctx, spec, state.imageState()); err != nil {
+	if err := svc.Delete(ctx, spec, r.local(state).imageState()); err != nil {
 		addImageError(&resp.Diagnostics, "Cannot Remove Isolation Image", "remove "+state.IsolatedImage.ValueString(), err)
 	}
 }

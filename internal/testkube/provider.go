@@ -129,3 +129,14 @@ func Forward(t testing.TB, c *kube.Client, pod string, port int32) string {
 	testutil.Must(t, err)
 	return fmt.Sprintf("127.0.0.1:%d", ports[0].Local)
 }
+
+// ConfigPath is the test cluster's kubeconfig (MEEPA_KUBECONFIG); the test
+// skips without it.
+func ConfigPath(t testing.TB) string {
+	t.Helper()
+	kc := os.Getenv("MEEPA_KUBECONFIG")
+	if kc == "" {
+		t.Skip("needs a cluster: export MEEPA_KUBECONFIG=$(scripts/k8s-up.sh)")
+	}
+	return kc
+}

@@ -124,7 +124,7 @@ type Planned struct {
 
 // Plan derives the values an agent will have, without touching anything.
 // Validation is ValidateSettings (and ParseListen for the listen address).
-func (s *Service) Plan(a Agent) Planned {
+func (s *Service) Plan(_ context.Context, a Agent) Planned {
 	id := a.Config.AgentID
 	p := Planned{WorkspacePath: s.WorkspacePath(id), Listen: a.Config.Listen}
 	if p.Listen == "" {

@@ -104,7 +104,7 @@ func TestServiceExternalLifecycle(t *testing.T) {
 	// Plan, with the token apply made, foresees the hash apply recorded;
 	// Read finds it on disk.
 	a.Config.Token = out.Token
-	if p := svc.Plan(a); p.ConfigHash != out.ConfigHash || p.WorkspacePath != ws || p.Endpoint != out.Endpoint {
+	if p := svc.Plan(ctx, a); p.ConfigHash != out.ConfigHash || p.WorkspacePath != ws || p.Endpoint != out.Endpoint {
 		t.Errorf("Plan = %+v, want the hash %s", p, out.ConfigHash)
 	}
 	obs, err := svc.Read(ctx, a)
@@ -114,7 +114,7 @@ func TestServiceExternalLifecycle(t *testing.T) {
 	// A changed secret changes the hash (the keyed part).
 	b := a
 	b.Config.Secrets = map[string]string{"TOOL_TOKEN": "another"}
-	if svc.Plan(b).ConfigHash == out.ConfigHash {
+	if svc.Plan(ctx, b).ConfigHash == out.ConfigHash {
 		t.Error("a changed secret left the hash alone")
 	}
 	// An edited config file is drift.

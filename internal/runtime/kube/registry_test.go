@@ -333,3 +333,20 @@ func drain(rc io.ReadCloser) error {
 	_, err := io.Copy(io.Discard, rc)
 	return errors.Join(err, rc.Close())
 }
+
+func TestPublishedAndLocal(t *testing.T) {
+	c := RegistryConfig{Address: "127.0.0.1:5000/agents", Insecure: true}
+	pub, err := c.Published("meepagateway-isolated:0.1.0-meepa-sandbox-3f9a")
+	if err != nil || pub != "127.0.0.1:5000/agents/meepagateway-isolated:0.1.0-meepa-sandbox-3f9a" {
+		t.Fatalf("Published = %q, %v", pub, err)
+	}
+	if local, ok := c.Local(pub); !ok || local != "meepagateway-isolated:0.1.0-meepa-sandbox-3f9a" {
+		t.Errorf("Local(%q) = %q, %v", pub, local, ok)
+	}
+	if _, ok := c.Local("other.example/meepagateway-isolated:x"); ok {
+		t.Error("a ref of another registry was taken for ours")
+	}
+	if _, err := c.Published("registry.example/x:1"); err == nil {
+		t.Error("a ref with a registry host was published again")
+	}
+}

@@ -1,0 +1,199 @@
+package kubedeploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+)
+
+// Backend is the agent lifecycle of deploy.Backend on a cluster: the same
+// deploy.Agent the Docker service takes, mapped onto this package's
+// objects. What a cluster cannot honour is refused by Check, which the
+// provider's plan and Apply both call.
+type Backend struct{ s *Service }
+
+var _ deploy.Backend = (*Backend)(nil)
+
+// NewBackend returns the cluster backend over s.
+func NewBackend(s *Service) *Backend { return &Backend{s: s} }
+
+// FieldError is a setting a cluster cannot honour, named as the provider's
+// schema names it.
+type FieldError struct {
+	Field  string
+	Detail string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Detail }
+
+// Check lists what of a has no meaning on a cluster, or no counterpart
+// yet. It needs nothing but a, so a plan can run it.
+func Check(a deploy.Agent) []*FieldError {
+	var errs []*FieldError
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+	}
+	c := a.Config
+	if a.Meta.Deployment == deploy.ModeExternal {
+		bad("runner.deployment", `on Kubernetes the runner is always a Deployment the provider manages; remove "external"`)
+	}
+	if c.Listen != "" {
+		bad("runner.listen", "on Kubernetes the runner listens on port %d of its pod, reached through its Service; remove runner.listen", DefaultPort)
+	}
+	if !c.Container.Enabled {
+		bad("container_mode.enabled", "on Kubernetes every message runs in a fresh Pod: there is no host mode (Landlock) in a cluster; set container_mode.enabled = true")
+	}
+	if c.FileAccess.Unrestricted || len(c.FileAccess.AllowRead) > 0 || len(c.FileAccess.AllowReadWrite) > 0 || len(c.FileAccess.Deny) > 0 {
+		bad("file_access", "file_access governs host-mode agents, which a cluster does not run; remove it")
+	}
+	if a.Meta.ManageSoul || a.Meta.Soul != "" || a.Meta.Memory != "" {
+		bad("soul", "SOUL.md and MEMORY.md are written into the workspace by the provider on a Docker host; on Kubernetes the "+
+			"workspace is a claim the provider does not mount, so soul, memory and manage_soul are not supported there yet; remove them")
+	}
+	if n := c.Container.Network; a.Meta.ThreegateNetwork == "" && n != "" && n != "bridge" {
+		bad("container_mode.network", "%q: a pod always joins the cluster network; leave it unset (or \"bridge\") and place the agent "+
+			"in a threegate topology to restrict it", n)
+	}
+	return errs
+}
+
+// checkErr joins Check's findings into one step error.
+func checkErr(a deploy.Agent) error {
+	var errs []error
+	for _, e := range Check(a) {
+		errs = append(errs, &deploy.StepError{Step: StepValidate, Field: e.Field, What: "checking the agent for Kubernetes", Err: errors.New(e.Detail)})
+	}
+	return errors.Join(errs...)
+}
+
+// WorkspaceRef names an agent's workspace claim the way workspace_path
+// shows it: pvc://<namespace>/<claim>.
+func (b *Backend) WorkspaceRef(id string) string {
+	return "pvc://" + b.s.o.Client.Namespace + "/" + NamesFor(id).Claim
+}
+
+// Plan derives the endpoint and workspace reference, and for an agent that
+// has its token, the config hash Apply will give it (with the key its
+// Secret holds; "" when that cannot be read: the plan then shows the hash
+// as unknown).
+func (b *Backend) Plan(ctx context.Context, a deploy.Agent) deploy.Planned {
+	id := a.Config.AgentID
+	p := deploy.Planned{WorkspacePath: b.WorkspaceRef(id), Endpoint: b.s.Endpoint(id)}
+	if a.Config.Token == "" || len(Check(a)) > 0 {
+		return p
+	}
+	p.ConfigHash, _ = b.s.planHash(ctx, b.agentOf(a))
+	return p
+}
+
+// agentOf maps the Docker-shaped agent onto a cluster agent.
+func (b *Backend) agentOf(a deploy.Agent) Agent {
+	cfg := a.Config
+	if a.Meta.ThreegateRole != "" {
+		cfg.Role = a.Meta.ThreegateRole
+	}
+	return Agent{
+		Config:                cfg,
+		RunnerImage:           a.Meta.RunnerImage,
+		PullPolicy:            PullPolicyFor(cfg.Container.Image),
+		ForceDestroyWorkspace: a.Meta.ForceDestroyWorkspace,
+	}
+}
+
+// planHash is the hash Apply would give a, with the key in its Secret; ""
+// for an agent whose Secret is gone (Apply makes a new key).
+func (s *Service) planHash(ctx context.Context, a Agent) (string, error) {
+	_, key, err := s.secretState(ctx, NamesFor(a.Config.AgentID))
+	if err != nil || key == nil {
+		return "", err
+	}
+	if err := s.complete(ctx, &a); err != nil {
+		return "", err
+	}
+	return s.hash(a, key), nil
+}
+
+// PullPolicyFor is Always for an image in a registry (its tag may move to
+// new content, as an isolation image's does with a new runner build) and
+// IfNotPresent for one without a registry host, which only an operator
+// can have put on the nodes.
+func PullPolicyFor(ref string) corev1.PullPolicy {
+	first, _, ok := strings.Cut(ref, "/")
+	if ok && (strings.ContainsAny(first, ".:") || first == "localhost") {
+		return corev1.PullAlways
+	}
+	return corev1.PullIfNotPresent
+}
+
+// Apply checks a for the cluster and applies it. prior and redeploy have no
+// cluster meaning: the Deployment rolls exactly when its config hash moves.
+func (b *Backend) Apply(ctx context.Context, a deploy.Agent, _ *deploy.Prior, _ bool) (deploy.Applied, error) {
+	out := deploy.Applied{Token: a.Config.Token, Reported: deploy.NotReported}
+	if err := checkErr(a); err != nil {
+		return out, err
+	}
+	got, err := b.s.Apply(ctx, b.agentOf(a))
+	out.Token = got.Token
+	if err != nil {
+		return out, err
+	}
+	out.WorkspacePath = b.WorkspaceRef(a.Config.AgentID)
+	out.Endpoint, out.ConfigHash = got.Endpoint, got.ConfigHash
+	out.RunnerStatus, out.RunnerContainerID = got.RunnerStatus, got.RunnerPod
+	return out, nil
+}
+
+// Read maps the objects' state onto the Docker-shaped observation: a
+// missing claim is a missing workspace, a missing object a runner to
+// restore.
+func (b *Backend) Read(ctx context.Context, a deploy.Agent) (deploy.Observed, error) {
+	o, err := b.s.Read(ctx, b.agentOf(a))
+	if err != nil {
+		return deploy.Observed{}, err
+	}
+	out := deploy.Observed{
+		WorkspacePath: b.WorkspaceRef(a.Config.AgentID), ConfigHash: o.ConfigHash,
+		RunnerStatus: o.RunnerStatus, RunnerContainerID: o.RunnerPod,
+	}
+	for _, kind := range o.Missing {
+		if kind == "PersistentVolumeClaim" {
+			out.WorkspacePath = ""
+		}
+	}
+	if len(o.Missing) > 0 || len(o.Changed) > 0 {
+		// The next apply puts every object back; a status other than
+		// running makes the plan show it.
+		if out.RunnerStatus == StatusRunning {
+			out.RunnerStatus = StatusStale
+		}
+		out.Warnings = append(out.Warnings, deploy.Warning{Topic: TopicObjectDrift,
+			Detail: fmt.Sprintf("Agent %s on Kubernetes: missing %v, changed %v; the next apply restores them.", a.Config.AgentID, o.Missing, o.Changed)})
+	}
+	return out, nil
+}
+
+// TopicObjectDrift is the Warning a Read gives for an agent's objects
+// deleted or changed out of band.
+const TopicObjectDrift = "kubernetes object drift"
+
+// Remove takes the agent down, keeping its claim unless forced.
+func (b *Backend) Remove(ctx context.Context, a deploy.Agent) error {
+	return b.s.Remove(ctx, a.Config.AgentID, a.Meta.ForceDestroyWorkspace)
+}
+
+// Import reads an agent back from its Secret and objects.
+func (b *Backend) Import(ctx context.Context, id string) (deploy.Imported, error) {
+	got, err := b.s.Import(ctx, id)
+	if err != nil {
+		return deploy.Imported{Reported: deploy.NotReported}, err
+	}
+	cfg := got.Config
+	meta := deploy.Meta{RunnerImage: got.RunnerImage, Deployment: deploy.ModeContainer, ThreegateRole: cfg.Role}
+	cfg.Listen, cfg.Workspace, cfg.Kubernetes = "", b.WorkspaceRef(id), nil
+	return deploy.Imported{Agent: deploy.Agent{Config: cfg, Meta: meta}, Endpoint: b.s.Endpoint(id), Reported: deploy.NotReported}, nil
+}
