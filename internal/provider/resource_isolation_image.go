@@ -248,14 +248,14 @@ func (r *isolationImageResource) ModifyPlan(ctx context.Context, req resource.Mo
 		resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
 		return
 	}
-	svc := r.service(ctx, &resp.Diagnostics)
-	if svc == nil {
-		return
-	}
 	if r.data.kube != nil && r.data.registry == nil {
 		resp.Diagnostics.AddError("No Registry For The Cluster",
 			"meepa_isolation_image builds on the Docker Engine, and a cluster's nodes pull from a registry: give the provider a "+
 				"registry block (address and credentials) to push to.")
+		return
+	}
+	svc := r.service(ctx, &resp.Diagnostics)
+	if svc == nil {
 		return
 	}
 	var prior *image.Prior
