@@ -1,0 +1,159 @@
+package kubetopology
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+)
+
+func testSpec(t *testing.T) Spec {
+	t.Helper()
+	s, ps := Build(Input{Name: "tg1", Proxy: ProxyInput{Image: "img:1", Allow: []string{"Example.COM", "*.pypi.org:8443", "1.2.3.4:443"}, DNS: []string{"9.9.9.9"}}})
+	if len(ps) > 0 {
+		t.Fatal(ps)
+	}
+	return s
+}
+
+func TestRunnerPortIsKubedeploys(t *testing.T) {
+	if kube.DefaultRunnerPort != kubedeploy.DefaultPort {
+		t.Errorf("kube.DefaultRunnerPort %d, kubedeploy.DefaultPort %d: the runner policy would open the wrong port", kube.DefaultRunnerPort, kubedeploy.DefaultPort)
+	}
+}
+
+func TestBuild(t *testing.T) {
+	s := testSpec(t)
+	if s.Proxy.Port != topology.DefaultProxyPort || len(s.Proxy.Allow) != 3 || s.Proxy.Allow[0].String() != "example.com:443" {
+		t.Errorf("spec %+v: want the default port and the allow list in canonical form", s)
+	}
+	// Import reads back what Build made.
+	back, ps := Build(s.Input())
+	if len(ps) > 0 || ConfigHash(back) != ConfigHash(s) {
+		t.Errorf("round trip through Input: %+v, %v", back, ps)
+	}
+	cases := map[string]struct {
+		in  Input
+		sub string
+	}{
+		"bad name":          {Input{Name: "TG_1", Proxy: ProxyInput{Image: "i"}}, ""},
+		"long name":         {Input{Name: strings.Repeat("a", topology.MaxNameLen+1), Proxy: ProxyInput{Image: "i"}}, ""},
+		"no image":          {Input{Name: "tg"}, "image"},
+		"bad port":          {Input{Name: "tg", Proxy: ProxyInput{Image: "i", Port: 70000}}, "port"},
+		"bad pattern":       {Input{Name: "tg", Proxy: ProxyInput{Image: "i", Allow: []string{"https://x.com/path"}}}, "allow"},
+		"bad dns":           {Input{Name: "tg", Proxy: ProxyInput{Image: "i", DNS: []string{"dns.google"}}}, "dns"},
+		"hosts without dns": {Input{Name: "tg", Proxy: ProxyInput{Image: "i", Allow: []string{"example.com"}}}, "dns"},
+	}
+	for name, c := range cases {
+		_, ps := Build(c.in)
+		if len(ps) != 1 || ps[0].Sub != c.sub {
+			t.Errorf("%s: problems %v; want one on proxy.%s", name, ps, c.sub)
+		}
+	}
+	if _, ps := Build(Input{Name: "tg", Proxy: ProxyInput{Image: "i", Allow: []string{"1.2.3.4:443"}}}); len(ps) > 0 {
+		t.Errorf("an allow list of addresses needs no DNS: %v", ps)
+	}
+}
+
+func TestProxyCommand(t *testing.T) {
+	got := strings.Join(ProxyCommand(testSpec(t)), " ")
+	want := "/usr/local/bin/agent-runner proxy --listen :3128 --allow example.com:443 --allow *.pypi.org:8443 --allow 1.2.3.4:443 --dns 9.9.9.9 --audit -"
+	if got != want {
+		t.Errorf("command\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestProxyDeploymentHardened checks the proxy pod field by field against
+// the hardening every pod of the project gets.
+func TestProxyDeploymentHardened(t *testing.T) {
+	s := testSpec(t)
+	d := ProxyDeployment(s, "ns", corev1.PullNever)
+	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != "Recreate" || d.Namespace != "ns" || d.Name != "tg1-proxy" {
+		t.Errorf("deployment %s/%s: %d replicas, strategy %s", d.Namespace, d.Name, *d.Spec.Replicas, d.Spec.Strategy.Type)
+	}
+	tpl := d.Spec.Template
+	for k, v := range kube.ThreeGateProxyLabels("tg1") {
+		if tpl.Labels[k] != v || d.Spec.Selector.MatchLabels[k] != v {
+			t.Errorf("pod label or selector %s=%s missing: %v", k, v, tpl.Labels)
+		}
+	}
+	if d.Labels[kube.ThreeGateLabelManagedBy] == "" || d.Labels[kube.ThreeGateLabelTopology] != "tg1" {
+		t.Errorf("deployment labels %v lack ownership", d.Labels)
+	}
+	ps := tpl.Spec
+	if ps.AutomountServiceAccountToken == nil || *ps.AutomountServiceAccountToken {
+		t.Error("the proxy pod mounts a service-account token")
+	}
+	if ps.EnableServiceLinks == nil || *ps.EnableServiceLinks || ps.HostNetwork || ps.HostPID || ps.HostIPC || len(ps.Volumes) != 0 {
+		t.Errorf("pod spec shares more than it should: %+v", ps)
+	}
+	if sc := ps.SecurityContext; sc == nil || !*sc.RunAsNonRoot || *sc.RunAsUser == 0 || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v", sc)
+	}
+	if len(ps.Containers) != 1 {
+		t.Fatalf("%d containers", len(ps.Containers))
+	}
+	c := ps.Containers[0]
+	sc := c.SecurityContext
+	switch {
+	case sc == nil:
+		t.Fatal("no container security context")
+	case !*sc.RunAsNonRoot || *sc.RunAsUser != ProxyUID:
+		t.Error("container may run as root")
+	case *sc.Privileged || *sc.AllowPrivilegeEscalation:
+		t.Error("container is privileged or may escalate")
+	case !*sc.ReadOnlyRootFilesystem:
+		t.Error("root filesystem is writable")
+	case len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) != 0:
+		t.Errorf("capabilities %+v", sc.Capabilities)
+	case sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault:
+		t.Error("no RuntimeDefault seccomp")
+	}
+	if c.Resources.Limits.Memory().String() != ProxyMemory || c.Resources.Limits.Cpu().IsZero() {
+		t.Errorf("limits %v", c.Resources.Limits)
+	}
+	if c.Image != "img:1" || c.ImagePullPolicy != corev1.PullNever || strings.Join(append(c.Command, c.Args...), " ") != strings.Join(ProxyCommand(s), " ") {
+		t.Errorf("container %s %s %v %v", c.Image, c.ImagePullPolicy, c.Command, c.Args)
+	}
+	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 3128 {
+		t.Errorf("ports %v", c.Ports)
+	}
+	if tpl.Annotations[AnnotationConfig] != ConfigHash(s) {
+		t.Error("no config hash on the pod template")
+	}
+}
+
+// TestDeploymentDrift: an edited allow list, image or hardening shows up
+// in words; the planned object has none.
+func TestDeploymentDrift(t *testing.T) {
+	s := testSpec(t)
+	want := ProxyDeployment(s, "ns", corev1.PullNever)
+	if d := deploymentDrift(want, ProxyDeployment(s, "ns", corev1.PullNever)); len(d) != 0 {
+		t.Errorf("drift of the planned object: %v", d)
+	}
+	for name, c := range map[string]struct {
+		edit func(*corev1.PodSpec)
+		word string
+	}{
+		"allow":  {func(p *corev1.PodSpec) { p.Containers[0].Args[4] = "evil.com:443" }, "allow list"},
+		"image":  {func(p *corev1.PodSpec) { p.Containers[0].Image = "other" }, "image"},
+		"dns":    {func(p *corev1.PodSpec) { p.Containers[0].Args = append(p.Containers[0].Args, "--dns", "1.1.1.1") }, "command"},
+		"root":   {func(p *corev1.PodSpec) { *p.Containers[0].SecurityContext.RunAsUser = 0 }, "hardened"},
+		"token":  {func(p *corev1.PodSpec) { p.AutomountServiceAccountToken = nil }, "hardened"},
+		"labels": {func(p *corev1.PodSpec) {}, "label"},
+	} {
+		live := ProxyDeployment(s, "ns", corev1.PullNever)
+		c.edit(&live.Spec.Template.Spec)
+		if name == "labels" {
+			delete(live.Spec.Template.Labels, kube.ThreeGateLabelRole)
+		}
+		d := deploymentDrift(want, live)
+		if len(d) != 1 || !strings.Contains(d[0], c.word) {
+			t.Errorf("%s: drift %v; want one entry about %s", name, d, c.word)
+		}
+	}
+}
