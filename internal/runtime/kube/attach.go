@@ -2,7 +2,6 @@ package kube
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/streaming/pkg/httpstream"
@@ -135,25 +133,6 @@ func (k *Pods) attach(name string) (*podRun, error) {
 		close(r.streamed)
 	}()
 	return r, nil
-}
-
-// relabel names the message on a prestarted pod, in the background: the
-// message does not wait for it.
-func (k *Pods) relabel(name, messageID string) {
-	if messageID == "" {
-		return
-	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]string{sandbox.LabelMessage: messageID}}})
-	k.bg.Add(1)
-	go func() {
-		defer k.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
-		defer cancel()
-		_, err := k.c.Clientset.CoreV1().Pods(k.c.Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-		if err != nil {
-			k.log.Debug("label prestarted pod with its message", "pod", name, "error", err)
-		}
-	}()
 }
 
 // exchange writes the request, reads the reply until the container closes

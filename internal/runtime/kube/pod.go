@@ -290,7 +290,11 @@ func (k *Pods) Run(ctx context.Context, job sandbox.Job) (sandbox.Outcome, error
 		out.StartLatency = w
 	}
 	if prestarted {
-		k.relabel(r.name, job.MessageID)
+		// The pod keeps its message=prestart label: the runner may not
+		// patch pods (labels place a pod under NetworkPolicies), so the
+		// link from message to pod is this line and the runner's audit
+		// line, which names the pod.
+		k.log.Debug("prestarted pod takes a message", "pod", r.name, "message_id", job.MessageID)
 	}
 	if err := k.awaitPrevious(ctx); err != nil {
 		r.cancel()

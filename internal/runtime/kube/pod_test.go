@@ -54,7 +54,7 @@ func TestPodRoundTripAndHardening(t *testing.T) {
 	testutil.Cleanup(t, "delete runtime class", func() error {
 		return c.Clientset.NodeV1().RuntimeClasses().Delete(context.Background(), rc, metav1.DeleteOptions{})
 	})
-	p, spec, dir := newPods(t, c, func(s *PodSpec) { s.RuntimeClass = rc; s.Role = "tool-exec" }, false)
+	p, spec, dir := newPods(t, c, func(s *PodSpec) { s.RuntimeClass = rc; s.Topology, s.Role = "tg", "TOOL_EXEC" }, false)
 
 	r, out := send(t, p, "m-hi", "hi")
 	if r.Reply != agent.OfflineAnswer("hi") || out.ExitCode != 0 || out.OOMKilled || out.TimedOut || out.ImageID == "" || out.StartLatency <= 0 {

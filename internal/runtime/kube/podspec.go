@@ -2,6 +2,7 @@ package kube
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -24,8 +25,9 @@ const (
 	// waiting prestarted pod does not hold a whole core of a small node.
 	DefaultCPULimit = "1"
 	CPURequest      = "100m"
-	// LabelRole carries the agent's ThreeGate role, for NetworkPolicies.
-	LabelRole = engine.LabelPrefix + "role"
+	// ComponentRunner is the component label of an agent's runner pod
+	// (kubedeploy's Deployment); per-message pods carry sandbox.Component.
+	ComponentRunner = "runner"
 	// LabelInstance names the backend (one runner process) that made a pod.
 	LabelInstance = sandbox.LabelInstance
 	volWorkspace  = "workspace"
@@ -37,10 +39,13 @@ const (
 // documented default.
 type PodSpec struct {
 	AgentID string
-	// Role is the ThreeGate role (core, fetch, tool-exec) as a pod label;
-	// empty sets no role label.
-	Role  string
-	Image string
+	// Topology and Role place the pod in a ThreeGate topology: it carries
+	// ThreeGateExecutionLabels(Topology, Role), which the topology's
+	// NetworkPolicies select. Role is as package topology names it (CORE,
+	// FETCH, TOOL_EXEC). Both or neither.
+	Topology string
+	Role     string
+	Image    string
 	// ImagePullPolicy defaults to IfNotPresent; tests use Never with images
 	// imported into the node's containerd.
 	ImagePullPolicy corev1.PullPolicy
@@ -64,9 +69,8 @@ type PodSpec struct {
 	RuntimeClass string
 	// Env is extra non-secret environment; secrets travel on stdin only.
 	Env map[string]string
-	// Labels are extra pod labels, such as the ThreeGate member labels
-	// that NetworkPolicies select on; they cannot replace the ownership,
-	// agent, message or role labels.
+	// Labels are extra pod labels; they cannot replace the ownership,
+	// agent, message or ThreeGate labels.
 	Labels map[string]string
 }
 
@@ -199,6 +203,8 @@ func (s PodSpec) check() error {
 		return fmt.Errorf("image is empty")
 	case s.WorkspaceClaim == "":
 		return fmt.Errorf("workspace claim is empty")
+	case (s.Topology == "") != (s.Role == ""):
+		return fmt.Errorf("threegate topology %q and role %q: want both or neither", s.Topology, s.Role)
 	}
 	if errs := validation.IsDNS1123Subdomain(s.WorkspaceClaim); len(errs) > 0 {
 		return fmt.Errorf("workspace claim %q: %s", s.WorkspaceClaim, errs[0])
@@ -261,19 +267,19 @@ func (s PodSpec) env() ([]corev1.EnvVar, error) {
 	return env, nil
 }
 
-// podLabels are the ownership labels plus agent, message and role; each
-// value must be a valid label value (an id that is not is refused).
+// podLabels are the ownership labels plus agent and message, and the
+// ThreeGate member labels of an execution pod; each value must be a valid
+// label value (an id that is not is refused).
 func podLabels(s PodSpec, messageID string) (map[string]string, error) {
 	if messageID == "" {
 		messageID = "prestart"
 	}
-	extra := map[string]string{"agent": s.AgentID, "message": messageID}
-	if s.Role != "" {
-		extra["role"] = s.Role
+	labels := engine.Labels(sandbox.Component, map[string]string{"agent": s.AgentID, "message": messageID})
+	if s.Topology != "" {
+		maps.Copy(labels, ThreeGateExecutionLabels(s.Topology, s.Role))
 	}
-	labels := engine.Labels(sandbox.Component, extra)
 	for k, v := range s.Labels {
-		if _, own := labels[k]; own || k == LabelInstance {
+		if _, own := labels[k]; own || k == LabelInstance || threegateKey(k) {
 			return nil, fmt.Errorf("label %s is set by the sandbox itself", k)
 		}
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
@@ -293,6 +299,24 @@ func podLabels(s PodSpec, messageID string) (map[string]string, error) {
 func AgentSelector(agentID string) string {
 	return engine.LabelManagedBy + "=" + engine.ManagedByValue + "," +
 		engine.LabelComponent + "=" + sandbox.Component + "," +
+		sandbox.LabelAgent + "=" + agentID
+}
+
+// threegateKey: the ThreeGate labels come from Topology and Role only, so
+// that no other field can place a pod under another member's policies.
+func threegateKey(k string) bool {
+	switch k {
+	case ThreeGateLabelTopology, ThreeGateLabelRole, ThreeGateLabelExecution, ThreeGateLabelRunner:
+		return true
+	}
+	return false
+}
+
+// RunnerSelector selects the pod of one agent's runner (kubedeploy's
+// Deployment labels its pods so).
+func RunnerSelector(agentID string) string {
+	return engine.LabelManagedBy + "=" + engine.ManagedByValue + "," +
+		engine.LabelComponent + "=" + ComponentRunner + "," +
 		sandbox.LabelAgent + "=" + agentID
 }
 

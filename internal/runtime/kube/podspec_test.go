@@ -11,9 +11,9 @@ import (
 )
 
 func testSpec() PodSpec {
-	return PodSpec{AgentID: "tool_exec.1", Role: "tool-exec", Image: "meepa-test/runner:abc", WorkspaceClaim: "ws-tool-exec",
+	return PodSpec{AgentID: "tool_exec.1", Topology: "tg", Role: "TOOL_EXEC", Image: "meepa-test/runner:abc", WorkspaceClaim: "ws-tool-exec",
 		RuntimeClass: "gvisor", Env: map[string]string{"LANG": "C.UTF-8", "HOME": "/root"},
-		Labels: map[string]string{"meepa.io/threegate": "tg", "meepa.io/threegate-execution": "true"}}
+		Labels: map[string]string{"example.org/team": "ops"}}
 }
 
 // Every hardening setting of a per-message pod, field by field, after the
@@ -33,8 +33,8 @@ func TestHardenedPod(t *testing.T) {
 	}
 	wantLabels := map[string]string{
 		engine.LabelManagedBy: engine.ManagedByValue, engine.LabelComponent: sandbox.Component,
-		sandbox.LabelAgent: "tool_exec.1", sandbox.LabelMessage: "m-1", LabelRole: "tool-exec",
-		"meepa.io/threegate": "tg", "meepa.io/threegate-execution": "true",
+		sandbox.LabelAgent: "tool_exec.1", sandbox.LabelMessage: "m-1", "example.org/team": "ops",
+		"meepa.io/threegate": "tg", "meepa.io/threegate-role": "TOOL_EXEC", "meepa.io/threegate-execution": "true",
 	}
 	if len(p.Labels) != len(wantLabels) {
 		t.Errorf("labels %v, want %v", p.Labels, wantLabels)
@@ -116,17 +116,22 @@ func checkVolumes(t *testing.T, s corev1.PodSpec, c corev1.Container) {
 	}
 }
 
-// A prestarted pod is labelled as such, and a spec without role or runtime
-// sets neither.
+// A prestarted pod is labelled as such, and a spec without topology or
+// runtime sets neither: no ThreeGate label at all.
 func TestHardenedPodPrestartDefaults(t *testing.T) {
 	s := testSpec()
-	s.Role, s.RuntimeClass, s.CPULimit, s.MemoryLimit = "", "", "50m", "64m"
+	s.Topology, s.Role, s.RuntimeClass, s.CPULimit, s.MemoryLimit = "", "", "", "50m", "64m"
 	p, err := HardenedPod(s, "ns", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Labels[sandbox.LabelMessage] != "prestart" || p.Labels[LabelRole] != "" || p.Spec.RuntimeClassName != nil {
+	if p.Labels[sandbox.LabelMessage] != "prestart" || p.Spec.RuntimeClassName != nil {
 		t.Errorf("labels %v runtimeClass %v", p.Labels, p.Spec.RuntimeClassName)
+	}
+	for k := range p.Labels {
+		if strings.HasPrefix(k, "meepa.io/") {
+			t.Errorf("label %s on a pod outside any topology", k)
+		}
 	}
 	r := p.Spec.Containers[0].Resources
 	if r.Requests.Cpu().String() != "50m" || r.Limits.Memory().Value() != 64<<20 {
@@ -159,6 +164,13 @@ func TestHardenedPodRefuses(t *testing.T) {
 		"instance":      {func(s *PodSpec) { s.Labels = map[string]string{LabelInstance: "x"} }, "set by the sandbox"},
 		"bad key":       {func(s *PodSpec) { s.Labels = map[string]string{"a b": "x"} }, "label key"},
 		"bad value":     {func(s *PodSpec) { s.Labels = map[string]string{"k": "-x-"} }, "label"},
+		"role only":     {func(s *PodSpec) { s.Topology = "" }, "both or neither"},
+		"topology only": {func(s *PodSpec) { s.Role = "" }, "both or neither"},
+		"bad topology":  {func(s *PodSpec) { s.Topology = "tg/x" }, "label"},
+		"role by label": {func(s *PodSpec) { s.Labels = map[string]string{ThreeGateLabelRole: "PROXY"} }, "set by the sandbox"},
+		"runner label": {func(s *PodSpec) {
+			s.Topology, s.Role, s.Labels = "", "", map[string]string{ThreeGateLabelRunner: "true"}
+		}, "set by the sandbox"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := testSpec()

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
 
 // Apply makes the agent real and waits until its runner is available: the
@@ -111,6 +112,7 @@ func (s *Service) applyObjects(ctx context.Context, a Agent, n Names, key []byte
 	dep, err := RunnerDeployment(n, ns, RunnerPod{
 		AgentID: id, Image: a.runnerImage(), PullPolicy: a.PullPolicy, Port: s.o.Port, ConfigHash: hash,
 		StopSeconds: int64(deploy.StopTimeout(a.Config).Seconds()), APIServer: s.o.APIServer,
+		Topology: a.ThreegateNetwork, Role: runner.ThreeGateRole(a.Config.Role),
 	})
 	if err != nil {
 		return stepErr(deploy.StepDeploy, "", "describing the runner Deployment", err)

@@ -102,6 +102,8 @@ func (b *Backend) agentOf(a deploy.Agent) Agent {
 		RunnerImage:           a.Meta.RunnerImage,
 		PullPolicy:            PullPolicyFor(cfg.Container.Image),
 		ForceDestroyWorkspace: a.Meta.ForceDestroyWorkspace,
+		ThreegateNetwork:      a.Meta.ThreegateNetwork,
+		ThreegateAsk:          a.Meta.ThreegateAsk,
 	}
 }
 
@@ -193,7 +195,8 @@ func (b *Backend) Import(ctx context.Context, id string) (deploy.Imported, error
 		return deploy.Imported{Reported: deploy.NotReported}, err
 	}
 	cfg := got.Config
-	meta := deploy.Meta{RunnerImage: got.RunnerImage, Deployment: deploy.ModeContainer, ThreegateRole: cfg.Role}
-	cfg.Listen, cfg.Workspace, cfg.Kubernetes = "", b.WorkspaceRef(id), nil
+	meta := deploy.Meta{RunnerImage: got.RunnerImage, Deployment: deploy.ModeContainer, ThreegateRole: cfg.Role,
+		ThreegateNetwork: got.ThreegateNetwork, ThreegateAsk: got.ThreegateAsk}
+	cfg.Listen, cfg.Workspace, cfg.Kubernetes, cfg.Ask = "", b.WorkspaceRef(id), nil, nil
 	return deploy.Imported{Agent: deploy.Agent{Config: cfg, Meta: meta}, Endpoint: b.s.Endpoint(id), Reported: deploy.NotReported}, nil
 }

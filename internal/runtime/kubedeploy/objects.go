@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net"
 	"strconv"
 	"strings"
@@ -17,14 +18,15 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 )
 
 // Names, keys and paths of a runner's objects.
 const (
 	// ComponentRunner is the component label of every object of a runner
-	// (the per-message pods carry sandbox.Component).
-	ComponentRunner = "runner"
+	// (the per-message pods carry sandbox.Component); an asking runner
+	// finds its target's pod by it (kube.RunnerSelector).
+	ComponentRunner = kube.ComponentRunner
 	// AnnotationConfigHash on the pod template rolls the runner when the
 	// config changes; it is keyed (deploy.ConfigHash), so it reveals no
 	// secret.
@@ -87,10 +89,7 @@ func Labels(agentID string) map[string]string {
 }
 
 // Selector is Labels as a label selector.
-func Selector(agentID string) string {
-	return engine.LabelManagedBy + "=" + engine.ManagedByValue + "," +
-		engine.LabelComponent + "=" + ComponentRunner + "," + sandbox.LabelAgent + "=" + agentID
-}
+func Selector(agentID string) string { return kube.RunnerSelector(agentID) }
 
 func meta(name, ns, agentID string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: ns, Labels: Labels(agentID)}
@@ -114,8 +113,12 @@ func ServiceAccount(n Names, ns, agentID string) *corev1.ServiceAccount {
 }
 
 // RunnerRules are all the runner may do: make, watch, attach to and delete
-// pods in its own namespace. No patch or update (a pod's labels place it
-// under NetworkPolicies), no secrets, no other kind.
+// pods in its own namespace; list also finds the runner pod of an agent it
+// asks (the target's token is in its own config, so it reads no Secret).
+// No patch or update: a pod's labels place it under NetworkPolicies, and a
+// runner that could relabel pods could move any pod of the namespace into
+// another role's policies (so a prestarted pod keeps message=prestart).
+// No secrets, no other kind.
 func RunnerRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "watch", "delete"}},
@@ -177,6 +180,9 @@ type RunnerPod struct {
 	// APIServer is "host:port" of the API server as pods reach it; empty
 	// keeps what the kubelet sets (the cluster's kubernetes Service).
 	APIServer string
+	// Topology and Role (as package topology names it) label the pod as
+	// a ThreeGate runner (kube.ThreeGateRunnerLabels); both or neither.
+	Topology, Role string
 }
 
 // RunnerDeployment runs one runner, never two: one replica and the Recreate
@@ -199,7 +205,14 @@ func RunnerDeployment(n Names, ns string, r RunnerPod) (*appsv1.Deployment, erro
 		// Explicit variables win over the ones the kubelet adds.
 		env = append(env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host}, corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: port})
 	}
+	if (r.Topology == "") != (r.Role == "") {
+		return nil, fmt.Errorf("threegate topology %q and role %q: want both or neither", r.Topology, r.Role)
+	}
 	labels := Labels(r.AgentID)
+	podLabels := maps.Clone(labels)
+	if r.Topology != "" {
+		maps.Copy(podLabels, kube.ThreeGateRunnerLabels(r.Topology, r.Role))
+	}
 	d := &appsv1.Deployment{
 		ObjectMeta: meta(n.Base, ns, r.AgentID),
 		Spec: appsv1.DeploymentSpec{
@@ -208,7 +221,7 @@ func RunnerDeployment(n Names, ns string, r RunnerPod) (*appsv1.Deployment, erro
 			Selector:             &metav1.LabelSelector{MatchLabels: labels},
 			RevisionHistoryLimit: ptr(int32(2)),
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{AnnotationConfigHash: r.ConfigHash}},
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: map[string]string{AnnotationConfigHash: r.ConfigHash}},
 				Spec:       runnerPodSpec(n, r, env),
 			},
 		},

@@ -187,6 +187,12 @@ func (s *Service) Import(ctx context.Context, id string) (Agent, error) {
 		return a, stepErr(deploy.StepImport, "", "importing "+id, err)
 	}
 	a.Config = *cfg
+	if cfg.Kubernetes != nil {
+		a.ThreegateNetwork = cfg.Kubernetes.Topology
+	}
+	for _, t := range cfg.Ask {
+		a.ThreegateAsk = append(a.ThreegateAsk, t.AgentID)
+	}
 	dep, err := cs.AppsV1().Deployments(ns).Get(ctx, n.Base, metav1.GetOptions{})
 	switch {
 	case err == nil && len(dep.Spec.Template.Spec.Containers) == 1:

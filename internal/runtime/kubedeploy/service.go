@@ -87,9 +87,9 @@ type Workspace struct {
 // Agent is one agent as its owner describes it.
 type Agent struct {
 	// Config is the runner's config. Token is empty for a new agent (Apply
-	// makes one); Listen, Workspace and Kubernetes' namespace and claim are
-	// the service's. Kubernetes' other fields (cpu limit, runtime class,
-	// sub-path) are the owner's.
+	// makes one); Listen, Workspace, Ask and Kubernetes' namespace, claim
+	// and topology are the service's. Kubernetes' other fields (cpu limit,
+	// runtime class, sub-path) are the owner's.
 	Config runner.Config
 	// RunnerImage runs `agent-runner serve`; empty is the message image.
 	RunnerImage string
@@ -98,6 +98,12 @@ type Agent struct {
 	Workspace  Workspace
 	// ForceDestroyWorkspace lets Remove delete the workspace claim.
 	ForceDestroyWorkspace bool
+	// ThreegateNetwork is the ThreeGate topology of an agent with a
+	// Config.Role: its runner and message pods carry the topology's
+	// labels (Config.Kubernetes.Topology). ThreegateAsk are the agents a
+	// core agent may ask; Apply resolves them into Config.Ask (ResolveAsk).
+	ThreegateNetwork string
+	ThreegateAsk     []string
 }
 
 func (a Agent) runnerImage() string {
@@ -159,8 +165,17 @@ func (s *Service) complete(ctx context.Context, a *Agent) error {
 		}
 		k.RuntimeClass = rc
 	}
+	k.Topology = a.ThreegateNetwork
 	c.Kubernetes = &k
 	c.Listen = fmt.Sprintf("0.0.0.0:%d", s.o.Port)
+	c.Ask = nil
+	if len(a.ThreegateAsk) > 0 {
+		targets, err := s.ResolveAsk(ctx, a.ThreegateNetwork, a.ThreegateAsk)
+		if err != nil {
+			return stepErr(deploy.StepAsk, "threegate.ask", "resolving the agents to ask", err)
+		}
+		c.Ask = targets
+	}
 	c.Workspace = sandbox.WorkspaceDir
 	if !deploy.ValidID(c.AgentID) {
 		return stepErr(StepValidate, "agent_id", "checking the agent id", fmt.Errorf("%q is not an agent id (%s)", c.AgentID, deploy.IDPattern))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
 // Gated delegation: a CORE agent's loop asks one of its topology's FETCH or
@@ -31,6 +33,48 @@ const (
 	HeaderParentMessage = "X-Meepa-Parent-Message"
 )
 
+// Asks are what one message may ask: the targets, the bound of one ask,
+// and how a target's runner is reached (nil Dial: by its Listen).
+type Asks struct {
+	Targets []AskTarget
+	Limit   time.Duration
+	Dial    AskDialer
+}
+
+// AskDialer opens the connection of one ask to the target's runner.
+type AskDialer func(ctx context.Context, t AskTarget) (net.Conn, error)
+
+// runnerDialer is a backend that knows where other agents' runners are
+// (the pod backend asks the API).
+type runnerDialer interface {
+	DialRunner(ctx context.Context, t AskTarget) (net.Conn, error)
+}
+
+// asksFor is what a message of cfg may ask, reached through backend.
+func asksFor(cfg *Config, backend sandbox.Backend) Asks {
+	a := Asks{Targets: cfg.Ask, Limit: askLimit(cfg), Dial: dialListen}
+	if cfg.Kubernetes == nil {
+		return a
+	}
+	if d, ok := backend.(runnerDialer); ok {
+		a.Dial = d.DialRunner
+	} else {
+		a.Dial = func(context.Context, AskTarget) (net.Conn, error) {
+			return nil, errors.New("this backend cannot find runner pods")
+		}
+	}
+	return a
+}
+
+// dialListen reaches a runner at its listen address, a unix socket or
+// 127.0.0.1:PORT.
+func dialListen(ctx context.Context, t AskTarget) (net.Conn, error) {
+	if sock, ok := strings.CutPrefix(t.Listen, "unix://"); ok {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}
+	return (&net.Dialer{}).DialContext(ctx, "tcp", t.Listen)
+}
+
 func (r *Relay) serveAsk(w http.ResponseWriter, req *http.Request, s *relaySession, refuse func(int, string)) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxAskText+1024))
 	if err != nil {
@@ -44,20 +88,20 @@ func (r *Relay) serveAsk(w http.ResponseWriter, req *http.Request, s *relaySessi
 	}
 	var target *AskTarget
 	var names []string
-	for i := range s.asks {
-		names = append(names, s.asks[i].AgentID)
-		if s.asks[i].AgentID == ask.AgentID {
-			target = &s.asks[i]
+	for i, t := range s.asks.Targets {
+		names = append(names, t.AgentID)
+		if t.AgentID == ask.AgentID {
+			target = &s.asks.Targets[i]
 		}
 	}
 	if target == nil {
 		refuse(http.StatusForbidden, fmt.Sprintf("agent %q is not one this agent may ask (threegate.ask: %s)", ask.AgentID, strings.Join(names, ", ")))
 		return
 	}
-	ctx, cancel := context.WithTimeout(req.Context(), s.askLimit)
+	ctx, cancel := context.WithTimeout(req.Context(), s.asks.Limit)
 	defer cancel()
 	begin := time.Now()
-	ans, status, err := postAsk(ctx, *target, s.messageID, ask.Text)
+	ans, status, err := postAsk(ctx, s.asks.Dial, *target, s.messageID, ask.Text)
 	if ans.MessageID != "" {
 		s.mu.Lock()
 		s.usage.Asks = append(s.usage.Asks, ans.MessageID)
@@ -67,7 +111,7 @@ func (r *Relay) serveAsk(w http.ResponseWriter, req *http.Request, s *relaySessi
 		"status", status, "duration_ms", time.Since(begin).Milliseconds())
 	if err != nil {
 		if ctx.Err() != nil {
-			err = fmt.Errorf("no answer within %s", s.askLimit)
+			err = fmt.Errorf("no answer within %s", s.asks.Limit)
 		}
 		ans.Error = err.Error()
 	}
@@ -77,18 +121,16 @@ func (r *Relay) serveAsk(w http.ResponseWriter, req *http.Request, s *relaySessi
 
 // postAsk sends one message to the target's runner and returns its reply
 // or error, the message id it ran under and the HTTP status.
-func postAsk(ctx context.Context, t AskTarget, parent string, text string) (agent.AskAnswer, int, error) {
+func postAsk(ctx context.Context, dial AskDialer, t AskTarget, parent string, text string) (agent.AskAnswer, int, error) {
+	if dial == nil {
+		dial = dialListen
+	}
 	// One connection per ask, closed after it: asks are rare next to the
 	// message they run, and a kept-alive connection per ask would pile up.
-	base, tr := "http://runner", &http.Transport{Proxy: nil, DisableKeepAlives: true}
-	if sock, ok := strings.CutPrefix(t.Listen, "unix://"); ok {
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}
-	} else {
-		base = "http://" + t.Listen
-	}
-	c := &http.Client{Transport: tr}
+	tr := &http.Transport{Proxy: nil, DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return dial(ctx, t)
+	}}
+	base, c := "http://runner", &http.Client{Transport: tr}
 	body, _ := json.Marshal(MessageRequest{Text: text, Sender: "agent:" + parent, Channel: "ask"})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/messages", bytes.NewReader(body))
 	if err != nil {

@@ -233,8 +233,10 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("ask[%d]: agent_id %q: want another agent's id", i, a.AgentID))
 		case a.Role != agent.RoleFetch && a.Role != agent.RoleToolExec:
 			errs = append(errs, fmt.Errorf("ask[%d]: agent %s has role %q; a core agent asks only fetch and tool_exec agents", i, a.AgentID, a.Role))
-		case a.Token == "" || !validAskListen(a.Listen):
+		case c.Kubernetes == nil && (a.Token == "" || a.Port != 0 || !validAskListen(a.Listen)):
 			errs = append(errs, fmt.Errorf("ask[%d]: agent %s: want its runner's listen (unix:///path or 127.0.0.1:PORT) and token", i, a.AgentID))
+		case c.Kubernetes != nil && (a.Token == "" || a.Listen != "" || a.Port < 1 || a.Port > 65535):
+			errs = append(errs, fmt.Errorf("ask[%d]: agent %s: on kubernetes want its runner's port and token, and no listen (its pod is found by its labels)", i, a.AgentID))
 		}
 	}
 	if c.Container.Enabled && c.Container.Image == "" {

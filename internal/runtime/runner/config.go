@@ -61,8 +61,8 @@ type Config struct {
 	Role string `json:"role,omitempty"`
 	// Ask are the agents a CORE agent may ask (its topology's FETCH and
 	// TOOL-EXEC agents): the runner routes an ask from the loop, through
-	// the relay, to the target's runner socket, never over a network path
-	// from the sandbox.
+	// the relay, to the target's runner (its socket on Docker, its pod on
+	// a cluster), never over a network path from the sandbox.
 	Ask []AskTarget `json:"ask,omitempty"`
 	// AskTimeoutSeconds bounds one ask; zero means 120, and never more
 	// than the asking message's own timeout.
@@ -120,12 +120,17 @@ type ContainerMode struct {
 }
 
 // AskTarget is one agent a CORE agent may ask, and how its runner is
-// reached: Listen as that runner's config says ("unix:///path", mounted at
-// the same path into this runner, or "127.0.0.1:PORT"), with its token.
+// reached, with its token. On Docker, Listen as that runner's config says
+// ("unix:///path", mounted at the same path into this runner, or
+// "127.0.0.1:PORT"). On a cluster (Config.Kubernetes), Port: the runner
+// finds the target's ready runner pod in its namespace through the API
+// (kube.RunnerSelector) and calls its pod IP on that port; no Service is
+// involved, so a cluster without kube-proxy works the same.
 type AskTarget struct {
 	AgentID string `json:"agent_id"`
 	Role    string `json:"role"`
-	Listen  string `json:"listen"`
+	Listen  string `json:"listen,omitempty"`
+	Port    int    `json:"port,omitempty"`
 	Token   string `json:"token"`
 }
 

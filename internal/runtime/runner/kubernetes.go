@@ -5,15 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
-	"strings"
+	"strconv"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 )
 
 // ModeKubernetes is the /healthz mode of a runner whose messages run in
@@ -39,6 +43,11 @@ type Kubernetes struct {
 	// RuntimeClass is the pods' runtimeClassName, container_mode.runtime's
 	// counterpart; empty is the cluster's default runtime.
 	RuntimeClass string `json:"runtime_class,omitempty"`
+	// Topology is the ThreeGate topology (threegate_network) of an agent
+	// with a Role: its message pods carry the topology's and the role's
+	// labels, which the topology's NetworkPolicies select. Set exactly
+	// when Role is.
+	Topology string `json:"threegate_topology,omitempty"`
 }
 
 // validateKubernetes checks what a runner in a cluster can honour; it
@@ -53,10 +62,11 @@ func (c *Config) validateKubernetes() error {
 	if !c.Container.Enabled {
 		errs = append(errs, errors.New("kubernetes: needs container_mode.enabled: messages run in pods, there is no host mode in a cluster"))
 	}
-	if len(c.Ask) > 0 {
-		// An ask goes from runner to runner; on a cluster that is a
-		// Service, which the ask targets do not name yet.
-		errs = append(errs, errors.New("kubernetes: threegate ask targets are runners on this Docker host; asks between runners in a cluster are not supported yet"))
+	if (k.Topology == "") != (c.Role == "") {
+		// On a cluster a role's network is its topology's NetworkPolicies,
+		// which find the pods by these labels: a role without them would
+		// run with the cluster network open.
+		errs = append(errs, fmt.Errorf("kubernetes: role %q and threegate_topology %q: a threegate role needs its topology and the other way round", c.Role, k.Topology))
 	}
 	if len(c.Container.Networks) > 0 {
 		errs = append(errs, errors.New("kubernetes: container_mode.networks are Docker networks; pods are placed by labels and NetworkPolicies"))
@@ -79,7 +89,8 @@ func KubeOptions(cfg *Config, log hclog.Logger) kube.Options {
 	return kube.Options{
 		Spec: kube.PodSpec{
 			AgentID:          cfg.AgentID,
-			Role:             strings.ReplaceAll(cfg.Role, "_", "-"),
+			Topology:         k.Topology,
+			Role:             ThreeGateRole(cfg.Role),
 			Image:            cm.Image,
 			ImagePullPolicy:  corev1.PullPolicy(k.ImagePullPolicy),
 			MemoryLimit:      cm.MemoryLimit,
@@ -95,6 +106,14 @@ func KubeOptions(cfg *Config, log hclog.Logger) kube.Options {
 	}
 }
 
+// ThreeGateRole is an agent's role as package topology and the pod labels
+// name it ("tool_exec" is TOOL_EXEC); "" stays "".
+func ThreeGateRole(role string) string {
+	return map[string]string{
+		agent.RoleCore: topology.RoleCore, agent.RoleFetch: topology.RoleFetch, agent.RoleToolExec: topology.RoleToolExec,
+	}[role]
+}
+
 // newKubeBackend connects with the pod's service account and makes the pod
 // backend, which deletes this agent's orphan pods first.
 func newKubeBackend(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox.Backend, string, error) {
@@ -102,11 +121,57 @@ func newKubeBackend(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox
 	if err != nil {
 		return nil, ModeKubernetes, err
 	}
+	return NewKubeBackend(ctx, c, cfg, log)
+}
+
+// NewKubeBackend makes the pod backend on client c; its asks find their
+// targets' runner pods with the same client.
+func NewKubeBackend(ctx context.Context, c *kube.Client, cfg *Config, log hclog.Logger) (sandbox.Backend, string, error) {
 	p, err := kube.NewPods(ctx, c, KubeOptions(cfg, log))
 	if err != nil {
 		return nil, ModeKubernetes, err
 	}
-	return p, ModeKubernetes, nil
+	return &kubeBackend{Pods: p, c: c}, ModeKubernetes, nil
+}
+
+// kubeBackend is the pod backend with the API client asks use.
+type kubeBackend struct {
+	*kube.Pods
+	c *kube.Client
+}
+
+// DialRunner connects to an ask target's runner: its ready pod in this
+// runner's namespace, found by label through the API at each ask (so a
+// rolled runner is found at its new address), at its pod IP.
+func (b *kubeBackend) DialRunner(ctx context.Context, t AskTarget) (net.Conn, error) {
+	ip, err := runnerPodIP(ctx, b.c, t.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	return (&net.Dialer{}).DialContext(ctx, "tcp", net.JoinHostPort(ip, strconv.Itoa(t.Port)))
+}
+
+// runnerPodIP is the IP of an agent's ready runner pod.
+func runnerPodIP(ctx context.Context, c *kube.Client, agentID string) (string, error) {
+	list, err := c.Clientset.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: kube.RunnerSelector(agentID)})
+	if err != nil {
+		return "", fmt.Errorf("find agent %s's runner pod: %w", agentID, err)
+	}
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil && p.Status.PodIP != "" && podReady(&p) {
+			return p.Status.PodIP, nil
+		}
+	}
+	return "", fmt.Errorf("agent %s has no ready runner pod in namespace %s", agentID, c.Namespace)
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // ownGroup reports whether a file's group is this process's effective

@@ -58,11 +58,7 @@ func kubeAgentConfig(t *testing.T, c *kube.Client, id string) *Config {
 // in-cluster service account.
 func podBackend(c *kube.Client) BackendFactory {
 	return func(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox.Backend, string, error) {
-		p, err := kube.NewPods(ctx, c, KubeOptions(cfg, log))
-		if err != nil {
-			return nil, ModeKubernetes, err
-		}
-		return p, ModeKubernetes, nil
+		return NewKubeBackend(ctx, c, cfg, log)
 	}
 }
 

@@ -15,13 +15,20 @@ func kubeConfig() *Config {
 	c.Container.MemoryLimit = "256m"
 	c.Role = "tool_exec"
 	c.Env = map[string]string{"LANG": "C"}
-	c.Kubernetes = &Kubernetes{WorkspaceClaim: "ws-a1", ImagePullPolicy: "Never", RuntimeClass: "gvisor", CPULimit: "500m"}
+	c.Kubernetes = &Kubernetes{WorkspaceClaim: "ws-a1", ImagePullPolicy: "Never", RuntimeClass: "gvisor", CPULimit: "500m", Topology: "tg"}
 	return c
 }
 
 func TestValidateKubernetes(t *testing.T) {
 	if err := kubeConfig().Validate(); err != nil {
 		t.Fatalf("a good kubernetes config: %v", err)
+	}
+	// A core agent on a cluster asks by port; its pod is found by label.
+	core := kubeConfig()
+	core.Role = "core"
+	core.Ask = []AskTarget{{AgentID: "tx", Role: "tool_exec", Port: 8080, Token: "t"}, {AgentID: "fx", Role: "fetch", Port: 1, Token: "u"}}
+	if err := core.Validate(); err != nil {
+		t.Errorf("a core agent with ask targets on kubernetes: %v", err)
 	}
 	// The relay reaches message pods on their own attach.
 	for _, p := range []string{"openai", "anthropic"} {
@@ -37,13 +44,35 @@ func TestValidateKubernetes(t *testing.T) {
 		want string
 	}{
 		{"host mode", func(c *Config) { c.Container.Enabled = false; c.Container.MemoryLimit = "1g" }, "needs container_mode.enabled"},
-		{"ask", func(c *Config) {
+		{"ask by listen", func(c *Config) {
 			c.Role = "core"
-			c.Ask = []AskTarget{{AgentID: "tx", Role: "tool_exec", Listen: "127.0.0.1:7001", Token: "t"}}
-		}, "asks between runners in a cluster"},
+			c.Ask = []AskTarget{{AgentID: "tx", Role: "tool_exec", Listen: "127.0.0.1:7001", Port: 8080, Token: "t"}}
+		}, "on kubernetes want its runner's port"},
+		{"ask without port", func(c *Config) {
+			c.Role = "core"
+			c.Ask = []AskTarget{{AgentID: "tx", Role: "tool_exec", Token: "t"}}
+		}, "on kubernetes want its runner's port"},
+		{"ask port too high", func(c *Config) {
+			c.Role = "core"
+			c.Ask = []AskTarget{{AgentID: "tx", Role: "tool_exec", Port: 70000, Token: "t"}}
+		}, "on kubernetes want its runner's port"},
+		{"ask without token", func(c *Config) {
+			c.Role = "core"
+			c.Ask = []AskTarget{{AgentID: "tx", Role: "tool_exec", Port: 8080}}
+		}, "on kubernetes want its runner's port and token"},
+		{"ask a core agent", func(c *Config) {
+			c.Role = "core"
+			c.Ask = []AskTarget{{AgentID: "c2", Role: "core", Port: 8080, Token: "t"}}
+		}, "asks only fetch and tool_exec"},
+		{"ask from tool_exec", func(c *Config) {
+			c.Ask = []AskTarget{{AgentID: "fx", Role: "fetch", Port: 8080, Token: "t"}}
+		}, "only a core agent may ask"},
+		{"role without topology", func(c *Config) { c.Kubernetes.Topology = "" }, "a threegate role needs its topology"},
+		{"topology without role", func(c *Config) { c.Role = "" }, "a threegate role needs its topology"},
+		{"bad topology", func(c *Config) { c.Kubernetes.Topology = "tg/x" }, "label"},
 		{"docker networks", func(c *Config) { c.Container.Networks = []string{"llmnet"} }, "Docker networks"},
-		{"network none", func(c *Config) { c.Role = ""; c.Container.Network = "none" }, "network \"none\""},
-		{"network empty", func(c *Config) { c.Role = ""; c.Container.Network = "" }, "network \"none\""},
+		{"network none", func(c *Config) { c.Role, c.Kubernetes.Topology = "", ""; c.Container.Network = "none" }, "network \"none\""},
+		{"network empty", func(c *Config) { c.Role, c.Kubernetes.Topology = "", ""; c.Container.Network = "" }, "network \"none\""},
 		{"no claim", func(c *Config) { c.Kubernetes.WorkspaceClaim = "" }, "workspace claim is empty"},
 		{"bad pull policy", func(c *Config) { c.Kubernetes.ImagePullPolicy = "Sometimes" }, "image pull policy"},
 		{"bad cpu", func(c *Config) { c.Kubernetes.CPULimit = "lots" }, "cpu limit"},
@@ -61,7 +90,7 @@ func TestValidateKubernetes(t *testing.T) {
 func TestKubeOptions(t *testing.T) {
 	o := KubeOptions(kubeConfig(), nil)
 	s := o.Spec
-	if s.AgentID != "a1" || s.Image != "img" || s.Role != "tool-exec" || s.MemoryLimit != "256m" || s.CPULimit != "500m" ||
+	if s.AgentID != "a1" || s.Image != "img" || s.Topology != "tg" || s.Role != "TOOL_EXEC" || s.MemoryLimit != "256m" || s.CPULimit != "500m" ||
 		s.WorkspaceClaim != "ws-a1" || s.RuntimeClass != "gvisor" || s.ImagePullPolicy != corev1.PullNever || s.Env["LANG"] != "C" {
 		t.Errorf("spec %+v", s)
 	}

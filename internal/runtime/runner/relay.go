@@ -78,8 +78,7 @@ type relaySession struct {
 	messageID string
 	llm       agent.LLMConfig
 	timeout   time.Duration
-	asks      []AskTarget
-	askLimit  time.Duration
+	asks      Asks
 
 	mu    sync.Mutex
 	usage RelayUsage
@@ -173,12 +172,12 @@ func (r *Relay) Close() error {
 
 // Begin opens a message's session and returns its token: 32 random bytes,
 // hex. end closes it and returns what the message did through the relay.
-func (r *Relay) Begin(messageID string, llm agent.LLMConfig, timeout time.Duration, asks []AskTarget, askLimit time.Duration) (token string, end func() RelayUsage) {
+func (r *Relay) Begin(messageID string, llm agent.LLMConfig, timeout time.Duration, asks Asks) (token string, end func() RelayUsage) {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	token = "meepa-relay-" + hex.EncodeToString(b[:])
 	key := sha256.Sum256([]byte(token))
-	s := &relaySession{messageID: messageID, llm: llm, timeout: timeout, asks: asks, askLimit: askLimit}
+	s := &relaySession{messageID: messageID, llm: llm, timeout: timeout, asks: asks}
 	r.mu.Lock()
 	r.sessions[key] = s
 	r.mu.Unlock()

@@ -46,7 +46,7 @@ func TestRelayRefusesStreamSpellingsAndServerTools(t *testing.T) {
 		if tc.provider == agent.ProviderAnthropic {
 			llm.BaseURL = model.srv.URL
 		}
-		tok, end := r.Begin("m1", llm, 10*time.Second, nil, 0)
+		tok, end := r.Begin("m1", llm, 10*time.Second, Asks{})
 		if st, body := relayPost(t, c, tc.path, tok, tc.body); st != tc.status {
 			t.Errorf("%s %s: %d %s, want %d", tc.provider, tc.body, st, strings.TrimSpace(body), tc.status)
 		}

@@ -106,7 +106,7 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 	c := relayClient(filepath.Join(dir, RelaySocketName))
 	llm := agent.LLMConfig{Provider: agent.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL + "/v1/", APIKey: key}
 
-	token, end := r.Begin("msg-1", llm, 10*time.Second, nil, 0)
+	token, end := r.Begin("msg-1", llm, 10*time.Second, Asks{})
 	st, body := relayPost(t, c, "/openai/chat/completions", token, `{"model":"m"}`)
 	if st != 200 || !strings.Contains(body, `"hi"`) {
 		t.Fatalf("relayed call: %d %s", st, body)
@@ -170,7 +170,7 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 	if st, _ := relayPost(t, c, "/openai/chat/completions", token, `{}`); st != 401 {
 		t.Errorf("token of an ended message: %d, want 401", st)
 	}
-	t2, end2 := r.Begin("msg-2", llm, 10*time.Second, nil, 0)
+	t2, end2 := r.Begin("msg-2", llm, 10*time.Second, Asks{})
 	if st, _ := relayPost(t, c, "/openai/chat/completions", t2, `{}`); st != 200 {
 		t.Errorf("second message: %d", st)
 	}
@@ -195,7 +195,7 @@ func TestRelayAnthropicOverPair(t *testing.T) {
 	model := newFakeModel(t)
 	r := newRelay(hclog.NewNullLogger(), newMetrics())
 	llm := agent.LLMConfig{Provider: agent.ProviderAnthropic, Model: "m", BaseURL: model.srv.URL + "/", APIKey: key}
-	token, end := r.Begin("msg-a", llm, 10*time.Second, nil, 0)
+	token, end := r.Begin("msg-a", llm, 10*time.Second, Asks{})
 	child, stop, err := r.Pair()
 	if err != nil {
 		t.Fatal(err)

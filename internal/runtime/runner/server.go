@@ -542,7 +542,7 @@ func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, 
 	if needsRelay(cfg) {
 		// The loop gets a token for this message and the relay's address;
 		// the key stays here.
-		token, end := s.relay.Begin(id, cfg.LLM, cfg.Container.Timeout(), cfg.Ask, askLimit(cfg))
+		token, end := s.relay.Begin(id, cfg.LLM, cfg.Container.Timeout(), asksFor(cfg, backend))
 		// The token dies with the message, whatever a tool left behind.
 		endRelay = func() { usage = end() }
 		req.LLM.APIKey = token
@@ -808,7 +808,8 @@ func newMessageID() string {
 }
 
 func shortID(id string) string {
-	if len(id) > 12 && !strings.HasPrefix(id, "pid:") {
+	// Only a Docker container id is cut; a pod's name is kept whole.
+	if len(id) > 12 && strings.Trim(id, "0123456789abcdef") == "" {
 		return id[:12]
 	}
 	return id

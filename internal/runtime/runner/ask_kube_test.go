@@ -1,0 +1,146 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+)
+
+// runnerPod is an agent's runner pod as kubedeploy labels it.
+func runnerPod(name, ns, agentID, ip string, ready bool, deleting bool) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+			Labels: engine.Labels(kube.ComponentRunner, map[string]string{"agent": agentID})},
+		Status: corev1.PodStatus{PodIP: ip, Phase: corev1.PodRunning},
+	}
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}
+	if deleting {
+		now := metav1.Now()
+		p.DeletionTimestamp = &now
+	}
+	return p
+}
+
+// The target's runner is its ready pod in this namespace, found by its
+// labels: not a pod of another agent, another namespace, a pod not ready
+// or one being deleted, and not a message pod of the target.
+func TestRunnerPodIP(t *testing.T) {
+	msg := runnerPod("te-msg", "ns", "te", "10.0.0.9", true, false)
+	msg.Labels = engine.Labels(sandbox.Component, map[string]string{"agent": "te"})
+	cs := fake.NewClientset(
+		runnerPod("te-old", "ns", "te", "10.0.0.1", true, true),
+		runnerPod("te-starting", "ns", "te", "10.0.0.2", false, false),
+		runnerPod("te-elsewhere", "other", "te", "10.0.0.3", true, false),
+		runnerPod("fe", "ns", "fe", "10.0.0.4", true, false),
+		msg,
+	)
+	c := &kube.Client{Clientset: cs, Namespace: "ns"}
+	ctx := context.Background()
+	if ip, err := runnerPodIP(ctx, c, "te"); err == nil || !strings.Contains(err.Error(), "agent te has no ready runner pod in namespace ns") {
+		t.Errorf("no ready pod: %q, %v", ip, err)
+	}
+	_, err := cs.CoreV1().Pods("ns").Create(ctx, runnerPod("te-new", "ns", "te", "10.0.0.5", true, false), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip, err := runnerPodIP(ctx, c, "te"); err != nil || ip != "10.0.0.5" {
+		t.Errorf("runnerPodIP = %q, %v; want the ready pod's 10.0.0.5", ip, err)
+	}
+}
+
+// dialerBackend is a backend that knows where runners are.
+type dialerBackend struct {
+	sandbox.Backend
+	dialed *AskTarget
+}
+
+func (d *dialerBackend) DialRunner(_ context.Context, t AskTarget) (net.Conn, error) {
+	d.dialed = &t
+	return nil, errors.New("dialed")
+}
+
+// On a cluster an ask is dialled by the backend (the pod lookup); a
+// backend that cannot find pods fails the ask instead of reaching for a
+// listen address; on Docker the listen address is dialled.
+func TestAsksFor(t *testing.T) {
+	cfg := kubeConfig()
+	cfg.Role = "core"
+	cfg.Ask = []AskTarget{{AgentID: "te", Role: "tool_exec", Port: 8080, Token: "t"}}
+	cfg.AskTimeoutSeconds = 7
+	ctx := context.Background()
+	b := &dialerBackend{}
+	a := asksFor(cfg, b)
+	if len(a.Targets) != 1 || a.Limit != 7*time.Second {
+		t.Errorf("asks %+v", a)
+	}
+	if _, err := a.Dial(ctx, a.Targets[0]); err == nil || err.Error() != "dialed" || b.dialed == nil || b.dialed.AgentID != "te" {
+		t.Errorf("dial on kubernetes: %v, backend dialled %+v", err, b.dialed)
+	}
+	if _, err := asksFor(cfg, nil).Dial(ctx, a.Targets[0]); err == nil || !strings.Contains(err.Error(), "cannot find runner pods") {
+		t.Errorf("a backend without a pod lookup: %v", err)
+	}
+	srv := askServer(t)
+	cfg.Kubernetes = nil
+	conn, err := asksFor(cfg, b).Dial(ctx, AskTarget{Listen: srv.Listener.Addr().String()})
+	if err != nil {
+		t.Fatalf("dial by listen on Docker: %v", err)
+	}
+	_ = conn.Close()
+}
+
+// askServer answers one message as a runner does, checking what an ask
+// sends: the target's token, the asking message, the ask channel.
+func askServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m MessageRequest
+		_ = json.NewDecoder(r.Body).Decode(&m)
+		if r.URL.Path != "/v1/messages" || r.Header.Get("Authorization") != "Bearer tok-te" || r.Header.Get(HeaderParentMessage) != "m-parent" ||
+			m.Sender != "agent:m-parent" || m.Channel != "ask" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("X-Message-Id", "m-child")
+		_ = json.NewEncoder(w).Encode(map[string]string{"reply": "answer to " + m.Text})
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// postAsk goes through the dialler it is given, whatever the address
+// says: on a cluster the pod lookup decides where the ask goes.
+func TestPostAskDialer(t *testing.T) {
+	srv := askServer(t)
+	var dialled string
+	dial := func(ctx context.Context, tg AskTarget) (net.Conn, error) {
+		dialled = tg.AgentID
+		return (&net.Dialer{}).DialContext(ctx, "tcp", srv.Listener.Addr().String())
+	}
+	target := AskTarget{AgentID: "te", Role: "tool_exec", Port: 8080, Token: "tok-te"}
+	ans, status, err := postAsk(context.Background(), dial, target, "m-parent", "hi")
+	if err != nil || status != http.StatusOK || ans.Reply != "answer to hi" || ans.MessageID != "m-child" || dialled != "te" {
+		t.Errorf("postAsk = %+v, %d, %v (dialled %q)", ans, status, err, dialled)
+	}
+	target.Token = "wrong"
+	if _, status, err := postAsk(context.Background(), dial, target, "m-parent", "hi"); err == nil || status != http.StatusUnauthorized {
+		t.Errorf("a wrong token: %d, %v", status, err)
+	}
+}
