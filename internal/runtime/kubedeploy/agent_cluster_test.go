@@ -153,8 +153,9 @@ func checkConfigOnlyInSecret(t *testing.T, c *kube.Client, id, token string) {
 	leaks("Deployment", string(raw))
 }
 
-// The runner's ServiceAccount may make, attach to and delete pods in its
-// namespace, and nothing else.
+// The runner's ServiceAccount may make, attach to, list and delete pods in
+// its namespace (list also finds an ask target's runner pod), and nothing
+// else: no patch, no Secrets, no Services or endpoints.
 func checkRBAC(t *testing.T, c *kube.Client, id string) {
 	t.Helper()
 	user := "system:serviceaccount:" + c.Namespace + ":" + NamesFor(id).Base
@@ -165,8 +166,13 @@ func checkRBAC(t *testing.T, c *kube.Client, id string) {
 		{c.Namespace, "", "pods", "", "create", true},
 		{c.Namespace, "", "pods", "", "delete", true},
 		{c.Namespace, "", "pods", "", "watch", true},
+		{c.Namespace, "", "pods", "", "list", true},
 		{c.Namespace, "", "pods", "attach", "create", true},
 		{c.Namespace, "", "pods", "", "patch", false},
+		{c.Namespace, "", "pods", "", "update", false},
+		{c.Namespace, "", "pods", "portforward", "create", false},
+		{c.Namespace, "", "services", "", "get", false},
+		{c.Namespace, "", "endpoints", "", "list", false},
 		{c.Namespace, "", "pods", "exec", "create", false},
 		{c.Namespace, "", "secrets", "", "list", false},
 		{c.Namespace, "", "secrets", "", "get", false},
