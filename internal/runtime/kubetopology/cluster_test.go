@@ -1,0 +1,258 @@
+package kubetopology
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/testkube"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+type testLogger struct{ t *testing.T }
+
+func (l testLogger) log(level, msg string, args []any) { l.t.Logf("%s %s %v", level, msg, args) }
+func (l testLogger) Trace(msg string, args ...any)     { l.log("TRACE", msg, args) }
+func (l testLogger) Debug(msg string, args ...any)     { l.log("DEBUG", msg, args) }
+func (l testLogger) Info(msg string, args ...any)      { l.log("INFO", msg, args) }
+func (l testLogger) Warn(msg string, args ...any)      { l.log("WARN", msg, args) }
+func (l testLogger) Error(msg string, args ...any)     { l.log("ERROR", msg, args) }
+
+// TestTopologyLifecycleOnCluster: Apply makes the policies and a ready
+// proxy; Read reports a deleted policy and an edited allow list, Apply
+// restores both; Import reads the spec back; Teardown refuses while a
+// member runs and then leaves nothing.
+func TestTopologyLifecycleOnCluster(t *testing.T) {
+	c := testkube.Cluster(t, "tf-acc-kubetopo")
+	image := testkube.RunnerImage(t)
+	ctx := context.Background()
+	svc := NewService(c, Options{Logger: testLogger{t}, PullPolicy: corev1.PullNever, ReadyTimeout: 90 * time.Second})
+	s, ps := Build(Input{Name: "tg", Proxy: ProxyInput{Image: image, Allow: []string{"example.com", "203.0.113.9:443"}, DNS: []string{"9.9.9.9"}}})
+	if len(ps) > 0 {
+		t.Fatal(ps)
+	}
+	testutil.Cleanup(t, "teardown topology", func() error { return svc.Teardown(context.Background(), s.Name) })
+
+	st, err := svc.Apply(ctx, s)
+	testutil.Must(t, err)
+	t.Logf("status after apply: %+v", st)
+	if !st.ProxyReady || !st.ProxyPodIP.IsValid() || st.ProxyURL != "http://"+st.ProxyPodIP.String()+":3128" || len(st.Drift) != 0 {
+		t.Fatalf("after apply: %+v; want a ready proxy at its pod address and no drift", st)
+	}
+	if len(st.Policies) != 6 {
+		t.Errorf("policies %v, want the 6 of the topology", st.Policies)
+	}
+	readClean(t, svc, s)
+
+	// A policy deleted out of band is drift; Apply puts it back.
+	pols := c.Clientset.NetworkingV1().NetworkPolicies(c.Namespace)
+	testutil.Must(t, pols.Delete(ctx, "tg-fetch-proxy", metav1.DeleteOptions{}))
+	expectDrift(t, svc, s, "network policy tg-fetch-proxy is missing")
+	_, err = svc.Apply(ctx, s)
+	testutil.Must(t, err)
+	readClean(t, svc, s)
+
+	// An edited policy and a widened allow list are drift too.
+	p, err := pols.Get(ctx, "tg-proxy", metav1.GetOptions{})
+	testutil.Must(t, err)
+	p.Spec.Egress = append(p.Spec.Egress, p.Spec.Egress[0])
+	p.Spec.Egress[len(p.Spec.Egress)-1].Ports = nil
+	_, err = pols.Update(ctx, p, metav1.UpdateOptions{})
+	testutil.Must(t, err)
+	deps := c.Clientset.AppsV1().Deployments(c.Namespace)
+	d, err := deps.Get(ctx, ProxyName("tg"), metav1.GetOptions{})
+	testutil.Must(t, err)
+	d.Spec.Template.Spec.Containers[0].Args = append([]string{d.Spec.Template.Spec.Containers[0].Args[0], "--allow", "evil.example:443"}, d.Spec.Template.Spec.Containers[0].Args[1:]...)
+	_, err = deps.Update(ctx, d, metav1.UpdateOptions{})
+	testutil.Must(t, err)
+	expectDrift(t, svc, s, "network policy tg-proxy differs")
+	expectDrift(t, svc, s, "proxy allow list is [evil.example:443, example.com:443, 203.0.113.9:443]")
+	_, err = svc.Apply(ctx, s)
+	testutil.Must(t, err)
+	readClean(t, svc, s)
+
+	imported, err := svc.Import(ctx, "tg")
+	testutil.Must(t, err)
+	if ConfigHash(imported) != ConfigHash(s) {
+		t.Errorf("import: %+v, applied %+v", imported, s)
+	}
+	if _, err := svc.Import(ctx, "nope"); err == nil {
+		t.Error("import of a topology that does not exist succeeded")
+	}
+
+	// Teardown refuses while a member runs, and names it.
+	member := startPod(t, c, "member", kube.ThreeGateExecutionLabels("tg", topology.RoleToolExec), image, "sleep 300")
+	err = svc.Teardown(ctx, "tg")
+	if err == nil || !strings.Contains(err.Error(), member) {
+		t.Fatalf("teardown with a member: %v; want a refusal naming %s", err, member)
+	}
+	if st, err := svc.Read(ctx, s); err != nil || len(st.Drift) != 0 {
+		t.Fatalf("the refused teardown changed something: %+v, %v", st, err)
+	}
+	zero := int64(0)
+	testutil.Must(t, c.Clientset.CoreV1().Pods(c.Namespace).Delete(ctx, member, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
+	waitGone(t, c, member)
+	testutil.Must(t, svc.Teardown(ctx, "tg"))
+	st, err = svc.Read(ctx, s)
+	testutil.Must(t, err)
+	if !st.Gone() {
+		t.Errorf("after teardown: %+v", st)
+	}
+	sel := metav1.ListOptions{LabelSelector: ownedSelector("tg")}
+	pl, err := pols.List(ctx, sel)
+	testutil.Must(t, err)
+	dl, err := deps.List(ctx, sel)
+	testutil.Must(t, err)
+	sl, err := c.Clientset.CoreV1().Services(c.Namespace).List(ctx, sel)
+	testutil.Must(t, err)
+	pods, err := c.Clientset.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: kube.ThreeGateLabelTopology + "=tg"})
+	testutil.Must(t, err)
+	if n := len(pl.Items) + len(dl.Items) + len(sl.Items) + len(pods.Items); n != 0 {
+		t.Errorf("teardown left %d policies, %d deployments, %d services, %d pods", len(pl.Items), len(dl.Items), len(sl.Items), len(pods.Items))
+	}
+}
+
+// TestProxyReachOnCluster: the real proxy, at Status.ProxyURL, is reached
+// by a FETCH execution pod and by no other kind of member (the policies'
+// full table is kube's TestThreeGatePoliciesOnCluster).
+func TestProxyReachOnCluster(t *testing.T) {
+	c := testkube.Cluster(t, "tf-acc-kubetopo")
+	image := testkube.RunnerImage(t)
+	ctx := context.Background()
+	svc := NewService(c, Options{Logger: testLogger{t}, PullPolicy: corev1.PullNever, ReadyTimeout: 90 * time.Second})
+	s, ps := Build(Input{Name: "tgr", Proxy: ProxyInput{Image: image, Allow: []string{"203.0.113.9:443"}}})
+	if len(ps) > 0 {
+		t.Fatal(ps)
+	}
+	st, err := svc.Apply(ctx, s)
+	testutil.Must(t, err)
+	testutil.Cleanup(t, "teardown topology", func() error {
+		ctx := context.Background()
+		list, err := c.Clientset.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: kube.ThreeGateLabelExecution + "=true"})
+		if err != nil {
+			return err
+		}
+		zero := int64(0)
+		for _, p := range list.Items {
+			if err := c.Clientset.CoreV1().Pods(c.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+			waitGone(t, c, p.Name)
+		}
+		return svc.Teardown(ctx, s.Name)
+	})
+	hostPort := strings.TrimPrefix(st.ProxyURL, "http://")
+	ap := netip.MustParseAddrPort(hostPort)
+	// A member that connects asks the proxy for a destination off its
+	// allow list: the proxy's refusal shows that the agent-runner proxy
+	// itself answers at ProxyURL.
+	script := fmt.Sprintf("sleep 3; if nc -w 2 %[1]s %[2]d -e /bin/true 2>/dev/null; then echo open; "+
+		"printf 'CONNECT 198.51.100.1:443 HTTP/1.1\\r\\nHost: 198.51.100.1:443\\r\\n\\r\\n' | nc -w 3 %[1]s %[2]d 2>/dev/null | head -1; "+
+		"else echo blocked; fi", ap.Addr(), ap.Port())
+	want := map[string]string{topology.RoleFetch: "open", topology.RoleCore: "blocked", topology.RoleToolExec: "blocked"}
+	names := map[string]string{}
+	for role := range want {
+		names[role] = startPod(t, c, "probe-"+strings.ToLower(strings.ReplaceAll(role, "_", "-")), kube.ThreeGateExecutionLabels("tgr", role), image, script)
+	}
+	var table strings.Builder
+	fmt.Fprintf(&table, "%-10s %-22s %-8s %-8s\n", "FROM", "TO", "EXPECTED", "OBSERVED")
+	for _, role := range []string{topology.RoleFetch, topology.RoleCore, topology.RoleToolExec} {
+		out := strings.SplitN(podOutput(t, c, names[role]), "\n", 2)
+		got := out[0]
+		if got == "open" {
+			reply := ""
+			if len(out) > 1 {
+				reply = strings.TrimSpace(out[1])
+			}
+			t.Logf("%s execution pod: the proxy answered a CONNECT off its allow list with %q", role, reply)
+			if !strings.HasPrefix(reply, "HTTP/1.1 403") {
+				t.Errorf("%s: the proxy's answer to a CONNECT off the allow list is %q, want HTTP/1.1 403", role, reply)
+			}
+		}
+		fmt.Fprintf(&table, "%-10s %-22s %-8s %-8s\n", role+"-exec", "proxy "+hostPort, want[role], got)
+		if got != want[role] {
+			t.Errorf("%s execution pod → proxy at %s: %s, want %s", role, hostPort, got, want[role])
+		}
+	}
+	t.Log("observed:\n" + table.String())
+}
+
+func readClean(t *testing.T, svc *Service, s Spec) {
+	t.Helper()
+	st, err := svc.Read(context.Background(), s)
+	testutil.Must(t, err)
+	if len(st.Drift) != 0 || !st.ProxyReady {
+		t.Fatalf("read: %+v; want no drift and a ready proxy", st)
+	}
+}
+
+func expectDrift(t *testing.T, svc *Service, s Spec, want string) {
+	t.Helper()
+	st, err := svc.Read(context.Background(), s)
+	testutil.Must(t, err)
+	for _, d := range st.Drift {
+		if strings.Contains(d, want) {
+			t.Logf("drift reported: %q", d)
+			return
+		}
+	}
+	t.Errorf("drift %q; want an entry containing %q", st.Drift, want)
+}
+
+// startPod runs script in a busybox-based pod with labels and returns its
+// name.
+func startPod(t *testing.T, c *kube.Client, name string, labels map[string]string, image, script string) string {
+	t.Helper()
+	no, one := false, int64(1)
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &one, AutomountServiceAccountToken: &no,
+			Containers: []corev1.Container{{Name: "c", Image: image, ImagePullPolicy: corev1.PullNever, Command: []string{"/bin/sh", "-c", script}}},
+		},
+	}
+	_, err := c.Clientset.CoreV1().Pods(c.Namespace).Create(context.Background(), p, metav1.CreateOptions{})
+	testutil.Must(t, err)
+	return name
+}
+
+// podOutput waits for the pod to finish and returns its output.
+func podOutput(t *testing.T, c *kube.Client, name string) string {
+	t.Helper()
+	pods := c.Clientset.CoreV1().Pods(c.Namespace)
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		p, err := pods.Get(context.Background(), name, metav1.GetOptions{})
+		testutil.Must(t, err)
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s: still %s", name, p.Status.Phase)
+		}
+	}
+	raw, err := pods.GetLogs(name, &corev1.PodLogOptions{}).DoRaw(context.Background())
+	testutil.Must(t, err)
+	return strings.TrimSpace(string(raw))
+}
+
+func waitGone(t *testing.T, c *kube.Client, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+		_, err := c.Clientset.CoreV1().Pods(c.Namespace).Get(context.Background(), name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s still exists: %v", name, err)
+		}
+	}
+}
