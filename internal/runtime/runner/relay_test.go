@@ -334,6 +334,11 @@ func TestSandboxOptionsFollowRoleAndRelay(t *testing.T) {
 			c.Role = "core"
 			c.Ask = []AskTarget{{AgentID: "x", Role: "fetch", Listen: "10.0.0.1:80", Token: "t"}}
 		},
+		func(c *Config) {
+			// A port is a cluster target's; on Docker the listen decides.
+			c.Role = "core"
+			c.Ask = []AskTarget{{AgentID: "x", Role: "fetch", Listen: "unix:///s", Port: 8080, Token: "t"}}
+		},
 		func(c *Config) { c.Role = "tool_exec"; c.Container.Enabled = false; c.FileAccess.Unrestricted = true },
 	} {
 		c := testConfig()
