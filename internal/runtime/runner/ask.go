@@ -19,9 +19,9 @@ import (
 // Gated delegation: a CORE agent's loop asks one of its topology's FETCH or
 // TOOL-EXEC agents through the relay (the same socket or inherited
 // connection as its LLM calls, with the same per-message token); the
-// runner posts the ask to the target's runner on that runner's own socket
-// with that runner's token. No sandbox ever gets a network path to another
-// agent. Depth is one: only a core runner has ask targets, and a fetch or
+// runner posts the ask to the target's runner with that runner's token: on
+// its own socket on Docker, at its pod's IP on a cluster (found through the
+// API at each ask). No sandbox ever gets a network path to another agent. Depth is one: only a core runner has ask targets, and a fetch or
 // tool_exec agent has no ask tool.
 const (
 	// DefaultAskTimeout bounds one ask when the config says nothing.
