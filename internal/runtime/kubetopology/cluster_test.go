@@ -256,3 +256,37 @@ func waitGone(t *testing.T, c *kube.Client, name string) {
 		}
 	}
 }
+
+// TestVerifyOnCluster runs Verify's probe pods against an applied
+// topology; every row must pass, and the table is logged.
+func TestVerifyOnCluster(t *testing.T) {
+	c := testkube.Cluster(t, "tf-acc-kubetopo")
+	image := testkube.RunnerImage(t)
+	ctx := context.Background()
+	svc := NewService(c, Options{Logger: testLogger{t}, PullPolicy: corev1.PullNever, ReadyTimeout: 90 * time.Second})
+	s, ps := Build(Input{Name: "tgv", Proxy: ProxyInput{Image: image, Allow: []string{"203.0.113.9:443"}}})
+	if len(ps) > 0 {
+		t.Fatal(ps)
+	}
+	testutil.Cleanup(t, "teardown topology", func() error { return svc.Teardown(context.Background(), s.Name) })
+	_, err := svc.Apply(ctx, s)
+	testutil.Must(t, err)
+	rep, err := svc.Verify(ctx, s, topology.VerifyOptions{
+		DeniedTarget: "198.51.100.1:443", OutsideAddress: "198.51.100.2:443", HostPort: 10250, DNSName: "example.com",
+	})
+	testutil.Must(t, err)
+	t.Log("verify:\n" + rep.Table())
+	if !rep.OK() {
+		for _, p := range rep.Probes {
+			if !p.Pass {
+				t.Errorf("%s %s (%s): observed %s (%s), want %s", p.Role, p.What, p.Check, p.Observed, p.Detail, p.Expected)
+			}
+		}
+		t.Errorf("violations: %v", rep.Violations)
+	}
+	left, err := c.Clientset.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelProbe + "=true"})
+	testutil.Must(t, err)
+	if n := len(left.Items); n != 0 {
+		t.Errorf("%d probe pods left", n)
+	}
+}

@@ -31,7 +31,7 @@ const DefaultReadyTimeout = 2 * time.Minute
 
 // Options configure a Service. The zero value: no logging, runners on
 // kubedeploy.DefaultPort, the proxy image pulled if not present,
-// DefaultReadyTimeout.
+// DefaultReadyTimeout, DefaultProbeSettle.
 type Options struct {
 	Logger logging.Logger
 	// RunnerPort is where the agents' runner pods serve their API.
@@ -40,6 +40,10 @@ type Options struct {
 	PullPolicy corev1.PullPolicy
 	// ReadyTimeout bounds the waits.
 	ReadyTimeout time.Duration
+	// ProbeSettle is how long Verify's probe pods wait before their
+	// checks (0: DefaultProbeSettle); negative runs the checks at once,
+	// with no shell needed in the probe image.
+	ProbeSettle time.Duration
 }
 
 // Service brings ThreeGate topologies up and down in one namespace of a

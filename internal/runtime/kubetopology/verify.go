@@ -1,0 +1,315 @@
+package kubetopology
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/probe"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+)
+
+// DefaultProbeSettle is how long a probe pod waits before its checks: a
+// network plugin puts a new pod under its policies a moment after the pod
+// has its address (kube-router: about a second), and a check made before
+// that would see the pod unconfined.
+const DefaultProbeSettle = 3 * time.Second
+
+// LabelProbe marks Verify's probe pods.
+const LabelProbe = "meepa.io/threegate-probe"
+
+// kubeProbe is one probe pod: the member labels it wears and its rows.
+type kubeProbe struct {
+	role   string // the Report's role column, e.g. "CORE/runner"
+	labels map[string]string
+	rows   []topology.Probe
+	checks []probe.Check
+}
+
+func (kp *kubeProbe) add(what, expected string, c probe.Check) {
+	kp.rows = append(kp.rows, topology.Probe{Role: kp.role, What: what, Check: c.String(), Expected: expected})
+	kp.checks = append(kp.checks, c)
+}
+
+// Verify runs short-lived probe pods that wear the member labels of each
+// kind of member (CORE runner and execution pod, FETCH runner and
+// execution pod, TOOL_EXEC execution pod), and compares what they reach
+// with what the topology allows. It uses topology's rows, expectations
+// and probe checks; the targets are the proxy pod, an API server
+// endpoint, a node (at o.HostPort) and the operator's targets. The
+// topology must have been applied (its proxy ready).
+//
+// A denial by kube-router is a reject, which a TCP dial sees as
+// "refused", like a closed port; so "blocked" rows pass on refused too.
+// The proxy and the API server are known to listen (their open rows show
+// it), so for them a refusal is the policy's; for the node and the
+// outside address name a port that listens, or the row proves less.
+//
+// The probe pods run `sh -c "sleep …; exec agent-runner probe …"`, so the
+// image needs a shell and sleep unless Options.ProbeSettle is negative.
+func (sv *Service) Verify(ctx context.Context, s Spec, o topology.VerifyOptions) (topology.Report, error) {
+	if o.Image == "" {
+		o.Image = s.Proxy.Image
+	}
+	if o.HostPort == 0 {
+		o.HostPort = topology.DefaultVerifyHostPort
+	}
+	if o.Timeout == 0 {
+		o.Timeout = topology.DefaultVerifyTimeoutSeconds * time.Second
+	}
+	st, err := sv.Read(ctx, s)
+	if err != nil {
+		return topology.Report{}, err
+	}
+	if !st.ProxyReady {
+		return topology.Report{}, fmt.Errorf("topology %q: the proxy is not ready (%s); apply the topology before verifying it", s.Name, strings.Join(st.Drift, "; "))
+	}
+	cluster, err := kube.DiscoverCluster(ctx, sv.c)
+	if err != nil {
+		return topology.Report{}, err
+	}
+	proxyAddr := netip.AddrPortFrom(st.ProxyPodIP, uint16(s.Proxy.Port)).String()
+	api := apiEndpoint(cluster)
+	node := netip.AddrPortFrom(cluster.Nodes[0].Addr(), uint16(o.HostPort)).String()
+	tcp := func(target string) probe.Check { return probe.Check{Kind: probe.TCP, Target: target} }
+	direct := ""
+	if ap, err := netip.ParseAddrPort(o.AllowedTarget); err == nil {
+		direct = ap.String()
+	}
+	blockedOutside := func(kp *kubeProbe) {
+		kp.add("node", topology.ExpectBlocked, tcp(node))
+		if o.OutsideAddress != "" {
+			kp.add("outside address", topology.ExpectBlocked, tcp(o.OutsideAddress))
+		}
+		if direct != "" {
+			kp.add("allowed host directly", topology.ExpectBlocked, tcp(direct))
+		}
+	}
+
+	coreRunner := &kubeProbe{role: topology.RoleCore + "/runner", labels: kube.ThreeGateRunnerLabels(s.Name, topology.RoleCore)}
+	coreRunner.add("API server", topology.ExpectOpen, tcp(api))
+	coreRunner.add("proxy", topology.ExpectBlocked, tcp(proxyAddr))
+	blockedOutside(coreRunner)
+
+	core := &kubeProbe{role: topology.RoleCore + "/execution", labels: kube.ThreeGateExecutionLabels(s.Name, topology.RoleCore)}
+	core.add("proxy", topology.ExpectBlocked, tcp(proxyAddr))
+	core.add("API server", topology.ExpectBlocked, tcp(api))
+	blockedOutside(core)
+	if o.DNSName != "" {
+		core.add("DNS "+o.DNSName, topology.ExpectNoDNS, probe.Check{Kind: probe.DNS, Target: o.DNSName})
+	}
+
+	fetchRunner := &kubeProbe{role: topology.RoleFetch + "/runner", labels: kube.ThreeGateRunnerLabels(s.Name, topology.RoleFetch)}
+	fetchRunner.add("API server", topology.ExpectOpen, tcp(api))
+	fetchRunner.add("proxy", topology.ExpectBlocked, tcp(proxyAddr))
+
+	fetch := &kubeProbe{role: topology.RoleFetch + "/execution", labels: kube.ThreeGateExecutionLabels(s.Name, topology.RoleFetch)}
+	fetch.add("proxy", topology.ExpectOpen, tcp(proxyAddr))
+	if o.AllowedTarget != "" {
+		fetch.add("allowed host via proxy", topology.ExpectAllowed, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.AllowedTarget})
+	}
+	if o.DeniedTarget != "" {
+		fetch.add("disallowed host via proxy", topology.ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.DeniedTarget})
+	}
+	if o.OutsideAddress != "" {
+		fetch.add("outside address via proxy", topology.ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.OutsideAddress})
+	}
+	fetch.add("API server", topology.ExpectBlocked, tcp(api))
+	blockedOutside(fetch)
+
+	tool := &kubeProbe{role: topology.RoleToolExec + "/execution", labels: kube.ThreeGateExecutionLabels(s.Name, topology.RoleToolExec)}
+	tool.add("proxy", topology.ExpectBlocked, tcp(proxyAddr))
+	tool.add("API server", topology.ExpectBlocked, tcp(api))
+	blockedOutside(tool)
+
+	all := []*kubeProbe{coreRunner, core, fetchRunner, fetch, tool}
+	var wg sync.WaitGroup
+	errs := make([]error, len(all))
+	for i, kp := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = sv.runProbe(ctx, s, o, i, kp)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return topology.Report{}, err
+	}
+	var rep topology.Report
+	for _, kp := range all {
+		rep.Probes = append(rep.Probes, kp.rows...)
+	}
+	rep.Violations, err = sv.violations(ctx, s)
+	return rep, err
+}
+
+// apiEndpoint is an address:port of the API server that needs no Service
+// data plane: an endpoint rather than the kubernetes Service's address.
+func apiEndpoint(cn kube.ClusterNetwork) string {
+	for _, a := range cn.APIServer {
+		inService := false
+		for _, p := range cn.ServiceCIDRs {
+			inService = inService || p.Contains(a.Addr())
+		}
+		if !inService {
+			return a.String()
+		}
+	}
+	return cn.APIServer[0].String()
+}
+
+// passes is topology's rule for a row, but for the reject (see Verify).
+func passes(expected, observed string) bool {
+	switch expected {
+	case topology.ExpectBlocked:
+		return probe.Blocked(observed) || observed == probe.Refused
+	case topology.ExpectOpen:
+		return observed == probe.Open
+	case topology.ExpectAllowed:
+		return observed == probe.Allowed
+	case topology.ExpectDenied:
+		return observed == probe.Denied
+	case topology.ExpectNoDNS:
+		return observed == probe.NotResolved
+	}
+	return false
+}
+
+// runProbe runs one probe pod, always removes it, and fills the rows'
+// observed column.
+func (sv *Service) runProbe(ctx context.Context, s Spec, o topology.VerifyOptions, i int, kp *kubeProbe) error {
+	args := []string{ProxyBinary, "probe", "--timeout", o.Timeout.String()}
+	for _, c := range kp.checks {
+		args = append(args, c.String())
+	}
+	settle := sv.o.ProbeSettle
+	if settle == 0 {
+		settle = DefaultProbeSettle
+	}
+	cmd := args
+	if settle > 0 {
+		quoted := make([]string, len(args))
+		for j, a := range args {
+			quoted[j] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		cmd = []string{"/bin/sh", "-c", "sleep " + strconv.FormatFloat(settle.Seconds(), 'f', -1, 64) + " && exec " + strings.Join(quoted, " ")}
+	}
+	labels := mergeLabels(kp.labels, kube.ThreeGateObjectLabels(s.Name))
+	labels[LabelProbe] = "true"
+	uid, no, yes, grace := ProxyUID, false, true, int64(1)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-probe-%d-%d", s.Name, i, time.Now().UnixNano()%1e6), Labels: labels},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever, AutomountServiceAccountToken: &no, EnableServiceLinks: &no,
+			TerminationGracePeriodSeconds: &grace,
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid,
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{
+				Name: "probe", Image: o.Image, ImagePullPolicy: sv.o.PullPolicy, Command: cmd,
+				SecurityContext: &corev1.SecurityContext{
+					Privileged: &no, AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
+	pods := sv.c.Clientset.CoreV1().Pods(sv.c.Namespace)
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("probe %s: create pod: %w", kp.role, err)
+	}
+	sv.log.Debug("probe pod created", "topology", s.Name, "pod", pod.Name, "role", kp.role, "checks", len(kp.checks))
+	defer func() {
+		// A fresh context: the probe must go even when ctx was cancelled.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		zero := int64(0)
+		if err := pods.Delete(rctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err == nil || apierrors.IsNotFound(err) {
+			sv.log.Debug("probe pod removed", "topology", s.Name, "pod", pod.Name)
+		}
+	}()
+	wctx, cancel := context.WithTimeout(ctx, time.Duration(len(kp.checks)+5)*o.Timeout+settle+sv.o.ReadyTimeout)
+	defer cancel()
+	for {
+		p, err := pods.Get(wctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("probe %s: %w", kp.role, err)
+		}
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			break
+		}
+		if err := podFailed(p); err != nil {
+			return fmt.Errorf("probe %s: %w", kp.role, err)
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("probe %s: pod %s did not finish: %s", kp.role, pod.Name, podState(p))
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	raw, err := pods.GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("probe %s: logs: %w", kp.role, err)
+	}
+	var results []probe.Result
+	sc := bufio.NewScanner(strings.NewReader(string(raw)))
+	for sc.Scan() {
+		var r probe.Result
+		if err := json.Unmarshal(sc.Bytes(), &r); err == nil && r.Kind != "" {
+			results = append(results, r)
+		}
+	}
+	if len(results) != len(kp.rows) {
+		return fmt.Errorf("probe %s: %d results for %d checks (does %s contain %s with the probe command, and /bin/sh?): %s",
+			kp.role, len(results), len(kp.rows), o.Image, ProxyBinary, strings.TrimSpace(string(raw)))
+	}
+	for j, r := range results {
+		kp.rows[j].Observed, kp.rows[j].Detail = r.Observed, r.Detail
+		kp.rows[j].Pass = passes(kp.rows[j].Expected, r.Observed)
+	}
+	return nil
+}
+
+// violations lists pods that wear the topology's labels in a way no
+// member should: a PROXY pod that is not the topology's proxy (the FETCH
+// policy would let FETCH reach it), and a pod that is both a runner and
+// an execution pod.
+func (sv *Service) violations(ctx context.Context, s Spec) ([]string, error) {
+	list, err := sv.c.Clientset.CoreV1().Pods(sv.c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: kube.ThreeGateLabelTopology + "=" + s.Name})
+	if err != nil {
+		return nil, fmt.Errorf("list members: %w", err)
+	}
+	var out []string
+	for _, p := range list.Items {
+		l := p.Labels
+		switch {
+		case l[LabelProbe] == "true":
+		case l[kube.ThreeGateLabelRole] == topology.RoleProxy && (p.Annotations[AnnotationConfig] == "" || !ownedByReplicaSet(p)):
+			out = append(out, fmt.Sprintf("pod %s claims the PROXY role but is not the topology's proxy", p.Name))
+		case l[kube.ThreeGateLabelRunner] == "true" && l[kube.ThreeGateLabelExecution] == "true":
+			out = append(out, fmt.Sprintf("pod %s is labelled both as a runner and as an execution pod", p.Name))
+		}
+	}
+	return out, nil
+}
+
+func ownedByReplicaSet(p corev1.Pod) bool {
+	for _, r := range p.OwnerReferences {
+		if r.Kind == "ReplicaSet" && strings.HasPrefix(r.Name, ProxyName(p.Labels[kube.ThreeGateLabelTopology])+"-") {
+			return true
+		}
+	}
+	return false
+}
