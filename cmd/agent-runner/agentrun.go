@@ -16,6 +16,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/podio"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/probe"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
@@ -35,6 +36,20 @@ func init() {
 	register("agent-run", "run the agent loop on one JSON request from stdin, reply JSON on stdout", runAgent)
 }
 
+// addCheck parses a repeatable --await-* flag.
+func addCheck(dst *[]probe.Check) func(string) error {
+	return func(v string) error {
+		c, err := probe.Parse(v)
+		if err == nil && c.Kind != probe.TCP {
+			err = fmt.Errorf("%q: only tcp= checks", v)
+		}
+		if err == nil {
+			*dst = append(*dst, c)
+		}
+		return err
+	}
+}
+
 // defaultWorkspace is $HOME (the runner sets HOME=/workspace in a container
 // and HOME=<workspace> in host mode), else /workspace.
 func defaultWorkspace() string {
@@ -52,8 +67,20 @@ func runAgent(args []string) int {
 	workspace := fs.String("workspace", defaultWorkspace(), "the agent's workspace directory (default $HOME, else /workspace)")
 	logLevel := fs.String("log-level", "warn", "stderr log level: trace, debug, info, warn, error, off")
 	frames := fs.Bool("frames", false, "stdin and stdout are framed (package podio): the request, the reply and the LLM relay share them (Kubernetes message pods)")
+	var blocked, open []probe.Check
+	fs.Func("await-blocked", "a check (tcp=host:port) that must find no way through before anything runs: the pod's network policies are in force; repeatable", addCheck(&blocked))
+	fs.Func("await-open", "a check (tcp=host:port) that must get through before anything runs; repeatable", addCheck(&open))
+	awaitLimit := fs.Duration("await-limit", probe.DefaultAwaitLimit, "how long to wait for the await checks before giving up")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if len(blocked)+len(open) > 0 {
+		// Before the request is read: until the policies cover this pod,
+		// nothing of the message may run.
+		if err := probe.Await(context.Background(), blocked, open, *awaitLimit); err != nil {
+			fmt.Fprintf(os.Stderr, "agent-run: %v\n", err)
+			return 1
+		}
 	}
 	// Before the request (API key, secrets) is read: the tools this loop
 	// starts run as its uid and must not read its memory.

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubetopology"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 )
 
@@ -111,29 +112,19 @@ func (d *threegateVerifyDataSource) Read(ctx context.Context, req datasource.Rea
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	svc := topologyService(ctx, d.data, "threegate_verify", &resp.Diagnostics)
-	if svc == nil {
+	if !requireProviderData(d.data, "threegate_verify", &resp.Diagnostics) {
 		return
 	}
 	name := m.Name.ValueString()
-	_, spec, err := svc.Import(ctx, name)
-	var notFound *topology.NotFoundError
-	switch {
-	case errors.As(err, &notFound):
-		resp.Diagnostics.AddAttributeError(path.Root("name"), "ThreeGate Topology Not Found",
-			fmt.Sprintf("Reading topology %q from Docker: %v\n\nName a threegate_network that exists, and give this data source "+
-				"depends_on = [threegate_network.<name>] so that it is read after the topology is made.", name, notFound.Err))
-		return
-	case err != nil:
-		resp.Diagnostics.AddError("ThreeGate Topology Invalid", err.Error())
-		return
-	}
 	opts := topology.VerifyOptions{
 		Image: m.ProbeImage.ValueString(), AllowedTarget: m.AllowedTarget.ValueString(), DeniedTarget: m.DeniedTarget.ValueString(),
 		OutsideAddress: m.OutsideAddress.ValueString(), DNSName: m.DNSName.ValueString(), HostPort: int(m.HostPort.ValueInt64()),
 		Timeout: time.Duration(m.TimeoutSeconds.ValueInt64()) * time.Second,
 	}
-	rep, err := svc.Verify(ctx, spec, opts)
+	rep, err := d.verify(ctx, name, opts, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
 	if err != nil {
 		addRuntimeError(&resp.Diagnostics, "ThreeGate Verification Failed", "running probe containers for "+name, err)
 		return
@@ -162,6 +153,48 @@ func (d *threegateVerifyDataSource) Read(ctx context.Context, req datasource.Rea
 	resp.Diagnostics.Append(append(d1, d2...)...)
 	m.ID, m.Table, m.Passed = types.StringValue(name), types.StringValue(rep.Table()), types.BoolValue(true)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+// verify finds the topology on the provider's backend and runs its probes
+// there: containers on a Docker host, pods on a cluster.
+func (d *threegateVerifyDataSource) verify(ctx context.Context, name string, opts topology.VerifyOptions, diags *diag.Diagnostics) (topology.Report, error) {
+	notFound := func(where string, err error) {
+		diags.AddAttributeError(path.Root("name"), "ThreeGate Topology Not Found",
+			fmt.Sprintf("Reading topology %q from %s: %v\n\nName a threegate_network that exists, and give this data source "+
+				"depends_on = [threegate_network.<name>] so that it is read after the topology is made.", name, where, err))
+	}
+	if d.data.kube != nil {
+		svc := kubeTopologyService(ctx, d.data, diags)
+		if svc == nil {
+			return topology.Report{}, nil
+		}
+		spec, err := svc.Import(ctx, name)
+		var nf *kubetopology.NotFoundError
+		switch {
+		case errors.As(err, &nf):
+			notFound("the cluster", nf.Err)
+			return topology.Report{}, nil
+		case err != nil:
+			diags.AddError("ThreeGate Topology Invalid", err.Error())
+			return topology.Report{}, nil
+		}
+		return svc.Verify(ctx, spec, opts)
+	}
+	svc := topologyService(ctx, d.data, "threegate_verify", diags)
+	if svc == nil {
+		return topology.Report{}, nil
+	}
+	_, spec, err := svc.Import(ctx, name)
+	var nf *topology.NotFoundError
+	switch {
+	case errors.As(err, &nf):
+		notFound("Docker", nf.Err)
+		return topology.Report{}, nil
+	case err != nil:
+		diags.AddError("ThreeGate Topology Invalid", err.Error())
+		return topology.Report{}, nil
+	}
+	return svc.Verify(ctx, spec, opts)
 }
 
 // hostPort checks a probe target: a host name or IP and a TCP port.

@@ -120,3 +120,128 @@ resource "meepa_agent" "helper" {
 }
 
 func getErr[T any](_ T, err error) error { return err }
+
+// TestAccKube_threegate is the quickstart's topology on the test cluster
+// through terraform: the proxy a Deployment, CORE asking TOOL-EXEC through
+// the runners, each gate refusing what its role may not do, TOOL-EXEC's
+// pods reaching neither the API server nor the proxy, FETCH reaching the
+// web only through the proxy, and threegate_verify's probe pods passing
+// every row.
+func TestAccKube_threegate(t *testing.T) {
+	c := testkube.Cluster(t, "tf-acc-kube-tg")
+	cli := testutil.Docker(t)
+	base := testutil.EnsureBusybox(t, cli)
+	reg := testkube.Registry(t)
+	ids := map[string]string{"te": "kt-exec", "fetch": "kt-fetch", "core": "kt-core"}
+	for _, id := range ids {
+		testkube.ReservedVolume(t, c, kubedeploy.NamesFor(id).Claim, kubedeploy.DefaultWorkspaceSize)
+	}
+	api := testkube.APIServer(t, c)
+	cfg := kubeProvider(t, c, reg) + fmt.Sprintf(`
+resource "meepa_isolation_image" "agents" {
+  base_image      = %[1]q
+  pull            = "never"
+  package_manager = "none"
+}
+
+resource "threegate_network" "tg" {
+  provider = meepa
+  name     = "ktg"
+  proxy = {
+    image = meepa_isolation_image.agents.isolated_image
+    allow = ["192.0.2.10:443"]
+  }
+}
+
+resource "meepa_agent" "te" {
+  agent_id                = %[2]q
+  force_destroy_workspace = true
+  llm                     = { provider = "offline" }
+  container_mode          = { enabled = true, image = meepa_isolation_image.agents.isolated_image }
+  threegate               = { network = threegate_network.tg.id, role = "tool_exec" }
+}
+
+resource "meepa_agent" "fetch" {
+  agent_id                = %[3]q
+  force_destroy_workspace = true
+  llm                     = { provider = "offline" }
+  container_mode          = { enabled = true, image = meepa_isolation_image.agents.isolated_image }
+  threegate               = { network = threegate_network.tg.id, role = "fetch" }
+}
+
+resource "meepa_agent" "core" {
+  agent_id                = %[4]q
+  force_destroy_workspace = true
+  llm                     = { provider = "offline" }
+  container_mode          = { enabled = true, image = meepa_isolation_image.agents.isolated_image }
+  threegate = {
+    network = threegate_network.tg.id
+    role    = "core"
+    ask     = [meepa_agent.te.agent_id, meepa_agent.fetch.agent_id]
+  }
+}
+
+data "threegate_verify" "tg" {
+  provider       = meepa
+  name           = threegate_network.tg.name
+  denied_target  = "blocked.example.net:443"
+  depends_on     = [meepa_agent.core]
+}
+`, base, ids["te"], ids["fetch"], ids["core"])
+	send := func(s *terraform.State, addr, text string) (string, error) {
+		a := s.RootModule().Resources[addr].Primary.Attributes
+		fwd := testkube.Forward(t, c, a["runner_container_id"], kubedeploy.DefaultPort)
+		port, err := strconv.Atoi(fwd[strings.LastIndex(fwd, ":")+1:])
+		if err != nil {
+			return "", err
+		}
+		r, code, err := sendTo(deploy.Listener{Port: port}, a["token"], text)
+		if err != nil || code != 200 {
+			return "", fmt.Errorf("%s %q: %d %v", addr, text, code, err)
+		}
+		return r.Reply, nil
+	}
+	apiHost, apiPort, _ := strings.Cut(api, ":")
+	resource.Test(t, resource.TestCase{
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: cfg,
+			ConfigStateChecks: []statecheck.StateCheck{
+				statecheck.ExpectKnownValue("data.threegate_verify.tg", tfjsonpath.New("passed"), knownvalue.Bool(true)),
+				statecheck.ExpectKnownValue("threegate_network.tg", tfjsonpath.New("proxy_container_id"), knownvalue.StringExact("ktg-proxy")),
+			},
+			Check: func(s *terraform.State) error {
+				t.Logf("threegate_verify on the cluster:\n%s", s.RootModule().Resources["data.threegate_verify.tg"].Primary.Attributes["table"])
+				proxy := strings.TrimPrefix(s.RootModule().Resources["threegate_network.tg"].Primary.Attributes["proxy_url"], "http://")
+				proxyHost, proxyPort, _ := strings.Cut(proxy, ":")
+				reach := fmt.Sprintf(`!sh for a in "%s %s" "%s %s"; do nc -w 3 $a </dev/null 2>&1; echo "== $a $?"; done`, apiHost, apiPort, proxyHost, proxyPort)
+				checks := []struct {
+					addr, text string
+					want       []string
+				}{
+					{"meepa_agent.te", "!sh echo $((6*7))", []string{"exit 0\n42"}},
+					{"meepa_agent.te", reach, []string{"== " + apiHost + " " + apiPort + " 1", "== " + proxyHost + " " + proxyPort + " 1"}},
+					{"meepa_agent.fetch", "!sh echo ran", []string{"not available to this FETCH agent"}},
+					{"meepa_agent.fetch", "!fetch http://blocked.example.net/", []string{"untrusted content", "HTTP 403"}},
+					{"meepa_agent.core", "!sh echo ran", []string{"not available to this CORE agent"}},
+					{"meepa_agent.core", "!ask " + ids["te"] + " !sh echo $((6*7))", []string{"untrusted content from agent " + ids["te"], "exit 0\n42"}},
+					{"meepa_agent.core", "!ask " + ids["fetch"] + " !fetch http://blocked.example.net/", []string{"untrusted content from agent " + ids["fetch"], "HTTP 403"}},
+					{"meepa_agent.core", "!ask kt-nobody hi", []string{"is not one this agent may ask"}},
+				}
+				for _, ck := range checks {
+					reply, err := send(s, ck.addr, ck.text)
+					if err != nil {
+						return err
+					}
+					for _, w := range ck.want {
+						if !strings.Contains(reply, w) {
+							return fmt.Errorf("%s %q: want %q in the reply:\n%s", ck.addr, ck.text, w, reply)
+						}
+					}
+				}
+				return nil
+			},
+		}},
+	})
+}

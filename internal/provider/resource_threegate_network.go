@@ -206,6 +206,12 @@ func (r *threegateNetworkResource) ModifyPlan(ctx context.Context, req resource.
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	if r.data != nil && r.data.kube != nil {
+		if planned, ok := r.kubeModifyPlan(ctx, plan, cfg, state, &resp.Diagnostics); ok {
+			resp.Diagnostics.Append(resp.Plan.Set(ctx, &planned)...)
+		}
+		return
+	}
 	spec, known := cfg.buildSpec(ctx, &resp.Diagnostics)
 	if !known || resp.Diagnostics.HasError() {
 		return
@@ -291,7 +297,15 @@ func (r *threegateNetworkResource) Create(ctx context.Context, req resource.Crea
 func (r *threegateNetworkResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
 	var m threegateNetworkModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
+	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "threegate_network", &resp.Diagnostics) {
+		return
+	}
+	if r.data.kube != nil {
+		if r.kubeRead(ctx, &m, &resp.Diagnostics) {
+			resp.State.RemoveResource(ctx)
+		} else if !resp.Diagnostics.HasError() {
+			resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+		}
 		return
 	}
 	svc := topologyService(ctx, r.data, "threegate_network", &resp.Diagnostics)
@@ -344,6 +358,13 @@ func (r *threegateNetworkResource) Update(ctx context.Context, req resource.Upda
 // the computed values that only apply knows. On error, m.ID stays unknown
 // when nothing was made.
 func (r *threegateNetworkResource) apply(ctx context.Context, m *threegateNetworkModel, diags *diag.Diagnostics) {
+	if !requireProviderData(r.data, "threegate_network", diags) {
+		return
+	}
+	if r.data.kube != nil {
+		r.kubeApply(ctx, m, diags)
+		return
+	}
 	m.ID = types.StringUnknown()
 	diags.Append(m.setObserved(ctx, topology.Spec{}, topology.Status{})...)
 	spec, known := m.buildSpec(ctx, diags)
@@ -385,7 +406,11 @@ func (r *threegateNetworkResource) apply(ctx context.Context, m *threegateNetwor
 func (r *threegateNetworkResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
 	var m threegateNetworkModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
+	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "threegate_network", &resp.Diagnostics) {
+		return
+	}
+	if r.data.kube != nil {
+		r.kubeDelete(ctx, m.Name.ValueString(), &resp.Diagnostics)
 		return
 	}
 	svc := topologyService(ctx, r.data, "threegate_network", &resp.Diagnostics)

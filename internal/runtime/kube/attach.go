@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +19,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/podio"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 )
 
 // podRun is a running pod with its container's stdin, stdout and stderr
@@ -58,7 +61,11 @@ func (r *podRun) alive() bool {
 // it. The agent reads its request before it writes anything, so nothing is
 // lost between start and attach.
 func (k *Pods) startPod(ctx context.Context, messageID string) (_ *podRun, err error) {
-	pod, err := HardenedPod(k.opts.Spec, k.c.Namespace, messageID)
+	spec, err := k.podSpec(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pod, err := HardenedPod(spec, k.c.Namespace, messageID)
 	if err != nil {
 		return nil, err
 	}
@@ -85,6 +92,27 @@ func (k *Pods) startPod(ctx context.Context, messageID string) (_ *podRun, err e
 		r.imageID = cs.ImageID
 	}
 	return r, nil
+}
+
+// podSpec is the spec of the next pod: a FETCH pod's proxy is looked up
+// now, so that it names the proxy pod that runs.
+func (k *Pods) podSpec(ctx context.Context) (PodSpec, error) {
+	s := k.opts.Spec
+	if s.Role != topology.RoleFetch || s.Topology == "" {
+		return s, nil
+	}
+	env, err := ProxyEnv(ctx, k.c, s.Topology)
+	if err != nil {
+		return s, err
+	}
+	s.AwaitOpen = append(slices.Clone(s.AwaitOpen), strings.TrimPrefix(env["HTTP_PROXY"], "http://"))
+	for name, v := range s.Env {
+		if _, set := env[name]; !set {
+			env[name] = v
+		}
+	}
+	s.Env = env
+	return s, nil
 }
 
 // attach opens the container's streams over the API server: WebSocket

@@ -69,6 +69,13 @@ type PodSpec struct {
 	RuntimeClass string
 	// Env is extra non-secret environment; secrets travel on stdin only.
 	Env map[string]string
+	// AwaitBlocked and AwaitOpen are host:port addresses the pod's agent
+	// must find blocked and open before it reads its request: a new pod
+	// runs before the cluster's network policies cover it, and a member
+	// of a topology must not run a moment unconfined (agent-run
+	// --await-blocked, --await-open). Used only with the default Command.
+	AwaitBlocked []string
+	AwaitOpen    []string
 	// Labels are extra pod labels; they cannot replace the ownership,
 	// agent, message or ThreeGate labels.
 	Labels map[string]string
@@ -112,6 +119,12 @@ func HardenedPod(s PodSpec, namespace, messageID string) (*corev1.Pod, error) {
 	cmd := s.Command
 	if len(cmd) == 0 {
 		cmd = append(slices.Clone(sandbox.DefaultCommand), "--frames")
+		for _, a := range s.AwaitBlocked {
+			cmd = append(cmd, "--await-blocked=tcp="+a)
+		}
+		for _, a := range s.AwaitOpen {
+			cmd = append(cmd, "--await-open=tcp="+a)
+		}
 	}
 	uid, gid := int64(u.UID), int64(u.GID)
 	grace := int64(1)

@@ -181,3 +181,20 @@ func TestHardenedPodRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestPodAwaitsItsPolicies: a topology's pod waits for its policies before
+// it reads its request; the checks travel on agent-run's command line.
+func TestPodAwaitsItsPolicies(t *testing.T) {
+	s := PodSpec{AgentID: "a", Topology: "tg", Role: "FETCH", Image: "img:1", WorkspaceClaim: "ws",
+		AwaitBlocked: []string{"10.0.0.1:6443"}, AwaitOpen: []string{"10.244.0.9:3128"}}
+	p, err := HardenedPod(s, "ns", "m1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := strings.Join(p.Spec.Containers[0].Command, " ")
+	for _, want := range []string{"--frames", "--await-blocked=tcp=10.0.0.1:6443", "--await-open=tcp=10.244.0.9:3128"} {
+		if !strings.Contains(cmd, want) {
+			t.Errorf("command %q lacks %q", cmd, want)
+		}
+	}
+}

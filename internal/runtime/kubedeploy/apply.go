@@ -54,6 +54,9 @@ func (s *Service) Apply(ctx context.Context, a Agent) (Applied, error) {
 	if err := s.ensureClaim(ctx, claim); err != nil {
 		return out, err
 	}
+	if err := s.applyLLMPolicy(ctx, a); err != nil {
+		return out, s.rollback(ctx, id, isNew, err)
+	}
 	if err := s.applyObjects(ctx, a, n, key, out.ConfigHash); err != nil {
 		return out, s.rollback(ctx, id, isNew, err)
 	}

@@ -138,6 +138,9 @@ func (s *Service) Remove(ctx context.Context, id string, force bool) error {
 	if err != nil {
 		return stepErr(StepRemoveKube, "", "deleting the runner objects of "+id, err)
 	}
+	if err := s.removeLLMPolicy(ctx, id); err != nil {
+		return err
+	}
 	s.log.Info("runner objects removed", "agent_id", id, "name", n.Base)
 	if !force {
 		s.log.Info("keeping the agent's workspace claim", "agent_id", id, "claim", n.Claim)

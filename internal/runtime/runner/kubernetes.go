@@ -100,10 +100,24 @@ func KubeOptions(cfg *Config, log hclog.Logger) kube.Options {
 			WorkspaceSubPath: k.WorkspaceSubPath,
 			RuntimeClass:     k.RuntimeClass,
 			Env:              cfg.Env,
+			AwaitBlocked:     policyProbe(k.Topology),
 		},
 		Prestart: cm.Prestart,
 		Logger:   log,
 	}
+}
+
+// policyProbe is what a topology's message pod must find blocked before
+// it runs anything: the API server as this runner reaches it (the
+// kubelet's, or kubedeploy's api_server, variables), which every member's
+// policies forbid and an unconfined pod reaches. Outside a cluster, or
+// without a topology, there is nothing to wait for.
+func policyProbe(topology string) []string {
+	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
+	if topology == "" || host == "" || port == "" {
+		return nil
+	}
+	return []string{net.JoinHostPort(host, port)}
 }
 
 // ThreeGateRole is an agent's role as package topology and the pod labels
