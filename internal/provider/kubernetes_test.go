@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/terraform-plugin-testing/config"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
@@ -121,13 +122,16 @@ resource "meepa_agent" "helper" {
 
 func getErr[T any](_ T, err error) error { return err }
 
-// TestAccKube_threegate is the quickstart's topology on the test cluster
-// through terraform: the proxy a Deployment, CORE asking TOOL-EXEC through
-// the runners, each gate refusing what its role may not do, TOOL-EXEC's
-// pods reaching neither the API server nor the proxy, FETCH reaching the
-// web only through the proxy, and threegate_verify's probe pods passing
-// every row.
+// TestAccKube_threegate applies examples/kubernetes (the quickstart's
+// topology on a cluster) through terraform on the test cluster: the proxy a
+// Deployment, CORE asking TOOL-EXEC and FETCH through the runners, each gate
+// refusing what its role may not do, TOOL-EXEC's pods reaching neither the
+// API server nor the proxy, FETCH reaching the web only through the proxy,
+// and threegate_verify's probe pods passing every row.
 func TestAccKube_threegate(t *testing.T) {
+	testAccPreCheck(t)
+	// The example names its provider bogpad/meepa.
+	t.Setenv("TF_ACC_PROVIDER_NAMESPACE", "bogpad")
 	c := testkube.Cluster(t, "tf-acc-kube-tg")
 	cli := testutil.Docker(t)
 	base := testutil.EnsureBusybox(t, cli)
@@ -137,57 +141,12 @@ func TestAccKube_threegate(t *testing.T) {
 		testkube.ReservedVolume(t, c, kubedeploy.NamesFor(id).Claim, kubedeploy.DefaultWorkspaceSize)
 	}
 	api := testkube.APIServer(t, c)
-	cfg := kubeProvider(t, c, reg) + fmt.Sprintf(`
-resource "meepa_isolation_image" "agents" {
-  base_image      = %[1]q
-  pull            = "never"
-  package_manager = "none"
-}
-
-resource "threegate_network" "tg" {
-  provider = meepa
-  name     = "ktg"
-  proxy = {
-    image = meepa_isolation_image.agents.isolated_image
-    allow = ["192.0.2.10:443"]
-  }
-}
-
-resource "meepa_agent" "te" {
-  agent_id                = %[2]q
-  force_destroy_workspace = true
-  llm                     = { provider = "offline" }
-  container_mode          = { enabled = true, image = meepa_isolation_image.agents.isolated_image }
-  threegate               = { network = threegate_network.tg.id, role = "tool_exec" }
-}
-
-resource "meepa_agent" "fetch" {
-  agent_id                = %[3]q
-  force_destroy_workspace = true
-  llm                     = { provider = "offline" }
-  container_mode          = { enabled = true, image = meepa_isolation_image.agents.isolated_image }
-  threegate               = { network = threegate_network.tg.id, role = "fetch" }
-}
-
-resource "meepa_agent" "core" {
-  agent_id                = %[4]q
-  force_destroy_workspace = true
-  llm                     = { provider = "offline" }
-  container_mode          = { enabled = true, image = meepa_isolation_image.agents.isolated_image }
-  threegate = {
-    network = threegate_network.tg.id
-    role    = "core"
-    ask     = [meepa_agent.te.agent_id, meepa_agent.fetch.agent_id]
-  }
-}
-
-data "threegate_verify" "tg" {
-  provider       = meepa
-  name           = threegate_network.tg.name
-  denied_target  = "blocked.example.net:443"
-  depends_on     = [meepa_agent.core]
-}
-`, base, ids["te"], ids["fetch"], ids["core"])
+	vars := config.Variables{
+		"kubeconfig": config.StringVariable(testkube.ConfigPath(t)), "namespace": config.StringVariable(c.Namespace),
+		"api_server": config.StringVariable(api), "registry": config.StringVariable(reg), "registry_insecure": config.BoolVariable(true),
+		"base_image": config.StringVariable(base), "prefix": config.StringVariable("kt"),
+		"allow": config.ListVariable(config.StringVariable("192.0.2.10:443")), "dns": config.ListVariable(),
+	}
 	send := func(s *terraform.State, addr, text string) (string, error) {
 		a := s.RootModule().Resources[addr].Primary.Attributes
 		fwd := testkube.Forward(t, c, a["runner_container_id"], kubedeploy.DefaultPort)
@@ -203,13 +162,16 @@ data "threegate_verify" "tg" {
 	}
 	apiHost, apiPort, _ := strings.Cut(api, ":")
 	resource.Test(t, resource.TestCase{
-		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
-		ProtoV6ProviderFactories: testAccProviders,
+		TerraformVersionChecks: []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
 		Steps: []resource.TestStep{{
-			Config: cfg,
+			// The example's required_providers block makes the providers
+			// the step's.
+			ProtoV6ProviderFactories: testAccProviders,
+			ConfigDirectory:          config.StaticDirectory("../../examples/kubernetes"),
+			ConfigVariables:          vars,
 			ConfigStateChecks: []statecheck.StateCheck{
 				statecheck.ExpectKnownValue("data.threegate_verify.tg", tfjsonpath.New("passed"), knownvalue.Bool(true)),
-				statecheck.ExpectKnownValue("threegate_network.tg", tfjsonpath.New("proxy_container_id"), knownvalue.StringExact("ktg-proxy")),
+				statecheck.ExpectKnownValue("threegate_network.tg", tfjsonpath.New("proxy_container_id"), knownvalue.StringExact("kt-tg-proxy")),
 			},
 			Check: func(s *terraform.State) error {
 				t.Logf("threegate_verify on the cluster:\n%s", s.RootModule().Resources["data.threegate_verify.tg"].Primary.Attributes["table"])
@@ -220,8 +182,8 @@ data "threegate_verify" "tg" {
 					addr, text string
 					want       []string
 				}{
-					{"meepa_agent.te", "!sh echo $((6*7))", []string{"exit 0\n42"}},
-					{"meepa_agent.te", reach, []string{"== " + apiHost + " " + apiPort + " 1", "== " + proxyHost + " " + proxyPort + " 1"}},
+					{"meepa_agent.exec", "!sh echo $((6*7))", []string{"exit 0\n42"}},
+					{"meepa_agent.exec", reach, []string{"== " + apiHost + " " + apiPort + " 1", "== " + proxyHost + " " + proxyPort + " 1"}},
 					{"meepa_agent.fetch", "!sh echo ran", []string{"not available to this FETCH agent"}},
 					{"meepa_agent.fetch", "!fetch http://blocked.example.net/", []string{"untrusted content", "HTTP 403"}},
 					{"meepa_agent.core", "!sh echo ran", []string{"not available to this CORE agent"}},
