@@ -260,12 +260,12 @@ func agentSchema() schema.Schema {
 			},
 			"workspace_path": schema.StringAttribute{
 				Computed:            true,
-				MarkdownDescription: "The workspace on the host, `<state_dir>/agents/<agent_id>` (mode 0700).",
+				MarkdownDescription: "The workspace on the host, `<state_dir>/agents/<agent_id>` (mode 0700); on a cluster its claim, `pvc://<namespace>/<claim>`.",
 			},
 			"endpoint": schema.StringAttribute{
 				Computed: true,
 				MarkdownDescription: "Where to send messages: `unix:///<path>` (e.g. `curl --unix-socket <path> http://localhost/v1/messages`) " +
-					"or `http://127.0.0.1:<port>`. `POST /v1/messages` with `Authorization: Bearer <token>` and `{\"text\": \"...\"}`.",
+					"or `http://127.0.0.1:<port>`; on a cluster the runner's Service, `http://meepa-<agent_id>.<namespace>.svc:8080`. `POST /v1/messages` with `Authorization: Bearer <token>` and `{\"text\": \"...\"}`.",
 			},
 			"token": schema.StringAttribute{
 				Computed: true, Sensitive: true,
@@ -273,7 +273,7 @@ func agentSchema() schema.Schema {
 			},
 			"runner_container_id": schema.StringAttribute{
 				Computed:            true,
-				MarkdownDescription: "The runner container's id; empty for `external` deployment.",
+				MarkdownDescription: "The runner container's id; empty for `external` deployment; on a cluster the runner pod's name.",
 			},
 			"runner_status": schema.StringAttribute{
 				Computed: true,

@@ -138,15 +138,18 @@ func (r *threegateNetworkResource) Schema(_ context.Context, _ resource.SchemaRe
 			},
 			"networks": schema.MapAttribute{
 				Computed: true, ElementType: networkObjectType,
-				MarkdownDescription: "The Docker networks by kind (`llmnet`, `fetchnet`, `egressnet`): `id`, `name`, `subnet`, `gateway`, `internal`.",
+				MarkdownDescription: "The Docker networks by kind (`llmnet`, `fetchnet`, `egressnet`): `id`, `name`, `subnet`, `gateway`, `internal`. " +
+					"Empty on a cluster, where NetworkPolicies take their place.",
 			},
 			"proxy_url": schema.StringAttribute{
-				Computed: true, MarkdownDescription: "`http://<proxy.ip>:<proxy.port>`, what FETCH sets as `http_proxy`/`https_proxy`.",
+				Computed: true, MarkdownDescription: "`http://<proxy.ip>:<proxy.port>`, what FETCH sets as `http_proxy`/`https_proxy`. On a cluster, the proxy pod's " +
+					"address as last read (FETCH's pods look it up afresh).",
 			},
-			"proxy_container_id": schema.StringAttribute{Computed: true, MarkdownDescription: "Docker id of the proxy container."},
+			"proxy_container_id": schema.StringAttribute{Computed: true, MarkdownDescription: "Docker id of the proxy container; on a cluster, the name of the proxy Deployment."},
 			"firewall_rules": schema.ListAttribute{
 				Computed: true, ElementType: types.StringType,
-				MarkdownDescription: "The wanted rule set as data, in `iptables -S` form: the owned chains, their rules in order, and the jumps. Empty when the firewall is disabled.",
+				MarkdownDescription: "The wanted rule set as data, in `iptables -S` form: the owned chains, their rules in order, and the jumps. Empty when the firewall is disabled. " +
+					"On a cluster, the names of the topology's NetworkPolicies.",
 			},
 			"iptables_restore": schema.StringAttribute{
 				Computed:            true,
