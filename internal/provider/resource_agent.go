@@ -129,7 +129,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	deployment := planDerived(ctx, svc, &plan)
 	r.refuseOnBackend(ctx, plan, &resp.Diagnostics)
 	warnExpandedDenies(ctx, plan, &resp.Diagnostics)
-	planThreegateAsk(ctx, r.data.stateDir, plan, &resp.Diagnostics)
+	planThreegateAsk(ctx, r.askResolver(), plan, &resp.Diagnostics)
 	if state == nil {
 		plan.Token = types.StringUnknown()
 		plan.ConfigHash = types.StringUnknown()
@@ -438,6 +438,24 @@ func (r *agentResource) service(ctx context.Context) (deploy.Backend, error) {
 		DockerSocket: r.dockerSocket(),
 		Logger:       loggerFor(ctx),
 	}), nil
+}
+
+// askResolver is the backend's check of ask targets.
+func (r *agentResource) askResolver() askResolver {
+	if r.data.kube == nil {
+		return func(_ context.Context, topology string, ids []string) error {
+			_, err := deploy.ResolveAsk(r.data.stateDir, topology, ids)
+			return err
+		}
+	}
+	return func(ctx context.Context, topology string, ids []string) error {
+		c, err := r.data.kube.Client()
+		if err != nil {
+			return err
+		}
+		_, err = kubedeploy.NewService(kubedeploy.Options{Client: c, Logger: loggerFor(ctx)}).ResolveAsk(ctx, topology, ids)
+		return err
+	}
 }
 
 // refuseOnBackend puts on its attribute each setting the provider's

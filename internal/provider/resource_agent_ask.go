@@ -58,15 +58,19 @@ func validateThreegateAsk(ctx context.Context, m agentModel, diags *diag.Diagnos
 	}
 }
 
+// askResolver checks ask targets where the backend keeps agents: the
+// state directory on Docker, the agents' Secrets on a cluster.
+type askResolver func(ctx context.Context, topology string, ids []string) error
+
 // planThreegateAsk checks, at plan, the ask targets already deployed: same
 // topology, role fetch or tool_exec. Targets applied in the same run are
 // checked at apply.
-func planThreegateAsk(ctx context.Context, stateDir string, m agentModel, diags *diag.Diagnostics) {
+func planThreegateAsk(ctx context.Context, resolve askResolver, m agentModel, diags *diag.Diagnostics) {
 	tg, ids, ok := threegateAsk(ctx, m, diags)
 	if !ok || len(ids) == 0 || tg.Network.IsUnknown() || tg.Role.ValueString() != "core" {
 		return
 	}
-	_, err := deploy.ResolveAsk(stateDir, tg.Network.ValueString(), ids)
+	err := resolve(ctx, tg.Network.ValueString(), ids)
 	var hard []error
 	for _, e := range unjoin(err) {
 		if !errors.Is(e, deploy.ErrAskTargetNotDeployed) {
