@@ -89,9 +89,6 @@ provider "meepa" {
 		"host mode": {provider("") + agent(`runner = { image = "img:1" }`), `container_mode.enabled: on Kubernetes every message runs in a fresh Pod`},
 		"listen":    {provider("") + agent(container+"\n  runner = { listen = \"127.0.0.1:9000\" }"), `runner.listen: on Kubernetes the runner listens`},
 		"external":  {provider("") + agent(container+"\n  runner = { deployment = \"external\" }"), `runner.deployment: on Kubernetes the runner is always a Deployment`},
-		"soul":      {provider("") + agent(container+"\n  soul = \"hi\""), `soul: SOUL.md and MEMORY.md are written`},
-		"docker network": {provider("") + agent(`container_mode = { enabled = true, image = "img:1", network = "none" }`),
-			`container_mode.network: "none": a pod always joins the cluster network`},
 		"image without registry": {fmt.Sprintf(`
 provider "meepa" {
   kubernetes = { config_path = %q }
@@ -112,4 +109,39 @@ resource "meepa_isolation_image" "i" {
 			})
 		})
 	}
+}
+
+// TestKube_quickstartHelperPlans: the quickstart's helper agent (soul,
+// memory, manage_soul, network "none") plans on a cluster as it is, with no
+// cluster reached.
+func TestKube_quickstartHelperPlans(t *testing.T) {
+	kc := unreachableKubeconfig(t)
+	resource.UnitTest(t, resource.TestCase{
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: fmt.Sprintf(`
+provider "meepa" {
+  kubernetes = { config_path = %q }
+  registry   = { address = "registry.example:5000/meepa" }
+}
+
+resource "meepa_agent" "helper" {
+  agent_id                = "qs-helper"
+  force_destroy_workspace = true
+  soul                    = "You are the quickstart helper. Be brief."
+  memory                  = "Nothing remembered yet."
+  manage_soul             = true
+  llm                     = { provider = "offline" }
+  container_mode = {
+    enabled      = true
+    image        = "registry.example:5000/meepa/meepagateway-isolated:1"
+    memory_limit = "256m"
+    network      = "none"
+  }
+}
+`, kc),
+			PlanOnly: true, ExpectNonEmptyPlan: true,
+		}},
+	})
 }

@@ -3,6 +3,9 @@ package provider
 import (
 	"context"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -44,10 +47,13 @@ provider "meepa" {
 `, testutil.RunnerBinary(t), testkube.ConfigPath(t), c.Namespace, testkube.APIServer(t, c), reg)
 }
 
-// TestAccKube_agent runs the quickstart's first agent on the test cluster
-// through terraform: the isolation image built on Docker and pushed to a
-// registry the node pulls from, the runner a Deployment, a message answered
-// in a fresh pod, an empty second plan, and a destroy that takes the
+// TestAccKube_agent runs the quickstart's first agent, as
+// examples/quickstart/main.tf writes it (soul, memory, network "none"), on
+// the test cluster through terraform: the isolation image built on Docker
+// and pushed to a registry the node pulls from, the runner a Deployment, a
+// message answered in a fresh pod that finds the seeded SOUL.md and
+// reaches nothing (its no-network policy in place), an empty second plan;
+// then network "bridge" takes the policy away; a destroy takes the
 // runner's objects and, forced, the workspace claim.
 func TestAccKube_agent(t *testing.T) {
 	c := testkube.Cluster(t, "tf-acc-kube")
@@ -56,8 +62,10 @@ func TestAccKube_agent(t *testing.T) {
 	reg := testkube.Registry(t)
 	id := "kq-helper"
 	n := kubedeploy.NamesFor(id)
-	testkube.ReservedVolume(t, c, n.Claim, kubedeploy.DefaultWorkspaceSize)
-	cfg := kubeProvider(t, c, reg) + fmt.Sprintf(`
+	wsDir := testkube.ReservedVolume(t, c, n.Claim, kubedeploy.DefaultWorkspaceSize)
+	const soul, memory = "You are the quickstart helper. Be brief.", "Nothing remembered yet."
+	cfg := func(network string) string {
+		return kubeProvider(t, c, reg) + fmt.Sprintf(`
 resource "meepa_isolation_image" "agents" {
   base_image      = %q
   pull            = "never"
@@ -68,23 +76,44 @@ resource "meepa_isolation_image" "agents" {
 resource "meepa_agent" "helper" {
   agent_id                = %q
   force_destroy_workspace = true
+  soul                    = %q
+  memory                  = %q
   llm                     = { provider = "offline" }
   container_mode = {
     enabled      = true
     image        = meepa_isolation_image.agents.isolated_image
     memory_limit = "256m"
+    network      = %q
   }
 }
-`, base, id)
+`, base, id, soul, memory, network)
+	}
 	ctx := context.Background()
+	policy := n.Base + "-no-network"
+	nps := c.Clientset.NetworkingV1().NetworkPolicies(c.Namespace)
+	apiHost, apiPort, _ := strings.Cut(testkube.APIServer(t, c), ":")
+	send := func(s *terraform.State, text string) (string, error) {
+		a := s.RootModule().Resources["meepa_agent.helper"].Primary.Attributes
+		addr := testkube.Forward(t, c, a["runner_container_id"], kubedeploy.DefaultPort)
+		port, err := strconv.Atoi(addr[strings.LastIndex(addr, ":")+1:])
+		if err != nil {
+			return "", err
+		}
+		r, code, err := sendTo(deploy.Listener{Port: port}, a["token"], text)
+		if err != nil || code != 200 {
+			return "", fmt.Errorf("message %q through the runner pod: %d %+v %v", text, code, r, err)
+		}
+		return r.Reply, nil
+	}
 	resource.Test(t, resource.TestCase{
 		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
 		ProtoV6ProviderFactories: testAccProviders,
 		CheckDestroy: func(*terraform.State) error {
 			for what, err := range map[string]error{
-				"Deployment": getErr(c.Clientset.AppsV1().Deployments(c.Namespace).Get(ctx, n.Base, metav1.GetOptions{})),
-				"Secret":     getErr(c.Clientset.CoreV1().Secrets(c.Namespace).Get(ctx, n.Base, metav1.GetOptions{})),
-				"claim":      getErr(c.Clientset.CoreV1().PersistentVolumeClaims(c.Namespace).Get(ctx, n.Claim, metav1.GetOptions{})),
+				"Deployment":    getErr(c.Clientset.AppsV1().Deployments(c.Namespace).Get(ctx, n.Base, metav1.GetOptions{})),
+				"Secret":        getErr(c.Clientset.CoreV1().Secrets(c.Namespace).Get(ctx, n.Base, metav1.GetOptions{})),
+				"claim":         getErr(c.Clientset.CoreV1().PersistentVolumeClaims(c.Namespace).Get(ctx, n.Claim, metav1.GetOptions{})),
+				"NetworkPolicy": getErr(nps.Get(ctx, policy, metav1.GetOptions{})),
 			} {
 				if !apierrors.IsNotFound(err) {
 					return fmt.Errorf("%s after destroy: %v", what, err)
@@ -93,7 +122,7 @@ resource "meepa_agent" "helper" {
 			return nil
 		},
 		Steps: []resource.TestStep{{
-			Config: cfg,
+			Config: cfg("none"),
 			ConfigStateChecks: []statecheck.StateCheck{
 				statecheck.ExpectKnownValue("meepa_isolation_image.agents", tfjsonpath.New("isolated_image"),
 					knownvalue.StringRegexp(regexp.MustCompile("^"+regexp.QuoteMeta(reg+"/meepagateway-isolated:")))),
@@ -102,17 +131,54 @@ resource "meepa_agent" "helper" {
 					knownvalue.StringExact("pvc://"+c.Namespace+"/"+n.Claim)),
 				statecheck.ExpectKnownValue("meepa_agent.helper", tfjsonpath.New("endpoint"),
 					knownvalue.StringExact(fmt.Sprintf("http://%s.%s.svc:%d", n.Base, c.Namespace, kubedeploy.DefaultPort))),
+				statecheck.ExpectKnownValue("meepa_agent.helper", tfjsonpath.New("soul"), knownvalue.StringExact(soul)),
 			},
 			Check: func(s *terraform.State) error {
-				a := s.RootModule().Resources["meepa_agent.helper"].Primary.Attributes
-				addr := testkube.Forward(t, c, a["runner_container_id"], kubedeploy.DefaultPort)
-				port, err := strconv.Atoi(addr[strings.LastIndex(addr, ":")+1:])
+				pol, err := nps.Get(ctx, policy, metav1.GetOptions{})
+				if err != nil {
+					return fmt.Errorf("no-network policy: %w", err)
+				}
+				want, err := metav1.ParseToLabelSelector(kube.AgentSelector(id))
 				if err != nil {
 					return err
 				}
-				r, code, err := sendTo(deploy.Listener{Port: port}, a["token"], "hello from the cluster")
-				if err != nil || code != 200 || !strings.Contains(r.Reply, "offline: received") {
-					return fmt.Errorf("message through the runner pod: %d %+v %v", code, r, err)
+				if !maps.Equal(pol.Spec.PodSelector.MatchLabels, want.MatchLabels) || len(pol.Spec.PodSelector.MatchExpressions) != 0 ||
+					len(pol.Spec.Egress)+len(pol.Spec.Ingress) != 0 || len(pol.Spec.PolicyTypes) != 2 {
+					return fmt.Errorf("no-network policy %+v: want the agent's message pods (%s), both types and no rule", pol.Spec, kube.AgentSelector(id))
+				}
+				checks := []struct{ text, want string }{
+					{"hello from the cluster", "offline: received"},
+					{"!sh cat SOUL.md; echo; cat MEMORY.md", "exit 0\n" + soul + "\n" + memory},
+					// nc's 1 is refused or timed out (127 would be no nc at all).
+					{fmt.Sprintf("!sh nc -w 2 %s %s </dev/null 2>&1; echo \"== $? ==\"", apiHost, apiPort), "== 1 =="},
+				}
+				for _, ck := range checks {
+					reply, err := send(s, ck.text)
+					if err != nil {
+						return err
+					}
+					if !strings.Contains(reply, ck.want) {
+						return fmt.Errorf("%q: want %q in the reply:\n%s", ck.text, ck.want, reply)
+					}
+				}
+				// The seed is in the claim, not only in what the pod saw.
+				for file, want := range map[string]string{"SOUL.md": soul, "MEMORY.md": memory} {
+					got, err := os.ReadFile(filepath.Join(wsDir, file))
+					if err != nil || string(got) != want {
+						return fmt.Errorf("%s in the workspace volume: %q %v, want %q", file, got, err, want)
+					}
+				}
+				return nil
+			},
+		}, {
+			Config: cfg("bridge"),
+			Check: func(s *terraform.State) error {
+				if _, err := nps.Get(ctx, policy, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+					return fmt.Errorf("no-network policy after network \"bridge\": %v", err)
+				}
+				reply, err := send(s, "hello again")
+				if err != nil || !strings.Contains(reply, "offline: received") {
+					return fmt.Errorf("message after network \"bridge\": %q %v", reply, err)
 				}
 				return nil
 			},

@@ -170,6 +170,9 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 	if p.err != nil {
 		return finish(ErrKindWorkspace, p.err)
 	}
+	if err := applySeed(req.Seed, opt.Workspace, log); err != nil {
+		return finish(ErrKindWorkspace, err)
+	}
 	tb, mem := p.tb, p.mem
 	tb.env = env
 	if err := tb.SetRole(req.Role); err != nil {

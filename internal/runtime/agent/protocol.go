@@ -58,6 +58,23 @@ type Request struct {
 	// Relay, when set, carries every LLM call to the runner's relay; LLM's
 	// APIKey is then this message's relay token, never the real key.
 	Relay *Relay `json:"relay,omitempty"`
+	// Seed, when set, is applied to the workspace before the loop (see
+	// Seed). It is not secret, but it is the agent's instructions: like
+	// the message text, it is never logged.
+	Seed *Seed `json:"seed,omitempty"`
+}
+
+// Seed is what a workspace starts with where the provider cannot write it
+// itself: on a cluster the workspace is a claim only the message pods
+// mount, so the runner sends its agent's soul and memory with every
+// message and agent-run applies workspace.Ensure's rules to /workspace:
+// SOUL.md and MEMORY.md written when missing, skills/ made, SOUL.md
+// rewritten when ManageSoul and it differs. On Docker the provider writes
+// the workspace and sends no seed.
+type Seed struct {
+	Soul       string `json:"soul"`
+	Memory     string `json:"memory"`
+	ManageSoul bool   `json:"manage_soul"`
 }
 
 // AskTarget is an agent the ask tool may reach.

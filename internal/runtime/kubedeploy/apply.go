@@ -18,8 +18,9 @@ import (
 
 // Apply makes the agent real and waits until its runner is available: the
 // config Secret, the ServiceAccount with its Role and RoleBinding, the
-// workspace claim (made once, never changed), the Deployment and the
-// Service. A changed config changes the pod template's hash and so rolls
+// workspace claim (made once, never changed), the network policies its
+// pods need (the model endpoint's, the no-network one), the Deployment and
+// the Service. A changed config changes the pod template's hash and so rolls
 // the runner. A new agent whose runner does not come up is removed again
 // (its Secret holds its secrets); its claim stays.
 func (s *Service) Apply(ctx context.Context, a Agent) (Applied, error) {
@@ -57,6 +58,9 @@ func (s *Service) Apply(ctx context.Context, a Agent) (Applied, error) {
 	if err := s.applyLLMPolicy(ctx, a); err != nil {
 		return out, s.rollback(ctx, id, isNew, err)
 	}
+	if err := s.applyNoNetworkPolicy(ctx, a); err != nil {
+		return out, s.rollback(ctx, id, isNew, err)
+	}
 	if err := s.applyObjects(ctx, a, n, key, out.ConfigHash); err != nil {
 		return out, s.rollback(ctx, id, isNew, err)
 	}
@@ -66,6 +70,13 @@ func (s *Service) Apply(ctx context.Context, a Agent) (Applied, error) {
 	}
 	out.RunnerStatus, out.RunnerPod = StatusRunning, pod.Name
 	s.log.Info("runner available", "agent_id", id, "pod", pod.Name, "config_hash", out.ConfigHash)
+	if !runner.NoNetwork(&a.Config) {
+		// The runner of the new config runs: no pod of the old one is
+		// left to need the policy.
+		if err := s.removeNoNetworkPolicy(ctx, id); err != nil {
+			return out, err
+		}
+	}
 	return out, nil
 }
 

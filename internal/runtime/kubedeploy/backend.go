@@ -8,7 +8,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
 
 // Backend is the agent lifecycle of deploy.Backend on a cluster: the same
@@ -51,14 +53,10 @@ func Check(a deploy.Agent) []*FieldError {
 	if c.FileAccess.Unrestricted || len(c.FileAccess.AllowRead) > 0 || len(c.FileAccess.AllowReadWrite) > 0 || len(c.FileAccess.Deny) > 0 {
 		bad("file_access", "file_access governs host-mode agents, which a cluster does not run; remove it")
 	}
-	if a.Meta.ManageSoul || a.Meta.Soul != "" || a.Meta.Memory != "" {
-		bad("soul", "SOUL.md and MEMORY.md are written into the workspace by the provider on a Docker host; on Kubernetes the "+
-			"workspace is a claim the provider does not mount, so soul, memory and manage_soul are not supported there yet; remove them")
-	}
-	if n := c.Container.Network; a.Meta.ThreegateNetwork == "" && n != "" && n != "bridge" {
-		bad("container_mode.network", "%q: a pod always joins the cluster network; leave it unset (or \"bridge\") and place the agent "+
-			"in a threegate topology to restrict it", n)
-	}
+	// soul, memory and manage_soul travel in the runner's config and are
+	// applied by each message pod (agentOf); container_mode.network
+	// "none" is a deny-all NetworkPolicy on the message pods
+	// (NoNetworkPolicy).
 	return errs
 }
 
@@ -91,12 +89,21 @@ func (b *Backend) Plan(ctx context.Context, a deploy.Agent) deploy.Planned {
 	return p
 }
 
-// agentOf maps the Docker-shaped agent onto a cluster agent.
+// agentOf maps the Docker-shaped agent onto a cluster agent. The
+// workspace's soul and memory, which the provider writes itself on Docker,
+// go into the runner's config as its seed: only the message pods mount
+// the claim, so each applies it to /workspace before its loop.
 func (b *Backend) agentOf(a deploy.Agent) Agent {
 	cfg := a.Config
 	if a.Meta.ThreegateRole != "" {
 		cfg.Role = a.Meta.ThreegateRole
 	}
+	k := runner.Kubernetes{}
+	if cfg.Kubernetes != nil {
+		k = *cfg.Kubernetes
+	}
+	k.Seed = &agent.Seed{Soul: a.Meta.Soul, Memory: a.Meta.Memory, ManageSoul: a.Meta.ManageSoul}
+	cfg.Kubernetes = &k
 	return Agent{
 		Config:                cfg,
 		RunnerImage:           a.Meta.RunnerImage,
@@ -158,9 +165,14 @@ func (b *Backend) Read(ctx context.Context, a deploy.Agent) (deploy.Observed, er
 	if err != nil {
 		return deploy.Observed{}, err
 	}
+	// SOUL.md is not read back: the provider does not mount the claim.
+	// Docker's read-side drift of a managed soul has no counterpart here;
+	// the seed in the config puts a managed soul back at the next
+	// message instead. So the soul reads as configured.
 	out := deploy.Observed{
 		WorkspacePath: b.WorkspaceRef(a.Config.AgentID), ConfigHash: o.ConfigHash,
 		RunnerStatus: o.RunnerStatus, RunnerContainerID: o.RunnerPod,
+		Soul: a.Meta.Soul, SoulPresent: true,
 	}
 	for _, kind := range o.Missing {
 		if kind == "PersistentVolumeClaim" {
@@ -197,6 +209,9 @@ func (b *Backend) Import(ctx context.Context, id string) (deploy.Imported, error
 	cfg := got.Config
 	meta := deploy.Meta{RunnerImage: got.RunnerImage, Deployment: deploy.ModeContainer, ThreegateRole: cfg.Role,
 		ThreegateNetwork: got.ThreegateNetwork, ThreegateAsk: got.ThreegateAsk}
+	if k := cfg.Kubernetes; k != nil && k.Seed != nil {
+		meta.Soul, meta.Memory, meta.ManageSoul = k.Seed.Soul, k.Seed.Memory, k.Seed.ManageSoul
+	}
 	cfg.Listen, cfg.Workspace, cfg.Kubernetes, cfg.Ask = "", b.WorkspaceRef(id), nil, nil
 	return deploy.Imported{Agent: deploy.Agent{Config: cfg, Meta: meta}, Endpoint: b.s.Endpoint(id), Reported: deploy.NotReported}, nil
 }

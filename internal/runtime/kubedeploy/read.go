@@ -69,6 +69,9 @@ func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
 	if err != nil {
 		return o, stepErr(deploy.StepRead, "", "reading the runner's objects", err)
 	}
+	if err := s.readNoNetworkPolicy(ctx, &a.Config, &o); err != nil {
+		return o, stepErr(deploy.StepRead, "", "reading the no-network policy", err)
+	}
 	if roleErr == nil && !reflect.DeepEqual(role.Rules, RunnerRules()) {
 		o.Changed = append(o.Changed, "Role")
 	}
@@ -113,7 +116,8 @@ const removeWait = 2 * time.Minute
 
 // Remove takes an agent down: the Deployment first (its runner deletes its
 // prestarted pod while its RBAC still exists), then any message pod left,
-// the Service, the RBAC objects and the Secret. The workspace claim stays
+// the Service, the RBAC objects, the Secret and the agent's network
+// policies. The workspace claim stays
 // unless force is set. Objects already gone count as removed.
 func (s *Service) Remove(ctx context.Context, id string, force bool) error {
 	n, ns, cs := NamesFor(id), s.o.Client.Namespace, s.o.Client.Clientset
@@ -139,6 +143,9 @@ func (s *Service) Remove(ctx context.Context, id string, force bool) error {
 		return stepErr(StepRemoveKube, "", "deleting the runner objects of "+id, err)
 	}
 	if err := s.removeLLMPolicy(ctx, id); err != nil {
+		return err
+	}
+	if err := s.removeNoNetworkPolicy(ctx, id); err != nil {
 		return err
 	}
 	s.log.Info("runner objects removed", "agent_id", id, "name", n.Base)

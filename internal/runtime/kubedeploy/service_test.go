@@ -93,10 +93,10 @@ func TestObjectsReadRemove(t *testing.T) {
 func TestCompleteRefuses(t *testing.T) {
 	svc, cs := fakeService()
 	a := testAgent("writer", "img", "")
-	a.Config.Container.Network = "none"
+	a.Config.Container.Networks = []string{"llmnet"}
 	_, err := svc.Apply(context.Background(), a)
-	if err == nil || !strings.Contains(err.Error(), "network") {
-		t.Fatalf("Apply with network none: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "Docker networks") {
+		t.Fatalf("Apply with Docker networks: %v", err)
 	}
 	if list, _ := cs.CoreV1().Secrets("agents").List(context.Background(), metav1.ListOptions{}); len(list.Items) != 0 {
 		t.Error("a refused agent left a Secret")

@@ -48,6 +48,12 @@ type Kubernetes struct {
 	// labels, which the topology's NetworkPolicies select. Set exactly
 	// when Role is.
 	Topology string `json:"threegate_topology,omitempty"`
+	// Seed is the workspace's soul and memory: on a cluster nothing but
+	// the message pods mounts the claim, so the runner sends the seed
+	// with every message and agent-run applies it (agent.Seed). Nil
+	// leaves the workspace to the agent. Part of the config, so a new
+	// soul changes the config hash and rolls the runner.
+	Seed *agent.Seed `json:"workspace_seed,omitempty"`
 }
 
 // validateKubernetes checks what a runner in a cluster can honour; it
@@ -71,12 +77,13 @@ func (c *Config) validateKubernetes() error {
 	if len(c.Container.Networks) > 0 {
 		errs = append(errs, errors.New("kubernetes: container_mode.networks are Docker networks; pods are placed by labels and NetworkPolicies"))
 	}
-	if n := c.Container.Network; (n == "" || n == "none") && c.Role == "" {
-		// A pod always has the cluster network; "none" would need a
-		// policy the runner cannot see, so it is refused rather than
-		// silently widened.
-		errs = append(errs, errors.New("kubernetes: container_mode.network \"none\": a pod always joins the cluster network; use \"bridge\" (and NetworkPolicies) or a threegate role"))
-	}
+	// container_mode.network "none" (or empty) without a role is accepted:
+	// a pod always joins the cluster network, and kubedeploy puts a
+	// deny-all NetworkPolicy on the agent's message pods before the
+	// runner starts (kubedeploy.NoNetworkPolicy). The runner cannot see
+	// that policy, so it makes each such pod wait until the API server is
+	// blocked before agent-run reads its request (policyProbe): a pod the
+	// policy does not cover never runs a message.
 	if _, err := kube.HardenedPod(KubeOptions(c, nil).Spec, "check", ""); err != nil {
 		errs = append(errs, fmt.Errorf("kubernetes: %w", err))
 	}
@@ -100,21 +107,30 @@ func KubeOptions(cfg *Config, log hclog.Logger) kube.Options {
 			WorkspaceSubPath: k.WorkspaceSubPath,
 			RuntimeClass:     k.RuntimeClass,
 			Env:              cfg.Env,
-			AwaitBlocked:     policyProbe(k.Topology),
+			AwaitBlocked:     policyProbe(k.Topology != "" || NoNetwork(cfg)),
 		},
 		Prestart: cm.Prestart,
 		Logger:   log,
 	}
 }
 
-// policyProbe is what a topology's message pod must find blocked before
-// it runs anything: the API server as this runner reaches it (the
-// kubelet's, or kubedeploy's api_server, variables), which every member's
-// policies forbid and an unconfined pod reaches. Outside a cluster, or
-// without a topology, there is nothing to wait for.
-func policyProbe(topology string) []string {
+// NoNetwork reports whether an agent's message pods must reach nothing:
+// container_mode.network "none" (or empty, which means "none") for an
+// agent without a ThreeGate role, whose network is its topology's.
+func NoNetwork(c *Config) bool {
+	n := c.Container.Network
+	return c.Role == "" && len(c.Container.Networks) == 0 && (n == "" || n == "none")
+}
+
+// policyProbe is what a confined message pod must find blocked before it
+// runs anything: the API server as this runner reaches it (the kubelet's,
+// or kubedeploy's api_server, variables), which every topology member's
+// policies and a no-network agent's deny-all policy forbid, and an
+// unconfined pod reaches. Outside a cluster, or for a pod that is not
+// confined (a "bridge" agent), there is nothing to wait for.
+func policyProbe(confined bool) []string {
 	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
-	if topology == "" || host == "" || port == "" {
+	if !confined || host == "" || port == "" {
 		return nil
 	}
 	return []string{net.JoinHostPort(host, port)}

@@ -3,10 +3,13 @@ package runner
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 )
 
 func kubeConfig() *Config {
@@ -29,6 +32,15 @@ func TestValidateKubernetes(t *testing.T) {
 	core.Ask = []AskTarget{{AgentID: "tx", Role: "tool_exec", Port: 8080, Token: "t"}, {AgentID: "fx", Role: "fetch", Port: 1, Token: "u"}}
 	if err := core.Validate(); err != nil {
 		t.Errorf("a core agent with ask targets on kubernetes: %v", err)
+	}
+	// No network without a role: kubedeploy's deny-all policy confines
+	// the pods, which wait for it (TestKubeOptionsAwaitPolicy).
+	for _, n := range []string{"none", ""} {
+		c := kubeConfig()
+		c.Role, c.Kubernetes.Topology, c.Container.Network = "", "", n
+		if err := c.Validate(); err != nil {
+			t.Errorf("network %q without a role on kubernetes: %v", n, err)
+		}
 	}
 	// The relay reaches message pods on their own attach.
 	for _, p := range []string{"openai", "anthropic"} {
@@ -71,8 +83,6 @@ func TestValidateKubernetes(t *testing.T) {
 		{"topology without role", func(c *Config) { c.Role = "" }, "a threegate role needs its topology"},
 		{"bad topology", func(c *Config) { c.Kubernetes.Topology = "tg/x" }, "label"},
 		{"docker networks", func(c *Config) { c.Container.Networks = []string{"llmnet"} }, "Docker networks"},
-		{"network none", func(c *Config) { c.Role, c.Kubernetes.Topology = "", ""; c.Container.Network = "none" }, "network \"none\""},
-		{"network empty", func(c *Config) { c.Role, c.Kubernetes.Topology = "", ""; c.Container.Network = "" }, "network \"none\""},
 		{"no claim", func(c *Config) { c.Kubernetes.WorkspaceClaim = "" }, "workspace claim is empty"},
 		{"bad pull policy", func(c *Config) { c.Kubernetes.ImagePullPolicy = "Sometimes" }, "image pull policy"},
 		{"bad cpu", func(c *Config) { c.Kubernetes.CPULimit = "lots" }, "cpu limit"},
@@ -96,6 +106,52 @@ func TestKubeOptions(t *testing.T) {
 	}
 	if o.Prestart {
 		t.Error("prestart on though the config has it off")
+	}
+}
+
+// A confined message pod (a topology member's, or a no-network agent's)
+// waits until the API server is blocked; a "bridge" agent's has nothing
+// to wait for.
+func TestKubeOptionsAwaitPolicy(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "6443")
+	none := kubeConfig()
+	none.Role, none.Kubernetes.Topology, none.Container.Network = "", "", "none"
+	empty := kubeConfig()
+	empty.Role, empty.Kubernetes.Topology, empty.Container.Network = "", "", ""
+	bridge := kubeConfig()
+	bridge.Role, bridge.Kubernetes.Topology = "", ""
+	for name, tc := range map[string]struct {
+		c    *Config
+		want []string
+	}{
+		"topology member": {kubeConfig(), []string{"10.0.0.1:6443"}},
+		"network none":    {none, []string{"10.0.0.1:6443"}},
+		"network empty":   {empty, []string{"10.0.0.1:6443"}},
+		"network bridge":  {bridge, nil},
+	} {
+		if got := KubeOptions(tc.c, nil).Spec.AwaitBlocked; !slices.Equal(got, tc.want) {
+			t.Errorf("%s: await blocked %v, want %v", name, got, tc.want)
+		}
+	}
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	if got := KubeOptions(none, nil).Spec.AwaitBlocked; got != nil {
+		t.Errorf("outside a cluster: await blocked %v", got)
+	}
+}
+
+// The seed travels with every message on a cluster, and never on Docker,
+// where the provider writes the workspace itself.
+func TestBuildRequestSeed(t *testing.T) {
+	seed := &agent.Seed{Soul: "s", Memory: "m", ManageSoul: true}
+	c := kubeConfig()
+	c.Kubernetes.Seed = seed
+	if got := BuildRequest(c, "m1", MessageRequest{Text: "hi"}).Seed; got == nil || *got != *seed {
+		t.Errorf("kubernetes: seed %+v, want %+v", got, seed)
+	}
+	d := testConfig()
+	if got := BuildRequest(d, "m1", MessageRequest{Text: "hi"}).Seed; got != nil {
+		t.Errorf("docker: seed %+v, want none", got)
 	}
 }
 

@@ -627,11 +627,16 @@ func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, 
 // BuildRequest is the agent-run request for one message: the message plus
 // the agent's LLM settings (without the API key, which never leaves the
 // runner: run adds the relay and its token) and secrets, which travel only
-// on stdin.
+// on stdin; on a cluster, the workspace seed (Kubernetes.Seed).
 func BuildRequest(cfg *Config, id string, msg MessageRequest) agent.Request {
 	llm := cfg.LLM
 	llm.APIKey = ""
+	var seed *agent.Seed
+	if cfg.Kubernetes != nil {
+		seed = cfg.Kubernetes.Seed
+	}
 	return agent.Request{
+		Seed:    seed,
 		AgentID: cfg.AgentID,
 		Message: agent.Message{
 			ID:             id,

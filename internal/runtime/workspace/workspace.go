@@ -62,6 +62,17 @@ type Spec struct {
 	// package creates; it needs the right to chown, so it is skipped with an
 	// error when the caller lacks it.
 	Owner *Owner
+	// Mounted says Dir is a volume someone else mounted for the caller (a
+	// message pod's /workspace, agent-run's seed on a cluster): it must
+	// exist, and Ensure neither makes it nor changes its mode. The mode of
+	// a mount point is the volume's: with a pod's fsGroup the kubelet
+	// gives the group access (and the setgid bit, so new files keep the
+	// group) on a directory the pod's user may not own, where a chmod
+	// fails with EPERM, or, where it is the owner, would strip the group
+	// access the next pod's user may rely on. Nothing outside the pod sees
+	// the mount point, so 0700's reason (other users of a host listing
+	// agents) does not apply there.
+	Mounted bool
 }
 
 // Owner is a numeric user and group.
@@ -78,11 +89,23 @@ type Result struct {
 // Ensure makes the workspace hold what s says without destroying the agent's
 // work: the directory (mode 0700, parents 0700 too, so other users cannot
 // list agents), SOUL.md and MEMORY.md when missing, skills/ when missing;
-// SOUL.md is rewritten only with ManageSoul and only when it differs.
+// SOUL.md is rewritten only with ManageSoul and only when it differs. A
+// Mounted directory must exist and keeps its mode.
 func Ensure(s Spec) (Result, error) {
 	var r Result
 	if s.Dir == "" || !filepath.IsAbs(s.Dir) {
 		return r, fmt.Errorf("workspace: %q is not an absolute path", s.Dir)
+	}
+	if s.Mounted {
+		// Stat, not Lstat: a mount point is what it resolves to, and the
+		// caller (not the agent) chose the path.
+		if st, err := os.Stat(s.Dir); err != nil {
+			return r, fmt.Errorf("workspace: %w", err)
+		} else if !st.IsDir() {
+			return r, fmt.Errorf("workspace: %s is not a directory", s.Dir)
+		}
+		err := ensureFiles(s, &r, nil)
+		return r, err
 	}
 	if _, err := os.Lstat(s.Dir); errors.Is(err, fs.ErrNotExist) {
 		r.Created = true
@@ -112,10 +135,17 @@ func Ensure(s Spec) (Result, error) {
 	if r.Created {
 		created = append(created, s.Dir)
 	}
+	err = ensureFiles(s, &r, created)
+	return r, err
+}
 
+// ensureFiles writes what Ensure promises inside the existing directory
+// s.Dir, reports it in *r, and chowns to s.Owner what was made (created
+// holds what Ensure made before).
+func ensureFiles(s Spec, r *Result, created []string) error {
 	wrote, err := writeIfMissing(filepath.Join(s.Dir, SoulFile), s.Soul)
 	if err != nil {
-		return r, err
+		return err
 	}
 	r.SoulWritten = wrote
 	if wrote {
@@ -123,18 +153,18 @@ func Ensure(s Spec) (Result, error) {
 	} else if s.ManageSoul {
 		cur, present, err := readSoul(s.Dir)
 		if err != nil {
-			return r, err
+			return err
 		}
 		if !present || cur != s.Soul {
 			if err := writeAtomic(s.Dir, SoulFile, s.Soul); err != nil {
-				return r, err
+				return err
 			}
 			r.SoulWritten = true
 			created = append(created, filepath.Join(s.Dir, SoulFile))
 		}
 	}
 	if wrote, err := writeIfMissing(filepath.Join(s.Dir, MemoryFile), s.Memory); err != nil {
-		return r, err
+		return err
 	} else if wrote {
 		created = append(created, filepath.Join(s.Dir, MemoryFile))
 	}
@@ -142,23 +172,24 @@ func Ensure(s Spec) (Result, error) {
 	if err := os.Mkdir(skills, DirMode); err == nil {
 		created = append(created, skills)
 	} else if !errors.Is(err, fs.ErrExist) {
-		return r, fmt.Errorf("workspace skills: %w", err)
+		return fmt.Errorf("workspace skills: %w", err)
 	}
 
 	if s.Owner != nil {
-		// The top directory always, so a changed sandbox user can still
+		// The top directory always (unless it is a mount point, whose
+		// owner is the volume's), so a changed sandbox user can still
 		// enter it; below it only what was made now, never the agent's own
 		// files (it may have chosen their owners).
-		if !r.Created {
+		if !r.Created && !s.Mounted {
 			created = append(created, s.Dir)
 		}
 		for _, p := range created {
 			if err := os.Lchown(p, s.Owner.UID, s.Owner.GID); err != nil {
-				return r, fmt.Errorf("workspace chown %s to %d:%d: %w", p, s.Owner.UID, s.Owner.GID, err)
+				return fmt.Errorf("workspace chown %s to %d:%d: %w", p, s.Owner.UID, s.Owner.GID, err)
 			}
 		}
 	}
-	return r, nil
+	return nil
 }
 
 func writeIfMissing(p, content string) (bool, error) {

@@ -234,3 +234,49 @@ func TestSoulFIFOReadsAsAbsent(t *testing.T) {
 		t.Fatalf("Inspect of a FIFO SOUL.md: %+v %v", st, err)
 	}
 }
+
+// A mounted workspace (a message pod's /workspace) gets the same files as
+// any other, but keeps the mode its volume gave it, and must exist.
+func TestEnsureMountedKeepsModeAndNeedsTheDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "workspace")
+	if _, err := Ensure(Spec{Dir: dir, Soul: "s", Mounted: true}); err == nil {
+		t.Fatal("a missing mount point was made")
+	}
+	if _, err := os.Lstat(dir); err == nil {
+		t.Fatal("Ensure made the mount point")
+	}
+	testutil.Must(t, os.Mkdir(dir, 0o700))
+	// As the kubelet leaves a volume for a pod's fsGroup.
+	testutil.Must(t, os.Chmod(dir, 0o770|os.ModeSetgid))
+	r, err := Ensure(Spec{Dir: dir, Soul: "soul v1", Memory: "mem v1", Mounted: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Created || !r.SoulWritten {
+		t.Fatalf("first Ensure: %+v", r)
+	}
+	if st, _ := os.Stat(dir); st.Mode()&(os.ModePerm|os.ModeSetgid) != 0o770|os.ModeSetgid {
+		t.Errorf("mount point mode %v, want it left at setgid 0770", st.Mode())
+	}
+	mustRead(t, filepath.Join(dir, SoulFile), "soul v1")
+	mustRead(t, filepath.Join(dir, MemoryFile), "mem v1")
+	if st, err := os.Stat(filepath.Join(dir, SkillsDir)); err != nil || !st.IsDir() {
+		t.Fatalf("skills: %v", err)
+	}
+	testutil.Must(t, os.WriteFile(filepath.Join(dir, SoulFile), []byte("agent edit"), 0o600))
+	if r, err := Ensure(Spec{Dir: dir, Soul: "soul v2", Mounted: true}); err != nil || r.SoulWritten {
+		t.Fatalf("unmanaged soul: %+v %v", r, err)
+	}
+	mustRead(t, filepath.Join(dir, SoulFile), "agent edit")
+	if r, err := Ensure(Spec{Dir: dir, Soul: "soul v2", ManageSoul: true, Mounted: true}); err != nil || !r.SoulWritten {
+		t.Fatalf("managed soul: %+v %v", r, err)
+	}
+	mustRead(t, filepath.Join(dir, SoulFile), "soul v2")
+	mustRead(t, filepath.Join(dir, MemoryFile), "mem v1")
+
+	file := filepath.Join(t.TempDir(), "file")
+	testutil.Must(t, os.WriteFile(file, nil, 0o600))
+	if _, err := Ensure(Spec{Dir: file, Mounted: true}); err == nil {
+		t.Fatal("a file was taken for a mounted workspace")
+	}
+}

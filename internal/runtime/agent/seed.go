@@ -1,0 +1,29 @@
+package agent
+
+import (
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
+)
+
+// applySeed writes a request's Seed into the workspace by the rules the
+// provider applies on Docker (workspace.Ensure). The workspace is a mount
+// point (a pod's /workspace): it keeps the mode its volume gave it
+// (workspace.Spec.Mounted says why). It runs before the system prompt is
+// read, so the message sees the soul it brought. Only whether SOUL.md was
+// written is logged, never its content.
+func applySeed(seed *Seed, dir string, log hclog.Logger) error {
+	if seed == nil {
+		return nil
+	}
+	r, err := workspace.Ensure(workspace.Spec{
+		Dir: dir, Soul: seed.Soul, Memory: seed.Memory, ManageSoul: seed.ManageSoul, Mounted: true,
+	})
+	if err != nil {
+		return err
+	}
+	if r.SoulWritten {
+		log.Info("workspace seeded", "file", workspace.SoulFile)
+	}
+	return nil
+}
