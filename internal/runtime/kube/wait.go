@@ -15,9 +15,11 @@ import (
 var errPodGone = errors.New("pod deleted")
 
 // fatalWaiting are the reasons a container waits that no wait will end.
+// CrashLoopBackOff only comes to a pod that restarts its containers (a
+// Deployment's); a message's pod never does.
 var fatalWaiting = map[string]bool{
 	"ErrImagePull": true, "ImagePullBackOff": true, "ErrImageNeverPull": true, "InvalidImageName": true,
-	"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true,
+	"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true, "CrashLoopBackOff": true,
 }
 
 // waitPod watches a pod until done says so (or fails), from the state in

@@ -45,8 +45,8 @@ func TestAgentOnCluster(t *testing.T) {
 	c := testkube.Cluster(t, "tf-acc-kd")
 	image := testkube.RunnerImage(t)
 	id := "tf-acc-agent"
-	volume, _ := workspaceVolume(t, c, id)
-	svc := NewService(Options{Client: c, Version: "test", APIServer: apiServer(t, c), Logger: testLogger{t}})
+	volume := workspaceVolume(t, c, id)
+	svc := NewService(Options{Client: c, Version: "test", APIServer: testkube.APIServer(t, c), Logger: testLogger{t}})
 	ctx := context.Background()
 	testutil.Cleanup(t, "remove the agent", func() error { return svc.Remove(context.Background(), id, true) })
 
@@ -65,7 +65,7 @@ func TestAgentOnCluster(t *testing.T) {
 	checkConfigOnlyInSecret(t, c, id, out.Token)
 	checkRBAC(t, c, id)
 
-	addr := forward(t, c, out.RunnerPod, DefaultPort)
+	addr := testkube.Forward(t, c, out.RunnerPod, DefaultPort)
 	begin = time.Now()
 	code, reply := send(t, addr, out.Token, "hello")
 	t.Logf("message round trip (prestarted pod) took %s", time.Since(begin).Round(time.Millisecond))
@@ -115,10 +115,7 @@ func checkConfigOnlyInSecret(t *testing.T, c *kube.Client, id, token string) {
 	t.Helper()
 	ctx := context.Background()
 	n := NamesFor(id)
-	sec, err := c.Clientset.CoreV1().Secrets(c.Namespace).Get(ctx, n.Base, metav1.GetOptions{})
-	testutil.Must(t, err)
-	var cfg runner.Config
-	testutil.Must(t, json.Unmarshal(sec.Data[SecretConfigKey], &cfg))
+	cfg := secretConfig(t, c, id)
 	if cfg.Token != token || cfg.Secrets["GH"] != secretValue || cfg.LLM.APIKey != "sk-kubedeploy-key" ||
 		cfg.Kubernetes == nil || cfg.Kubernetes.WorkspaceClaim != n.Claim || cfg.Kubernetes.Namespace != c.Namespace {
 		t.Errorf("config in the Secret: %+v", cfg)
@@ -151,6 +148,16 @@ func checkConfigOnlyInSecret(t *testing.T, c *kube.Client, id, token string) {
 	testutil.Must(t, err)
 	raw, _ := json.Marshal(dep)
 	leaks("Deployment", string(raw))
+}
+
+// secretConfig is the runner config in the agent's Secret.
+func secretConfig(t *testing.T, c *kube.Client, id string) runner.Config {
+	t.Helper()
+	sec, err := c.Clientset.CoreV1().Secrets(c.Namespace).Get(context.Background(), NamesFor(id).Base, metav1.GetOptions{})
+	testutil.Must(t, err)
+	var cfg runner.Config
+	testutil.Must(t, json.Unmarshal(sec.Data[SecretConfigKey], &cfg))
+	return cfg
 }
 
 // The runner's ServiceAccount may make, attach to, list and delete pods in
@@ -294,8 +301,8 @@ func waitPodGone(t *testing.T, c *kube.Client, name string) {
 func TestAgentOnClusterBadImage(t *testing.T) {
 	c := testkube.Cluster(t, "tf-acc-kd")
 	id := "tf-acc-bad"
-	volume, _ := workspaceVolume(t, c, id)
-	svc := NewService(Options{Client: c, Version: "test", APIServer: apiServer(t, c), ReadyTimeout: time.Minute})
+	volume := workspaceVolume(t, c, id)
+	svc := NewService(Options{Client: c, Version: "test", APIServer: testkube.APIServer(t, c), ReadyTimeout: time.Minute})
 	testutil.Cleanup(t, "remove the agent", func() error { return svc.Remove(context.Background(), id, true) })
 	_, err := svc.Apply(context.Background(), testAgent(id, "meepa.local/not-imported:1", volume))
 	if err == nil || !strings.Contains(err.Error(), "ErrImageNeverPull") {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/testkube"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -22,9 +21,7 @@ import (
 // reserved volume and returns what Apply left.
 func applyMember(t *testing.T, svc *Service, c *kube.Client, image, id, role string, ask ...string) (Agent, Applied) {
 	t.Helper()
-	claim := NamesFor(id).Claim
-	testkube.ReservedVolume(t, c, claim, DefaultWorkspaceSize)
-	a := testAgent(id, image, c.Namespace+"-"+claim)
+	a := testAgent(id, image, workspaceVolume(t, c, id))
 	a.Config.Role, a.ThreegateNetwork, a.ThreegateAsk = role, "tg", ask
 	testutil.Cleanup(t, "remove "+id, func() error { return svc.Remove(context.Background(), id, true) })
 	out, err := svc.Apply(context.Background(), a)
@@ -86,10 +83,7 @@ func checkAskTargetInSecret(t *testing.T, c *kube.Client, coreID, teToken string
 	t.Helper()
 	ctx := context.Background()
 	n := NamesFor(coreID)
-	sec, err := c.Clientset.CoreV1().Secrets(c.Namespace).Get(ctx, n.Base, metav1.GetOptions{})
-	testutil.Must(t, err)
-	var cfg runner.Config
-	testutil.Must(t, json.Unmarshal(sec.Data[SecretConfigKey], &cfg))
+	cfg := secretConfig(t, c, coreID)
 	if len(cfg.Ask) != 1 || cfg.Ask[0].Token != teToken || cfg.Ask[0].Port != DefaultPort || cfg.Ask[0].Listen != "" {
 		t.Errorf("ask targets in the core's Secret: %+v", cfg.Ask)
 	}

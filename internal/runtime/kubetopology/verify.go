@@ -250,12 +250,12 @@ func (sv *Service) runProbe(ctx context.Context, s Spec, o topology.VerifyOption
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			break
 		}
-		if err := podFailed(p); err != nil {
+		if err := kube.PodFailed(p); err != nil {
 			return fmt.Errorf("probe %s: %w", kp.role, err)
 		}
 		select {
 		case <-wctx.Done():
-			return fmt.Errorf("probe %s: pod %s did not finish: %s", kp.role, pod.Name, podState(p))
+			return fmt.Errorf("probe %s: pod %s did not finish: %s", kp.role, pod.Name, kube.PodState(p))
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
