@@ -140,3 +140,20 @@ func ConfigPath(t testing.TB) string {
 	}
 	return kc
 }
+
+// Policies applies the NetworkPolicies of topology name in c's namespace,
+// as kubetopology would without its proxy: a member pod waits for them
+// before it runs (agent-run --await-blocked), so a test that runs members
+// without them sees every message fail closed.
+func Policies(t testing.TB, c *kube.Client, name string) {
+	t.Helper()
+	ctx := context.Background()
+	cluster, err := kube.DiscoverCluster(ctx, c)
+	testutil.Must(t, err)
+	pols, err := kube.ThreeGatePolicies(kube.PolicyInput{Name: name, Namespace: c.Namespace, Cluster: cluster})
+	testutil.Must(t, err)
+	for i := range pols {
+		_, err := c.Clientset.NetworkingV1().NetworkPolicies(c.Namespace).Create(ctx, &pols[i], metav1.CreateOptions{})
+		testutil.Must(t, err)
+	}
+}

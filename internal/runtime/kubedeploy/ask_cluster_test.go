@@ -45,6 +45,7 @@ func TestAskOnCluster(t *testing.T) {
 	image := testkube.RunnerImage(t)
 	svc := NewService(Options{Client: c, Version: "test", APIServer: testkube.APIServer(t, c), Logger: testLogger{t}})
 	teID, coreID := "tf-acc-te", "tf-acc-core"
+	testkube.Policies(t, c, "tg")
 	te, teOut := applyMember(t, svc, c, image, teID, "tool_exec")
 	_, coreOut := applyMember(t, svc, c, image, coreID, "core", teID)
 	checkAskTargetInSecret(t, c, coreID, teOut.Token)
