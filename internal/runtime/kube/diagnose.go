@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	appsv1 "k8s.io/api/apps/v1"
 	"sort"
 	"strings"
 	"time"
@@ -131,4 +132,12 @@ func LogTail(ctx context.Context, c *Client, pod, container string, previous boo
 		return "(log read: " + err.Error() + ")"
 	}
 	return strings.TrimSpace(string(raw))
+}
+
+// RolledOut reports whether a one-replica Deployment runs its current
+// template and nothing else: the controller has seen the latest spec, and
+// its one pod is updated and available.
+func RolledOut(d *appsv1.Deployment) bool {
+	st := d.Status
+	return st.ObservedGeneration >= d.Generation && st.Replicas == 1 && st.UpdatedReplicas == 1 && st.AvailableReplicas == 1
 }

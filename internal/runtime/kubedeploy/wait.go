@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -54,16 +53,11 @@ func (s *Service) runnerState(ctx context.Context, id, hash string) (*corev1.Pod
 		if err := kube.PodFailed(p); err != nil {
 			return nil, err
 		}
-		if rolledOut(d) && kube.PodReady(p) && len(pods) == 1 {
+		if kube.RolledOut(d) && kube.PodReady(p) && len(pods) == 1 {
 			return p, nil
 		}
 	}
 	return nil, nil
-}
-
-func rolledOut(d *appsv1.Deployment) bool {
-	st := d.Status
-	return st.ObservedGeneration >= d.Generation && st.Replicas == 1 && st.UpdatedReplicas == 1 && st.AvailableReplicas == 1
 }
 
 func (s *Service) runnerPods(ctx context.Context, id string) ([]corev1.Pod, error) {

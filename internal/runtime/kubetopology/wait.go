@@ -67,6 +67,12 @@ func (sv *Service) waitProxy(ctx context.Context, s Spec) (*corev1.Pod, error) {
 			return nil, err
 		}
 		why = w
+		if pod != nil && !sv.rolledOut(ctx, s.Name) {
+			// After a Deployment edited out of band is restored, its old
+			// pod still carries the current config annotation until the
+			// controller replaces it.
+			pod, why = nil, "the proxy Deployment has not rolled out its current template yet"
+		}
 		if pod != nil {
 			pods, err := sv.proxyPods(ctx, s.Name)
 			if err == nil && len(pods) == 1 && sv.listens(ctx, pod.Name) {
@@ -89,6 +95,13 @@ func (sv *Service) waitProxy(ctx context.Context, s Spec) (*corev1.Pod, error) {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// rolledOut reports whether the proxy's Deployment runs its current
+// template.
+func (sv *Service) rolledOut(ctx context.Context, name string) bool {
+	d, err := sv.c.Clientset.AppsV1().Deployments(sv.c.Namespace).Get(ctx, ProxyName(name), metav1.GetOptions{})
+	return err == nil && kube.RolledOut(d)
 }
 
 // waitProxyGone waits until no proxy pod of the topology is left, so the
