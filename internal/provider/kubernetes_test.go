@@ -243,12 +243,20 @@ func TestAccKube_threegate(t *testing.T) {
 				t.Logf("threegate_verify on the cluster:\n%s", s.RootModule().Resources["data.threegate_verify.tg"].Primary.Attributes["table"])
 				proxy := strings.TrimPrefix(s.RootModule().Resources["threegate_network.tg"].Primary.Attributes["proxy_url"], "http://")
 				proxyHost, proxyPort, _ := strings.Cut(proxy, ":")
+				// The escape probes from inside a message pod: its user,
+				// capabilities, privileges, seccomp, root filesystem, and no
+				// service-account token.
+				escape := "!sh echo uid=$(id -u); grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t ' ' '; " +
+					"touch /rootfs-probe 2>/dev/null && echo root=writable || echo root=readonly; " +
+					"ls /var/run/secrets/kubernetes.io 2>/dev/null && echo token=present || echo token=absent"
 				reach := fmt.Sprintf(`!sh for a in "%s %s" "%s %s"; do nc -w 3 $a </dev/null 2>&1; echo "== $a $?"; done`, apiHost, apiPort, proxyHost, proxyPort)
 				checks := []struct {
 					addr, text string
 					want       []string
 				}{
 					{"meepa_agent.exec", "!sh echo $((6*7))", []string{"exit 0\n42"}},
+					{"meepa_agent.exec", escape, []string{"exit 0", "uid=65534", "CapEff: 0000000000000000", "CapBnd: 0000000000000000",
+						"NoNewPrivs: 1", "Seccomp: 2", "root=readonly", "token=absent"}},
 					{"meepa_agent.exec", reach, []string{"== " + apiHost + " " + apiPort + " 1", "== " + proxyHost + " " + proxyPort + " 1"}},
 					{"meepa_agent.fetch", "!sh echo ran", []string{"not available to this FETCH agent"}},
 					{"meepa_agent.fetch", "!fetch http://blocked.example.net/", []string{"untrusted content", "HTTP 403"}},
