@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -52,9 +53,10 @@ provider "meepa" {
 // the test cluster through terraform: the isolation image built on Docker
 // and pushed to a registry the node pulls from, the runner a Deployment, a
 // message answered in a fresh pod that finds the seeded SOUL.md and
-// reaches nothing (its no-network policy in place), an empty second plan;
-// then network "bridge" takes the policy away; a destroy takes the
-// runner's objects and, forced, the workspace claim.
+// reaches nothing (its message policy in place), an empty second plan;
+// then network "bridge" turns the policy into "public addresses only": the
+// pod still cannot reach the API server or the metadata range; a destroy
+// takes the runner's objects, the policy and, forced, the workspace claim.
 func TestAccKube_agent(t *testing.T) {
 	c := testkube.Cluster(t, "tf-acc-kube")
 	cli := testutil.Docker(t)
@@ -89,7 +91,7 @@ resource "meepa_agent" "helper" {
 `, base, id, soul, memory, network)
 	}
 	ctx := context.Background()
-	policy := n.Base + "-no-network"
+	policy := n.Base + "-messages"
 	nps := c.Clientset.NetworkingV1().NetworkPolicies(c.Namespace)
 	apiHost, apiPort, _ := strings.Cut(testkube.APIServer(t, c), ":")
 	send := func(s *terraform.State, text string) (string, error) {
@@ -136,7 +138,7 @@ resource "meepa_agent" "helper" {
 			Check: func(s *terraform.State) error {
 				pol, err := nps.Get(ctx, policy, metav1.GetOptions{})
 				if err != nil {
-					return fmt.Errorf("no-network policy: %w", err)
+					return fmt.Errorf("message policy: %w", err)
 				}
 				want, err := metav1.ParseToLabelSelector(kube.AgentSelector(id))
 				if err != nil {
@@ -144,7 +146,7 @@ resource "meepa_agent" "helper" {
 				}
 				if !maps.Equal(pol.Spec.PodSelector.MatchLabels, want.MatchLabels) || len(pol.Spec.PodSelector.MatchExpressions) != 0 ||
 					len(pol.Spec.Egress)+len(pol.Spec.Ingress) != 0 || len(pol.Spec.PolicyTypes) != 2 {
-					return fmt.Errorf("no-network policy %+v: want the agent's message pods (%s), both types and no rule", pol.Spec, kube.AgentSelector(id))
+					return fmt.Errorf("message policy %+v: want the agent's message pods (%s), both types and no rule", pol.Spec, kube.AgentSelector(id))
 				}
 				checks := []struct{ text, want string }{
 					{"hello from the cluster", "offline: received"},
@@ -173,12 +175,14 @@ resource "meepa_agent" "helper" {
 		}, {
 			Config: cfg("bridge"),
 			Check: func(s *terraform.State) error {
-				if _, err := nps.Get(ctx, policy, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-					return fmt.Errorf("no-network policy after network \"bridge\": %v", err)
+				pol, err := nps.Get(ctx, policy, metav1.GetOptions{})
+				if err != nil || len(pol.Spec.Ingress) != 0 || len(pol.Spec.Egress) != 2 || pol.Spec.Egress[0].To[0].IPBlock == nil ||
+					!slices.Contains(pol.Spec.Egress[0].To[0].IPBlock.Except, "169.254.0.0/16") {
+					return fmt.Errorf("message policy after network \"bridge\": %+v %v", pol, err)
 				}
-				reply, err := send(s, "hello again")
-				if err != nil || !strings.Contains(reply, "offline: received") {
-					return fmt.Errorf("message after network \"bridge\": %q %v", reply, err)
+				reply, err := send(s, fmt.Sprintf("!sh nc -w 2 %s %s </dev/null 2>&1; echo \"== $? ==\"", apiHost, apiPort))
+				if err != nil || !strings.Contains(reply, "== 1 ==") {
+					return fmt.Errorf("a bridge pod reached the API server: %q %v", reply, err)
 				}
 				return nil
 			},

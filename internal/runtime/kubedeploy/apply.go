@@ -58,7 +58,7 @@ func (s *Service) Apply(ctx context.Context, a Agent) (Applied, error) {
 	if err := s.applyLLMPolicy(ctx, a); err != nil {
 		return out, s.rollback(ctx, id, isNew, err)
 	}
-	if err := s.applyNoNetworkPolicy(ctx, a); err != nil {
+	if err := s.applyMessagePolicy(ctx, a); err != nil {
 		return out, s.rollback(ctx, id, isNew, err)
 	}
 	if err := s.applyObjects(ctx, a, n, key, out.ConfigHash); err != nil {
@@ -70,10 +70,10 @@ func (s *Service) Apply(ctx context.Context, a Agent) (Applied, error) {
 	}
 	out.RunnerStatus, out.RunnerPod = StatusRunning, pod.Name
 	s.log.Info("runner available", "agent_id", id, "pod", pod.Name, "config_hash", out.ConfigHash)
-	if !runner.NoNetwork(&a.Config) {
+	if !runner.OwnPolicy(&a.Config) {
 		// The runner of the new config runs: no pod of the old one is
 		// left to need the policy.
-		if err := s.removeNoNetworkPolicy(ctx, id); err != nil {
+		if err := s.removeMessagePolicy(ctx, id); err != nil {
 			return out, err
 		}
 	}

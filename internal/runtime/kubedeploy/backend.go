@@ -54,9 +54,12 @@ func Check(a deploy.Agent) []*FieldError {
 		bad("file_access", "file_access governs host-mode agents, which a cluster does not run; remove it")
 	}
 	// soul, memory and manage_soul travel in the runner's config and are
-	// applied by each message pod (agentOf); container_mode.network
-	// "none" is a deny-all NetworkPolicy on the message pods
-	// (NoNetworkPolicy).
+	// applied by each message pod (agentOf); container_mode.network "none"
+	// and "bridge" are a NetworkPolicy on the message pods (MessagePolicy).
+	if n := c.Container.Network; a.Meta.ThreegateNetwork == "" && n != "" && n != "none" && n != "bridge" {
+		bad("container_mode.network", "%q: a cluster has no Docker networks; use \"none\" or \"bridge\" (out to public addresses only), "+
+			"or place the agent in a threegate topology", n)
+	}
 	return errs
 }
 

@@ -69,8 +69,8 @@ func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
 	if err != nil {
 		return o, stepErr(deploy.StepRead, "", "reading the runner's objects", err)
 	}
-	if err := s.readNoNetworkPolicy(ctx, &a.Config, &o); err != nil {
-		return o, stepErr(deploy.StepRead, "", "reading the no-network policy", err)
+	if err := s.readMessagePolicy(ctx, &a.Config, &o); err != nil {
+		return o, stepErr(deploy.StepRead, "", "reading the message pods' policy", err)
 	}
 	if roleErr == nil && !reflect.DeepEqual(role.Rules, RunnerRules()) {
 		o.Changed = append(o.Changed, "Role")
@@ -145,7 +145,7 @@ func (s *Service) Remove(ctx context.Context, id string, force bool) error {
 	if err := s.removeLLMPolicy(ctx, id); err != nil {
 		return err
 	}
-	if err := s.removeNoNetworkPolicy(ctx, id); err != nil {
+	if err := s.removeMessagePolicy(ctx, id); err != nil {
 		return err
 	}
 	s.log.Info("runner objects removed", "agent_id", id, "name", n.Base)

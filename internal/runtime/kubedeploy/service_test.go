@@ -25,6 +25,7 @@ func fakeService() (*Service, *fake.Clientset) {
 // Remove.
 func TestObjectsReadRemove(t *testing.T) {
 	svc, cs := fakeService()
+	seedCluster(t, cs)
 	ctx := context.Background()
 	a := testAgent("writer", "img", "")
 	a.Config.Token = "tok"
@@ -45,6 +46,9 @@ func TestObjectsReadRemove(t *testing.T) {
 	}
 	// A second apply updates in place.
 	if err := svc.applyObjects(ctx, a, n, key, svc.hash(a, key)); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.applyMessagePolicy(ctx, a); err != nil {
 		t.Fatal(err)
 	}
 	sec, err := cs.CoreV1().Secrets("agents").Get(ctx, n.Base, metav1.GetOptions{})
@@ -78,7 +82,7 @@ func TestObjectsReadRemove(t *testing.T) {
 	if _, err := cs.CoreV1().Secrets("agents").Get(ctx, n.Base, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("Secret after Remove: %v", err)
 	}
-	if obs, _ := svc.Read(ctx, a); len(obs.Missing) != 6 || slices.Contains(obs.Missing, "PersistentVolumeClaim") || obs.RunnerStatus != StatusMissing {
+	if obs, _ := svc.Read(ctx, a); len(obs.Missing) != 7 || !slices.Contains(obs.Missing, "NetworkPolicy") || slices.Contains(obs.Missing, "PersistentVolumeClaim") || obs.RunnerStatus != StatusMissing {
 		t.Errorf("Read after Remove: %+v", obs)
 	}
 	if err := svc.Remove(ctx, "writer", true); err != nil {

@@ -77,13 +77,16 @@ func (c *Config) validateKubernetes() error {
 	if len(c.Container.Networks) > 0 {
 		errs = append(errs, errors.New("kubernetes: container_mode.networks are Docker networks; pods are placed by labels and NetworkPolicies"))
 	}
-	// container_mode.network "none" (or empty) without a role is accepted:
-	// a pod always joins the cluster network, and kubedeploy puts a
-	// deny-all NetworkPolicy on the agent's message pods before the
-	// runner starts (kubedeploy.NoNetworkPolicy). The runner cannot see
-	// that policy, so it makes each such pod wait until the API server is
-	// blocked before agent-run reads its request (policyProbe): a pod the
-	// policy does not cover never runs a message.
+	// Without a role, container_mode.network "none" (or empty) and
+	// "bridge" are accepted: a pod always joins the cluster network, and
+	// kubedeploy puts the agent's message pods under a NetworkPolicy of
+	// their own before the runner starts (kubedeploy.MessagePolicy). The
+	// runner cannot see that policy, so it makes each pod wait until the
+	// API server is blocked before agent-run reads its request
+	// (policyProbe): a pod the policy does not cover never runs a message.
+	if c.Role == "" && !OwnPolicy(c) {
+		errs = append(errs, fmt.Errorf("kubernetes: container_mode.network %q: a cluster has no Docker networks; use none or bridge", c.Container.Network))
+	}
 	if _, err := kube.HardenedPod(KubeOptions(c, nil).Spec, "check", ""); err != nil {
 		errs = append(errs, fmt.Errorf("kubernetes: %w", err))
 	}
@@ -107,27 +110,27 @@ func KubeOptions(cfg *Config, log hclog.Logger) kube.Options {
 			WorkspaceSubPath: k.WorkspaceSubPath,
 			RuntimeClass:     k.RuntimeClass,
 			Env:              cfg.Env,
-			AwaitBlocked:     policyProbe(k.Topology != "" || NoNetwork(cfg)),
+			AwaitBlocked:     policyProbe(k.Topology != "" || OwnPolicy(cfg)),
 		},
 		Prestart: cm.Prestart,
 		Logger:   log,
 	}
 }
 
-// NoNetwork reports whether an agent's message pods must reach nothing:
-// container_mode.network "none" (or empty, which means "none") for an
-// agent without a ThreeGate role, whose network is its topology's.
-func NoNetwork(c *Config) bool {
+// OwnPolicy reports whether an agent's message pods are governed by a
+// policy of the agent's own (kubedeploy.MessagePolicy): an agent without a
+// ThreeGate role, whose network is "none" (or empty, which means "none") or
+// "bridge". A role's pods are governed by its topology's policies.
+func OwnPolicy(c *Config) bool {
 	n := c.Container.Network
-	return c.Role == "" && len(c.Container.Networks) == 0 && (n == "" || n == "none")
+	return c.Role == "" && len(c.Container.Networks) == 0 && (n == "" || n == "none" || n == "bridge")
 }
 
 // policyProbe is what a confined message pod must find blocked before it
 // runs anything: the API server as this runner reaches it (the kubelet's,
 // or kubedeploy's api_server, variables), which every topology member's
-// policies and a no-network agent's deny-all policy forbid, and an
-// unconfined pod reaches. Outside a cluster, or for a pod that is not
-// confined (a "bridge" agent), there is nothing to wait for.
+// policies and every agent's own message policy forbid, and an unconfined
+// pod reaches. Outside a cluster there is nothing to wait for.
 func policyProbe(confined bool) []string {
 	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
 	if !confined || host == "" || port == "" {

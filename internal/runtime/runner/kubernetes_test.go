@@ -109,9 +109,9 @@ func TestKubeOptions(t *testing.T) {
 	}
 }
 
-// A confined message pod (a topology member's, or a no-network agent's)
-// waits until the API server is blocked; a "bridge" agent's has nothing
-// to wait for.
+// Every message pod on a cluster is confined (a topology member's by the
+// topology's policies, any other agent's by its own message policy, for
+// "none" and "bridge" alike) and waits until the API server is blocked.
 func TestKubeOptionsAwaitPolicy(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
 	t.Setenv("KUBERNETES_SERVICE_PORT", "6443")
@@ -128,7 +128,7 @@ func TestKubeOptionsAwaitPolicy(t *testing.T) {
 		"topology member": {kubeConfig(), []string{"10.0.0.1:6443"}},
 		"network none":    {none, []string{"10.0.0.1:6443"}},
 		"network empty":   {empty, []string{"10.0.0.1:6443"}},
-		"network bridge":  {bridge, nil},
+		"network bridge":  {bridge, []string{"10.0.0.1:6443"}},
 	} {
 		if got := KubeOptions(tc.c, nil).Spec.AwaitBlocked; !slices.Equal(got, tc.want) {
 			t.Errorf("%s: await blocked %v, want %v", name, got, tc.want)
