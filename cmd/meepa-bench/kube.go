@@ -86,6 +86,7 @@ func benchKube(ctx context.Context, cli *client.Client, kubeconfig, tmp string, 
 func kubeRounds(ctx context.Context, c *kube.Client, spec kube.PodSpec, rounds int) (k, l, m []time.Duration, err error) {
 	// MEEPA_BENCH_DEBUG=1 prints each message's reply and exit-state times.
 	log := hclog.NewNullLogger()
+	kube.RouteClientLogs(log) // client-go's stream-teardown lines, not the bench's
 	if os.Getenv("MEEPA_BENCH_DEBUG") != "" {
 		log = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: os.Stderr})
 	}

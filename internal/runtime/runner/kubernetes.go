@@ -150,6 +150,8 @@ func ThreeGateRole(role string) string {
 // newKubeBackend connects with the pod's service account and makes the pod
 // backend, which deletes this agent's orphan pods first.
 func newKubeBackend(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox.Backend, string, error) {
+	// In a runner pod: the process and its logger live as long.
+	kube.RouteClientLogs(log)
 	c, err := kube.InCluster(cfg.Kubernetes.Namespace)
 	if err != nil {
 		return nil, ModeKubernetes, err
