@@ -16,7 +16,10 @@
 #     -d '{"text":"!ask <prefix>-exec !sh echo $((6*7))"}' localhost:8080/v1/messages
 #
 # The cluster must enforce NetworkPolicies (a CNI such as Calico, Cilium or
-# kube-router): threegate_verify below fails the plan when it does not.
+# kube-router): threegate_verify below fails the plan when it does not. The
+# namespace should enforce the restricted Pod Security level
+# (pod-security.kubernetes.io/enforce=restricted); meepa_agent warns when
+# it does not.
 terraform {
   required_providers {
     meepa = {

@@ -51,6 +51,7 @@ var warningSummaries = map[string]string{
 	deploy.TopicVersionDrift:    "Runner Version Drift",
 	deploy.TopicBridgeDrift:     "Managed Bridge Network Drift",
 	kubedeploy.TopicObjectDrift: "Kubernetes Object Drift",
+	kubedeploy.TopicPodSecurity: "Namespace Without Restricted Pod Security",
 }
 
 // addServiceError turns the agent service's error (one step's, or a step's

@@ -40,7 +40,10 @@ func Cluster(t testing.TB, prefix string) *kube.Client {
 	testutil.Must(t, err)
 	name := fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), seq.Add(1))
 	ctx := context.Background()
-	_, err = base.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	// Pod Security "restricted" enforced, as a hardened cluster would:
+	// every pod the product makes must pass it.
+	_, err = base.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}, metav1.CreateOptions{})
 	testutil.Must(t, err)
 	testutil.Cleanup(t, "delete namespace "+name, func() error {
 		return base.Clientset.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
@@ -157,6 +158,9 @@ func (b *Backend) Apply(ctx context.Context, a deploy.Agent, _ *deploy.Prior, _ 
 	out.WorkspacePath = b.WorkspaceRef(a.Config.AgentID)
 	out.Endpoint, out.ConfigHash = got.Endpoint, got.ConfigHash
 	out.RunnerStatus, out.RunnerContainerID = got.RunnerStatus, got.RunnerPod
+	if w := b.podSecurityWarning(ctx); w != "" {
+		out.Warnings = append(out.Warnings, deploy.Warning{Topic: TopicPodSecurity, Detail: w})
+	}
 	return out, nil
 }
 
@@ -217,4 +221,32 @@ func (b *Backend) Import(ctx context.Context, id string) (deploy.Imported, error
 	}
 	cfg.Listen, cfg.Workspace, cfg.Kubernetes, cfg.Ask = "", b.WorkspaceRef(id), nil, nil
 	return deploy.Imported{Agent: deploy.Agent{Config: cfg, Meta: meta}, Endpoint: b.s.Endpoint(id), Reported: deploy.NotReported}, nil
+}
+
+// TopicPodSecurity is the Warning Apply gives when the namespace does not
+// enforce the "restricted" Pod Security level.
+const TopicPodSecurity = "pod security"
+
+// podSecurityLabel is the namespace label the Pod Security admission
+// enforces.
+const podSecurityLabel = "pod-security.kubernetes.io/enforce"
+
+// podSecurityWarning says what a namespace without restricted Pod Security
+// leaves open: the runner's ServiceAccount may create pods, and without
+// the admission a runner taken over could make one that is privileged or
+// mounts the node. Every pod the provider makes passes "restricted" (the
+// tests run under it); "" when the namespace enforces it.
+func (b *Backend) podSecurityWarning(ctx context.Context) string {
+	ns := b.s.o.Client.Namespace
+	obj, err := b.s.o.Client.Clientset.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Sprintf("Could not read namespace %s to check its Pod Security level (%v). Agents' runners may create pods; "+
+			"label the namespace %s=restricted so that no pod they create can be privileged or mount the node.", ns, err, podSecurityLabel)
+	}
+	if obj.Labels[podSecurityLabel] == "restricted" {
+		return ""
+	}
+	return fmt.Sprintf("Namespace %s does not enforce the restricted Pod Security level. Agents' runners may create pods there; "+
+		"without it, a runner taken over could create one that is privileged or mounts the node. Every pod this provider makes "+
+		"passes the level: label the namespace %s=restricted.", ns, podSecurityLabel)
 }

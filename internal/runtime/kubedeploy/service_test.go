@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -113,5 +114,30 @@ func TestCompleteRefuses(t *testing.T) {
 	a = testAgent("Bad/Id", "img", "")
 	if _, err := svc.Apply(context.Background(), a); err == nil || !strings.Contains(err.Error(), "agent id") {
 		t.Errorf("Apply with a bad id: %v", err)
+	}
+}
+
+// Apply warns about a namespace that does not enforce restricted Pod
+// Security (the runner may create pods there), and only then.
+func TestPodSecurityWarning(t *testing.T) {
+	svc, cs := fakeService()
+	b := NewBackend(svc)
+	ctx := context.Background()
+	if w := b.podSecurityWarning(ctx); !strings.Contains(w, "Could not read namespace agents") {
+		t.Errorf("no namespace: %q", w)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "agents"}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if w := b.podSecurityWarning(ctx); !strings.Contains(w, "does not enforce the restricted Pod Security level") {
+		t.Errorf("unlabelled namespace: %q", w)
+	}
+	ns.Labels = map[string]string{podSecurityLabel: "restricted"}
+	if _, err := cs.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if w := b.podSecurityWarning(ctx); w != "" {
+		t.Errorf("restricted namespace: %q", w)
 	}
 }
