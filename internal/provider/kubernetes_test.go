@@ -173,6 +173,15 @@ resource "meepa_agent" "helper" {
 				return nil
 			},
 		}, {
+			// Import reads the agent back from its Secret and objects.
+			Config:                               cfg("none"),
+			ResourceName:                         "meepa_agent.helper",
+			ImportState:                          true,
+			ImportStateId:                        id,
+			ImportStateVerify:                    true,
+			ImportStateVerifyIdentifierAttribute: "agent_id",
+			ImportStateVerifyIgnore:              []string{"llm.api_key"},
+		}, {
 			Config: cfg("bridge"),
 			Check: func(s *terraform.State) error {
 				pol, err := nps.Get(ctx, policy, metav1.GetOptions{})
@@ -281,6 +290,65 @@ func TestAccKube_threegate(t *testing.T) {
 					}
 				}
 				return nil
+			},
+		}},
+	})
+}
+
+// TestAccKube_topologyImport: a topology on the cluster is imported from
+// its proxy Deployment with every attribute as applied, and a policy
+// deleted out of band is drift that the next apply restores.
+func TestAccKube_topologyImport(t *testing.T) {
+	c := testkube.Cluster(t, "tf-acc-kube-imp")
+	base := testutil.EnsureBusybox(t, testutil.Docker(t))
+	cfg := kubeProvider(t, c, testkube.Registry(t)) + fmt.Sprintf(`
+resource "meepa_isolation_image" "agents" {
+  base_image      = %q
+  pull            = "never"
+  package_manager = "none"
+}
+
+resource "threegate_network" "tg" {
+  provider = meepa
+  name     = "kimp"
+  proxy = {
+    image = meepa_isolation_image.agents.isolated_image
+    allow = ["example.com:443", "192.0.2.10:443"]
+    dns   = ["9.9.9.9"]
+  }
+}
+`, base)
+	ctx := context.Background()
+	resource.Test(t, resource.TestCase{
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: cfg,
+			ConfigStateChecks: []statecheck.StateCheck{
+				statecheck.ExpectKnownValue("threegate_network.tg", tfjsonpath.New("proxy_container_id"), knownvalue.StringExact("kimp-proxy")),
+				statecheck.ExpectKnownValue("threegate_network.tg", tfjsonpath.New("networks"), knownvalue.MapExact(map[string]knownvalue.Check{})),
+			},
+		}, {
+			ResourceName:                         "threegate_network.tg",
+			ImportState:                          true,
+			ImportStateId:                        "kimp",
+			ImportStateVerify:                    true,
+			ImportStateVerifyIdentifierAttribute: "name",
+		}, {
+			// A policy deleted out of band: the plan shows the drift.
+			PreConfig: func() {
+				if err := c.Clientset.NetworkingV1().NetworkPolicies(c.Namespace).Delete(ctx, "kimp-default-deny", metav1.DeleteOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			Config:             cfg,
+			PlanOnly:           true,
+			ExpectNonEmptyPlan: true,
+		}, {
+			Config: cfg,
+			Check: func(*terraform.State) error {
+				_, err := c.Clientset.NetworkingV1().NetworkPolicies(c.Namespace).Get(ctx, "kimp-default-deny", metav1.GetOptions{})
+				return err
 			},
 		}},
 	})

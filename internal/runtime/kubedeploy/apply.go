@@ -136,7 +136,11 @@ func (s *Service) applyObjects(ctx context.Context, a Agent, n Names, key []byte
 		do   func() error
 	}{
 		{"Secret", func() error {
-			return upsert(ctx, cs.CoreV1().Secrets(ns), ConfigSecret(n, ns, id, raw, []byte(hex.EncodeToString(key))), nil)
+			sec := ConfigSecret(n, ns, id, raw, []byte(hex.EncodeToString(key)))
+			if a.ForceDestroyWorkspace {
+				sec.Annotations = map[string]string{AnnotationForceDestroy: "true"}
+			}
+			return upsert(ctx, cs.CoreV1().Secrets(ns), sec, nil)
 		}},
 		{"ServiceAccount", func() error { return upsert(ctx, cs.CoreV1().ServiceAccounts(ns), ServiceAccount(n, ns, id), nil) }},
 		{"Role", func() error { return upsert(ctx, cs.RbacV1().Roles(ns), Role(n, ns, id), nil) }},

@@ -215,7 +215,7 @@ func (b *Backend) Import(ctx context.Context, id string) (deploy.Imported, error
 	}
 	cfg := got.Config
 	meta := deploy.Meta{RunnerImage: got.RunnerImage, Deployment: deploy.ModeContainer, ThreegateRole: cfg.Role,
-		ThreegateNetwork: got.ThreegateNetwork, ThreegateAsk: got.ThreegateAsk}
+		ThreegateNetwork: got.ThreegateNetwork, ThreegateAsk: got.ThreegateAsk, ForceDestroyWorkspace: got.ForceDestroyWorkspace}
 	if k := cfg.Kubernetes; k != nil && k.Seed != nil {
 		meta.Soul, meta.Memory, meta.ManageSoul = k.Seed.Soul, k.Seed.Memory, k.Seed.ManageSoul
 	}

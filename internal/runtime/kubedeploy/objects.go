@@ -31,6 +31,10 @@ const (
 	// config changes; it is keyed (deploy.ConfigHash), so it reveals no
 	// secret.
 	AnnotationConfigHash = engine.LabelPrefix + "config-hash"
+	// AnnotationForceDestroy on the Secret records force_destroy_workspace,
+	// so that import restores it (it is no part of the runner's config:
+	// changing it does not roll the runner).
+	AnnotationForceDestroy = engine.LabelPrefix + "force-destroy-workspace"
 	// SecretConfigKey holds the runner.Config JSON, SecretHashKey the key of
 	// its hash.
 	SecretConfigKey = "config.json"

@@ -197,6 +197,9 @@ func (s *Service) Import(ctx context.Context, id string) (Agent, error) {
 		return a, stepErr(deploy.StepImport, "", "importing "+id, err)
 	}
 	a.Config = *cfg
+	if sec, err := cs.CoreV1().Secrets(ns).Get(ctx, n.Base, metav1.GetOptions{}); err == nil {
+		a.ForceDestroyWorkspace = sec.Annotations[AnnotationForceDestroy] == "true"
+	}
 	if cfg.Kubernetes != nil {
 		a.ThreegateNetwork = cfg.Kubernetes.Topology
 	}
