@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"strconv"
 	"time"
@@ -202,13 +201,7 @@ func hostPort() validator.String {
 	return stringCheck{
 		summary: "Invalid Probe Target",
 		desc:    "`host:port` with a port from 1 to 65535",
-		check: func(s string) error {
-			host, port, err := net.SplitHostPort(s)
-			if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
-				return fmt.Errorf("%q is not host:port; write e.g. \"api.example.com:443\"", s)
-			}
-			return nil
-		},
+		check:   func(s string) error { return checkHostPort(s, "api.example.com:443") },
 	}
 }
 

@@ -95,17 +95,7 @@ resource "meepa_agent" "helper" {
 	nps := c.Clientset.NetworkingV1().NetworkPolicies(c.Namespace)
 	apiHost, apiPort, _ := strings.Cut(testkube.APIServer(t, c), ":")
 	send := func(s *terraform.State, text string) (string, error) {
-		a := s.RootModule().Resources["meepa_agent.helper"].Primary.Attributes
-		addr := testkube.Forward(t, c, a["runner_container_id"], kubedeploy.DefaultPort)
-		port, err := strconv.Atoi(addr[strings.LastIndex(addr, ":")+1:])
-		if err != nil {
-			return "", err
-		}
-		r, code, err := sendTo(deploy.Listener{Port: port}, a["token"], text)
-		if err != nil || code != 200 {
-			return "", fmt.Errorf("message %q through the runner pod: %d %+v %v", text, code, r, err)
-		}
-		return r.Reply, nil
+		return sendToPod(t, c, s, "meepa_agent.helper", text)
 	}
 	resource.Test(t, resource.TestCase{
 		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
@@ -201,6 +191,22 @@ resource "meepa_agent" "helper" {
 
 func getErr[T any](_ T, err error) error { return err }
 
+// sendToPod posts a message to the agent at addr in state s through a
+// port-forward to its runner pod (runner_container_id), with its token.
+func sendToPod(t *testing.T, c *kube.Client, s *terraform.State, addr, text string) (string, error) {
+	a := s.RootModule().Resources[addr].Primary.Attributes
+	fwd := testkube.Forward(t, c, a["runner_container_id"], kubedeploy.DefaultPort)
+	port, err := strconv.Atoi(fwd[strings.LastIndex(fwd, ":")+1:])
+	if err != nil {
+		return "", err
+	}
+	r, code, err := sendTo(deploy.Listener{Port: port}, a["token"], text)
+	if err != nil || code != 200 {
+		return "", fmt.Errorf("%s %q through the runner pod: %d %+v %v", addr, text, code, r, err)
+	}
+	return r.Reply, nil
+}
+
 // TestAccKube_threegate applies examples/kubernetes (the quickstart's
 // topology on a cluster) through terraform on the test cluster: the proxy a
 // Deployment, CORE asking TOOL-EXEC and FETCH through the runners, each gate
@@ -226,19 +232,7 @@ func TestAccKube_threegate(t *testing.T) {
 		"base_image": config.StringVariable(base), "prefix": config.StringVariable("kt"),
 		"allow": config.ListVariable(config.StringVariable("192.0.2.10:443")), "dns": config.ListVariable(),
 	}
-	send := func(s *terraform.State, addr, text string) (string, error) {
-		a := s.RootModule().Resources[addr].Primary.Attributes
-		fwd := testkube.Forward(t, c, a["runner_container_id"], kubedeploy.DefaultPort)
-		port, err := strconv.Atoi(fwd[strings.LastIndex(fwd, ":")+1:])
-		if err != nil {
-			return "", err
-		}
-		r, code, err := sendTo(deploy.Listener{Port: port}, a["token"], text)
-		if err != nil || code != 200 {
-			return "", fmt.Errorf("%s %q: %d %v", addr, text, code, err)
-		}
-		return r.Reply, nil
-	}
+	send := func(s *terraform.State, addr, text string) (string, error) { return sendToPod(t, c, s, addr, text) }
 	apiHost, apiPort, _ := strings.Cut(api, ":")
 	resource.Test(t, resource.TestCase{
 		TerraformVersionChecks: []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},

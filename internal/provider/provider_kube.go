@@ -186,17 +186,21 @@ func dnsLabel() validator.String {
 	}
 }
 
+// checkHostPort says why s is not host:port with a TCP port, suggesting
+// example.
+func checkHostPort(s, example string) error {
+	host, port, err := net.SplitHostPort(s)
+	if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q is not host:port; write e.g. %q", s, example)
+	}
+	return nil
+}
+
 // hostPortAddr checks a host:port.
 func hostPortAddr() validator.String {
 	return stringCheck{
 		summary: "Invalid Address",
 		desc:    "`host:port`",
-		check: func(s string) error {
-			host, port, err := net.SplitHostPort(s)
-			if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
-				return fmt.Errorf("%q is not host:port; write e.g. \"10.0.0.1:6443\"", s)
-			}
-			return nil
-		},
+		check:   func(s string) error { return checkHostPort(s, "10.0.0.1:6443") },
 	}
 }

@@ -101,16 +101,22 @@ func (s *Service) applyLLMPolicy(ctx context.Context, a Agent) error {
 
 // removeLLMPolicy deletes the agent's model policies, if any.
 func (s *Service) removeLLMPolicy(ctx context.Context, id string) error {
+	return s.deletePolicies(ctx, kube.ThreeGateLabelAgent+"="+id, "model endpoint policy", id)
+}
+
+// deletePolicies deletes the agent's NetworkPolicies that selector finds
+// (what names their kind in errors and logs).
+func (s *Service) deletePolicies(ctx context.Context, selector, what, id string) error {
 	np := s.o.Client.Clientset.NetworkingV1().NetworkPolicies(s.o.Client.Namespace)
-	list, err := np.List(ctx, metav1.ListOptions{LabelSelector: kube.ThreeGateLabelAgent + "=" + id})
+	list, err := np.List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
-		return stepErr(StepRemoveKube, "", "listing the model policies of "+id, err)
+		return stepErr(StepRemoveKube, "", "listing the "+what+" of "+id, err)
 	}
 	for _, p := range list.Items {
 		if err := ignoreNotFound(np.Delete(ctx, p.Name, metav1.DeleteOptions{})); err != nil {
 			return stepErr(StepRemoveKube, "", "deleting NetworkPolicy "+p.Name, err)
 		}
-		s.log.Info("model endpoint policy removed", "agent_id", id, "policy", p.Name)
+		s.log.Info(what+" removed", "agent_id", id, "policy", p.Name)
 	}
 	return nil
 }

@@ -109,18 +109,7 @@ func (s *Service) applyMessagePolicy(ctx context.Context, a Agent) error {
 
 // removeMessagePolicy deletes the agent's message policy, if any.
 func (s *Service) removeMessagePolicy(ctx context.Context, id string) error {
-	np := s.o.Client.Clientset.NetworkingV1().NetworkPolicies(s.o.Client.Namespace)
-	list, err := np.List(ctx, metav1.ListOptions{LabelSelector: LabelMessagePolicy + "=" + id})
-	if err != nil {
-		return stepErr(StepRemoveKube, "", "listing the message policy of "+id, err)
-	}
-	for _, p := range list.Items {
-		if err := ignoreNotFound(np.Delete(ctx, p.Name, metav1.DeleteOptions{})); err != nil {
-			return stepErr(StepRemoveKube, "", "deleting NetworkPolicy "+p.Name, err)
-		}
-		s.log.Info("message pods' policy removed", "agent_id", id, "policy", p.Name)
-	}
-	return nil
+	return s.deletePolicies(ctx, LabelMessagePolicy+"="+id, "message pods' policy", id)
 }
 
 // readMessagePolicy adds the message policy of an agent that needs one to
