@@ -347,3 +347,78 @@ resource "threegate_network" "tg" {
 		}},
 	})
 }
+
+// TestAccKube_modelRelay: a TOOL-EXEC agent on the cluster with a real
+// OpenAI-compatible endpoint (the fake model, served at an address of the
+// cluster's network that no node, pod or API server has). Its runner pod
+// reaches the model only through the agent's own model policy, which apply
+// made from llm.base_url; the loop in the message pod reaches it only
+// through the runner's relay, and every call arrives with the key the
+// runner holds; the shell the model asked for ran in the pod.
+func TestAccKube_modelRelay(t *testing.T) {
+	c := testkube.Cluster(t, "tf-acc-kube-llm")
+	base := testutil.EnsureBusybox(t, testutil.Docker(t))
+	model := testutil.NewFakeModel(t, map[string]string{"count": "echo $((6*7))"})
+	ln := testkube.ListenInCluster(t, "10.99.0.1")
+	model.ServeOn(t, ln)
+	id := "kl-exec"
+	testkube.ReservedVolume(t, c, kubedeploy.NamesFor(id).Claim, kubedeploy.DefaultWorkspaceSize)
+	const key = "sk-kube-relay-test"
+	cfg := kubeProvider(t, c, testkube.Registry(t)) + fmt.Sprintf(`
+resource "meepa_isolation_image" "agents" {
+  base_image      = %q
+  pull            = "never"
+  package_manager = "none"
+}
+
+resource "threegate_network" "tg" {
+  provider = meepa
+  name     = "kllm"
+  proxy    = { image = meepa_isolation_image.agents.isolated_image, allow = ["192.0.2.10:443"] }
+}
+
+resource "meepa_agent" "exec" {
+  agent_id                = %q
+  force_destroy_workspace = true
+  llm = {
+    provider = "openai"
+    model    = "fake"
+    base_url = "http://%s/v1"
+    api_key  = %q
+  }
+  container_mode = { enabled = true, image = meepa_isolation_image.agents.isolated_image }
+  threegate      = { network = threegate_network.tg.id, role = "tool_exec" }
+}
+`, base, id, ln.Addr().String(), key)
+	ctx := context.Background()
+	resource.Test(t, resource.TestCase{
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config: cfg,
+			Check: func(s *terraform.State) error {
+				list, err := c.Clientset.NetworkingV1().NetworkPolicies(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: kube.ThreeGateLabelAgent + "=" + id})
+				if err != nil || len(list.Items) != 1 || list.Items[0].Spec.Egress[0].To[0].IPBlock.CIDR != "10.99.0.1/32" {
+					return fmt.Errorf("the agent's model policy: %+v %v", list, err)
+				}
+				reply, err := sendToPod(t, c, s, "meepa_agent.exec", "count")
+				if err != nil {
+					return err
+				}
+				if !strings.Contains(reply, "done") {
+					return fmt.Errorf("reply %q, want the model's final answer", reply)
+				}
+				seen := model.Seen()
+				if len(seen) < 2 {
+					return fmt.Errorf("the model saw %d calls, want the tool call and the answer", len(seen))
+				}
+				for _, a := range seen {
+					if a != "Bearer "+key {
+						return fmt.Errorf("a model call came with %q, not the runner's key", a)
+					}
+				}
+				return nil
+			},
+		}},
+	})
+}

@@ -2,11 +2,13 @@ package testkube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -156,4 +158,31 @@ func Policies(t testing.TB, c *kube.Client, name string) {
 		_, err := c.Clientset.NetworkingV1().NetworkPolicies(c.Namespace).Create(ctx, &pols[i], metav1.CreateOptions{})
 		testutil.Must(t, err)
 	}
+}
+
+// ListenInCluster adds ip to the loopback of the cluster's namespace (the
+// node's own network, which every pod routes to) and listens on it, so a
+// test can serve something pods reach at an address of its choosing: not a
+// node's, a pod's or the API server's. Both go when the test ends.
+func ListenInCluster(t testing.TB, ip string) net.Listener {
+	t.Helper()
+	ns := Netns(t)
+	ipCmd := func(verb string) error {
+		out, err := exec.Command("nsenter", "--net="+ns, "ip", "addr", verb, ip+"/32", "dev", "lo").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("ip addr %s %s in the cluster's namespace: %v: %s", verb, ip, err, out)
+		}
+		return nil
+	}
+	testutil.Must(t, ipCmd("add"))
+	testutil.Cleanup(t, "address "+ip, func() error { return ipCmd("del") })
+	ln, err := testregistry.ListenInNetns(ns, net.JoinHostPort(ip, "0"))
+	testutil.Must(t, err)
+	testutil.Cleanup(t, "listener on "+ip, func() error {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		return nil
+	})
+	return ln
 }

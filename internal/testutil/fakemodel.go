@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 )
 
 // FakeModel is an OpenAI-compatible chat completions endpoint on loopback
@@ -36,6 +38,14 @@ func NewFakeModel(t testing.TB, commands map[string]string) *FakeModel {
 	m.srv = httptest.NewServer(http.HandlerFunc(m.serve))
 	t.Cleanup(m.srv.Close)
 	return m
+}
+
+// ServeOn serves the same endpoint on ln too (a listener in another
+// network namespace), until the test ends.
+func (m *FakeModel) ServeOn(t testing.TB, ln net.Listener) {
+	srv := &http.Server{Handler: http.HandlerFunc(m.serve), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }() // ends with Close below
+	t.Cleanup(func() { _ = srv.Close() })
 }
 
 // URL is the endpoint's root; a base_url is URL()+"/v1".
