@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testimage"
 )
@@ -29,6 +31,9 @@ import (
 //	(n) a bare pod: create, until the API reports its container exited, delete;
 //	(o) a message round trip through the pod backend, prestart off;
 //	(p) the same with prestart on, sent when the next pod is ready;
+//
+// (o) and (p) run confined as an agent's pods are: under a message policy,
+// each waiting until its policy holds before it reads its request;
 //
 // and prints `bench-k8s: o/n=<x> p/n=<x>` (targets: o/n ≤ 1.10, p/n ≤ 0.25).
 func benchKube(ctx context.Context, cli *client.Client, kubeconfig, tmp string, rounds int) error {
@@ -72,6 +77,12 @@ func benchKube(ctx context.Context, cli *client.Client, kubeconfig, tmp string, 
 		}
 	}()
 	spec := kube.PodSpec{AgentID: agentName("k8s"), Image: runnerImage, ImagePullPolicy: corev1.PullNever, WorkspaceClaim: "ws"}
+	// Each message pod is confined as an agent's is: under its agent's
+	// message policy, and it waits until the policy holds before it reads
+	// its request.
+	if spec.AwaitBlocked, err = confine(ctx, c, spec.AgentID, agentName("k8s-warm")); err != nil {
+		return err
+	}
 	k, l, m, err := kubeRounds(ctx, c, spec, rounds)
 	if err != nil {
 		return err
@@ -81,6 +92,26 @@ func benchKube(ctx context.Context, cli *client.Client, kubeconfig, tmp string, 
 	fmt.Printf("(p) k8s message round trip, prestart on, idle median %7.1f ms\n", ms(median(m)))
 	fmt.Printf("bench-k8s: o/n=%.3f p/n=%.3f\n", ratio(l, k), ratio(m, k))
 	return nil
+}
+
+// confine puts the message pods of the given agents under a "none" message
+// policy, as kubedeploy does, and returns the address their pods must find
+// blocked: the API server, as this process reaches it.
+func confine(ctx context.Context, c *kube.Client, agents ...string) ([]string, error) {
+	for _, id := range agents {
+		pol, err := kubedeploy.MessagePolicy(kubedeploy.NamesFor(id), c.Namespace, id, "none", kube.ClusterNetwork{})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := c.Clientset.NetworkingV1().NetworkPolicies(c.Namespace).Create(ctx, pol, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("message policy: %w", err)
+		}
+	}
+	u, err := url.Parse(c.REST.Host)
+	if err != nil || u.Port() == "" {
+		return nil, fmt.Errorf("API server address %q: want https://host:port", c.REST.Host)
+	}
+	return []string{u.Host}, nil
 }
 
 func kubeRounds(ctx context.Context, c *kube.Client, spec kube.PodSpec, rounds int) (k, l, m []time.Duration, err error) {
