@@ -170,7 +170,7 @@ func ListenInCluster(t testing.TB, ip string) net.Listener {
 	ipCmd := func(verb string) error {
 		out, err := exec.Command("nsenter", "--net="+ns, "ip", "addr", verb, ip+"/32", "dev", "lo").CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("ip addr %s %s in the cluster's namespace: %v: %s", verb, ip, err, out)
+			return fmt.Errorf("ip addr %s %s in the cluster's namespace: %w: %s", verb, ip, err, out)
 		}
 		return nil
 	}
