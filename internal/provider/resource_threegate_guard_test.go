@@ -28,6 +28,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/firewall"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/guard"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
@@ -179,7 +180,12 @@ func (fc *failClosed) starts(since, until time.Time) ([]time.Time, error) {
 	msgs, errs := fc.cli.Events(ctx, events.ListOptions{
 		Since: strconv.FormatInt(since.Unix(), 10), Until: strconv.FormatInt(until.Add(time.Second).Unix(), 10),
 		Filters: filters.NewArgs(filters.Arg("type", "container"), filters.Arg("event", "start"),
-			filters.Arg("label", sandbox.LabelAgent+"="+fc.agentID)),
+			// Message containers only: Docker restarts the runner container
+			// itself (same agent label) when dockerd comes back, whenever it
+			// likes; the runner answers 503 not_enforced until the guard
+			// vouches, and runs no message before.
+			filters.Arg("label", sandbox.LabelAgent+"="+fc.agentID),
+			filters.Arg("label", engine.LabelComponent+"="+sandbox.Component)),
 	})
 	var out []time.Time
 	for {
