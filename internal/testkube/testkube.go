@@ -29,6 +29,19 @@ var seq atomic.Int64
 // fresh namespace (named after prefix) that is deleted when the test ends.
 func Cluster(t testing.TB, prefix string) *kube.Client {
 	t.Helper()
+	return cluster(t, prefix, true)
+}
+
+// PermissiveCluster is Cluster without Pod Security enforced, for tests
+// whose own fixture pods (probes standing in for members) are not
+// hardened. Every pod the product makes is tested under Cluster.
+func PermissiveCluster(t testing.TB, prefix string) *kube.Client {
+	t.Helper()
+	return cluster(t, prefix, false)
+}
+
+func cluster(t testing.TB, prefix string, restricted bool) *kube.Client {
+	t.Helper()
 	if os.Getenv("TF_ACC") == "" {
 		t.Skip("needs a cluster: set TF_ACC=1 (make testacc)")
 	}
@@ -42,8 +55,11 @@ func Cluster(t testing.TB, prefix string) *kube.Client {
 	ctx := context.Background()
 	// Pod Security "restricted" enforced, as a hardened cluster would:
 	// every pod the product makes must pass it.
-	_, err = base.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name,
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}, metav1.CreateOptions{})
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if restricted {
+		ns.Labels = map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}
+	}
+	_, err = base.Clientset.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
 	testutil.Must(t, err)
 	testutil.Cleanup(t, "delete namespace "+name, func() error {
 		return base.Clientset.CoreV1().Namespaces().Delete(context.Background(), name, metav1.DeleteOptions{})

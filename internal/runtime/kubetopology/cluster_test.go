@@ -32,7 +32,7 @@ func (l testLogger) Error(msg string, args ...any)     { l.log("ERROR", msg, arg
 // restores both; Import reads the spec back; Teardown refuses while a
 // member runs and then leaves nothing.
 func TestTopologyLifecycleOnCluster(t *testing.T) {
-	c := testkube.Cluster(t, "tf-acc-kubetopo")
+	c := testkube.PermissiveCluster(t, "tf-acc-kubetopo") // its member pods are plain fixtures
 	image := testkube.RunnerImage(t)
 	ctx := context.Background()
 	svc := NewService(c, Options{Logger: testLogger{t}, PullPolicy: corev1.PullNever, ReadyTimeout: 90 * time.Second})
@@ -125,7 +125,7 @@ func TestTopologyLifecycleOnCluster(t *testing.T) {
 // by a FETCH execution pod and by no other kind of member (the policies'
 // full table is kube's TestThreeGatePoliciesOnCluster).
 func TestProxyReachOnCluster(t *testing.T) {
-	c := testkube.Cluster(t, "tf-acc-kubetopo")
+	c := testkube.PermissiveCluster(t, "tf-acc-kubetopo") // its member pods are plain fixtures
 	image := testkube.RunnerImage(t)
 	ctx := context.Background()
 	svc := NewService(c, Options{Logger: testLogger{t}, PullPolicy: corev1.PullNever, ReadyTimeout: 90 * time.Second})
