@@ -191,6 +191,18 @@ resource "meepa_agent" "helper" {
 
 func getErr[T any](_ T, err error) error { return err }
 
+// kubeImage is the isolation image of the cluster tests: busybox from the
+// local daemon (base), nothing to install.
+func kubeImage(base string) string {
+	return fmt.Sprintf(`
+resource "meepa_isolation_image" "agents" {
+  base_image      = %q
+  pull            = "never"
+  package_manager = "none"
+}
+`, base)
+}
+
 // sendToPod posts a message to the agent at addr in state s through a
 // port-forward to its runner pod (runner_container_id), with its token.
 func sendToPod(t *testing.T, c *kube.Client, s *terraform.State, addr, text string) (string, error) {
@@ -295,13 +307,7 @@ func TestAccKube_threegate(t *testing.T) {
 func TestAccKube_topologyImport(t *testing.T) {
 	c := testkube.Cluster(t, "tf-acc-kube-imp")
 	base := testutil.EnsureBusybox(t, testutil.Docker(t))
-	cfg := kubeProvider(t, c, testkube.Registry(t)) + fmt.Sprintf(`
-resource "meepa_isolation_image" "agents" {
-  base_image      = %q
-  pull            = "never"
-  package_manager = "none"
-}
-
+	cfg := kubeProvider(t, c, testkube.Registry(t)) + kubeImage(base) + fmt.Sprintf(`
 resource "threegate_network" "tg" {
   provider = meepa
   name     = "kimp"
@@ -311,7 +317,7 @@ resource "threegate_network" "tg" {
     dns   = ["9.9.9.9"]
   }
 }
-`, base)
+`)
 	ctx := context.Background()
 	resource.Test(t, resource.TestCase{
 		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
@@ -364,13 +370,7 @@ func TestAccKube_modelRelay(t *testing.T) {
 	id := "kl-exec"
 	testkube.ReservedVolume(t, c, kubedeploy.NamesFor(id).Claim, kubedeploy.DefaultWorkspaceSize)
 	const key = "sk-kube-relay-test"
-	cfg := kubeProvider(t, c, testkube.Registry(t)) + fmt.Sprintf(`
-resource "meepa_isolation_image" "agents" {
-  base_image      = %q
-  pull            = "never"
-  package_manager = "none"
-}
-
+	cfg := kubeProvider(t, c, testkube.Registry(t)) + kubeImage(base) + fmt.Sprintf(`
 resource "threegate_network" "tg" {
   provider = meepa
   name     = "kllm"
@@ -389,7 +389,7 @@ resource "meepa_agent" "exec" {
   container_mode = { enabled = true, image = meepa_isolation_image.agents.isolated_image }
   threegate      = { network = threegate_network.tg.id, role = "tool_exec" }
 }
-`, base, id, ln.Addr().String(), key)
+`, id, ln.Addr().String(), key)
 	ctx := context.Background()
 	resource.Test(t, resource.TestCase{
 		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},

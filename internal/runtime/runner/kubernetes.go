@@ -110,7 +110,7 @@ func KubeOptions(cfg *Config, log hclog.Logger) kube.Options {
 			WorkspaceSubPath: k.WorkspaceSubPath,
 			RuntimeClass:     k.RuntimeClass,
 			Env:              cfg.Env,
-			AwaitBlocked:     policyProbe(k.Topology != "" || OwnPolicy(cfg)),
+			AwaitBlocked:     policyProbe(),
 		},
 		Prestart: cm.Prestart,
 		Logger:   log,
@@ -131,9 +131,12 @@ func OwnPolicy(c *Config) bool {
 // or kubedeploy's api_server, variables), which every topology member's
 // policies and every agent's own message policy forbid, and an unconfined
 // pod reaches. Outside a cluster there is nothing to wait for.
-func policyProbe(confined bool) []string {
+//
+// Every config validateKubernetes accepts is confined: a role by its
+// topology's policies, any other agent by its own message policy.
+func policyProbe() []string {
 	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
-	if !confined || host == "" || port == "" {
+	if host == "" || port == "" {
 		return nil
 	}
 	return []string{net.JoinHostPort(host, port)}
