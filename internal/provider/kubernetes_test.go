@@ -307,7 +307,7 @@ func TestAccKube_threegate(t *testing.T) {
 func TestAccKube_topologyImport(t *testing.T) {
 	c := testkube.Cluster(t, "tf-acc-kube-imp")
 	base := testutil.EnsureBusybox(t, testutil.Docker(t))
-	cfg := kubeProvider(t, c, testkube.Registry(t)) + kubeImage(base) + fmt.Sprintf(`
+	cfg := kubeProvider(t, c, testkube.Registry(t)) + kubeImage(base) + `
 resource "threegate_network" "tg" {
   provider = meepa
   name     = "kimp"
@@ -317,7 +317,7 @@ resource "threegate_network" "tg" {
     dns   = ["9.9.9.9"]
   }
 }
-`)
+`
 	ctx := context.Background()
 	resource.Test(t, resource.TestCase{
 		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
