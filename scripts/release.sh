@@ -6,20 +6,25 @@
 #   scripts/release.sh snapshot [--single-target]
 #       dist/ for VERSION from the work tree as it is, signed with
 #       GPG_FINGERPRINT when set, else with a throwaway key made here and
-#       forgotten afterwards. --single-target builds the host's platform only
+#       forgotten afterwards (its fingerprint is kept in bin/snapshot-key.fpr
+#       for `mirror`). --single-target builds the host's platform only
 #       (the provider and the runner for it), with the same names and layout:
 #       .goreleaser.yaml with its target lists cut to linux/<host arch>
 #       (`goreleaser release` has no --single-target of its own).
 #   scripts/release.sh release
-#       dist/ for the tag vVERSION on HEAD, signed with GPG_FINGERPRINT
-#       (required: a key in the keyring, GNUPGHOME). Published as a GitHub
+#       dist/ for the tag vVERSION on HEAD, signed with GPG_FINGERPRINT,
+#       which must be the release key pinned in releasekey/release-key.asc
+#       (its secret half in the keyring, GNUPGHOME). Published as a GitHub
 #       release when GITHUB_TOKEN is set; otherwise dist/ is left to upload.
 #   scripts/release.sh mirror DIR RUNNERS
-#       checks dist/ (signature, sums, archives, the runners for RUNNERS,
-#       e.g. "amd64,arm64") and installs it into the mirror DIR.
+#       checks dist/ (the signature against the pinned release key, sums,
+#       archives, the runners for RUNNERS, e.g. "amd64,arm64") and installs
+#       it into the mirror DIR. With MEEPA_TRUST_SNAPSHOT_KEY=1 the throwaway
+#       key of the last snapshot made here is trusted too, and it says so.
 #
 # Every run leaves dist/signing-key.asc, the public half of the key that
-# signed, for `mirror` and for whoever checks the release by hand.
+# signed, for whoever looks at the release by hand. Nothing trusts it for
+# that: a key shipped beside a release vouches for nothing.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,6 +37,11 @@ GORELEASER=${GORELEASER:?set GORELEASER (the GNUmakefile pins it)}
 GORELEASER_TIMEOUT=${GORELEASER_TIMEOUT:-3h}
 DIST="$ROOT/dist"
 PREFIX="terraform-provider-meepa_${VERSION}"
+# The release key, pinned in the repository (releasekey/README.md).
+RELEASE_KEY="$ROOT/releasekey/release-key.asc"
+# The throwaway key of the last snapshot made in this work tree: outside
+# dist/, so that a dist/ brought from elsewhere cannot name its own key.
+SNAPSHOT_KEY_RECORD="$ROOT/bin/snapshot-key.fpr"
 
 ensure_gpg() {
   command -v gpg >/dev/null && command -v gpgv >/dev/null && return
@@ -49,7 +59,35 @@ throwaway_key() {
     "meepa snapshot, throwaway <snapshot@meepa.invalid>" rsa3072 sign 1d
   GPG_FINGERPRINT=$(gpg --batch --with-colons --list-secret-keys | awk -F: '$1 == "fpr" { print $10; exit }')
   export GPG_FINGERPRINT
+  THROWAWAY=1
   echo "release: signing with throwaway key $GPG_FINGERPRINT" >&2
+}
+
+# pinned_fingerprint: the primary fingerprint of the pinned release key.
+pinned_fingerprint() {
+  gpg --batch --with-colons --import-options show-only --import "$RELEASE_KEY" 2>/dev/null |
+    awk -F: '$1 == "fpr" { print $10; exit }'
+}
+
+# require_pinned_signer: GPG_FINGERPRINT must name exactly one secret key in
+# the keyring, and that key must be the pinned release key; anything else
+# would sign a release that `mirror` (and the registry) refuse.
+require_pinned_signer() {
+  local pinned listing n signer
+  pinned=$(pinned_fingerprint)
+  [ -n "$pinned" ] || { echo "release: cannot read the pinned release key $RELEASE_KEY" >&2; exit 1; }
+  listing=$(gpg --batch --with-colons --list-secret-keys -- "$GPG_FINGERPRINT" 2>/dev/null) || true
+  n=$(printf '%s\n' "$listing" | grep -c '^sec:' || true)
+  if [ "$n" -ne 1 ]; then
+    echo "release: GPG_FINGERPRINT=$GPG_FINGERPRINT names $n secret keys in ${GNUPGHOME:-~/.gnupg}, want the pinned release key $pinned" >&2
+    exit 1
+  fi
+  signer=$(printf '%s\n' "$listing" | awk -F: '$1 == "fpr" { print $10; exit }')
+  if [ "$signer" != "$pinned" ]; then
+    echo "release: GPG_FINGERPRINT=$GPG_FINGERPRINT is key $signer, not the pinned release key $pinned ($RELEASE_KEY); make release signs with that key only (releasekey/README.md says how to replace it)" >&2
+    exit 1
+  fi
+  echo "release: signing with the pinned release key $pinned" >&2
 }
 
 # finish: what GoReleaser does not put in dist/ itself.
@@ -77,6 +115,8 @@ host_config() {
 
 snapshot() {
   ensure_gpg
+  rm -f "$SNAPSHOT_KEY_RECORD"
+  THROWAWAY=
   if [ -z "${GPG_FINGERPRINT:-}" ]; then throwaway_key; fi
   local -a cfg=()
   if [ "${1:-}" = --single-target ]; then
@@ -90,33 +130,43 @@ snapshot() {
   rm -f "${CFG_TMP:-}"
   [ "$rc" -eq 0 ] || exit "$rc"
   finish
+  if [ -n "$THROWAWAY" ]; then
+    mkdir -p "$(dirname "$SNAPSHOT_KEY_RECORD")"
+    echo "$GPG_FINGERPRINT" >"$SNAPSHOT_KEY_RECORD"
+  fi
 }
 
 release() {
   ensure_gpg
   : "${GPG_FINGERPRINT:?set GPG_FINGERPRINT to the fingerprint of the release key (imported into GNUPGHOME)}"
+  require_pinned_signer
   local -a skip=()
   [ -n "${GITHUB_TOKEN:-}" ] || skip=(--skip=publish)
   GORELEASER_CURRENT_TAG="v$VERSION" $GORELEASER release --clean --timeout "$GORELEASER_TIMEOUT" "${skip[@]}"
   finish
+  # What was signed is checked as install-mirror will check it.
+  go run ./cmd/meepa-mirror -dist "$DIST" -version "$VERSION" -check-only
 }
 
 mirror() {
   local dir=${1:?mirror DIR RUNNERS} runners=${2:?mirror DIR RUNNERS}
-  ensure_gpg
   local sums="$DIST/${PREFIX}_SHA256SUMS"
   [ -f "$sums" ] || { echo "release: no $sums; run make release-snapshot first" >&2; exit 1; }
-  # gpgv against the key that dist/ says signed it: this catches a sums
-  # file changed after signing. Whether that key is the right one is for
-  # whoever hands out signing-key.asc (the registry keeps its own copy).
-  local kr
-  kr=$(mktemp)
-  gpg --batch --dearmor <"$DIST/signing-key.asc" >"$kr"
-  gpgv --keyring "$kr" "$sums.sig" "$sums" 2>&1 | sed 's/^/release: /'
-  local rc=${PIPESTATUS[0]}
-  rm -f "$kr"
-  [ "$rc" -eq 0 ] || { echo "release: bad signature on $sums" >&2; exit 1; }
-  go run ./cmd/meepa-mirror -dist "$DIST" -version "$VERSION" -runners "$runners" -dir "$dir"
+  # meepa-mirror checks the signature against the pinned release key; the
+  # opt-in adds the throwaway key recorded by the last snapshot made here,
+  # never one that dist/ names.
+  local -a trust=()
+  case "${MEEPA_TRUST_SNAPSHOT_KEY:-}" in
+    "" | 0 | no | false) ;;
+    *)
+      if [ -s "$SNAPSHOT_KEY_RECORD" ]; then
+        trust=(-trust-snapshot-key "$(cat "$SNAPSHOT_KEY_RECORD")")
+      else
+        echo "release: MEEPA_TRUST_SNAPSHOT_KEY is set, but no snapshot made here recorded a throwaway key ($SNAPSHOT_KEY_RECORD): only the pinned release key is trusted" >&2
+      fi
+      ;;
+  esac
+  go run ./cmd/meepa-mirror -dist "$DIST" -version "$VERSION" -runners "$runners" -dir "$dir" "${trust[@]}"
 }
 
 case "${1:-}" in

@@ -4,12 +4,17 @@
 // index.json / <version>.json a network mirror serves, in one folder.
 //
 //	meepa-mirror -dist dist -version 0.1.0 -runners amd64,arm64 -dir bin/mirror
+//	meepa-mirror -dist dist -version 0.1.0 -check-only
 //
-// Check the SHA256SUMS signature with gpg before: this command trusts the
-// sums file and checks everything else against it.
+// The SHA256SUMS signature must be by the release key built into it
+// (releasekey/release-key.asc), whatever dist/signing-key.asc says;
+// -trust-snapshot-key FINGERPRINT accepts one throwaway snapshot key too,
+// for a snapshot made on this machine (scripts/release.sh passes it when
+// MEEPA_TRUST_SNAPSHOT_KEY is set).
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -17,18 +22,23 @@ import (
 	"strings"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/mirror"
+	"github.com/bogpad/terraform-provider-meepa/releasekey"
 )
 
 func main() {
 	r := mirror.Release{Type: "meepa", Namespace: "bogpad", Host: "registry.terraform.io"}
 	var dir, runners string
+	var trust mirror.Trust
+	var checkOnly bool
 	flag.StringVar(&r.Dist, "dist", "dist", "the folder with the release's artifacts")
 	flag.StringVar(&r.Version, "version", "", "the release's version, e.g. 0.1.0 (required)")
 	flag.StringVar(&runners, "runners", "amd64,arm64", "comma-separated Linux architectures whose agent-runner every archive must carry")
 	flag.StringVar(&dir, "dir", "", "the mirror's root folder (required)")
 	flag.StringVar(&r.Host, "host", r.Host, "the provider source's hostname")
+	flag.StringVar(&trust.SnapshotKey, "trust-snapshot-key", "", "fingerprint of a throwaway snapshot key to accept besides the pinned release key (its public half from dist/signing-key.asc); for a snapshot built on this machine only")
+	flag.BoolVar(&checkOnly, "check-only", false, "check dist/ and install nothing (make release's last step)")
 	flag.Parse()
-	if r.Version == "" || dir == "" {
+	if r.Version == "" || (dir == "" && !checkOnly) {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -37,10 +47,24 @@ func main() {
 			r.Runners = append(r.Runners, a)
 		}
 	}
-	archives, err := r.Check()
+	signer, archives, err := r.Check(trust)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "meepa-mirror:", err)
+		if errors.Is(err, mirror.ErrUntrustedSigner) && trust.SnapshotKey == "" {
+			fmt.Fprintln(os.Stderr, "meepa-mirror: a snapshot signed on this machine with its throwaway key installs only when asked: make install-mirror MEEPA_TRUST_SNAPSHOT_KEY=1")
+		}
 		os.Exit(1)
+	}
+	if signer.Pinned {
+		fmt.Printf("signature: good, by the pinned release key %s (%s)\n", signer.Fingerprint, releasekey.File)
+	} else {
+		fmt.Printf("signature: good, by %s: trusting this run's throwaway snapshot key (MEEPA_TRUST_SNAPSHOT_KEY), not the pinned release key; right for a snapshot built here, never for a release\n", signer.Fingerprint)
+	}
+	if checkOnly {
+		for _, a := range archives {
+			fmt.Printf("%-12s %s  zh:%s\n", a.Platform, a.H1, a.SHA256)
+		}
+		return
 	}
 	dst, err := r.Install(dir, archives)
 	if err != nil {

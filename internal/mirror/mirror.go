@@ -10,16 +10,19 @@
 // (the "url" of an archive is relative to <version>.json), so one directory
 // works as either: copied to a disk or put behind an HTTPS server.
 //
-// Nothing is trusted on the way: every zip must match the SHA256SUMS line
-// for it (whose signature the caller checks with gpg first), must hold the
-// provider binary Terraform will run, and must carry the agent-runner for
-// each architecture asked for, so a broken archive, a wrong checksum or a
-// missing runner stops the install rather than a later apply.
+// Nothing is trusted on the way: SHA256SUMS must carry a signature by the
+// release key pinned in the repository (package releasekey), never merely
+// by the key dist/ ships beside it; every zip must match the sums line for
+// it, must hold the provider binary Terraform will run, and must carry the
+// agent-runner for each architecture asked for, so a re-signed or broken
+// archive, a wrong checksum or a missing runner stops the install rather
+// than a later apply.
 package mirror
 
 import (
 	"archive/zip"
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -32,7 +35,13 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ProtonMail/go-crypto/openpgp"
+	"github.com/ProtonMail/go-crypto/openpgp/armor"
+	pgperrors "github.com/ProtonMail/go-crypto/openpgp/errors"
+	"github.com/ProtonMail/go-crypto/openpgp/packet"
 	"golang.org/x/mod/sumdb/dirhash"
+
+	"github.com/bogpad/terraform-provider-meepa/releasekey"
 )
 
 // Release names one provider release in a dist/ folder.
@@ -58,15 +67,181 @@ func (r Release) prefix() string { return "terraform-provider-" + r.Type + "_" +
 // SumsFile is the path of the release's SHA256SUMS.
 func (r Release) SumsFile() string { return filepath.Join(r.Dist, r.prefix()+"_SHA256SUMS") }
 
+// DistKeyFile is the public half of whatever key signed dist/, which
+// scripts/release.sh leaves there. It vouches for nothing by itself: anyone
+// who can change the release can change it too.
+const DistKeyFile = "signing-key.asc"
+
+// Trust says which keys may vouch for a release's SHA256SUMS: the release
+// key pinned in package releasekey, and one throwaway snapshot key only
+// when SnapshotKey names it.
+type Trust struct {
+	// SnapshotKey is the fingerprint of a throwaway key that signed a
+	// snapshot on this machine (scripts/release.sh records it when it makes
+	// one and forgets the private half). When set, a signature by that key
+	// is accepted too, its public half taken from dist/signing-key.asc; a
+	// different key found there is still refused. Empty: the pinned key only.
+	SnapshotKey string
+
+	// pinned stands in for releasekey.Armored in tests, which cannot sign
+	// with the real release key.
+	pinned string
+}
+
+// Signer is the key whose signature on SHA256SUMS was accepted.
+type Signer struct {
+	Fingerprint string // 40 upper-case hex digits
+	Pinned      bool   // the release key; false for a trusted snapshot key
+}
+
+// ErrUntrustedSigner is what Check returns, wrapped with the fingerprints
+// involved, when SHA256SUMS is signed by a key it does not trust.
+var ErrUntrustedSigner = errors.New("not signed by a trusted key")
+
+// ReadKeys parses an armored public key block.
+func ReadKeys(armored string) (openpgp.EntityList, error) {
+	el, err := openpgp.ReadArmoredKeyRing(strings.NewReader(armored))
+	if err != nil {
+		return nil, fmt.Errorf("read keys: %w", err)
+	}
+	if len(el) == 0 {
+		return nil, errors.New("read keys: no key in the block")
+	}
+	return el, nil
+}
+
+// Fingerprint is an entity's primary key fingerprint, as gpg prints it
+// without spaces.
+func Fingerprint(e *openpgp.Entity) string {
+	return strings.ToUpper(hex.EncodeToString(e.PrimaryKey.Fingerprint))
+}
+
+func normFingerprint(s string) string {
+	return strings.ToUpper(strings.ReplaceAll(strings.TrimPrefix(strings.TrimSpace(s), "0x"), " ", ""))
+}
+
+// verifySums reads SHA256SUMS and checks its detached signature (binary, as
+// GoReleaser's gpg step writes it, or armored) against the keys t trusts.
+// It returns the bytes it verified, so the sums parsed later are the ones
+// signed, not a file swapped in between.
+func (r Release) verifySums(t Trust) ([]byte, Signer, error) {
+	sumsName := filepath.Base(r.SumsFile())
+	armoredPinned := t.pinned
+	if armoredPinned == "" {
+		armoredPinned = releasekey.Armored
+	}
+	pinned, err := ReadKeys(armoredPinned)
+	if err != nil {
+		return nil, Signer{}, fmt.Errorf("the pinned release key (%s): %w", releasekey.File, err)
+	}
+	sums, err := os.ReadFile(r.SumsFile())
+	if err != nil {
+		return nil, Signer{}, fmt.Errorf("read sums: %w", err)
+	}
+	sig, err := os.ReadFile(r.SumsFile() + ".sig")
+	if err != nil {
+		return nil, Signer{}, fmt.Errorf("%s is not signed: %w", sumsName, err)
+	}
+	if bytes.HasPrefix(bytes.TrimSpace(sig), []byte("-----BEGIN")) {
+		blk, err := armor.Decode(bytes.NewReader(sig))
+		if err != nil {
+			return nil, Signer{}, fmt.Errorf("%s.sig: %w", sumsName, err)
+		}
+		if sig, err = io.ReadAll(blk.Body); err != nil {
+			return nil, Signer{}, fmt.Errorf("%s.sig: %w", sumsName, err)
+		}
+	}
+
+	keyring := append(openpgp.EntityList{}, pinned...)
+	if t.SnapshotKey != "" {
+		e, err := r.distKey(normFingerprint(t.SnapshotKey))
+		if err != nil {
+			return nil, Signer{}, err
+		}
+		keyring = append(keyring, e)
+	}
+	signer, err := openpgp.CheckDetachedSignature(keyring, bytes.NewReader(sums), bytes.NewReader(sig), nil)
+	if errors.Is(err, pgperrors.ErrUnknownIssuer) {
+		return nil, Signer{}, r.untrusted(sig, pinned, t)
+	}
+	if err != nil {
+		return nil, Signer{}, fmt.Errorf("signature on %s does not hold: %w", sumsName, err)
+	}
+	fpr := Fingerprint(signer)
+	return sums, Signer{Fingerprint: fpr, Pinned: inList(pinned, fpr)}, nil
+}
+
+// distKey is the key with fingerprint fpr in dist/signing-key.asc.
+func (r Release) distKey(fpr string) (*openpgp.Entity, error) {
+	path := filepath.Join(r.Dist, DistKeyFile)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("the snapshot key %s: %w", fpr, err)
+	}
+	el, err := ReadKeys(string(raw))
+	if err != nil {
+		return nil, fmt.Errorf("the snapshot key %s: %s: %w", fpr, path, err)
+	}
+	for _, e := range el {
+		if Fingerprint(e) == fpr {
+			return e, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %s does not hold the snapshot key %s this machine made (it holds %s)",
+		ErrUntrustedSigner, path, fpr, fingerprints(el))
+}
+
+// untrusted explains a signature by a key outside the keyring: which key
+// made it and which ones would have been accepted.
+func (r Release) untrusted(sig []byte, pinned openpgp.EntityList, t Trust) error {
+	by := "an unknown key"
+	if p, err := packet.NewReader(bytes.NewReader(sig)).Next(); err == nil {
+		if s, ok := p.(*packet.Signature); ok {
+			switch {
+			case len(s.IssuerFingerprint) > 0:
+				by = "key " + strings.ToUpper(hex.EncodeToString(s.IssuerFingerprint))
+			case s.IssuerKeyId != nil:
+				by = fmt.Sprintf("key ID %016X", *s.IssuerKeyId)
+			}
+		}
+	}
+	want := "the pinned release key " + fingerprints(pinned) + " (" + releasekey.File + ")"
+	if t.SnapshotKey != "" {
+		want += " nor this machine's snapshot key " + normFingerprint(t.SnapshotKey)
+	}
+	return fmt.Errorf("%w: %s is signed by %s, not by %s; a key shipped in %s vouches for nothing",
+		ErrUntrustedSigner, filepath.Base(r.SumsFile()), by, want, filepath.Join(r.Dist, DistKeyFile))
+}
+
+func inList(el openpgp.EntityList, fpr string) bool {
+	for _, e := range el {
+		if Fingerprint(e) == fpr {
+			return true
+		}
+	}
+	return false
+}
+
+func fingerprints(el openpgp.EntityList) string {
+	var out []string
+	for _, e := range el {
+		out = append(out, Fingerprint(e))
+	}
+	return strings.Join(out, ", ")
+}
+
 // ReadSums parses a SHA256SUMS file: "<hex>  <name>" per line.
 func ReadSums(path string) (map[string]string, error) {
-	f, err := os.Open(path)
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read sums: %w", err)
 	}
-	defer func() { _ = f.Close() }() // read-only
+	return parseSums(path, raw)
+}
+
+func parseSums(path string, raw []byte) (map[string]string, error) {
 	sums := map[string]string{}
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" {
@@ -101,12 +276,26 @@ func fileSHA256(path string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// Check verifies the release in Dist against its SHA256SUMS and returns its
-// archives, sorted by platform. Every file the sums name must be there and
-// match; the manifest must be among them; every archive must hold the
-// provider binary and the runners in Runners.
-func (r Release) Check() ([]Archive, error) {
-	sums, err := ReadSums(r.SumsFile())
+// Check verifies the signature on the release's SHA256SUMS against the keys
+// t trusts, then the release in Dist against those sums, and returns the
+// key that signed and the archives, sorted by platform. Every file the sums
+// name must be there and match; the manifest must be among them; every
+// archive must hold the provider binary and the runners in Runners.
+func (r Release) Check(t Trust) (Signer, []Archive, error) {
+	raw, signer, err := r.verifySums(t)
+	if err != nil {
+		return Signer{}, nil, err
+	}
+	archives, err := r.checkSums(raw)
+	if err != nil {
+		return Signer{}, nil, err
+	}
+	return signer, archives, nil
+}
+
+// checkSums checks the files the (verified) sums name.
+func (r Release) checkSums(raw []byte) ([]Archive, error) {
+	sums, err := parseSums(r.SumsFile(), raw)
 	if err != nil {
 		return nil, err
 	}

@@ -68,8 +68,9 @@ func h1Of(files map[string]string) string {
 	return "h1:" + base64.StdEncoding.EncodeToString(s[:])
 }
 
-// fakeDist lays out a two-platform release like GoReleaser's and returns it
-// with the files each zip holds.
+// fakeDist lays out a two-platform release like GoReleaser's, signed by
+// the test's pinned key (pinnedTrust), and returns it with the files each
+// zip holds.
 func fakeDist(t *testing.T) (Release, map[string]string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -93,12 +94,13 @@ func fakeDist(t *testing.T) (Release, map[string]string) {
 	if err := os.WriteFile(r.SumsFile(), []byte(sums.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	signSums(t, r, testKeys(t).pinned)
 	return r, files
 }
 
 func TestCheckAndInstall(t *testing.T) {
 	r, files := fakeDist(t)
-	archives, err := r.Check()
+	_, archives, err := r.Check(pinnedTrust(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,6 +196,7 @@ func TestCheckRejects(t *testing.T) {
 			if err := os.WriteFile(r.SumsFile(), []byte(strings.Join(keep, "\n")), 0o644); err != nil {
 				t.Fatal(err)
 			}
+			signSums(t, *r, testKeys(t).pinned)
 		}, "manifest.json is not in"},
 		"listed file gone": {func(t *testing.T, r *Release) {
 			if err := os.Remove(filepath.Join(r.Dist, "terraform-provider-meepa_1.2.3_darwin_arm64.zip")); err != nil {
@@ -205,7 +208,7 @@ func TestCheckRejects(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r, _ := fakeDist(t)
 			c.spoil(t, &r)
-			_, err := r.Check()
+			_, _, err := r.Check(pinnedTrust(t))
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("Check() error = %v, want one containing %q", err, c.want)
 			}
@@ -213,8 +216,9 @@ func TestCheckRejects(t *testing.T) {
 	}
 }
 
-// rewriteSums recomputes SHA256SUMS for the files it lists, as a release
-// that was built broken (not tampered with afterwards) would have.
+// rewriteSums recomputes SHA256SUMS for the files it lists and signs it
+// with the pinned key, as a release that was built broken (not tampered
+// with afterwards) would have.
 func rewriteSums(t *testing.T, r *Release) {
 	t.Helper()
 	sums, err := ReadSums(r.SumsFile())
@@ -228,4 +232,5 @@ func rewriteSums(t *testing.T, r *Release) {
 	if err := os.WriteFile(r.SumsFile(), []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	signSums(t, *r, testKeys(t).pinned)
 }
