@@ -10,7 +10,11 @@
 # checks it and lays it out in bin/mirror, and writes bin/mirror.tfrc, a CLI
 # configuration that installs bogpad/meepa from there and nowhere else. So the
 # quickstart runs what an operator installs: a broken archive, a wrong
-# checksum or a missing runner fails here.
+# checksum or a missing runner fails here. The snapshot is signed with a
+# throwaway key made in that run, not the pinned release key (releasekey/),
+# so mirror-host installs it with MEEPA_TRUST_SNAPSHOT_KEY=1 and prints
+# "trusting this run's throwaway snapshot key"; a plain `make install-mirror`
+# refuses it.
 #
 # Each stage is one function; `up` runs them in order. New parts of the
 # quickstart (networks, agents) add a stage and a line in `up`.
