@@ -58,7 +58,8 @@ func main() {
 	if signer.Pinned {
 		fmt.Printf("signature: good, by the pinned release key %s (%s)\n", signer.Fingerprint, releasekey.File)
 	} else {
-		fmt.Printf("signature: good, by %s: trusting this run's throwaway snapshot key (MEEPA_TRUST_SNAPSHOT_KEY), not the pinned release key; right for a snapshot built here, never for a release\n", signer.Fingerprint)
+		fmt.Printf("signature: good, by %s: trusting this run's throwaway snapshot key (MEEPA_TRUST_SNAPSHOT_KEY=1), not the pinned release key %s; right for a snapshot built here, never for a release\n",
+			signer.Fingerprint, pinnedFingerprint())
 	}
 	if checkOnly {
 		for _, a := range archives {
@@ -79,4 +80,14 @@ func main() {
 		fmt.Printf("%-12s %9d bytes  %s  zh:%s\n", a.Platform, size, a.H1, a.SHA256)
 	}
 	fmt.Printf("mirror: %s (%s, %s)\n", dst, filepath.Join(dst, "index.json"), filepath.Join(dst, r.Version+".json"))
+}
+
+// pinnedFingerprint names the release key in messages; Check has already
+// parsed the same key, so an error here cannot happen after it succeeded.
+func pinnedFingerprint() string {
+	el, err := mirror.ReadKeys(releasekey.Armored)
+	if err != nil || len(el) == 0 {
+		return releasekey.File
+	}
+	return mirror.Fingerprint(el[0])
 }
