@@ -69,21 +69,23 @@ func ForConfig(c runner.Config, p Placement) (Deployment, error) {
 	}
 	// The runner relays the agent's LLM calls (the key stays with it), so
 	// with a model provider it needs the route to base_url that the
-	// per-message containers used to have: the role's networks, or bridge.
+	// per-message containers used to have: the role's networks, or
+	// RunnerNetwork (never Docker's default bridge, where every container
+	// of the host would reach its port).
 	relays := relaysModelCalls(c)
 	switch {
 	case !hostMode && relays && len(c.Container.Networks) > 0:
 		d.Networks = c.Container.Networks
 	case !hostMode && relays && c.Container.Network == "bridge":
-		d.Network = "bridge"
+		d.Network = RunnerNetwork
 	case hostMode && len(c.Container.Networks) > 0:
 		// The agent process runs inside the runner: the runner joins the
 		// role's networks itself.
 		d.Networks = c.Container.Networks
 	case hostMode && (c.FileAccess.AllowNetwork || c.FileAccess.Unrestricted):
-		d.Network = "bridge"
+		d.Network = RunnerNetwork
 	case p.Listener.Port != 0:
-		d.Network = "bridge"
+		d.Network = RunnerNetwork
 	default:
 		d.Network = "none"
 	}
