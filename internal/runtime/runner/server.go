@@ -37,6 +37,11 @@
 //	                    fields (landlock_abi); 503 while shutting down.
 //	GET /metrics        Prometheus text, meepa_runner_* metrics.
 //
+// /healthz and /metrics need no token, by decision: the provider, Docker
+// and kubelet probes and Prometheus read them without one, and they hold
+// state and counts only, never a message, a reply, a token or a secret.
+// Every route is bounded before the token is checked (apiLimits, apiConns).
+//
 // Accepted means answered. With Config.Journal, a message is written to
 // the journal (one file per message, synced) before it is acknowledged or
 // queued, marked started before a sandbox sees it, and done with its
