@@ -98,9 +98,35 @@ func validateAgentConfig(ctx context.Context, m agentModel, diags *diag.Diagnost
 				"meepa_isolation_image.<name>.isolated_image (it holds agent-runner)"+
 				", or for a host-mode agent set runner.image, or runner.deployment = \"external\".")
 	}
+	validateListenReach(ctx, m, cm, rn, deployment, diags)
 	// Everything else the runner checks at start, checked by the same
 	// function.
 	validateSettings(ctx, m, diags)
+}
+
+// validateListenReach refuses a TCP runner.listen that apply could not
+// serve (deploy.ListenUnreachable, which apply runs too): a runner on its
+// ThreeGate topology's internal networks only.
+func validateListenReach(ctx context.Context, m agentModel, cm containerModeModel, rn runnerModel, deployment string, diags *diag.Diagnostics) {
+	if m.Threegate.IsNull() || m.Threegate.IsUnknown() || m.Runner.IsUnknown() || rn.Listen.IsNull() || rn.Listen.IsUnknown() ||
+		rn.Deployment.IsUnknown() || m.ContainerMode.IsUnknown() || cm.Enabled.IsUnknown() || m.LLM.IsUnknown() {
+		return
+	}
+	l, err := deploy.ParseListen(rn.Listen.ValueString())
+	if err != nil {
+		return // the attribute's own validator says why
+	}
+	var llm llmModel
+	if !m.LLM.IsNull() {
+		diags.Append(m.LLM.As(ctx, &llm, objectAsOpts)...)
+	}
+	if llm.Provider.IsUnknown() {
+		return
+	}
+	c := deploy.Config{Container: deploy.ContainerMode{Enabled: cm.Enabled.ValueBool()}, LLM: deploy.LLMConfig{Provider: llm.Provider.ValueString()}}
+	if err := deploy.ListenUnreachable(c, deployment, true, l); err != nil {
+		diags.AddAttributeError(path.Root("runner").AtName("listen"), "Unreachable Listen Address", err.Error()+".")
+	}
 }
 
 // ModifyPlan fills the computed values that are known before apply and

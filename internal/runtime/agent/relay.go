@@ -10,6 +10,9 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/httpbound"
 )
 
 // RelayFD is the descriptor on which a host-mode agent-run inherits its
@@ -102,6 +105,22 @@ func oneConnTransport(tr *http.Transport, conn net.Conn) (*http.Transport, func(
 	return tr, func() { tr.CloseIdleConnections(); _ = conn.Close() }
 }
 
+// forwarderLimits bound the forwarder as the relay's socket is bounded
+// (any process of the sandbox reaches it): small headers, the request
+// within a minute, the answer taken within 30 s, a refusal the end of the
+// connection; a model call waits as long as the relay lets it.
+var forwarderLimits = httpbound.Limits{
+	MaxHeaderBytes: 32 << 10,
+	ReadHeader:     10 * time.Second,
+	Read:           60 * time.Second,
+	Write:          30 * time.Second,
+	Idle:           90 * time.Second,
+	CloseOnRefusal: true,
+}
+
+// forwarderConns caps the forwarder's open connections.
+const forwarderConns = 32
+
 // relayForwarder serves the relay to tool processes on a loopback TCP port
 // (inject_credentials_env): SDKs and CLIs take an http base URL, not a unix
 // socket. It carries the tool's own request, token included, unchanged; the
@@ -119,8 +138,8 @@ func relayForwarder(tr http.RoundTripper) (base string, stop func(), err error) 
 			pr.Out.Host = "meepa-relay"
 		},
 	}
-	srv := &http.Server{Handler: proxy}
-	go func() { _ = srv.Serve(ln) }()
+	srv := httpbound.Server(proxy, forwarderLimits, nil)
+	go func() { _ = srv.Serve(httpbound.Listener(ln, forwarderConns, nil)) }()
 	port := ln.Addr().(*net.TCPAddr).Port
 	return "http://127.0.0.1:" + strconv.Itoa(port), func() { _ = srv.Close() }, nil
 }

@@ -232,6 +232,11 @@ func Deploy(ctx context.Context, cli client.APIClient, d Deployment) (string, er
 	if err := Remove(ctx, cli, d.AgentID, d.StopTimeout); err != nil {
 		return "", err
 	}
+	if d.Network == RunnerNetwork {
+		if err := ensureRunnerNetwork(ctx, cli); err != nil {
+			return "", err
+		}
+	}
 	cfg, hc, nc := Spec(d)
 	resp, err := cli.ContainerCreate(ctx, cfg, hc, nc, nil, ContainerName(d.AgentID))
 	if err != nil {

@@ -69,21 +69,23 @@ func ForConfig(c runner.Config, p Placement) (Deployment, error) {
 	}
 	// The runner relays the agent's LLM calls (the key stays with it), so
 	// with a model provider it needs the route to base_url that the
-	// per-message containers used to have: the role's networks, or bridge.
-	relays := c.LLM.Provider == "openai" || c.LLM.Provider == "anthropic"
+	// per-message containers used to have: the role's networks, or
+	// RunnerNetwork (never Docker's default bridge, where every container
+	// of the host would reach its port).
+	relays := relaysModelCalls(c)
 	switch {
 	case !hostMode && relays && len(c.Container.Networks) > 0:
 		d.Networks = c.Container.Networks
 	case !hostMode && relays && c.Container.Network == "bridge":
-		d.Network = "bridge"
+		d.Network = RunnerNetwork
 	case hostMode && len(c.Container.Networks) > 0:
 		// The agent process runs inside the runner: the runner joins the
 		// role's networks itself.
 		d.Networks = c.Container.Networks
 	case hostMode && (c.FileAccess.AllowNetwork || c.FileAccess.Unrestricted):
-		d.Network = "bridge"
+		d.Network = RunnerNetwork
 	case p.Listener.Port != 0:
-		d.Network = "bridge"
+		d.Network = RunnerNetwork
 	default:
 		d.Network = "none"
 	}
@@ -191,4 +193,39 @@ func (a Agent) DenyWarnings() []string {
 		covered = append(covered, c.Path)
 	}
 	return landlock.ExpandedDenies(fa, covered...)
+}
+
+// relaysModelCalls says whether the runner calls a model endpoint for its
+// messages (offline does not), so needs a route to base_url.
+func relaysModelCalls(c runner.Config) bool {
+	return c.LLM.Provider == "openai" || c.LLM.Provider == "anthropic"
+}
+
+// ListenUnreachable says why a runner cannot be reached on l, or nil. A
+// runner in a container that joins only its ThreeGate topology's networks
+// (host mode, where the agent runs inside it, or a container-mode agent
+// that relays model calls through llmnet) has no network that Docker
+// publishes a port from: the topology's networks are internal, and a port
+// on llmnet would hand the runner's API to the topology's own sandboxes.
+// Such a runner listens on a unix socket. onTopology says the agent is a
+// ThreeGate member (its networks may not be resolved yet).
+func ListenUnreachable(c runner.Config, deployment string, onTopology bool, l Listener) error {
+	if deployment != ModeContainer || l.Port == 0 || !(onTopology || len(c.Container.Networks) > 0) {
+		return nil
+	}
+	if c.Container.Enabled && !relaysModelCalls(c) {
+		// Its runner needs no topology network: it sits on its own.
+		return nil
+	}
+	return &FieldError{Field: "runner.listen", Index: -1, Err: fmt.Errorf(
+		"%s: this agent's runner joins only its ThreeGate topology's networks, which are internal (Docker publishes no port "+
+			"from them, and a port there would be open to the topology's sandboxes); use a unix socket, as in "+
+			"unix:///run/meepa/%s.sock, or leave runner.listen unset for the default socket", l.String(), agentOrName(c.AgentID))}
+}
+
+func agentOrName(id string) string {
+	if id == "" {
+		return "agent"
+	}
+	return id
 }

@@ -44,7 +44,7 @@ func TestForConfigContainerMode(t *testing.T) {
 		t.Errorf("stop timeout %v", d.StopTimeout)
 	}
 	p.Listener = Listener{Port: 8701}
-	if d, _ := ForConfig(c, p); d.Network != "bridge" {
+	if d, _ := ForConfig(c, p); d.Network != RunnerNetwork {
 		t.Errorf("a TCP listener needs a published port: network %q", d.Network)
 	}
 }
@@ -87,7 +87,7 @@ func TestForConfigHostMode(t *testing.T) {
 	}
 
 	c.FileAccess.Unrestricted = true
-	if d, _ := ForConfig(c, p); d.SecurityOpt != nil || d.Network != "bridge" {
+	if d, _ := ForConfig(c, p); d.SecurityOpt != nil || d.Network != RunnerNetwork {
 		t.Errorf("unrestricted: %v %q", d.SecurityOpt, d.Network)
 	}
 	c.FileAccess.Unrestricted = false

@@ -93,6 +93,9 @@ func (s *Service) Apply(ctx context.Context, a Agent, prior *Prior, redeploy boo
 	if a.Config.Listen == "" {
 		listener, err = Listener{Unix: s.Layout(id).Socket}, nil
 	}
+	if err == nil {
+		err = ListenUnreachable(a.Config, a.Deployment(), a.Meta.ThreegateNetwork != "", listener)
+	}
 	if err != nil {
 		return out, stepErr(StepListen, "listen", "the listen address", err)
 	}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/httpbound"
 )
 
 // pipe copies src to dst until EOF or error, then half-closes dst so the
@@ -149,72 +151,16 @@ func (d deadlineWriter) Write(p []byte) (int, error) {
 	return d.w.Write(p)
 }
 
-// limitListener bounds concurrent connections. Over the bound a client gets
-// an immediate 503 instead of waiting unseen in the accept queue.
-type limitListener struct {
-	net.Listener
-	sem       chan struct{}
-	rejecting chan struct{}
-	s         *Server
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		select {
-		case l.sem <- struct{}{}:
-			return &limitedConn{Conn: c, release: func() { <-l.sem }}, nil
-		default:
-		}
-		// Answering takes a goroutine each; under a flood, beyond a small
-		// bound, drop the connection without an answer.
-		select {
-		case l.rejecting <- struct{}{}:
-			go func() {
-				defer func() { <-l.rejecting }()
-				l.reject(c)
-			}()
-		default:
-			_ = c.Close() // dropped unanswered: nothing to report to
-		}
-	}
-}
-
-func (l *limitListener) reject(c net.Conn) {
+// reject answers a connection over Options.MaxConns (httpbound.Listener
+// hands it over): a 503, and an audit line, which is what counts.
+func (s *Server) reject(c net.Conn) {
 	start := time.Now()
-	// The 503 is a courtesy to a client over the bound: if it cannot be
-	// written in time, closing is the answer. The audit line is what counts.
-	_ = c.SetDeadline(time.Now().Add(deniedConnLingerPeriod))
-	_, _ = io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: 40\r\n\r\nmeepa proxy: too many open connections\r\n")
-	_ = c.Close()
-	if err := l.s.audit.write(AuditRecord{
+	httpbound.Refuse(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\nContent-Length: 40\r\n\r\nmeepa proxy: too many open connections\r\n")
+	if err := s.audit.write(AuditRecord{
 		Time: start.UTC().Format(time.RFC3339Nano), Client: c.RemoteAddr().String(),
 		Decision: DecisionDeny, Reason: "too many open connections", Status: http.StatusServiceUnavailable,
 		DurationMS: durationMS(time.Since(start)),
 	}); err != nil {
-		l.s.log.Error("audit write failed", "error", err)
+		s.log.Error("audit write failed", "error", err)
 	}
-}
-
-type limitedConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
-}
-
-// CloseWrite half-closes a TCP client so a tunnel can end one direction.
-func (c *limitedConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return c.Conn.Close()
 }

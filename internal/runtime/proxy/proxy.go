@@ -14,18 +14,18 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/httpbound"
 )
 
 // Defaults for Options' zero values.
 const (
-	DefaultDialTimeout     = 10 * time.Second
-	DefaultIdleTimeout     = 5 * time.Minute
-	DefaultMaxConns        = 512
-	DefaultHeaderTimeout   = 10 * time.Second
-	defaultMaxHeaderBytes  = 64 << 10
-	defaultHTTPTargetPort  = 80
-	deniedConnLingerPeriod = time.Second
-	maxRejecting           = 32
+	DefaultDialTimeout    = 10 * time.Second
+	DefaultIdleTimeout    = 5 * time.Minute
+	DefaultMaxConns       = 512
+	DefaultHeaderTimeout  = 10 * time.Second
+	defaultMaxHeaderBytes = 64 << 10
+	defaultHTTPTargetPort = 80
 )
 
 // Resolver looks names up. *net.Resolver satisfies it.
@@ -125,8 +125,7 @@ func New(opts Options) (*Server, error) {
 // Serve accepts connections on ln until Shutdown. It returns
 // http.ErrServerClosed after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	lim := &limitListener{Listener: ln, sem: make(chan struct{}, s.opts.MaxConns), rejecting: make(chan struct{}, maxRejecting), s: s}
-	return s.http.Serve(lim)
+	return s.http.Serve(httpbound.Listener(ln, s.opts.MaxConns, s.reject))
 }
 
 // Shutdown stops accepting, lets open requests and tunnels finish until ctx

@@ -23,6 +23,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/httpbound"
 )
 
 // The LLM relay keeps the API key out of every sandbox. The agent loop (and,
@@ -153,8 +154,8 @@ func (r *Relay) Listen(dir string) error {
 		return errors.Join(fmt.Errorf("relay listen: %w", err), ln.Close())
 	}
 	r.dir, r.ln = dir, ln
-	r.server = &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = r.server.Serve(ln) }()
+	r.server = httpbound.Server(r, relayLimits, nil)
+	go func() { _ = r.server.Serve(httpbound.Listener(ln, relayConns, nil)) }()
 	return nil
 }
 
@@ -212,7 +213,7 @@ func (r *Relay) Pair() (child *os.File, stop func(), err error) {
 // ServeConn serves the relay on one connection (a socketpair's end, or the
 // one a pod's framed stdio carries) until the returned stop is called.
 func (r *Relay) ServeConn(conn net.Conn) (stop func()) {
-	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpbound.Server(r, relayConnLimits, nil)
 	go func() { _ = srv.Serve(&oneConn{c: conn, done: make(chan struct{})}) }()
 	return func() { _ = srv.Close(); _ = conn.Close() }
 }

@@ -37,6 +37,11 @@
 //	                    fields (landlock_abi); 503 while shutting down.
 //	GET /metrics        Prometheus text, meepa_runner_* metrics.
 //
+// /healthz and /metrics need no token, by decision: the provider, Docker
+// and kubelet probes and Prometheus read them without one, and they hold
+// state and counts only, never a message, a reply, a token or a secret.
+// Every route is bounded before the token is checked (apiLimits, apiConns).
+//
 // Accepted means answered. With Config.Journal, a message is written to
 // the journal (one file per message, synced) before it is acknowledged or
 // queued, marked started before a sandbox sees it, and done with its
@@ -88,6 +93,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/httpbound"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/version"
 )
@@ -197,7 +203,35 @@ type Server struct {
 	mode    string
 	token   [32]byte
 
-	http *http.Server
+	http     *http.Server
+	maxConns int
+}
+
+// apiLimits bound the runner's API before it knows who is calling: a
+// header block far above what the API needs (a bearer token, an
+// Idempotency-Key, the parent message), a second to send it after its
+// first byte is not much to ask of a client on this machine, and the
+// whole request (1 MiB at most) in 30 s. A blocking message then waits
+// and runs as long as its queue and timeout_seconds say; its answer must
+// be taken within 30 s. A refusal ends the connection.
+var apiLimits = httpbound.Limits{
+	MaxHeaderBytes: 16 << 10,
+	ReadHeader:     10 * time.Second,
+	Read:           30 * time.Second,
+	Write:          30 * time.Second,
+	Idle:           60 * time.Second,
+	CloseOnRefusal: true,
+}
+
+// apiConns caps the API's open connections: room for every blocking
+// message the queue holds, the one running, and as many again for status
+// polls, health checks and asks. Over it a client gets 503 at once.
+func apiConns(cfg *Config) int {
+	q := cfg.QueueSize
+	if q <= 0 {
+		q = DefaultQueueSize
+	}
+	return 2*q + 32
 }
 
 // New validates cfg and makes its backend, which removes orphan sandboxes
@@ -249,7 +283,8 @@ func New(ctx context.Context, cfg *Config, o Options) (*Server, error) {
 	mux.HandleFunc("/v1/messages/", s.handleMessageStatus)
 	mux.HandleFunc("/healthz", s.handleHealth)
 	mux.HandleFunc("/metrics", s.handleMetrics)
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.http = httpbound.Server(mux, apiLimits, nil)
+	s.maxConns = apiConns(cfg)
 	return s, nil
 }
 
@@ -289,7 +324,7 @@ func Listen(addr string) (net.Listener, error) {
 // Serve answers on ln until Shutdown; it returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	s.log.Info("serving", "listen", ln.Addr().String(), "mode", s.mode)
-	if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := s.http.Serve(httpbound.Listener(ln, s.maxConns, nil)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil

@@ -1,0 +1,113 @@
+package httpbound
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func serve(t *testing.T, h http.Handler, l Limits, max int) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := Server(h, l, nil)
+	go func() { _ = srv.Serve(Listener(ln, max, nil)) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String()
+}
+
+var short = Limits{MaxHeaderBytes: 4 << 10, ReadHeader: 200 * time.Millisecond, Read: 300 * time.Millisecond,
+	Write: 300 * time.Millisecond, Idle: time.Second, CloseOnRefusal: true}
+
+// The deadlines bound the client, never the handler: a handler that works
+// well past Read and Write (a blocking message, a model call) still answers,
+// with and without a body, and its request context stays live.
+func TestLongHandlerOutlivesDeadlines(t *testing.T) {
+	addr := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		select {
+		case <-time.After(time.Second):
+		case <-r.Context().Done():
+			http.Error(w, "context ended early", http.StatusInternalServerError)
+			return
+		}
+		_, _ = io.WriteString(w, "done")
+	}), short, 4)
+	for _, body := range []string{"", "some body"} {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/", strings.NewReader(body))
+		if body == "" {
+			req.Body = http.NoBody
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("body %q: %v", body, err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != 200 || string(raw) != "done" {
+			t.Errorf("body %q: %d %q", body, resp.StatusCode, raw)
+		}
+	}
+}
+
+// Over the cap a connection is answered 503 at once, not queued.
+func TestOverCapRefusedAtOnce(t *testing.T) {
+	addr := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), short, 2)
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = c.Close() }()
+		_, _ = io.WriteString(c, "GET / HTTP/1.1\r\n") // holds its slot
+	}
+	time.Sleep(50 * time.Millisecond)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || !strings.Contains(line, " 503 ") {
+		t.Fatalf("third connection: %q %v, want a 503 at once", line, err)
+	}
+}
+
+// A refusal ends the connection: a body trickled after it is not read.
+func TestRefusalClosesTrickledBody(t *testing.T) {
+	addr := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no", http.StatusUnauthorized)
+	}), Limits{MaxHeaderBytes: 4 << 10, ReadHeader: time.Minute, Read: time.Minute, Write: time.Minute, Idle: time.Minute, CloseOnRefusal: true}, 4)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	_, _ = io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nab")
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+				if _, err := io.WriteString(c, "x"); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	raw, err := io.ReadAll(c)
+	if err != nil || !strings.HasPrefix(string(raw), "HTTP/1.1 401 ") {
+		t.Fatalf("got %q, %v: want a 401 and the connection closed within 3 s", raw, err)
+	}
+}
