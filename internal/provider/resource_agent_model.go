@@ -44,6 +44,19 @@ type llmModel struct {
 	BaseURL  types.String `tfsdk:"base_url"`
 	APIKey   types.String `tfsdk:"api_key"`
 	MaxSteps types.Int64  `tfsdk:"max_steps"`
+
+	MaxTokensPerCall         types.Int64 `tfsdk:"max_tokens_per_call"`
+	MessageTokenBudget       types.Int64 `tfsdk:"message_token_budget"`
+	AgentTokenBudget         types.Int64 `tfsdk:"agent_token_budget"`
+	AgentBudgetWindowSeconds types.Int64 `tfsdk:"agent_budget_window_seconds"`
+}
+
+// limits are the relay's spending limits the model holds.
+func (l llmModel) limits() deploy.LLMLimits {
+	return deploy.LLMLimits{
+		MaxTokensPerCall: l.MaxTokensPerCall.ValueInt64(), MessageTokenBudget: l.MessageTokenBudget.ValueInt64(),
+		AgentTokenBudget: l.AgentTokenBudget.ValueInt64(), AgentBudgetWindowSeconds: l.AgentBudgetWindowSeconds.ValueInt64(),
+	}
 }
 
 type containerModeModel struct {
@@ -83,6 +96,8 @@ var (
 	llmAttrTypes = map[string]attr.Type{
 		"provider": types.StringType, "model": types.StringType, "base_url": types.StringType,
 		"api_key": types.StringType, "max_steps": types.Int64Type,
+		"max_tokens_per_call": types.Int64Type, "message_token_budget": types.Int64Type,
+		"agent_token_budget": types.Int64Type, "agent_budget_window_seconds": types.Int64Type,
 	}
 	containerModeAttrTypes = map[string]attr.Type{
 		"enabled": types.BoolType, "image": types.StringType, "memory_limit": types.StringType,
@@ -184,6 +199,7 @@ func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagn
 	for _, v := range []attr.Value{
 		m.AgentID, m.InjectCredentialsEnv, m.InjectSecretsEnv, m.RedactSecrets,
 		llm.Provider, llm.Model, llm.BaseURL, llm.MaxSteps,
+		llm.MaxTokensPerCall, llm.MessageTokenBudget, llm.AgentTokenBudget, llm.AgentBudgetWindowSeconds,
 		cm.Enabled, cm.Image, cm.MemoryLimit, cm.TimeoutSeconds, cm.Network, cm.PidsLimit, cm.User, cm.Runtime, cm.Prestart,
 		fa.Unrestricted, fa.AllowRead, fa.AllowReadWrite, fa.Deny, fa.AllowHomeDotfiles, fa.AllowNetwork,
 		rn.Deployment, rn.Image,
@@ -214,6 +230,7 @@ func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagn
 		InjectSecretsEnv:     m.InjectSecretsEnv.ValueBool(),
 		RedactSecrets:        m.RedactSecrets.ValueBool(),
 		MaxSteps:             int(llm.MaxSteps.ValueInt64()),
+		LLMLimits:            llm.limits(),
 	}
 	if a.Meta.ThreegateNetwork != "" {
 		// The role's networks and env are resolved at apply; the hash
@@ -230,11 +247,16 @@ func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagn
 // everything but the write-only API key and secrets, which state never holds.
 func modelOf(m *agentModel, a deploy.Agent) {
 	c, meta := a.Config, a.Meta
+	limits := c.LLMLimits.Effective()
 	m.ID, m.AgentID = types.StringValue(c.AgentID), types.StringValue(c.AgentID)
 	m.LLM = types.ObjectValueMust(llmAttrTypes, map[string]attr.Value{
 		"provider": types.StringValue(c.LLM.Provider), "model": types.StringValue(c.LLM.Model),
 		"base_url": types.StringValue(c.LLM.BaseURL), "api_key": types.StringNull(),
-		"max_steps": types.Int64Value(int64(orDefault(c.MaxSteps, deploy.DefaultMaxSteps))),
+		"max_steps":                   types.Int64Value(int64(orDefault(c.MaxSteps, deploy.DefaultMaxSteps))),
+		"max_tokens_per_call":         types.Int64Value(limits.MaxTokensPerCall),
+		"message_token_budget":        types.Int64Value(limits.MessageTokenBudget),
+		"agent_token_budget":          types.Int64Value(limits.AgentTokenBudget),
+		"agent_budget_window_seconds": types.Int64Value(limits.AgentBudgetWindowSeconds),
 	})
 	// Write-only, as the API key: state never holds the secrets.
 	m.Secrets = types.MapNull(types.StringType)

@@ -72,6 +72,38 @@ func agentSchema() schema.Schema {
 						MarkdownDescription: fmt.Sprintf("Bound on LLM/tool steps per message, 1 to %d. Default `%d`.", deploy.MaxMaxSteps, deploy.DefaultMaxSteps),
 						Validators:          []validator.Int64{notZero(1, deploy.MaxMaxSteps)},
 					},
+					// The relay's spending limits: checked at plan by the
+					// runner's own check (deploy.ValidateSettings).
+					"max_tokens_per_call": schema.Int64Attribute{
+						Optional: true, Computed: true, Default: int64default.StaticInt64(deploy.DefaultMaxTokensPerCall),
+						MarkdownDescription: fmt.Sprintf("The most one model call through the relay may ask for in `max_tokens`, `max_completion_tokens` or "+
+							"`max_output_tokens`, 1 to %d; a call that names none of them, or more than this, is refused (the agent loop asks for "+
+							"%d, or this if lower). Default `%d`.", deploy.MaxMaxTokensPerCall, deploy.DefaultLoopMaxTokens, deploy.DefaultMaxTokensPerCall),
+						Validators: []validator.Int64{notZero(1, deploy.MaxMaxTokensPerCall)},
+					},
+					"message_token_budget": schema.Int64Attribute{
+						Optional: true, Computed: true, Default: int64default.StaticInt64(deploy.DefaultMessageTokenBudget),
+						MarkdownDescription: fmt.Sprintf("Tokens (input plus output, as the endpoint reports them) one message may use through the relay: "+
+							"the call that crosses it is answered, every later call of the message is refused. At least `max_tokens_per_call`, "+
+							"at most %d. Default `%d`.", deploy.MaxMessageTokenBudget, deploy.DefaultMessageTokenBudget),
+						Validators: []validator.Int64{notZero(1, deploy.MaxMessageTokenBudget)},
+					},
+					"agent_token_budget": schema.Int64Attribute{
+						Optional: true, Computed: true, Default: int64default.StaticInt64(deploy.DefaultAgentTokenBudget),
+						MarkdownDescription: fmt.Sprintf("Tokens all of the agent's messages may use through the relay in one window of "+
+							"`agent_budget_window_seconds`: past it every call is refused until the window ends. The count is kept in the "+
+							"runner's journal directory, so a restarted runner goes on with the same window (a runner without a journal, as on "+
+							"Kubernetes, starts a new window when it starts). At least `message_token_budget`, at most %d. Default `%d`.",
+							deploy.MaxAgentTokenBudget, deploy.DefaultAgentTokenBudget),
+						Validators: []validator.Int64{notZero(1, deploy.MaxAgentTokenBudget)},
+					},
+					"agent_budget_window_seconds": schema.Int64Attribute{
+						Optional: true, Computed: true, Default: int64default.StaticInt64(deploy.DefaultAgentBudgetWindowSeconds),
+						MarkdownDescription: fmt.Sprintf("Length of the `agent_token_budget` window, %d to %d seconds. The window is fixed: it starts "+
+							"with the first call after the previous window ended. Default `%d` (a day).",
+							deploy.MinAgentBudgetWindowSeconds, deploy.MaxAgentBudgetWindowSeconds, deploy.DefaultAgentBudgetWindowSeconds),
+						Validators: []validator.Int64{notZero(deploy.MinAgentBudgetWindowSeconds, deploy.MaxAgentBudgetWindowSeconds)},
+					},
 				},
 			},
 

@@ -64,6 +64,7 @@ func TestRuntimeRoundTrip(t *testing.T) {
 		LLM:                  agent.LLMConfig{Provider: "openai", Model: "m", BaseURL: "http://x/v1", APIKey: "sk"},
 		Secrets:              map[string]string{"A": "1"},
 		InjectCredentialsEnv: true, InjectSecretsEnv: false, RedactSecrets: true, MaxSteps: 5,
+		LLMLimits: runner.LLMLimits{MaxTokensPerCall: 1000, MessageTokenBudget: 20000, AgentTokenBudget: 300000, AgentBudgetWindowSeconds: 3600},
 	}
 	meta := deploy.Meta{Soul: "s", Memory: "m", ManageSoul: true, Deployment: "container", RunnerImage: "runner:1"}
 	var m agentModel

@@ -133,14 +133,18 @@ func (v notZeroValidator) ValidateInt64(_ context.Context, req validator.Int64Re
 // settingSummaries are the diagnostics' summaries of the settings the
 // runner checks (deploy.ValidateSettings), by field.
 var settingSummaries = map[string]string{
-	"container_mode.memory_limit":    "Invalid Memory Limit",
-	"container_mode.user":            "Invalid User",
-	"container_mode.timeout_seconds": "Invalid Timeout",
-	"container_mode.pids_limit":      "Invalid Pids Limit",
-	"container_mode.network":         "Invalid Container Network",
-	"container_mode.runtime":         "Invalid Runtime",
-	"max_steps":                      "Invalid Max Steps",
-	"secrets":                        "Invalid Secret Name",
+	"container_mode.memory_limit":     "Invalid Memory Limit",
+	"container_mode.user":             "Invalid User",
+	"container_mode.timeout_seconds":  "Invalid Timeout",
+	"container_mode.pids_limit":       "Invalid Pids Limit",
+	"container_mode.network":          "Invalid Container Network",
+	"container_mode.runtime":          "Invalid Runtime",
+	"max_steps":                       "Invalid Max Steps",
+	"llm.max_tokens_per_call":         "Invalid Token Limit",
+	"llm.message_token_budget":        "Invalid Token Budget",
+	"llm.agent_token_budget":          "Invalid Token Budget",
+	"llm.agent_budget_window_seconds": "Invalid Budget Window",
+	"secrets":                         "Invalid Secret Name",
 }
 
 // validateSettings runs the runner's own start-time check of the settings
@@ -216,6 +220,12 @@ func settingsOf(ctx context.Context, m agentModel, diags *diag.Diagnostics) (dep
 			skip["file_access"] = true
 		}
 	}
+	for _, v := range []types.Int64{llm.MaxTokensPerCall, llm.MessageTokenBudget, llm.AgentTokenBudget} {
+		if v.IsUnknown() {
+			// Each budget is judged against the one it holds.
+			skip["llm.message_token_budget"], skip["llm.agent_token_budget"] = true, true
+		}
+	}
 	if cm.Enabled.IsUnknown() {
 		// Host mode's memory floor applies only once the mode is known.
 		skip["container_mode.memory_limit"] = true
@@ -227,6 +237,7 @@ func settingsOf(ctx context.Context, m agentModel, diags *diag.Diagnostics) (dep
 			Network: cm.Network.ValueString(), Runtime: cm.Runtime.ValueString(),
 		},
 		MaxSteps:         int(llm.MaxSteps.ValueInt64()),
+		LLMLimits:        llm.limits(),
 		InjectSecretsEnv: !m.InjectSecretsEnv.IsUnknown() && (m.InjectSecretsEnv.IsNull() || m.InjectSecretsEnv.ValueBool()),
 	}
 	if !skip["file_access"] {

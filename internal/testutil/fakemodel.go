@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,7 +17,7 @@ import (
 // for tests of the real loop, relay and sandbox: a user message whose text
 // names a command is answered with a shell tool call running it, any other
 // turn with the answer "done", each reporting 13 input and 5 output
-// tokens. A body of exactly {"q":"ECHO-AUTH"} (a tool's own call) gets a
+// tokens. A body with "q":"ECHO-AUTH" in it (a tool's own call) gets a
 // 401 that echoes the Authorization header it came with, as a careless
 // gateway might. It records the Authorization header of every call.
 type FakeModel struct {
@@ -75,7 +76,7 @@ func (m *FakeModel) serve(w http.ResponseWriter, r *http.Request) {
 		onCall()
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if string(raw) == `{"q":"ECHO-AUTH"}` {
+	if bytes.Contains(raw, []byte(`"q":"ECHO-AUTH"`)) {
 		w.WriteHeader(http.StatusUnauthorized)
 		// A failed write shows as the client's error, which the test checks.
 		_, _ = fmt.Fprintf(w, `{"error":{"message":"bad credential %s"}}`, r.Header.Get("Authorization"))

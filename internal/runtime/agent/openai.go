@@ -53,7 +53,10 @@ func NewOpenAI(cfg LLMConfig, hc *http.Client) (*OpenAI, error) {
 func (o *OpenAI) Complete(ctx context.Context, c Completion) (Answer, error) {
 	params := openai.ChatCompletionNewParams{Model: o.model} // shared.ChatModel is an alias of string
 	if o.max > 0 {
-		params.MaxTokens = openai.Int(int64(o.max))
+		// max_completion_tokens, not max_tokens: OpenAI's reasoning models
+		// refuse max_tokens, and the compatible servers that know only
+		// max_tokens ignore a field they do not know.
+		params.MaxCompletionTokens = openai.Int(int64(o.max))
 	}
 	if c.System != "" {
 		params.Messages = append(params.Messages, openai.SystemMessage(c.System))

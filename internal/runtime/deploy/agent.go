@@ -25,6 +25,7 @@ type (
 	FileAccess    = runner.FileAccess
 	LLMConfig     = agent.LLMConfig
 	FieldError    = runner.FieldError
+	LLMLimits     = runner.LLMLimits
 )
 
 // Defaults and bounds of an agent's settings (see runner).
@@ -40,9 +41,20 @@ const (
 	DefaultUser           = runner.DefaultUser
 	DefaultMaxSteps       = runner.DefaultMaxSteps
 	MaxMaxSteps           = runner.MaxMaxSteps
-	DefaultNetwork        = runner.DefaultNetwork
-	DefaultRuntime        = runner.DefaultRuntime
-	TmpSize               = sandbox.TmpSize
+	// The relay's spending limits (LLMLimits).
+	DefaultMaxTokensPerCall         = runner.DefaultMaxTokensPerCall
+	MaxMaxTokensPerCall             = runner.MaxMaxTokensPerCall
+	DefaultMessageTokenBudget       = runner.DefaultMessageTokenBudget
+	MaxMessageTokenBudget           = runner.MaxMessageTokenBudget
+	DefaultAgentTokenBudget         = runner.DefaultAgentTokenBudget
+	MaxAgentTokenBudget             = runner.MaxAgentTokenBudget
+	DefaultAgentBudgetWindowSeconds = runner.DefaultAgentBudgetWindowSeconds
+	MinAgentBudgetWindowSeconds     = runner.MinAgentBudgetWindowSeconds
+	MaxAgentBudgetWindowSeconds     = runner.MaxAgentBudgetWindowSeconds
+	DefaultLoopMaxTokens            = runner.DefaultLoopMaxTokens
+	DefaultNetwork                  = runner.DefaultNetwork
+	DefaultRuntime                  = runner.DefaultRuntime
+	TmpSize                         = sandbox.TmpSize
 	// IDPattern is what an agent id may look like (it names a directory
 	// and containers).
 	IDPattern = workspace.IDPattern

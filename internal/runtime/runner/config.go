@@ -53,6 +53,8 @@ type Config struct {
 	// MaxSteps bounds the agent loop's LLM/tool steps; zero means
 	// DefaultMaxSteps.
 	MaxSteps int `json:"max_steps,omitempty"`
+	// LLMLimits bound what the relay forwards and what the agent may spend.
+	LLMLimits LLMLimits `json:"llm_limits"`
 	// Role is the agent's ThreeGate role ("core", "fetch", "tool_exec"; see
 	// agent.RoleTools), empty for an agent outside a topology. The runner
 	// hands it to the loop, which offers only the role's tools; a

@@ -113,7 +113,7 @@ func (j *journal) load(e os.DirEntry) (record, bool) {
 		}
 		return record{}, false
 	}
-	if strings.HasSuffix(name, ".corrupt") {
+	if strings.HasSuffix(name, ".corrupt") || name == budgetFileName {
 		return record{}, false
 	}
 	r, size, err := readRecord(path, name)

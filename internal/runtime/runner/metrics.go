@@ -56,6 +56,10 @@ type metrics struct {
 	relayCalls   map[string]uint64
 	inputTokens  uint64
 	outputTokens uint64
+	// Calls a token budget refused, by budget (message, agent), and the
+	// agent's count in its current budget window.
+	budgetRefusals map[string]uint64
+	agentWindowTok int64
 	// Tool calls the agent's role refused.
 	toolsRefused uint64
 
@@ -80,10 +84,11 @@ type gauges struct {
 
 func newMetrics() *metrics {
 	return &metrics{
-		byOutcome:    map[string]uint64{},
-		relayCalls:   map[string]uint64{},
-		latency:      newHistogram(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
-		startLatency: newHistogram(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+		byOutcome:      map[string]uint64{},
+		relayCalls:     map[string]uint64{},
+		budgetRefusals: map[string]uint64{"message": 0, "agent": 0},
+		latency:        newHistogram(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+		startLatency:   newHistogram(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
 	}
 }
 
@@ -125,6 +130,20 @@ func (m *metrics) tokens(in, out int64) {
 	m.mu.Lock()
 	m.inputTokens += uint64(max(in, 0))
 	m.outputTokens += uint64(max(out, 0))
+	m.mu.Unlock()
+}
+
+// budgetRefused counts a call that a token budget refused.
+func (m *metrics) budgetRefused(which string) {
+	m.mu.Lock()
+	m.budgetRefusals[which]++
+	m.mu.Unlock()
+}
+
+// agentWindow sets the agent's count in its current budget window.
+func (m *metrics) agentWindow(n int64) {
+	m.mu.Lock()
+	m.agentWindowTok = n
 	m.mu.Unlock()
 }
 
@@ -172,6 +191,9 @@ func (m *metrics) write(out io.Writer, g gauges) error {
 	}
 	fmt.Fprintf(&w, "# HELP %sllm_tokens_total Tokens the model endpoint reported through the relay.\n# TYPE %sllm_tokens_total counter\n", p, p)
 	fmt.Fprintf(&w, "%sllm_tokens_total{direction=\"input\"} %d\n%sllm_tokens_total{direction=\"output\"} %d\n", p, m.inputTokens, p, m.outputTokens)
+	fmt.Fprintf(&w, "# HELP %sllm_budget_refusals_total Relay calls a token budget refused (llm.message_token_budget, llm.agent_token_budget).\n# TYPE %sllm_budget_refusals_total counter\n", p, p)
+	fmt.Fprintf(&w, "%sllm_budget_refusals_total{budget=\"agent\"} %d\n%sllm_budget_refusals_total{budget=\"message\"} %d\n", p, m.budgetRefusals["agent"], p, m.budgetRefusals["message"])
+	fmt.Fprintf(&w, "# HELP %sllm_agent_window_tokens Tokens the agent used in its current budget window, as of its last relayed call.\n# TYPE %sllm_agent_window_tokens gauge\n%sllm_agent_window_tokens %d\n", p, p, p, m.agentWindowTok)
 	fmt.Fprintf(&w, "# HELP %sasync_submissions_total Messages accepted with wait=false.\n# TYPE %sasync_submissions_total counter\n%sasync_submissions_total %d\n", p, p, p, m.asyncSubmitted.Load())
 	fmt.Fprintf(&w, "# HELP %sasync_outcomes_kept Finished outcomes kept for GET /v1/messages/{id} and idempotency keys.\n# TYPE %sasync_outcomes_kept gauge\n%sasync_outcomes_kept %d\n", p, p, p, g.kept)
 	m.writeJournal(&w, g)

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,9 +44,12 @@ import (
 //
 // Only what the loop itself sends is forwarded: POST of the configured
 // provider's one model endpoint (OpenAI-compatible chat/completions, or
-// Anthropic v1/messages), non-streaming, without server-side tools, within
-// size limits; redirects are not followed, so the key never leaves for
-// another host.
+// Anthropic v1/messages), for the configured model only, non-streaming,
+// without server-side tools, within size and token limits (LLMLimits);
+// redirects are not followed, so the key never leaves for another host. What
+// the endpoint answers comes back only on success: an error answer's body
+// is the endpoint's to word, and one that echoes the key (in whatever
+// encoding) must not reach the sandbox, so the relay words its own.
 const (
 	// MaxRelayRequestBytes bounds one relayed request body (the loop's whole
 	// conversation); the same bound as agent-run's own request.
@@ -72,12 +76,19 @@ type RelayUsage struct {
 	Asks         []string
 	InputTokens  int64
 	OutputTokens int64
+	// BudgetRefused is the budget ("message" or "agent") that refused one
+	// of the message's calls, or "".
+	BudgetRefused string
+	// AgentWindowTokens is the agent's count in the current budget window
+	// when the message ended.
+	AgentWindowTokens int64
 }
 
 // relaySession is one message's right to the relay.
 type relaySession struct {
 	messageID string
 	llm       agent.LLMConfig
+	limits    LLMLimits // effective
 	timeout   time.Duration
 	asks      Asks
 
@@ -94,6 +105,8 @@ type Relay struct {
 
 	mu       sync.Mutex
 	sessions map[[32]byte]*relaySession // by sha256 of the token
+	// budget counts the agent's tokens over LLMLimits' window.
+	budget *agentBudget
 
 	// The container-mode socket; empty until Listen.
 	dir    string
@@ -114,6 +127,7 @@ func newRelay(log hclog.Logger, m *metrics) *Relay {
 			},
 		},
 		sessions: map[[32]byte]*relaySession{},
+		budget:   &agentBudget{now: time.Now},
 	}
 }
 
@@ -173,12 +187,12 @@ func (r *Relay) Close() error {
 
 // Begin opens a message's session and returns its token: 32 random bytes,
 // hex. end closes it and returns what the message did through the relay.
-func (r *Relay) Begin(messageID string, llm agent.LLMConfig, timeout time.Duration, asks Asks) (token string, end func() RelayUsage) {
+func (r *Relay) Begin(messageID string, llm agent.LLMConfig, limits LLMLimits, timeout time.Duration, asks Asks) (token string, end func() RelayUsage) {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	token = "meepa-relay-" + hex.EncodeToString(b[:])
 	key := sha256.Sum256([]byte(token))
-	s := &relaySession{messageID: messageID, llm: llm, timeout: timeout, asks: asks}
+	s := &relaySession{messageID: messageID, llm: llm, limits: limits.Effective(), timeout: timeout, asks: asks}
 	r.mu.Lock()
 	r.sessions[key] = s
 	r.mu.Unlock()
@@ -186,9 +200,12 @@ func (r *Relay) Begin(messageID string, llm agent.LLMConfig, timeout time.Durati
 		r.mu.Lock()
 		delete(r.sessions, key)
 		r.mu.Unlock()
+		window := r.budget.used(s.limits.Window())
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return s.usage
+		u := s.usage
+		u.AgentWindowTokens = window
+		return u
 	}
 }
 
@@ -308,8 +325,20 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", MaxRelayRequestBytes))
 		return
 	}
-	if why := relayBodyRefusal(s.llm.Provider, body); why != "" {
+	if why := relayBodyRefusal(policyOf(s), body); why != "" {
 		refuse(http.StatusBadRequest, why)
+		return
+	}
+	if which, why := r.overBudget(s); why != "" {
+		s.mu.Lock()
+		if s.usage.BudgetRefused == "" {
+			s.usage.BudgetRefused = which
+		}
+		s.mu.Unlock()
+		r.metrics.budgetRefused(which)
+		// 403, not 429: the SDKs retry a 429, and waiting does not help
+		// before the window ends.
+		refuse(http.StatusForbidden, why)
 		return
 	}
 	base := strings.TrimSuffix(s.llm.BaseURL, "/")
@@ -361,6 +390,19 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		relayError(w, http.StatusBadGateway, fmt.Sprintf("model answer unreadable or over %d bytes", MaxRelayResponseBytes))
 		return
 	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		s.mu.Lock()
+		s.usage.Calls++
+		s.mu.Unlock()
+		r.metrics.relayed("upstream_error")
+		// Neither the sandbox nor the log gets the body: the status and its
+		// size say enough to tell a bad key from a bad request, and the
+		// body may carry the key in an encoding no redactor knows.
+		r.log.Warn("model endpoint answered an error", "message_id", s.messageID, "status", resp.StatusCode, "body_bytes", len(answer))
+		relayError(w, resp.StatusCode, fmt.Sprintf("the model endpoint answered %d %s (the relay does not pass the endpoint's error body on; the runner's log has the status)",
+			resp.StatusCode, http.StatusText(resp.StatusCode)))
+		return
+	}
 	in, outTok := usageOf(s.llm.Provider, answer)
 	s.mu.Lock()
 	s.usage.Calls++
@@ -369,8 +411,14 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	s.mu.Unlock()
 	r.metrics.relayed("ok")
 	r.metrics.tokens(in, outTok)
-	// An endpoint that echoes the key in an error must not hand it in, in
-	// any of the forms the redactor knows (JSON-escaped among them).
+	window, err := r.budget.add(in+outTok, s.limits.Window())
+	r.metrics.agentWindow(window)
+	if err != nil {
+		// The count in memory holds; a restart would lose this call's share.
+		r.log.Error("llm budget: record not written", "error", err)
+	}
+	// An endpoint that echoes the key in a success answer must not hand it
+	// in, in any of the forms the redactor knows (JSON-escaped among them).
 	if s.llm.APIKey != "" {
 		answer = []byte(agent.NewRedactor(s.llm.APIKey).String(string(answer)))
 	}
@@ -387,21 +435,57 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // (TOOL-EXEC) would get a way out through the model.
 var serverSideKeys = []string{"web_search_options", "plugins", "mcp_servers"}
 
+// modelKeys are top-level request fields that name further models for the
+// endpoint to use besides model (OpenRouter's models list, LiteLLM's
+// fallbacks): each could be one the owner never chose, a search model among
+// them.
+var modelKeys = []string{"models", "fallbacks"}
+
+// tokenKeys are the fields that bound an answer's length, in the spellings
+// the OpenAI-compatible and Anthropic endpoints read; choiceKeys ask for
+// several answers to one call.
+var (
+	tokenKeys  = []string{"max_tokens", "max_completion_tokens", "max_output_tokens"}
+	choiceKeys = []string{"n", "best_of"}
+)
+
+// relayPolicy is what a body must keep to: the session's provider, its one
+// model, and the most tokens one call may ask for.
+type relayPolicy struct {
+	provider  string
+	model     string
+	maxTokens int64
+}
+
+func policyOf(s *relaySession) relayPolicy {
+	return relayPolicy{provider: s.llm.Provider, model: s.llm.Model, maxTokens: s.limits.MaxTokensPerCall}
+}
+
 // relayBodyRefusal says why a model call's body is not relayed, or "". The
 // body is judged field by field as written, every duplicate and every
 // spelling of a name included: Go's decoder keeps the last duplicate and
 // matches names case-insensitively, the endpoint may do neither.
+//   - model must be there, and every model field must be the configured
+//     model, exactly (a suffix such as ":online" or another vendor prefix
+//     makes another model); refusing rather than rewriting keeps what
+//     reaches the endpoint byte for byte what the caller sent, and tells
+//     the caller plainly;
+//   - none of modelKeys;
+//   - at least one of tokenKeys, each an integer from 1 to the cap;
+//   - each of choiceKeys absent, null or 1;
 //   - stream must be absent, false or null: the answer is read whole, so
 //     its usage can be counted and its size bounded;
 //   - no server-side tools: a tool's type must be "function" or "custom"
 //     (OpenAI) or absent or "custom" (Anthropic); web search, web fetch,
 //     code execution and the like run on the provider's side with network;
 //   - none of serverSideKeys.
-func relayBodyRefusal(provider string, body []byte) string {
+func relayBodyRefusal(p relayPolicy, body []byte) string {
+	provider := p.provider
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return "the body is not a JSON object"
 	}
+	sawModel, sawBound := false, false
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -413,6 +497,24 @@ func relayBodyRefusal(provider string, body []byte) string {
 			return "the body is not a JSON object"
 		}
 		switch {
+		case strings.EqualFold(name, "model"):
+			var m string
+			if json.Unmarshal(v, &m) != nil || p.model == "" || m != p.model {
+				return fmt.Sprintf("model %.80s is not relayed: this agent's relay forwards only its configured model %q", v, p.model)
+			}
+			sawModel = true
+		case foldIn(name, modelKeys):
+			return fmt.Sprintf("%s is not relayed: it names models besides the agent's configured one", name)
+		case foldIn(name, tokenKeys):
+			n, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
+			if err != nil || n < 1 || n > p.maxTokens {
+				return fmt.Sprintf("%s must be an integer from 1 to %d (llm.max_tokens_per_call), got %.40s", name, p.maxTokens, v)
+			}
+			sawBound = true
+		case foldIn(name, choiceKeys):
+			if t := string(bytes.TrimSpace(v)); t != "1" && t != "null" {
+				return fmt.Sprintf("%s must be 1: the relay forwards one answer per call", name)
+			}
 		case strings.EqualFold(name, "stream"):
 			if t := string(bytes.TrimSpace(v)); t != "false" && t != "null" {
 				return "streaming is not relayed; send stream=false"
@@ -421,12 +523,8 @@ func relayBodyRefusal(provider string, body []byte) string {
 			if why := serverSideTool(provider, v); why != "" {
 				return why
 			}
-		default:
-			for _, k := range serverSideKeys {
-				if strings.EqualFold(name, k) {
-					return fmt.Sprintf("%s is not relayed: the endpoint would reach the network for a sandbox", k)
-				}
-			}
+		case foldIn(name, serverSideKeys):
+			return fmt.Sprintf("%s is not relayed: the endpoint would reach the network for a sandbox", name)
 		}
 	}
 	if _, err := dec.Token(); err != nil {
@@ -435,7 +533,41 @@ func relayBodyRefusal(provider string, body []byte) string {
 	if dec.More() {
 		return "the body is more than one JSON object"
 	}
+	if !sawModel {
+		return fmt.Sprintf("the body names no model; this agent's relay forwards only %q", p.model)
+	}
+	if !sawBound {
+		return fmt.Sprintf("the body bounds no answer: send max_tokens or max_completion_tokens, at most %d (llm.max_tokens_per_call)", p.maxTokens)
+	}
 	return ""
+}
+
+// foldIn says whether name is one of keys in any spelling Go's decoder
+// would also take for it.
+func foldIn(name string, keys []string) bool {
+	for _, k := range keys {
+		if strings.EqualFold(name, k) {
+			return true
+		}
+	}
+	return false
+}
+
+// overBudget says which budget refuses the session's next call, and why, or
+// "", "". A call is let through while the spending is under the budget, so
+// the one that crosses it is answered and the next is refused.
+func (r *Relay) overBudget(s *relaySession) (which, why string) {
+	s.mu.Lock()
+	used := s.usage.InputTokens + s.usage.OutputTokens
+	s.mu.Unlock()
+	if used >= s.limits.MessageTokenBudget {
+		return "message", fmt.Sprintf("this message has used %d tokens, its budget is %d (llm.message_token_budget)", used, s.limits.MessageTokenBudget)
+	}
+	if w := r.budget.used(s.limits.Window()); w >= s.limits.AgentTokenBudget {
+		return "agent", fmt.Sprintf("the agent has used %d tokens in its current window of %ds, its budget is %d (llm.agent_token_budget); the window ends at most %s after it began",
+			w, s.limits.AgentBudgetWindowSeconds, s.limits.AgentTokenBudget, s.limits.Window())
+	}
+	return "", ""
 }
 
 // serverSideTool says why a tools list holds a tool the endpoint would run

@@ -37,16 +37,16 @@ func TestRelayRefusesStreamSpellingsAndServerTools(t *testing.T) {
 		{agent.ProviderOpenAI, "/openai/chat/completions", `{"stream":false,"stream":true}`, 400},
 		{agent.ProviderOpenAI, "/openai/chat/completions", `{"model":"m","web_search_options":{}}`, 400},
 		{agent.ProviderOpenAI, "/openai/chat/completions", `{"model":"m","tools":[{"type":"web_search"}]}`, 400},
-		{agent.ProviderOpenAI, "/openai/chat/completions", `{"model":"m","tools":[{"type":"function","function":{"name":"f"}}]}`, 200},
+		{agent.ProviderOpenAI, "/openai/chat/completions", `{"model":"m","max_tokens":16,"tools":[{"type":"function","function":{"name":"f"}}]}`, 200},
 		{agent.ProviderAnthropic, "/anthropic/v1/messages", `{"model":"m","tools":[{"type":"web_search_20250305","name":"web_search"}]}`, 400},
-		{agent.ProviderAnthropic, "/anthropic/v1/messages", `{"model":"m","tools":[{"name":"shell","input_schema":{"type":"object"}}]}`, 200},
-		{agent.ProviderAnthropic, "/anthropic/v1/messages", `{"model":"m","tools":[{"type":"custom","name":"shell","input_schema":{"type":"object"}}]}`, 200},
+		{agent.ProviderAnthropic, "/anthropic/v1/messages", `{"model":"m","max_tokens":16,"tools":[{"name":"shell","input_schema":{"type":"object"}}]}`, 200},
+		{agent.ProviderAnthropic, "/anthropic/v1/messages", `{"model":"m","max_tokens":16,"tools":[{"type":"custom","name":"shell","input_schema":{"type":"object"}}]}`, 200},
 	} {
 		llm := agent.LLMConfig{Provider: tc.provider, Model: "m", BaseURL: model.srv.URL + "/v1", APIKey: "sk-x"}
 		if tc.provider == agent.ProviderAnthropic {
 			llm.BaseURL = model.srv.URL
 		}
-		tok, end := r.Begin("m1", llm, 10*time.Second, Asks{})
+		tok, end := r.Begin("m1", llm, LLMLimits{}, 10*time.Second, Asks{})
 		if st, body := relayPost(t, c, tc.path, tok, tc.body); st != tc.status {
 			t.Errorf("%s %s: %d %s, want %d", tc.provider, tc.body, st, strings.TrimSpace(body), tc.status)
 		}
@@ -54,7 +54,8 @@ func TestRelayRefusesStreamSpellingsAndServerTools(t *testing.T) {
 	}
 }
 
-// What the loop's own SDK clients send passes the relay's body check.
+// What the loop's own SDK clients send, with the LLM settings the runner
+// hands them, passes the relay's body check.
 func TestRelayPassesTheLoopsOwnBodies(t *testing.T) {
 	for _, provider := range []string{agent.ProviderOpenAI, agent.ProviderAnthropic} {
 		var got []byte
@@ -66,7 +67,11 @@ func TestRelayPassesTheLoopsOwnBodies(t *testing.T) {
 		if provider == agent.ProviderAnthropic {
 			base = srv.URL
 		}
-		c, err := agent.NewClient(agent.LLMConfig{Provider: provider, Model: "m", BaseURL: base, APIKey: "k"}, srv.Client())
+		cfg := testConfig()
+		cfg.LLM = agent.LLMConfig{Provider: provider, Model: "m"}
+		llm := BuildRequest(cfg, "m1", MessageRequest{Text: "hi"}).LLM
+		llm.BaseURL, llm.APIKey = base, "k"
+		c, err := agent.NewClient(llm, srv.Client())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +82,7 @@ func TestRelayPassesTheLoopsOwnBodies(t *testing.T) {
 		if len(got) == 0 {
 			t.Fatalf("%s: no body", provider)
 		}
-		if why := relayBodyRefusal(provider, got); why != "" {
+		if why := relayBodyRefusal(relayPolicy{provider: provider, model: "m", maxTokens: DefaultMaxTokensPerCall}, got); why != "" {
 			t.Errorf("%s: the loop's own body is refused (%s): %s", provider, why, got)
 		}
 	}

@@ -89,7 +89,7 @@ func TestContainerKeyStaysWithRunner(t *testing.T) {
 // relayCalls is a tool's use of the relay with inject_credentials_env: a
 // model call (allowed), a /models call (refused) and the token it holds.
 const relayCalls = `b="$OPENAI_BASE_URL"; h="Authorization: Bearer $OPENAI_API_KEY"
-wget -q -O /dev/null --header "$h" --header 'Content-Type: application/json' --post-data '{"model":"m","messages":[{"role":"user","content":"hi"}]}' "$b/chat/completions"; echo "== ok $?"
+wget -q -O /dev/null --header "$h" --header 'Content-Type: application/json' --post-data '{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}' "$b/chat/completions"; echo "== ok $?"
 wget -q -O /dev/null --header "$h" "$b/models" 2>&1; echo "== models $?"
 echo "== token $OPENAI_API_KEY"`
 
@@ -205,7 +205,7 @@ func TestPrestartedAgentGetsItsOwnToken(t *testing.T) {
 	if tokens[0] == tokens[1] {
 		t.Fatalf("two messages got the same token %s", tokens[0])
 	}
-	call := `wget -q -O /dev/null --header "Authorization: Bearer %s" --header 'Content-Type: application/json' --post-data '{"model":"m","messages":[{"role":"user","content":"hi"}]}' "$OPENAI_BASE_URL/chat/completions"`
+	call := `wget -q -O /dev/null --header "Authorization: Bearer %s" --header 'Content-Type: application/json' --post-data '{"model":"m","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}' "$OPENAI_BASE_URL/chat/completions"`
 	model.SetCommand("replay", fmt.Sprintf(call+`; echo "== old $?"; `+call+`; echo "== own $?"`, tokens[0], "$OPENAI_API_KEY"))
 	a.waitReady(t)
 	ans := a.send(t, "replay")

@@ -69,6 +69,10 @@ func (f *fakeModel) seen() ([]string, []string) {
 	return append([]string(nil), f.auth...), append([]string(nil), f.paths...)
 }
 
+// okBody is a model call the relay forwards for model "m" under the
+// default limits.
+const okBody = `{"model":"m","max_tokens":16}`
+
 func relayClient(sock string) *http.Client {
 	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
@@ -106,8 +110,8 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 	c := relayClient(filepath.Join(dir, RelaySocketName))
 	llm := agent.LLMConfig{Provider: agent.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL + "/v1/", APIKey: key}
 
-	token, end := r.Begin("msg-1", llm, 10*time.Second, Asks{})
-	st, body := relayPost(t, c, "/openai/chat/completions", token, `{"model":"m"}`)
+	token, end := r.Begin("msg-1", llm, LLMLimits{}, 10*time.Second, Asks{})
+	st, body := relayPost(t, c, "/openai/chat/completions", token, okBody)
 	if st != 200 || !strings.Contains(body, `"hi"`) {
 		t.Fatalf("relayed call: %d %s", st, body)
 	}
@@ -152,12 +156,13 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusForbidden {
 		t.Errorf("absolute-form request for another host: %v %v, want 403", resp, err)
 	}
-	// The key, echoed by the endpoint, does not come back; a redirect is
-	// handed back, never followed with the key.
-	if st, body := relayPost(t, c, "/openai/chat/completions", token, `{"q":"ECHO-AUTH"}`); st != 401 || strings.Contains(body, key) || !strings.Contains(body, "[REDACTED]") {
+	// The key, echoed by the endpoint, does not come back: an error's
+	// body is the relay's own; a redirect is handed back, never followed
+	// with the key.
+	if st, body := relayPost(t, c, "/openai/chat/completions", token, `{"model":"m","max_tokens":16,"q":"ECHO-AUTH"}`); st != 401 || strings.Contains(body, key) || !strings.Contains(body, "meepa_relay") {
 		t.Errorf("echoed key: %d %s", st, body)
 	}
-	if st, _ := relayPost(t, c, "/openai/chat/completions", token, `{"q":"REDIRECT"}`); st != http.StatusTemporaryRedirect {
+	if st, _ := relayPost(t, c, "/openai/chat/completions", token, `{"model":"m","max_tokens":16,"q":"REDIRECT"}`); st != http.StatusTemporaryRedirect {
 		t.Errorf("redirect: %d, want it handed back as 307", st)
 	}
 
@@ -170,8 +175,8 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 	if st, _ := relayPost(t, c, "/openai/chat/completions", token, `{}`); st != 401 {
 		t.Errorf("token of an ended message: %d, want 401", st)
 	}
-	t2, end2 := r.Begin("msg-2", llm, 10*time.Second, Asks{})
-	if st, _ := relayPost(t, c, "/openai/chat/completions", t2, `{}`); st != 200 {
+	t2, end2 := r.Begin("msg-2", llm, LLMLimits{}, 10*time.Second, Asks{})
+	if st, _ := relayPost(t, c, "/openai/chat/completions", t2, okBody); st != 200 {
 		t.Errorf("second message: %d", st)
 	}
 	end2()
@@ -195,7 +200,7 @@ func TestRelayAnthropicOverPair(t *testing.T) {
 	model := newFakeModel(t)
 	r := newRelay(hclog.NewNullLogger(), newMetrics())
 	llm := agent.LLMConfig{Provider: agent.ProviderAnthropic, Model: "m", BaseURL: model.srv.URL + "/", APIKey: key}
-	token, end := r.Begin("msg-a", llm, 10*time.Second, Asks{})
+	token, end := r.Begin("msg-a", llm, LLMLimits{}, 10*time.Second, Asks{})
 	child, stop, err := r.Pair()
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +222,7 @@ func TestRelayAnthropicOverPair(t *testing.T) {
 		return conn, nil
 	}}}
 	for i := 0; i < 2; i++ {
-		req, _ := http.NewRequest(http.MethodPost, "http://meepa-relay/anthropic/v1/messages", strings.NewReader(`{"model":"m"}`))
+		req, _ := http.NewRequest(http.MethodPost, "http://meepa-relay/anthropic/v1/messages", strings.NewReader(okBody))
 		req.Header.Set("X-Api-Key", token)
 		req.Header.Set("Anthropic-Version", "2023-06-01")
 		resp, err := c.Do(req)
@@ -263,7 +268,7 @@ func TestRunnerRequestCarriesRelayNotKey(t *testing.T) {
 	b := &scripted{answer: func(req agent.Request) (sandbox.Outcome, error) {
 		// What a per-message container does: call the relay through the
 		// socket in the mounted directory (here, the host path).
-		during, _ = relayPost(t, relayClient(filepath.Join(cfg.RelayDir, RelaySocketName)), "/openai/chat/completions", req.LLM.APIKey, `{}`)
+		during, _ = relayPost(t, relayClient(filepath.Join(cfg.RelayDir, RelaySocketName)), "/openai/chat/completions", req.LLM.APIKey, okBody)
 		return replyOutcome(agent.Reply{MessageID: req.Message.ID, Reply: "ok"})
 	}}
 	_, ts := newTestServer(t, cfg, b)

@@ -269,6 +269,13 @@ func New(ctx context.Context, cfg *Config, o Options) (*Server, error) {
 		s.journal, recs = j, r
 		s.outcomes.evicted = j.drop
 	}
+	// The agent's token budget is counted next to the journal, so that a
+	// restart does not hand out a fresh window.
+	budget, err := openAgentBudget(cfg.Journal)
+	if err != nil {
+		return nil, errors.Join(err, s.relay.Close())
+	}
+	s.relay.budget = budget
 	// The backend removes the sandboxes a crash left before the journal is
 	// resumed: an interrupted message has stopped for good by then.
 	b, mode, err := s.newBackend(ctx, cfg, s.log)
@@ -577,7 +584,7 @@ func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, 
 	if needsRelay(cfg) {
 		// The loop gets a token for this message and the relay's address;
 		// the key stays here.
-		token, end := s.relay.Begin(id, cfg.LLM, cfg.Container.Timeout(), asksFor(cfg, backend))
+		token, end := s.relay.Begin(id, cfg.LLM, cfg.LLMLimits, cfg.Container.Timeout(), asksFor(cfg, backend))
 		// The token dies with the message, whatever a tool left behind.
 		endRelay = func() { usage = end() }
 		req.LLM.APIKey = token
@@ -651,6 +658,8 @@ func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, 
 		"llm_refused", usage.Refused,
 		"llm_input_tokens", usage.InputTokens,
 		"llm_output_tokens", usage.OutputTokens,
+		"llm_budget_refused", usage.BudgetRefused,
+		"llm_agent_window_tokens", usage.AgentWindowTokens,
 		"ask_message_ids", strings.Join(usage.Asks, ","),
 	}, p.auditFields()...)...)
 	if runErr != nil {
@@ -666,6 +675,13 @@ func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, 
 func BuildRequest(cfg *Config, id string, msg MessageRequest) agent.Request {
 	llm := cfg.LLM
 	llm.APIKey = ""
+	// The relay refuses a call that asks for more than max_tokens_per_call,
+	// or names no bound at all: the loop always names one within it.
+	limit := int(cfg.LLMLimits.Effective().MaxTokensPerCall)
+	if llm.MaxTokens <= 0 {
+		llm.MaxTokens = DefaultLoopMaxTokens
+	}
+	llm.MaxTokens = min(llm.MaxTokens, limit)
 	var seed *agent.Seed
 	if cfg.Kubernetes != nil {
 		seed = cfg.Kubernetes.Seed

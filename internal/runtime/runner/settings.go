@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
@@ -33,6 +34,24 @@ const (
 	DefaultRuntime = "runc"
 	// MinHostMemoryLimit is the least memory_limit host mode runs with.
 	MinHostMemoryLimit = sandbox.MinHostMemoryText
+
+	// The relay's bounds on spending (LLMLimits). The defaults are far above
+	// what an agent answering messages uses (a message of DefaultMaxSteps
+	// steps with a long context stays in the hundreds of thousands of
+	// tokens) and low enough that a loop gone wrong, or a sandbox spending
+	// on purpose, stops within a day's budget.
+	DefaultMaxTokensPerCall         = 16384
+	MaxMaxTokensPerCall             = 1_000_000
+	DefaultMessageTokenBudget       = 2_000_000
+	MaxMessageTokenBudget           = 1_000_000_000
+	DefaultAgentTokenBudget         = 50_000_000
+	MaxAgentTokenBudget             = 1_000_000_000_000
+	DefaultAgentBudgetWindowSeconds = 86400
+	MinAgentBudgetWindowSeconds     = 60
+	MaxAgentBudgetWindowSeconds     = 31 * 86400
+	// DefaultLoopMaxTokens is what the loop asks per call when the config
+	// names no llm.max_tokens: what every model still in use accepts.
+	DefaultLoopMaxTokens = agent.DefaultAnthropicMaxTokens
 )
 
 // Networks and Runtimes are the values ContainerMode.Network and Runtime
@@ -98,6 +117,7 @@ func ValidateSettings(c *Config) error {
 	if c.MaxSteps < 0 || c.MaxSteps > MaxMaxSteps {
 		field("max_steps", fmt.Errorf("must be between 1 and %d, got %d", MaxMaxSteps, c.MaxSteps))
 	}
+	errs = append(errs, c.LLMLimits.validate()...)
 	for _, e := range unjoin(landlock.Validate(c.FileAccess)) {
 		var fe *landlock.FieldError
 		if errors.As(e, &fe) {
@@ -160,4 +180,79 @@ func unjoin(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
+}
+
+// LLMLimits bound what the relay forwards for an agent: the answer one call
+// may ask for, and the tokens (input and output, as the endpoint reports
+// them) one message, and the agent over a window, may spend. A zero field is
+// its default. They sit under llm in the provider's schema, and their
+// FieldErrors name that path ("llm.message_token_budget").
+type LLMLimits struct {
+	// MaxTokensPerCall is the most a relayed request may ask for in
+	// max_tokens, max_completion_tokens or max_output_tokens; a request that
+	// names none of them is refused too.
+	MaxTokensPerCall int64 `json:"max_tokens_per_call,omitempty"`
+	// MessageTokenBudget: once a message's calls have used this many
+	// tokens, its next call is refused.
+	MessageTokenBudget int64 `json:"message_token_budget,omitempty"`
+	// AgentTokenBudget: once the agent's calls in the current window have
+	// used this many tokens, every call is refused until the window ends.
+	AgentTokenBudget int64 `json:"agent_token_budget,omitempty"`
+	// AgentBudgetWindowSeconds is the length of that window, which starts
+	// with the first call after the previous one ended (a fixed window, not
+	// a sliding one). It outlives a runner restart when the config has a
+	// journal directory (the count is kept there); without one it starts
+	// again with the runner.
+	AgentBudgetWindowSeconds int64 `json:"agent_budget_window_seconds,omitempty"`
+}
+
+// Effective is l with each zero field at its default.
+func (l LLMLimits) Effective() LLMLimits {
+	def := func(v, d int64) int64 {
+		if v == 0 {
+			return d
+		}
+		return v
+	}
+	return LLMLimits{
+		MaxTokensPerCall:         def(l.MaxTokensPerCall, DefaultMaxTokensPerCall),
+		MessageTokenBudget:       def(l.MessageTokenBudget, DefaultMessageTokenBudget),
+		AgentTokenBudget:         def(l.AgentTokenBudget, DefaultAgentTokenBudget),
+		AgentBudgetWindowSeconds: def(l.AgentBudgetWindowSeconds, DefaultAgentBudgetWindowSeconds),
+	}
+}
+
+// Window is the agent budget's window.
+func (l LLMLimits) Window() time.Duration {
+	return time.Duration(l.Effective().AgentBudgetWindowSeconds) * time.Second
+}
+
+func (l LLMLimits) validate() []error {
+	var errs []error
+	check := func(name string, v, lo, hi int64) bool {
+		if v != 0 && (v < lo || v > hi) {
+			errs = append(errs, &FieldError{Field: "llm." + name, Index: -1, Err: fmt.Errorf("must be between %d and %d, got %d", lo, hi, v)})
+			return false
+		}
+		return true
+	}
+	ok := check("max_tokens_per_call", l.MaxTokensPerCall, 1, MaxMaxTokensPerCall)
+	ok = check("message_token_budget", l.MessageTokenBudget, 1, MaxMessageTokenBudget) && ok
+	ok = check("agent_token_budget", l.AgentTokenBudget, 1, MaxAgentTokenBudget) && ok
+	ok = check("agent_budget_window_seconds", l.AgentBudgetWindowSeconds, MinAgentBudgetWindowSeconds, MaxAgentBudgetWindowSeconds) && ok
+	if !ok {
+		return errs
+	}
+	// A budget below the one it holds would refuse before the other could
+	// ever apply: a typo, not a choice.
+	e := l.Effective()
+	if e.MessageTokenBudget < e.MaxTokensPerCall {
+		errs = append(errs, &FieldError{Field: "llm.message_token_budget", Index: -1,
+			Err: fmt.Errorf("%d is below max_tokens_per_call (%d): a message could not finish one full answer", e.MessageTokenBudget, e.MaxTokensPerCall)})
+	}
+	if e.AgentTokenBudget < e.MessageTokenBudget {
+		errs = append(errs, &FieldError{Field: "llm.agent_token_budget", Index: -1,
+			Err: fmt.Errorf("%d is below message_token_budget (%d): one message could spend the agent's whole window", e.AgentTokenBudget, e.MessageTokenBudget)})
+	}
+	return errs
 }
