@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -46,8 +47,13 @@ type record struct {
 	Finished *time.Time      `json:"finished_at,omitempty"`
 	Status   int             `json:"status,omitempty"`
 	// Body is the answer's JSON, as the blocking call wrote it (json.Marshal
-	// output is compact, so embedding it changes no byte).
+	// output is compact, so embedding it changes no byte). It is the last
+	// field, so it ends the file, where a kept outcome's body is read from.
 	Body json.RawMessage `json:"body,omitempty"`
+
+	// body is where the file holds Body; a record read from disk has Body
+	// nil when it is larger than inlineOutcomeBytes.
+	body *bodyRef
 }
 
 var journalFileRe = regexp.MustCompile(`^([0-9]{16})-(msg-[0-9a-f]{16})\.json$`)
@@ -117,6 +123,13 @@ func (j *journal) load(e os.DirEntry) (record, bool) {
 		return record{}, false
 	}
 	r, size, err := readRecord(path, name)
+	if err == nil && r.State == journalDone {
+		if r.body, err = bodyOf(path, size, r.Body); err == nil && len(r.Body) > inlineOutcomeBytes {
+			// Served from the file when asked for: a restart does not load
+			// the kept outcomes into memory.
+			r.Body = nil
+		}
+	}
 	if err != nil {
 		j.log.Error("journal: skipping a record that cannot be read; it is kept as *.corrupt", "file", path, "error", err)
 		if rerr := os.Rename(path, path+".corrupt"); rerr != nil {
@@ -164,6 +177,26 @@ func readRecord(path, name string) (record, int64, error) {
 	return r, int64(len(raw)), nil
 }
 
+// bodyOf locates body at the end of the record file path of size bytes,
+// before the record's closing brace, where json.Marshal puts the last
+// field.
+func bodyOf(path string, size int64, body json.RawMessage) (*bodyRef, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }() // read-only
+	ref := &bodyRef{path: path, off: size - 1 - int64(len(body)), n: int64(len(body)), record: size}
+	if ref.off < 0 {
+		return nil, errors.New("the answer is not at the end of the record")
+	}
+	got := make([]byte, len(body)+1)
+	if _, err := f.ReadAt(got, ref.off); err != nil || !bytes.Equal(got, append(body, '}')) {
+		return nil, errors.New("the answer is not at the end of the record")
+	}
+	return ref, nil
+}
+
 func (j *journal) fileName(r *record) string {
 	return filepath.Join(j.dir, fmt.Sprintf("%016d-%s.json", r.Seq, r.ID))
 }
@@ -184,7 +217,7 @@ func (j *journal) accept(p *pending) error {
 	}
 	r := &record{Version: journalVersion, Seq: j.seq, ID: p.id, State: state, Async: p.async,
 		KeyHash: p.keyHash, Parent: p.parent, Accepted: p.queuedAt.UTC(), Message: &msg, BytesIn: p.bytesIn}
-	if err := j.writeLocked(r); err != nil {
+	if _, err := j.writeLocked(r); err != nil {
 		return err
 	}
 	j.recs[r.ID] = r
@@ -204,33 +237,40 @@ func (j *journal) start(id string) error {
 	}
 	next := *r
 	next.State = journalStarted
-	if err := j.writeLocked(&next); err != nil {
+	if _, err := j.writeLocked(&next); err != nil {
 		return err
 	}
 	*r = next
 	return nil
 }
 
-// finish records message id done with res, at t.
-func (j *journal) finish(id string, res result, t time.Time) error {
+// finish records message id done with res, at t, and says where its file
+// holds res's body.
+func (j *journal) finish(id string, res result, t time.Time) (*bodyRef, error) {
 	if j == nil {
-		return nil
+		return nil, nil
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	r, ok := j.recs[id]
 	if !ok {
-		return fmt.Errorf("journal: no record of %s", id)
+		return nil, fmt.Errorf("journal: no record of %s", id)
 	}
 	next := *r
 	t = t.UTC()
 	next.State, next.Message, next.Finished = journalDone, nil, &t
-	next.Status, next.Body = res.status, json.RawMessage(strings.TrimSuffix(string(res.body), "\n"))
-	if err := j.writeLocked(&next); err != nil {
-		return err
+	next.Status, next.Body = res.status, json.RawMessage(bytes.TrimSuffix(res.body, []byte("\n")))
+	raw, err := j.writeLocked(&next)
+	if err != nil {
+		return nil, err
 	}
 	delete(j.recs, id)
-	return nil
+	size, n := int64(len(raw)), int64(len(next.Body))
+	if off := size - 1 - n; off >= 0 && bytes.Equal(raw[off:size-1], next.Body) {
+		return &bodyRef{path: j.fileName(&next), off: off, n: n, record: size}, nil
+	}
+	// Not where it is read from: the store keeps the body itself.
+	return nil, nil
 }
 
 // remove deletes message id's record for good: the directory is synced,
@@ -295,12 +335,16 @@ func (j *journal) stats() (records int, bytes int64) {
 }
 
 // writeLocked writes r durably: a new temporary file, synced, renamed over
-// the record's file, and the directory synced.
-func (j *journal) writeLocked(r *record) (err error) {
-	raw, err := json.Marshal(r)
+// the record's file, and the directory synced. It returns what it wrote.
+func (j *journal) writeLocked(r *record) (raw []byte, err error) {
+	raw, err = json.Marshal(r)
 	if err != nil {
-		return fmt.Errorf("journal: %w", err)
+		return nil, fmt.Errorf("journal: %w", err)
 	}
+	return raw, j.writeRawLocked(r, raw)
+}
+
+func (j *journal) writeRawLocked(r *record, raw []byte) (err error) {
 	f, err := os.CreateTemp(j.dir, ".tmp-*")
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)

@@ -669,6 +669,8 @@ func classify(cfg *Config, out sandbox.Outcome, runErr error) (status int, kind,
 			fmt.Sprintf("the sandbox ran out of memory (limit %s) and was killed", memLimit(cfg)), nil
 	case errors.Is(runErr, sandbox.ErrNotEnforced):
 		return http.StatusServiceUnavailable, KindNotEnforced, red.String(runErr.Error()), nil
+	case errors.Is(runErr, sandbox.ErrReplyTooLarge):
+		return http.StatusInternalServerError, agent.ErrKindProtocol, runErr.Error(), nil
 	case runErr != nil:
 		return http.StatusInternalServerError, agent.ErrKindSandbox, red.String(runErr.Error()), nil
 	}
@@ -791,7 +793,8 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	_, b, _ := s.snapshot()
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	records, bytes := s.journal.stats()
-	g := gauges{ready: b.Ready(), kept: s.outcomes.kept(), journalRecords: records, journalBytes: bytes}
+	kept, keptBytes := s.outcomes.kept()
+	g := gauges{ready: b.Ready(), kept: kept, keptBytes: keptBytes, journalRecords: records, journalBytes: bytes}
 	if err := s.metrics.write(w, g); err != nil {
 		s.log.Debug("metrics: client gone", "error", err)
 	}
