@@ -23,9 +23,10 @@ const replyRoom = 64
 
 // FitReply cuts rep's texts until its JSON fits in maxBytes bytes, so that a
 // reply larger than the runner takes still reaches the caller, cut and
-// saying so, instead of being refused whole. The steps (the trace) give up
-// their texts first, longest first; the reply itself is cut last, and
-// keeps as much of its start as fits. It reports whether it cut anything.
+// saying so, instead of being refused whole. The steps (the trace: texts,
+// tool inputs, outputs, errors) are cut first, all to one bound, as high
+// as fits; the reply itself is cut last, and keeps as much of its start as
+// fits. It reports whether it cut anything.
 func FitReply(rep *Reply, maxBytes int) bool {
 	limit := maxBytes - replyRoom
 	size := func() int {
@@ -54,13 +55,22 @@ func FitReply(rep *Reply, maxBytes int) bool {
 	for i, p := range trace {
 		orig[i] = *p
 	}
-	for bound := limit / 2; n > limit && bound >= 0; bound /= 2 {
+	setTrace := func(bound int) {
 		for i, p := range trace {
 			*p = cutText(orig[i], bound)
 		}
 		n = size()
-		if bound == 0 {
-			break
+	}
+	// Without its trace the reply may still be too large: then the trace
+	// goes whole. Else it keeps the most that fits, halving.
+	if setTrace(0); n <= limit {
+		for bound := limit / 2; bound > 0; bound /= 2 {
+			if setTrace(bound); n <= limit {
+				break
+			}
+		}
+		if n > limit {
+			setTrace(0)
 		}
 	}
 	// Then the reply: first to the room left (JSON escaping can make it

@@ -30,8 +30,15 @@
 //	  401 unauthorized; 404 not_found for an id that is unknown, has
 //	  expired, or was a blocking message without an Idempotency-Key (its
 //	  caller had the answer). Finished outcomes are kept for
-//	  DefaultOutcomeTTL (15 minutes) and at most DefaultMaxOutcomes (1,000)
-//	  of them, the oldest evicted first.
+//	  DefaultOutcomeTTL (15 minutes), at most DefaultMaxOutcomes (1,000)
+//	  of them and DefaultOutcomeBytes (32 MiB) of them together, the
+//	  oldest evicted first; 410 evicted (with the status it had) for one
+//	  evicted before its 15 minutes, by id and by key (a repeat of its key
+//	  does not run it again). A body over 8 KiB is read from its journal
+//	  record each time, never held in memory. A reply is at most
+//	  agent.MaxReplyBytes (4 MiB): agent-run cuts a longer one, saying so
+//	  (agent.FitReply), and the backends read no more from a sandbox
+//	  (sandbox.ErrReplyTooLarge: 500 protocol).
 //	GET /healthz        Health JSON: ok, agent_id, mode, ready (a prestarted
 //	                    sandbox waits), prestart, queued, busy, plus backend
 //	                    fields (landlock_abi); 503 while shutting down.
