@@ -34,7 +34,8 @@
 //	  of them and DefaultOutcomeBytes (32 MiB) of them together, the
 //	  oldest evicted first; 410 evicted (with the status it had) for one
 //	  evicted before its 15 minutes, by id and by key (a repeat of its key
-//	  does not run it again). A body over 8 KiB is read from its journal
+//	  does not run it again), until the runner restarts (the journal drops
+//	  an evicted record). A body over 8 KiB is read from its journal
 //	  record each time, never held in memory. A reply is at most
 //	  agent.MaxReplyBytes (4 MiB): agent-run cuts a longer one, saying so
 //	  (agent.FitReply), and the backends read no more from a sandbox
