@@ -123,12 +123,10 @@ func (j *journal) load(e os.DirEntry) (record, bool) {
 		return record{}, false
 	}
 	r, size, err := readRecord(path, name)
-	if err == nil && r.State == journalDone {
-		if r.body, err = bodyOf(path, size, r.Body); err == nil && len(r.Body) > inlineOutcomeBytes {
-			// Served from the file when asked for: a restart does not load
-			// the kept outcomes into memory.
-			r.Body = nil
-		}
+	if err == nil && r.State == journalDone && len(r.Body) > inlineOutcomeBytes {
+		// Served from the file when asked for: a restart does not load the
+		// kept outcomes into memory.
+		r.Body = nil
 	}
 	if err != nil {
 		j.log.Error("journal: skipping a record that cannot be read; it is kept as *.corrupt", "file", path, "error", err)
@@ -174,27 +172,14 @@ func readRecord(path, name string) (record, int64, error) {
 	case r.State != journalDone && r.State != journalAccepted && r.State != journalStarted:
 		return record{}, 0, fmt.Errorf("unknown state %q", r.State)
 	}
+	if r.State == journalDone {
+		// The answer is read from the file where the runner wrote it: at
+		// the end, before the closing brace.
+		if r.body = bodyAt(path, raw, r.Body); r.body == nil {
+			return record{}, 0, errors.New("the answer is not at the end of the record")
+		}
+	}
 	return r, int64(len(raw)), nil
-}
-
-// bodyOf locates body at the end of the record file path of size bytes,
-// before the record's closing brace, where json.Marshal puts the last
-// field.
-func bodyOf(path string, size int64, body json.RawMessage) (*bodyRef, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = f.Close() }() // read-only
-	ref := &bodyRef{path: path, off: size - 1 - int64(len(body)), n: int64(len(body)), record: size}
-	if ref.off < 0 {
-		return nil, errors.New("the answer is not at the end of the record")
-	}
-	got := make([]byte, len(body)+1)
-	if _, err := f.ReadAt(got, ref.off); err != nil || !bytes.Equal(got, append(body, '}')) {
-		return nil, errors.New("the answer is not at the end of the record")
-	}
-	return ref, nil
 }
 
 func (j *journal) fileName(r *record) string {
@@ -265,12 +250,20 @@ func (j *journal) finish(id string, res result, t time.Time) (*bodyRef, error) {
 		return nil, err
 	}
 	delete(j.recs, id)
-	size, n := int64(len(raw)), int64(len(next.Body))
-	if off := size - 1 - n; off >= 0 && bytes.Equal(raw[off:size-1], next.Body) {
-		return &bodyRef{path: j.fileName(&next), off: off, n: n, record: size}, nil
+	// nil (not where it is read from): the store keeps the body itself.
+	return bodyAt(j.fileName(&next), raw, next.Body), nil
+}
+
+// bodyAt is where the record raw, the file path, holds body: at its end,
+// before the closing brace, where json.Marshal puts the last field; nil
+// when it is not there.
+func bodyAt(path string, raw, body []byte) *bodyRef {
+	size, n := int64(len(raw)), int64(len(body))
+	off := size - 1 - n
+	if off < 0 || raw[size-1] != '}' || !bytes.Equal(raw[off:size-1], body) {
+		return nil
 	}
-	// Not where it is read from: the store keeps the body itself.
-	return nil, nil
+	return &bodyRef{path: path, off: off, n: n, record: size}
 }
 
 // remove deletes message id's record for good: the directory is synced,
