@@ -134,7 +134,8 @@ func dirBytes(t *testing.T, dir string) int64 {
 // the runner is never OOM-killed or restarted, each reply comes back (cut
 // to the reply cap, with the cut said), the journal stays within the
 // outcome budget on disk, the oldest outcomes answer 410 evicted, and
-// after a restart the runner serves the newest from the journal.
+// after a restart the runner serves the newest from the journal and still
+// answers 410 for the oldest, by id and by key.
 func TestRunnerLargeRepliesWithinMemory(t *testing.T) {
 	base, answer := bigModel(t)
 	a := deployJournalAgent(t, "meepa-test-outcome-budget", func(a *Agent) {
@@ -188,6 +189,12 @@ func TestRunnerLargeRepliesWithinMemory(t *testing.T) {
 	afterRestart := vmHWM(newPID) / 1024
 	checkBigReply(t, n-1, a.waitDone(ids[n-1]), answer(n))
 	t.Logf("after the restart: runner VmHWM %d MiB", afterRestart)
+	if code, st, err := a.get(ids[0]); code != http.StatusGone {
+		t.Errorf("after the restart the first outcome answers %d %+v %v, want 410 evicted", code, st.State, err)
+	}
+	if s := a.post("big-00", "message 0", false); s.code != http.StatusGone {
+		t.Errorf("after the restart a repeat of the first key answers %d %.300s, want 410 evicted", s.code, s.body)
+	}
 }
 
 // checkBigReply checks that message i's outcome is its model answer, whole

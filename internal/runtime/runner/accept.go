@@ -266,9 +266,18 @@ func (s *Server) resume(recs []record) {
 		}
 	}
 	// The store keeps finished outcomes in finish order: the old ones
-	// first, then those finished now.
+	// first, then those finished now; the graves of evicted ones likewise,
+	// before any evicted now.
 	sortByFinish(done)
 	for _, r := range done {
+		if r.Evicted {
+			s.outcomes.loadGrave(r.ID, r.KeyHash, r.Status, *r.Finished)
+		}
+	}
+	for _, r := range done {
+		if r.Evicted {
+			continue
+		}
 		// A large body was not read into memory (see journal.load).
 		res := result{status: r.Status}
 		if r.Body != nil {

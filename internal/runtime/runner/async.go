@@ -237,10 +237,12 @@ type outcomeStore struct {
 	keys    map[string]string // key hash -> message id (kept or evicted)
 	done    []string          // finished ids, oldest first
 	graves  map[string]evicted
-	buried  []string // evicted ids, in eviction order (so by time)
-	// evicted is told each finished id that is evicted (the journal drops
-	// its record); it runs under the store's lock.
+	order   []string // the graves' ids, in eviction order (so by time)
+	// evicted is told each id whose outcome or grave ends (the journal
+	// drops its record), buried each id evicted before its time (the
+	// journal keeps that it was); they run under the store's lock.
 	evicted func(id string)
+	buried  func(id string, t evicted, finished time.Time)
 }
 
 func newOutcomeStore() *outcomeStore {
@@ -419,16 +421,13 @@ func (o *outcomeStore) pruneLocked() {
 		}
 		o.forgetLocked(id, e)
 		o.bytes -= e.size
-		if !expired {
-			o.graves[id] = evicted{status: e.res.status, keyHash: e.keyHash, until: e.finished.Add(o.ttl), max: o.max, budget: o.budget}
-			o.buried = append(o.buried, id)
-			if e.keyHash != "" {
-				// The key stays taken: its message ran, and must not run
-				// again only because its outcome could not be kept.
-				o.keys[e.keyHash] = id
+		switch {
+		case !expired:
+			t := o.buryLocked(id, e.keyHash, e.res.status, e.finished)
+			if o.buried != nil {
+				o.buried(id, t, e.finished)
 			}
-		}
-		if o.evicted != nil {
+		case o.evicted != nil:
 			o.evicted(id)
 		}
 		n++
@@ -440,19 +439,44 @@ func (o *outcomeStore) pruneLocked() {
 	// The graves end with the time their outcomes would have had, and are
 	// no more than the outcomes kept.
 	n = 0
-	for n < len(o.buried) {
-		id := o.buried[n]
+	for n < len(o.order) {
+		id := o.order[n]
 		t := o.graves[id]
-		if len(o.buried)-n <= o.max && now.Before(t.until) {
+		if len(o.order)-n <= o.max && now.Before(t.until) {
 			break
 		}
 		delete(o.graves, id)
 		if t.keyHash != "" && o.keys[t.keyHash] == id {
 			delete(o.keys, t.keyHash)
 		}
+		if o.evicted != nil {
+			o.evicted(id)
+		}
 		n++
 	}
 	if n > 0 {
-		o.buried = append([]string(nil), o.buried[n:]...)
+		o.order = append([]string(nil), o.order[n:]...)
 	}
+}
+
+// buryLocked leaves the grave of id, which finished with status.
+func (o *outcomeStore) buryLocked(id, keyHash string, status int, finished time.Time) evicted {
+	t := evicted{status: status, keyHash: keyHash, until: finished.Add(o.ttl), max: o.max, budget: o.budget}
+	o.graves[id] = t
+	o.order = append(o.order, id)
+	if keyHash != "" {
+		// The key stays taken: its message ran, and must not run again
+		// only because its outcome could not be kept.
+		o.keys[keyHash] = id
+	}
+	return t
+}
+
+// loadGrave keeps the grave of an outcome evicted before this runner
+// started. Graves are loaded before the outcomes, in finish order.
+func (o *outcomeStore) loadGrave(id, keyHash string, status int, finished time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.buryLocked(id, keyHash, status, finished)
+	o.pruneLocked()
 }

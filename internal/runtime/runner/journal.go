@@ -46,6 +46,9 @@ type record struct {
 	BytesIn  int             `json:"bytes_in,omitempty"`
 	Finished *time.Time      `json:"finished_at,omitempty"`
 	Status   int             `json:"status,omitempty"`
+	// Evicted marks a done record whose outcome was evicted before its
+	// time: it has no Body, and answers 410 evicted until its time ends.
+	Evicted bool `json:"evicted,omitempty"`
 	// Body is the answer's JSON, as the blocking call wrote it (json.Marshal
 	// output is compact, so embedding it changes no byte). It is the last
 	// field, so it ends the file, where a kept outcome's body is read from.
@@ -165,14 +168,14 @@ func readRecord(path, name string) (record, int64, error) {
 		return record{}, 0, errors.New("the record's sequence number or message id is not its file name's")
 	case r.State == journalDone && r.Finished == nil:
 		return record{}, 0, errors.New("a done record without its finish time")
-	case r.State == journalDone && !json.Valid(r.Body):
+	case r.State == journalDone && !r.Evicted && !json.Valid(r.Body):
 		return record{}, 0, errors.New("a done record without its answer")
 	case r.State != journalDone && (r.Message == nil || strings.TrimSpace(r.Message.Text) == ""):
 		return record{}, 0, fmt.Errorf("a %s record without its message", r.State)
 	case r.State != journalDone && r.State != journalAccepted && r.State != journalStarted:
 		return record{}, 0, fmt.Errorf("unknown state %q", r.State)
 	}
-	if r.State == journalDone {
+	if r.State == journalDone && !r.Evicted {
 		// The answer is read from the file where the runner wrote it: at
 		// the end, before the closing brace.
 		if r.body = bodyAt(path, raw, r.Body); r.body == nil {
@@ -264,6 +267,34 @@ func bodyAt(path string, raw, body []byte) *bodyRef {
 		return nil
 	}
 	return &bodyRef{path: path, off: off, n: n, record: size}
+}
+
+// bury rewrites message id's done record as evicted (see
+// record.Evicted): its answer goes, its key, status and finish time stay,
+// so that a restart still answers 410 evicted for it. No sync: a record
+// that comes back whole after a crash is evicted again.
+func (j *journal) bury(id string, t evicted, finished time.Time) {
+	if j == nil {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	matches, err := filepath.Glob(filepath.Join(j.dir, "*-"+id+".json"))
+	var m []string
+	if err == nil && len(matches) == 1 {
+		m = journalFileRe.FindStringSubmatch(filepath.Base(matches[0]))
+	}
+	if m == nil {
+		j.log.Warn("journal: no record of an evicted outcome", "message_id", id)
+		return
+	}
+	seq, _ := strconv.ParseUint(m[1], 10, 64)
+	f := finished.UTC()
+	r := &record{Version: journalVersion, Seq: seq, ID: id, State: journalDone, KeyHash: t.keyHash,
+		Finished: &f, Status: t.status, Evicted: true}
+	if _, err := j.writeLocked(r); err != nil {
+		j.log.Warn("journal: record an evicted outcome", "message_id", id, "error", err)
+	}
 }
 
 // remove deletes message id's record for good: the directory is synced,

@@ -34,8 +34,8 @@
 //	  of them and DefaultOutcomeBytes (32 MiB) of them together, the
 //	  oldest evicted first; 410 evicted (with the status it had) for one
 //	  evicted before its 15 minutes, by id and by key (a repeat of its key
-//	  does not run it again), until the runner restarts (the journal drops
-//	  an evicted record). A body over 8 KiB is read from its journal
+//	  does not run it again), also after a restart (the journal keeps the
+//	  record without its body). A body over 8 KiB is read from its journal
 //	  record each time, never held in memory. A reply is at most
 //	  agent.MaxReplyBytes (4 MiB): agent-run cuts a longer one, saying so
 //	  (agent.FitReply), and the backends read no more from a sandbox
@@ -241,7 +241,7 @@ func New(ctx context.Context, cfg *Config, o Options) (*Server, error) {
 			return nil, errors.Join(err, s.relay.Close())
 		}
 		s.journal, recs = j, r
-		s.outcomes.evicted = j.drop
+		s.outcomes.evicted, s.outcomes.buried = j.drop, j.bury
 	}
 	// The backend removes the sandboxes a crash left before the journal is
 	// resumed: an interrupted message has stopped for good by then.
