@@ -114,6 +114,9 @@ func runAgent(args []string) int {
 	} else {
 		reply = agent.RunJSON(ctx, data, agent.Options{Workspace: *workspace, Logger: log, Prepared: prepared, RelayConn: std.relay})
 	}
+	// The runner takes no reply over the cap: cut here, the caller still
+	// gets the start of the answer and the note of the cut.
+	agent.FitReply(reply, agent.MaxReplyBytes)
 	if os.Getpid() == 1 {
 		// The container's init: its cgroup is the container's, and its
 		// exit ends every process in it.

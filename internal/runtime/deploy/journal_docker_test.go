@@ -36,9 +36,13 @@ type journalAgent struct {
 	sock  string
 	ws    string
 	cid   string
+	// journal is the runner's journal directory on the host.
+	journal string
 }
 
-func deployJournalAgent(t *testing.T, id string) *journalAgent {
+// deployJournalAgent deploys agent id; edit, when given, changes the agent
+// before it is applied.
+func deployJournalAgent(t *testing.T, id string, edit ...func(*Agent)) *journalAgent {
 	t.Helper()
 	testutil.RequireDocker(t)
 	cli := testutil.Docker(t)
@@ -56,12 +60,15 @@ func deployJournalAgent(t *testing.T, id string) *journalAgent {
 		},
 		Meta: Meta{Soul: "test", Deployment: ModeContainer},
 	}
+	for _, e := range edit {
+		e(&a)
+	}
 	out, err := svc.Apply(context.Background(), a, nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &journalAgent{t: t, cli: cli, id: id, token: out.Token, sock: svc.Layout(id).Socket,
-		ws: svc.WorkspacePath(id), cid: out.RunnerContainerID}
+		ws: svc.WorkspacePath(id), cid: out.RunnerContainerID, journal: svc.Layout(id).JournalDir}
 }
 
 // sent is what a caller saw of one message.

@@ -241,7 +241,7 @@ func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sa
 	out.OOMKilled = t.Reason == "OOMKilled"
 	out.ImageID = cs.ImageID
 	if r.stdout.Over {
-		return fmt.Errorf("reply larger than %d bytes", sandbox.MaxStdout)
+		return sandbox.ErrReplyTooLarge
 	}
 	return ctx.Err()
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 )
 
 // IdempotencyKeyHeader names the caller's key for a message: a repeated
@@ -143,9 +145,9 @@ func (s *Server) admit(p *pending, queueSize int) (first string, ref *refusal) {
 // and a blocking one waits for it. false: first was withdrawn or evicted
 // meanwhile, and the message is to be admitted afresh.
 func (s *Server) answerRepeat(w http.ResponseWriter, r *http.Request, p *pending, first string) bool {
-	e, ok := s.outcomes.get(first)
-	if !ok {
-		return false
+	e, body, err := s.outcomes.read(first)
+	if err != nil {
+		return s.answerLost(w, p, first, err)
 	}
 	s.metrics.replayed.Add(1)
 	s.log.Info("message repeated", "message_id", first, "idempotency_key", p.keyLabel(), "state", e.state, "async", p.async)
@@ -159,12 +161,34 @@ func (s *Server) answerRepeat(w http.ResponseWriter, r *http.Request, p *pending
 		case <-r.Context().Done():
 			return true
 		}
-		if e, ok = s.outcomes.get(first); !ok || e.state != StateDone {
+		if e, body, err = s.outcomes.read(first); err != nil {
+			return s.answerLost(w, p, first, err)
+		}
+		if e.state != StateDone {
 			return false
 		}
 	}
+	defer func() { _ = body.Close() }() // read-only
 	w.Header().Set("Idempotent-Replayed", "true")
-	e.res.write(w, first)
+	writeOutcome(w, first, e.res.status, body)
+	return true
+}
+
+// answerLost answers a repeat of the key of first, whose outcome cannot be
+// read: 410 when it was evicted (it ran: it does not run again), 500 when
+// its journal record cannot be read; false when first is not kept (it was
+// withdrawn, or its time is over), so the message is admitted afresh.
+func (s *Server) answerLost(w http.ResponseWriter, p *pending, first string, err error) bool {
+	if errors.Is(err, errNoOutcome) {
+		t, ok := s.outcomes.evictedOutcome(first)
+		if ok {
+			s.log.Info("message repeated after its outcome was evicted", "message_id", first, "idempotency_key", p.keyLabel())
+			t.write(w, first)
+		}
+		return ok
+	}
+	s.log.Error("journal: read a kept outcome", "message_id", first, "error", err)
+	writeError(w, http.StatusInternalServerError, first, agent.ErrKindInternal, "the kept outcome of this message cannot be read from the journal")
 	return true
 }
 
@@ -202,10 +226,11 @@ func (s *Server) settle(p *pending, res result) {
 		}
 		return
 	}
-	if err := s.journal.finish(p.id, res, time.Now()); err != nil {
+	ref, err := s.journal.finish(p.id, res, time.Now())
+	if err != nil {
 		s.log.Error("journal: record an outcome", "message_id", p.id, "error", err)
 	}
-	s.outcomes.finish(p.id, res)
+	s.outcomes.finish(p.id, res, ref)
 }
 
 // withdraw takes back a blocking message that never ran (its caller left,
@@ -241,10 +266,24 @@ func (s *Server) resume(recs []record) {
 		}
 	}
 	// The store keeps finished outcomes in finish order: the old ones
-	// first, then those finished now.
+	// first, then those finished now; the graves of evicted ones likewise,
+	// before any evicted now.
 	sortByFinish(done)
 	for _, r := range done {
-		s.outcomes.load(r.ID, r.KeyHash, result{status: r.Status, body: append([]byte(r.Body), '\n')}, *r.Finished)
+		if r.Evicted {
+			s.outcomes.loadGrave(r.ID, r.KeyHash, r.Status, *r.Finished)
+		}
+	}
+	for _, r := range done {
+		if r.Evicted {
+			continue
+		}
+		// A large body was not read into memory (see journal.load).
+		res := result{status: r.Status}
+		if r.Body != nil {
+			res.body = append([]byte(r.Body), '\n')
+		}
+		s.outcomes.load(r.ID, r.KeyHash, res, r.body, *r.Finished)
 	}
 	now := time.Now()
 	for _, r := range started {
@@ -263,10 +302,11 @@ func (s *Server) resume(recs []record) {
 func (s *Server) interrupt(r record, now time.Time) {
 	res := errorResult(http.StatusInternalServerError, r.ID, KindInterrupted,
 		"the runner stopped while this message ran (crash, kill or restart); it may have had effects, and it is not run again")
-	if err := s.journal.finish(r.ID, res, now); err != nil {
+	ref, err := s.journal.finish(r.ID, res, now)
+	if err != nil {
 		s.log.Error("journal: record an interrupted message", "message_id", r.ID, "error", err)
 	}
-	s.outcomes.load(r.ID, r.KeyHash, res, now)
+	s.outcomes.load(r.ID, r.KeyHash, res, ref, now)
 	s.metrics.interrupted.Add(1)
 	s.log.Warn("message interrupted", "message_id", r.ID, "idempotency_key", (&pending{keyHash: r.KeyHash}).keyLabel())
 }

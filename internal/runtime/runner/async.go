@@ -5,10 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 )
 
 // Bounds of the kept asynchronous outcomes (see the package doc).
@@ -18,7 +23,23 @@ const (
 	// DefaultMaxOutcomes is how many finished outcomes are kept at most;
 	// past it the oldest is evicted first.
 	DefaultMaxOutcomes = 1000
+	// DefaultOutcomeBytes bounds the finished outcomes kept, together: the
+	// size of their journal records (of their bodies without a journal).
+	// Past it the oldest is evicted first. It holds at least eight replies
+	// at the reply cap (agent.MaxReplyBytes).
+	DefaultOutcomeBytes = 32 << 20
+	// inlineOutcomeBytes is the largest body held in memory when the
+	// journal holds it too: a larger one is read from its journal record
+	// each time it is asked for. So with a journal the kept outcomes take
+	// at most DefaultMaxOutcomes × inlineOutcomeBytes (8 MiB) of memory,
+	// and DefaultOutcomeBytes without one.
+	inlineOutcomeBytes = 8 << 10
 )
+
+// KindEvicted (410): GET /v1/messages/{id}, or a repeat of its key, for
+// an outcome that was evicted before its time to keep the kept outcomes
+// within their bounds. The message ran; the error says how it ended.
+const KindEvicted = "evicted"
 
 // States of an asynchronous message.
 const (
@@ -106,51 +127,140 @@ func (s *Server) handleMessageStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := strings.TrimPrefix(r.URL.Path, "/v1/messages/")
-	e, ok := s.outcomes.get(id)
-	if !ok {
+	e, body, err := s.outcomes.read(id)
+	switch {
+	case errors.Is(err, errNoOutcome):
+		if t, ok := s.outcomes.evictedOutcome(id); ok {
+			t.write(w, id)
+			return
+		}
 		writeError(w, http.StatusNotFound, "", KindNotFound, "no asynchronous message with this id (unknown, or its outcome expired)")
+		return
+	case err != nil:
+		s.log.Error("journal: read a kept outcome", "message_id", id, "error", err)
+		writeError(w, http.StatusInternalServerError, id, agent.ErrKindInternal, "the kept outcome of this message cannot be read from the journal")
 		return
 	}
 	st := AsyncStatus{MessageID: id, State: e.state}
-	if e.state == StateDone {
-		st.Status = e.res.status
-		st.Result = bytes.TrimSuffix(e.res.body, []byte("\n"))
-	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Message-Id", id)
+	if body == nil {
+		w.WriteHeader(http.StatusOK)
+		_ = json.NewEncoder(w).Encode(st)
+		return
+	}
+	defer func() { _ = body.Close() }() // read-only
+	// The body is copied from where it is kept, never held whole: the
+	// status object's own fields, then "result" and the body.
+	st.Status = e.res.status
+	head, _ := json.Marshal(st) // a string, a string and an int
 	w.WriteHeader(http.StatusOK)
-	_ = json.NewEncoder(w).Encode(st)
+	if _, err := w.Write(append(bytes.TrimSuffix(head, []byte("}")), `,"result":`...)); err != nil {
+		return
+	}
+	if _, err := io.Copy(w, body); err != nil {
+		s.log.Debug("outcome: client gone", "message_id", id, "error", err)
+		return
+	}
+	_, _ = w.Write([]byte("}\n"))
+}
+
+// writeOutcome answers status and body (a kept outcome's, without its
+// newline) as the blocking call did.
+func writeOutcome(w http.ResponseWriter, id string, status int, body io.Reader) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Message-Id", id)
+	w.WriteHeader(status)
+	if _, err := io.Copy(w, body); err == nil {
+		_, _ = w.Write([]byte("\n"))
+	}
 }
 
 type asyncEntry struct {
-	state    string
-	res      result
+	state string
+	// res is the outcome once done; its body is nil when ref holds it.
+	res result
+	ref *bodyRef
+	// size is what the outcome counts against the store's byte budget.
+	size     int64
 	finished time.Time
 	keyHash  string
 	// done is closed when the message is done or withdrawn.
 	done chan struct{}
 }
 
+// bodyRef is where a journal record holds an outcome's body: n bytes at
+// off of the file at path (the body without its newline). record is the
+// whole file's size, what the outcome takes on disk.
+type bodyRef struct {
+	path   string
+	off, n int64
+	record int64
+}
+
+// evicted is what is left of an outcome evicted before its time: enough
+// to say so to whoever asks for it, by id or by key, until its time ends.
+type evicted struct {
+	status  int
+	keyHash string
+	until   time.Time
+	max     int
+	budget  int64
+}
+
+// write answers 410 evicted.
+func (t evicted) write(w http.ResponseWriter, id string) {
+	writeError(w, http.StatusGone, id, KindEvicted, fmt.Sprintf(
+		"the message ran and was answered with status %d, but its outcome was evicted to keep the kept outcomes within %d outcomes and %d bytes; "+
+			"it is not run again for this key before %s", t.status, t.max, t.budget, t.until.UTC().Format(time.RFC3339)))
+}
+
+// errNoOutcome: no kept message has the id.
+var errNoOutcome = errors.New("no kept outcome")
+
 // outcomeStore holds the kept messages (see pending.kept) by id and by
 // idempotency key: the pending ones (bounded by the queue) and the
-// finished ones, at most max of them and none older than ttl, evicted
-// oldest first.
+// finished ones, at most max of them, budget bytes of them together and
+// none older than ttl, evicted oldest first. A body over
+// inlineOutcomeBytes that the journal holds is not held here but read
+// from the journal when asked for. An outcome evicted before its time
+// leaves a small mark (graves) that answers 410 for its id and its key
+// until that time.
 type outcomeStore struct {
 	mu      sync.Mutex
 	now     func() time.Time // the clock; tests replace it
 	ttl     time.Duration
 	max     int
+	budget  int64
+	bytes   int64 // the sizes of the finished outcomes held
 	entries map[string]*asyncEntry
-	keys    map[string]string // key hash -> message id
+	keys    map[string]string // key hash -> message id (kept or evicted)
 	done    []string          // finished ids, oldest first
-	// evicted is told each finished id that is evicted (the journal drops
-	// its record); it runs under the store's lock.
+	graves  map[string]evicted
+	order   []string // the graves' ids, in eviction order (so by time)
+	// evicted is told each id whose outcome or grave ends (the journal
+	// drops its record), buried each id evicted before its time (the
+	// journal keeps that it was); they run under the store's lock.
 	evicted func(id string)
+	buried  func(id string, t evicted, finished time.Time)
 }
 
 func newOutcomeStore() *outcomeStore {
-	return &outcomeStore{now: time.Now, ttl: DefaultOutcomeTTL, max: DefaultMaxOutcomes,
-		entries: map[string]*asyncEntry{}, keys: map[string]string{}}
+	return &outcomeStore{now: time.Now, ttl: DefaultOutcomeTTL, max: DefaultMaxOutcomes, budget: DefaultOutcomeBytes,
+		entries: map[string]*asyncEntry{}, keys: map[string]string{}, graves: map[string]evicted{}}
+}
+
+// keepLocked makes res (at ref in the journal, or nil) e's outcome: a
+// body the journal holds stays there unless it is small.
+func (o *outcomeStore) keepLocked(e *asyncEntry, res result, ref *bodyRef) {
+	e.res, e.ref, e.size = res, nil, int64(len(res.body))
+	if ref != nil {
+		e.size = ref.record
+		if res.body == nil || len(res.body) > inlineOutcomeBytes {
+			e.res.body, e.ref = nil, ref
+		}
+	}
+	o.bytes += e.size
 }
 
 func (o *outcomeStore) submit(id, keyHash string) {
@@ -162,13 +272,16 @@ func (o *outcomeStore) submit(id, keyHash string) {
 	}
 }
 
-// load keeps an outcome that finished before this runner started.
-func (o *outcomeStore) load(id, keyHash string, res result, finished time.Time) {
+// load keeps an outcome that finished before this runner started (or was
+// settled as it started): res, whose body may be nil when ref holds it.
+func (o *outcomeStore) load(id, keyHash string, res result, ref *bodyRef, finished time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	done := make(chan struct{})
 	close(done)
-	o.entries[id] = &asyncEntry{state: StateDone, res: res, finished: finished, keyHash: keyHash, done: done}
+	e := &asyncEntry{state: StateDone, finished: finished, keyHash: keyHash, done: done}
+	o.keepLocked(e, res, ref)
+	o.entries[id] = e
 	if keyHash != "" {
 		o.keys[keyHash] = id
 	}
@@ -213,7 +326,9 @@ func (o *outcomeStore) start(id string) {
 	}
 }
 
-func (o *outcomeStore) finish(id string, res result) {
+// finish settles id with res, which the journal holds at ref (nil: only
+// here).
+func (o *outcomeStore) finish(id string, res result, ref *bodyRef) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	e, ok := o.entries[id]
@@ -223,7 +338,8 @@ func (o *outcomeStore) finish(id string, res result) {
 	if e.state == StateDone {
 		return
 	}
-	e.state, e.res, e.finished = StateDone, res, o.now()
+	e.state, e.finished = StateDone, o.now()
+	o.keepLocked(e, res, ref)
 	close(e.done)
 	o.done = append(o.done, id)
 	o.pruneLocked()
@@ -241,27 +357,78 @@ func (o *outcomeStore) get(id string) (asyncEntry, bool) {
 	return *e, true
 }
 
-// kept is the number of finished outcomes held.
-func (o *outcomeStore) kept() int {
+// read is get with, once the message is done, a reader of its body
+// (without its newline) that the caller closes; errNoOutcome when id is
+// not kept. A body in the journal is opened under the lock, before an
+// eviction could remove its file (an open file stays readable).
+func (o *outcomeStore) read(id string) (asyncEntry, io.ReadCloser, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.pruneLocked()
-	return len(o.done)
+	e, ok := o.entries[id]
+	switch {
+	case !ok:
+		return asyncEntry{}, nil, errNoOutcome
+	case e.state != StateDone:
+		return *e, nil, nil
+	case e.ref == nil:
+		return *e, io.NopCloser(bytes.NewReader(bytes.TrimSuffix(e.res.body, []byte("\n")))), nil
+	}
+	f, err := os.Open(e.ref.path)
+	if err != nil {
+		return *e, nil, err
+	}
+	if fi, err := f.Stat(); err != nil || fi.Size() != e.ref.record {
+		_ = f.Close() // read-only
+		return *e, nil, fmt.Errorf("%s changed under the runner (%v)", e.ref.path, err)
+	}
+	return *e, struct {
+		io.Reader
+		io.Closer
+	}{io.NewSectionReader(f, e.ref.off, e.ref.n), f}, nil
 }
 
-// pruneLocked evicts the oldest finished outcomes past the count bound or
-// the age bound. Finish times only grow along o.done (outcomes loaded at
-// start come first, in finish order), so both bounds cut its front.
+// evictedOutcome is what is left of id if it was evicted before its time.
+func (o *outcomeStore) evictedOutcome(id string) (evicted, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.pruneLocked()
+	t, ok := o.graves[id]
+	return t, ok
+}
+
+// kept is the number of finished outcomes held, and their size.
+func (o *outcomeStore) kept() (int, int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.pruneLocked()
+	return len(o.done), o.bytes
+}
+
+// pruneLocked evicts the oldest finished outcomes past the count bound,
+// the byte budget or the age bound. Finish times only grow along o.done
+// (outcomes loaded at start come first, in finish order), so every bound
+// cuts its front. One evicted before its time is buried.
 func (o *outcomeStore) pruneLocked() {
 	now := o.now()
 	n := 0
 	for n < len(o.done) {
-		if len(o.done)-n <= o.max && now.Sub(o.entries[o.done[n]].finished) < o.ttl {
+		id := o.done[n]
+		e := o.entries[id]
+		expired := now.Sub(e.finished) >= o.ttl
+		if !expired && len(o.done)-n <= o.max && o.bytes <= o.budget {
 			break
 		}
-		o.forgetLocked(o.done[n], o.entries[o.done[n]])
-		if o.evicted != nil {
-			o.evicted(o.done[n])
+		o.forgetLocked(id, e)
+		o.bytes -= e.size
+		switch {
+		case !expired:
+			t := o.buryLocked(id, e.keyHash, e.res.status, e.finished)
+			if o.buried != nil {
+				o.buried(id, t, e.finished)
+			}
+		case o.evicted != nil:
+			o.evicted(id)
 		}
 		n++
 	}
@@ -269,4 +436,47 @@ func (o *outcomeStore) pruneLocked() {
 		// A fresh slice, so that the evicted front is not held forever.
 		o.done = append([]string(nil), o.done[n:]...)
 	}
+	// The graves end with the time their outcomes would have had, and are
+	// no more than the outcomes kept.
+	n = 0
+	for n < len(o.order) {
+		id := o.order[n]
+		t := o.graves[id]
+		if len(o.order)-n <= o.max && now.Before(t.until) {
+			break
+		}
+		delete(o.graves, id)
+		if t.keyHash != "" && o.keys[t.keyHash] == id {
+			delete(o.keys, t.keyHash)
+		}
+		if o.evicted != nil {
+			o.evicted(id)
+		}
+		n++
+	}
+	if n > 0 {
+		o.order = append([]string(nil), o.order[n:]...)
+	}
+}
+
+// buryLocked leaves the grave of id, which finished with status.
+func (o *outcomeStore) buryLocked(id, keyHash string, status int, finished time.Time) evicted {
+	t := evicted{status: status, keyHash: keyHash, until: finished.Add(o.ttl), max: o.max, budget: o.budget}
+	o.graves[id] = t
+	o.order = append(o.order, id)
+	if keyHash != "" {
+		// The key stays taken: its message ran, and must not run again
+		// only because its outcome could not be kept.
+		o.keys[keyHash] = id
+	}
+	return t
+}
+
+// loadGrave keeps the grave of an outcome evicted before this runner
+// started. Graves are loaded before the outcomes, in finish order.
+func (o *outcomeStore) loadGrave(id, keyHash string, status int, finished time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.buryLocked(id, keyHash, status, finished)
+	o.pruneLocked()
 }

@@ -296,7 +296,8 @@ func TestAsyncPollAuthAndNotFound(t *testing.T) {
 	}
 }
 
-// At most max finished outcomes are kept, the oldest evicted first.
+// At most max finished outcomes are kept, the oldest evicted first; an
+// evicted one answers 410 evicted.
 func TestAsyncEvictionByCount(t *testing.T) {
 	b := &scripted{answer: func(req agent.Request) (sandbox.Outcome, error) {
 		return replyOutcome(agent.Reply{Reply: req.Message.Text})
@@ -312,8 +313,8 @@ func TestAsyncEvictionByCount(t *testing.T) {
 		pollUntil(t, ts.URL, id, StateDone) // one at a time: finished in order
 		ids = append(ids, id)
 	}
-	if code, _, m := poll(t, ts.URL, "tok-123", ids[0]); code != 404 || errKind(m) != KindNotFound {
-		t.Errorf("oldest outcome: %d %v, want evicted", code, m)
+	if code, _, m := poll(t, ts.URL, "tok-123", ids[0]); code != http.StatusGone || errKind(m) != KindEvicted {
+		t.Errorf("oldest outcome: %d %v, want 410 evicted", code, m)
 	}
 	for i, id := range ids[1:] {
 		var r agent.Reply

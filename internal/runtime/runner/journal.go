@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,9 +46,17 @@ type record struct {
 	BytesIn  int             `json:"bytes_in,omitempty"`
 	Finished *time.Time      `json:"finished_at,omitempty"`
 	Status   int             `json:"status,omitempty"`
+	// Evicted marks a done record whose outcome was evicted before its
+	// time: it has no Body, and answers 410 evicted until its time ends.
+	Evicted bool `json:"evicted,omitempty"`
 	// Body is the answer's JSON, as the blocking call wrote it (json.Marshal
-	// output is compact, so embedding it changes no byte).
+	// output is compact, so embedding it changes no byte). It is the last
+	// field, so it ends the file, where a kept outcome's body is read from.
 	Body json.RawMessage `json:"body,omitempty"`
+
+	// body is where the file holds Body; a record read from disk has Body
+	// nil when it is larger than inlineOutcomeBytes.
+	body *bodyRef
 }
 
 var journalFileRe = regexp.MustCompile(`^([0-9]{16})-(msg-[0-9a-f]{16})\.json$`)
@@ -117,6 +126,11 @@ func (j *journal) load(e os.DirEntry) (record, bool) {
 		return record{}, false
 	}
 	r, size, err := readRecord(path, name)
+	if err == nil && r.State == journalDone && len(r.Body) > inlineOutcomeBytes {
+		// Served from the file when asked for: a restart does not load the
+		// kept outcomes into memory.
+		r.Body = nil
+	}
 	if err != nil {
 		j.log.Error("journal: skipping a record that cannot be read; it is kept as *.corrupt", "file", path, "error", err)
 		if rerr := os.Rename(path, path+".corrupt"); rerr != nil {
@@ -154,12 +168,19 @@ func readRecord(path, name string) (record, int64, error) {
 		return record{}, 0, errors.New("the record's sequence number or message id is not its file name's")
 	case r.State == journalDone && r.Finished == nil:
 		return record{}, 0, errors.New("a done record without its finish time")
-	case r.State == journalDone && !json.Valid(r.Body):
+	case r.State == journalDone && !r.Evicted && !json.Valid(r.Body):
 		return record{}, 0, errors.New("a done record without its answer")
 	case r.State != journalDone && (r.Message == nil || strings.TrimSpace(r.Message.Text) == ""):
 		return record{}, 0, fmt.Errorf("a %s record without its message", r.State)
 	case r.State != journalDone && r.State != journalAccepted && r.State != journalStarted:
 		return record{}, 0, fmt.Errorf("unknown state %q", r.State)
+	}
+	if r.State == journalDone && !r.Evicted {
+		// The answer is read from the file where the runner wrote it: at
+		// the end, before the closing brace.
+		if r.body = bodyAt(path, raw, r.Body); r.body == nil {
+			return record{}, 0, errors.New("the answer is not at the end of the record")
+		}
 	}
 	return r, int64(len(raw)), nil
 }
@@ -184,7 +205,7 @@ func (j *journal) accept(p *pending) error {
 	}
 	r := &record{Version: journalVersion, Seq: j.seq, ID: p.id, State: state, Async: p.async,
 		KeyHash: p.keyHash, Parent: p.parent, Accepted: p.queuedAt.UTC(), Message: &msg, BytesIn: p.bytesIn}
-	if err := j.writeLocked(r); err != nil {
+	if _, err := j.writeLocked(r); err != nil {
 		return err
 	}
 	j.recs[r.ID] = r
@@ -204,33 +225,76 @@ func (j *journal) start(id string) error {
 	}
 	next := *r
 	next.State = journalStarted
-	if err := j.writeLocked(&next); err != nil {
+	if _, err := j.writeLocked(&next); err != nil {
 		return err
 	}
 	*r = next
 	return nil
 }
 
-// finish records message id done with res, at t.
-func (j *journal) finish(id string, res result, t time.Time) error {
+// finish records message id done with res, at t, and says where its file
+// holds res's body.
+func (j *journal) finish(id string, res result, t time.Time) (*bodyRef, error) {
 	if j == nil {
-		return nil
+		return nil, nil
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	r, ok := j.recs[id]
 	if !ok {
-		return fmt.Errorf("journal: no record of %s", id)
+		return nil, fmt.Errorf("journal: no record of %s", id)
 	}
 	next := *r
 	t = t.UTC()
 	next.State, next.Message, next.Finished = journalDone, nil, &t
-	next.Status, next.Body = res.status, json.RawMessage(strings.TrimSuffix(string(res.body), "\n"))
-	if err := j.writeLocked(&next); err != nil {
-		return err
+	next.Status, next.Body = res.status, json.RawMessage(bytes.TrimSuffix(res.body, []byte("\n")))
+	raw, err := j.writeLocked(&next)
+	if err != nil {
+		return nil, err
 	}
 	delete(j.recs, id)
-	return nil
+	// nil (not where it is read from): the store keeps the body itself.
+	return bodyAt(j.fileName(&next), raw, next.Body), nil
+}
+
+// bodyAt is where the record raw, the file path, holds body: at its end,
+// before the closing brace, where json.Marshal puts the last field; nil
+// when it is not there.
+func bodyAt(path string, raw, body []byte) *bodyRef {
+	size, n := int64(len(raw)), int64(len(body))
+	off := size - 1 - n
+	if off < 0 || raw[size-1] != '}' || !bytes.Equal(raw[off:size-1], body) {
+		return nil
+	}
+	return &bodyRef{path: path, off: off, n: n, record: size}
+}
+
+// bury rewrites message id's done record as evicted (see
+// record.Evicted): its answer goes, its key, status and finish time stay,
+// so that a restart still answers 410 evicted for it. No sync: a record
+// that comes back whole after a crash is evicted again.
+func (j *journal) bury(id string, t evicted, finished time.Time) {
+	if j == nil {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	matches, err := filepath.Glob(filepath.Join(j.dir, "*-"+id+".json"))
+	var m []string
+	if err == nil && len(matches) == 1 {
+		m = journalFileRe.FindStringSubmatch(filepath.Base(matches[0]))
+	}
+	if m == nil {
+		j.log.Warn("journal: no record of an evicted outcome", "message_id", id)
+		return
+	}
+	seq, _ := strconv.ParseUint(m[1], 10, 64)
+	f := finished.UTC()
+	r := &record{Version: journalVersion, Seq: seq, ID: id, State: journalDone, KeyHash: t.keyHash,
+		Finished: &f, Status: t.status, Evicted: true}
+	if _, err := j.writeLocked(r); err != nil {
+		j.log.Warn("journal: record an evicted outcome", "message_id", id, "error", err)
+	}
 }
 
 // remove deletes message id's record for good: the directory is synced,
@@ -295,12 +359,16 @@ func (j *journal) stats() (records int, bytes int64) {
 }
 
 // writeLocked writes r durably: a new temporary file, synced, renamed over
-// the record's file, and the directory synced.
-func (j *journal) writeLocked(r *record) (err error) {
-	raw, err := json.Marshal(r)
+// the record's file, and the directory synced. It returns what it wrote.
+func (j *journal) writeLocked(r *record) (raw []byte, err error) {
+	raw, err = json.Marshal(r)
 	if err != nil {
-		return fmt.Errorf("journal: %w", err)
+		return nil, fmt.Errorf("journal: %w", err)
 	}
+	return raw, j.writeRawLocked(r, raw)
+}
+
+func (j *journal) writeRawLocked(r *record, raw []byte) (err error) {
 	f, err := os.CreateTemp(j.dir, ".tmp-*")
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)

@@ -65,7 +65,7 @@ func TestJournalWriteReadOrder(t *testing.T) {
 	testMust(t, j.start(ids[1]))
 	testMust(t, j.start(ids[2]))
 	res := errorResult(http.StatusGatewayTimeout, ids[2], agent.ErrKindTimeout, `<no> "reply" & é`)
-	testMust(t, j.finish(ids[2], res, time.Now()))
+	testMust(t, finishErr(j.finish(ids[2], res, time.Now())))
 	testMust(t, j.remove(ids[3]))
 	if n, size := j.stats(); n != 3 || size <= 0 {
 		t.Errorf("stats %d records, %d bytes", n, size)
@@ -358,11 +358,11 @@ func TestJournalResume(t *testing.T) {
 	}
 	old := mk("old", "", true)
 	testMust(t, j.start(old.id))
-	testMust(t, j.finish(old.id, result{status: 200, body: []byte("{\"reply\":\"x\"}\n")}, time.Now().Add(-DefaultOutcomeTTL-time.Minute)))
+	testMust(t, finishErr(j.finish(old.id, result{status: 200, body: []byte("{\"reply\":\"x\"}\n")}, time.Now().Add(-DefaultOutcomeTTL-time.Minute))))
 	done := mk("done", hashOf("kd"), false)
 	testMust(t, j.start(done.id))
 	doneRes := errorResult(http.StatusInternalServerError, done.id, agent.ErrKindExit, "exit 3")
-	testMust(t, j.finish(done.id, doneRes, time.Now()))
+	testMust(t, finishErr(j.finish(done.id, doneRes, time.Now())))
 	started := mk("started", hashOf("ks"), false)
 	testMust(t, j.start(started.id))
 	a1, a2 := mk("a1", hashOf("k1"), false), mk("a2", "", true)

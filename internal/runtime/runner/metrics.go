@@ -77,7 +77,8 @@ type metrics struct {
 // gauges are the values /metrics reads from the rest of the server.
 type gauges struct {
 	ready          bool
-	kept           int // finished outcomes kept for GET /v1/messages/{id}
+	kept           int   // finished outcomes kept for GET /v1/messages/{id}
+	keptBytes      int64 // their size (see DefaultOutcomeBytes)
 	journalRecords int
 	journalBytes   int64
 }
@@ -196,6 +197,7 @@ func (m *metrics) write(out io.Writer, g gauges) error {
 	fmt.Fprintf(&w, "# HELP %sllm_agent_window_tokens Tokens the agent used in its current budget window, as of its last relayed call.\n# TYPE %sllm_agent_window_tokens gauge\n%sllm_agent_window_tokens %d\n", p, p, p, m.agentWindowTok)
 	fmt.Fprintf(&w, "# HELP %sasync_submissions_total Messages accepted with wait=false.\n# TYPE %sasync_submissions_total counter\n%sasync_submissions_total %d\n", p, p, p, m.asyncSubmitted.Load())
 	fmt.Fprintf(&w, "# HELP %sasync_outcomes_kept Finished outcomes kept for GET /v1/messages/{id} and idempotency keys.\n# TYPE %sasync_outcomes_kept gauge\n%sasync_outcomes_kept %d\n", p, p, p, g.kept)
+	fmt.Fprintf(&w, "# HELP %sasync_outcomes_kept_bytes Bytes of the finished outcomes kept (their journal records), bounded by the outcome budget.\n# TYPE %sasync_outcomes_kept_bytes gauge\n%sasync_outcomes_kept_bytes %d\n", p, p, p, g.keptBytes)
 	m.writeJournal(&w, g)
 	fmt.Fprintf(&w, "# HELP %stool_calls_refused_total Tool calls outside the agent's role, refused.\n# TYPE %stool_calls_refused_total counter\n%stool_calls_refused_total %d\n", p, p, p, m.toolsRefused)
 	m.mu.Unlock()

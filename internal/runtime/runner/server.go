@@ -30,8 +30,16 @@
 //	  401 unauthorized; 404 not_found for an id that is unknown, has
 //	  expired, or was a blocking message without an Idempotency-Key (its
 //	  caller had the answer). Finished outcomes are kept for
-//	  DefaultOutcomeTTL (15 minutes) and at most DefaultMaxOutcomes (1,000)
-//	  of them, the oldest evicted first.
+//	  DefaultOutcomeTTL (15 minutes), at most DefaultMaxOutcomes (1,000)
+//	  of them and DefaultOutcomeBytes (32 MiB) of them together, the
+//	  oldest evicted first; 410 evicted (with the status it had) for one
+//	  evicted before its 15 minutes, by id and by key (a repeat of its key
+//	  does not run it again), also after a restart (the journal keeps the
+//	  record without its body). A body over 8 KiB is read from its journal
+//	  record each time, never held in memory. A reply is at most
+//	  agent.MaxReplyBytes (4 MiB): agent-run cuts a longer one, saying so
+//	  (agent.FitReply), and the backends read no more from a sandbox
+//	  (sandbox.ErrReplyTooLarge: 500 protocol).
 //	GET /healthz        Health JSON: ok, agent_id, mode, ready (a prestarted
 //	                    sandbox waits), prestart, queued, busy, plus backend
 //	                    fields (landlock_abi); 503 while shutting down.
@@ -267,7 +275,7 @@ func New(ctx context.Context, cfg *Config, o Options) (*Server, error) {
 			return nil, errors.Join(err, s.relay.Close())
 		}
 		s.journal, recs = j, r
-		s.outcomes.evicted = j.drop
+		s.outcomes.evicted, s.outcomes.buried = j.drop, j.bury
 	}
 	// The agent's token budget is counted next to the journal, so that a
 	// restart does not hand out a fresh window.
@@ -720,6 +728,8 @@ func classify(cfg *Config, out sandbox.Outcome, runErr error) (status int, kind,
 			fmt.Sprintf("the sandbox ran out of memory (limit %s) and was killed", memLimit(cfg)), nil
 	case errors.Is(runErr, sandbox.ErrNotEnforced):
 		return http.StatusServiceUnavailable, KindNotEnforced, red.String(runErr.Error()), nil
+	case errors.Is(runErr, sandbox.ErrReplyTooLarge):
+		return http.StatusInternalServerError, agent.ErrKindProtocol, runErr.Error(), nil
 	case runErr != nil:
 		return http.StatusInternalServerError, agent.ErrKindSandbox, red.String(runErr.Error()), nil
 	}
@@ -842,7 +852,8 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	_, b, _ := s.snapshot()
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	records, bytes := s.journal.stats()
-	g := gauges{ready: b.Ready(), kept: s.outcomes.kept(), journalRecords: records, journalBytes: bytes}
+	kept, keptBytes := s.outcomes.kept()
+	g := gauges{ready: b.Ready(), kept: kept, keptBytes: keptBytes, journalRecords: records, journalBytes: bytes}
 	if err := s.metrics.write(w, g); err != nil {
 		s.log.Debug("metrics: client gone", "error", err)
 	}

@@ -19,13 +19,15 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 )
 
 // Limits on what a container may send back. The reply is one JSON document;
-// anything past MaxStdout is a protocol error, not memory for the runner.
+// anything past MaxStdout is a protocol error (ErrReplyTooLarge), not
+// memory for the runner: the rest is read and dropped.
 const (
-	MaxStdout     = 16 << 20
+	MaxStdout     = agent.MaxReplyBytes
 	StderrTailLen = 4 << 10
 	// cleanupTimeout bounds kill and remove, which run on a fresh context so
 	// that a cancelled request still cleans up.
@@ -717,7 +719,7 @@ func (d *Docker) exchange(ctx context.Context, c *attached, job Job, out *Outcom
 	d.log.Debug("exchange timings", "container_id", short(c.id), "reply_ms", tEOF.Sub(t0).Milliseconds(),
 		"exit_ms", time.Since(tEOF).Milliseconds())
 	if over {
-		return false, fmt.Errorf("reply larger than %d bytes", MaxStdout)
+		return false, ErrReplyTooLarge
 	}
 	if copyErr != nil && !out.TimedOut && ctx.Err() == nil {
 		return false, fmt.Errorf("read container output: %w", copyErr)

@@ -524,7 +524,7 @@ func exitState(ctx context.Context, out *Outcome, ps *os.ProcessState, overflow 
 		out.OOMKilled = true
 	}
 	if overflow {
-		return fmt.Errorf("reply larger than %d bytes", MaxStdout)
+		return ErrReplyTooLarge
 	}
 	if ctx.Err() != nil && !out.TimedOut {
 		return ctx.Err()

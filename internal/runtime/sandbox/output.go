@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"sync"
 
@@ -86,6 +87,12 @@ func (w outWriter) Write(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// ErrReplyTooLarge is the error of a sandbox that wrote more than MaxStdout
+// bytes on stdout. agent-run cuts its reply to fit (agent.FitReply), so
+// only a sandbox that does not run it faithfully gets this; what it wrote
+// is dropped.
+var ErrReplyTooLarge = fmt.Errorf("the sandbox wrote more than %d bytes on stdout (the reply cap); its reply is dropped", MaxStdout)
 
 // Capped keeps up to Max bytes (in Buf) and notes overflow (Over), and
 // keeps draining so the sandbox is never blocked on a full pipe. Every
