@@ -227,7 +227,7 @@ func settingsOf(ctx context.Context, m agentModel, diags *diag.Diagnostics) (dep
 			Network: cm.Network.ValueString(), Runtime: cm.Runtime.ValueString(),
 		},
 		MaxSteps:         int(llm.MaxSteps.ValueInt64()),
-		InjectSecretsEnv: !m.InjectSecretsEnv.IsUnknown() && (m.InjectSecretsEnv.IsNull() || m.InjectSecretsEnv.ValueBool()),
+		InjectSecretsEnv: !m.InjectSecretsEnv.IsUnknown() && (m.InjectSecretsEnv.IsNull() && deploy.DefaultInjectSecretsEnv || m.InjectSecretsEnv.ValueBool()),
 	}
 	if !skip["file_access"] {
 		c.FileAccess = deploy.FileAccess{

@@ -33,6 +33,11 @@ const (
 	DefaultRuntime = "runc"
 	// MinHostMemoryLimit is the least memory_limit host mode runs with.
 	MinHostMemoryLimit = sandbox.MinHostMemoryText
+	// DefaultInjectSecretsEnv: secrets stay out of tool processes unless
+	// the owner asks. Whatever enters a tool's environment is the tools'
+	// (a hostile model prints it in any spelling, or a piece per call,
+	// which no redaction catches); the loop keeps them for redaction.
+	DefaultInjectSecretsEnv = false
 )
 
 // Networks and Runtimes are the values ContainerMode.Network and Runtime
