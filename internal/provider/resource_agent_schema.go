@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
@@ -133,8 +134,11 @@ func agentSchema() schema.Schema {
 				MarkdownDescription: "Export the LLM credentials to the agent's tool processes (the spec's `image_config` flag, per agent). Default `true`.",
 			},
 			"inject_secrets_env": schema.BoolAttribute{
-				Optional: true, Computed: true, Default: booldefault.StaticBool(true),
-				MarkdownDescription: "Export `secrets` to the agent's tool processes. Default `true`.",
+				Optional: true, Computed: true, Default: booldefault.StaticBool(deploy.DefaultInjectSecretsEnv),
+				MarkdownDescription: "Export `secrets` to the agent's tool processes as environment variables. Then they are " +
+					"the tools': a tool can print or send them in any spelling, and `redact_secrets` catches only the spellings " +
+					"it knows. Off, the secrets reach only the agent loop (for redaction), never a tool's environment, " +
+					"arguments or files. Default `" + strconv.FormatBool(deploy.DefaultInjectSecretsEnv) + "`.",
 			},
 			"redact_secrets": schema.BoolAttribute{
 				Optional: true, Computed: true, Default: booldefault.StaticBool(true),

@@ -46,8 +46,8 @@ func TestAgent_invalidInput(t *testing.T) {
 		{"user name", `container_mode = { user = "nobody" }`, "container_mode.user", `numeric uid`},
 		{"base url no scheme", `llm = { provider = "openai", base_url = "api.openai.com/v1" }`, "llm.base_url", `not an absolute http\(s\) URL`},
 		{"image reference", `runner = { image = "Bad Image" }`, "runner.image", `Invalid Image Reference`},
-		{"secret name", `secrets = { "gh-token" = "x" }`, "secrets", `Rename it \(e\.g\. "GH_TOKEN"\)`},
-		{"secret name reserved", `secrets = { "HOME" = "/" }`, "secrets", `fixed by the sandbox.*Rename it \(e\.g\. "SECRET_HOME"\)`},
+		{"secret name", "inject_secrets_env = true\n  secrets = { \"gh-token\" = \"x\" }", "secrets", `Rename it \(e\.g\. "GH_TOKEN"\)`},
+		{"secret name reserved", "inject_secrets_env = true\n  secrets = { \"HOME\" = \"/\" }", "secrets", `fixed by the sandbox.*Rename it \(e\.g\. "SECRET_HOME"\)`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -238,7 +238,7 @@ func settingsOf(ctx context.Context, m agentModel, diags *diag.Diagnostics) (dep
 		},
 		MaxSteps:         int(llm.MaxSteps.ValueInt64()),
 		LLMLimits:        llm.limits(),
-		InjectSecretsEnv: !m.InjectSecretsEnv.IsUnknown() && (m.InjectSecretsEnv.IsNull() || m.InjectSecretsEnv.ValueBool()),
+		InjectSecretsEnv: !m.InjectSecretsEnv.IsUnknown() && (m.InjectSecretsEnv.IsNull() && deploy.DefaultInjectSecretsEnv || m.InjectSecretsEnv.ValueBool()),
 	}
 	if !skip["file_access"] {
 		c.FileAccess = deploy.FileAccess{

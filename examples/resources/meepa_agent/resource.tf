@@ -34,6 +34,8 @@ resource "meepa_agent" "coder" {
     model    = "claude-sonnet-4-5"
     api_key  = var.anthropic_api_key # write-only: never stored in state
   }
+  # The loop knows these to redact them; tools get them as environment
+  # variables only with inject_secrets_env = true (default false).
   secrets = {
     GITHUB_TOKEN = var.github_token # sensitive: kept in state, never in a log
   }

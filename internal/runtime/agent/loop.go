@@ -134,8 +134,9 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 	}
 	rep := &Reply{MessageID: req.Message.ID}
 
-	// Every known secret value; memory.db is always scrubbed with it, the
-	// reply only when RedactSecrets asks.
+	// Every known secret value; what the loop writes into the workspace is
+	// always scrubbed with it (Prepared.Scrub), the reply only when
+	// RedactSecrets asks.
 	secretValues := []string{req.LLM.APIKey}
 	for _, v := range req.Secrets {
 		secretValues = append(secretValues, v)
@@ -163,6 +164,7 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 		p = Prepare(ctx, opt.Workspace)
 	}
 	defer p.Close(log)
+	p.Scrub(red)
 	maxSteps, env, err := validate(req, opt.Workspace)
 	if err != nil {
 		return finish(ErrKindRequest, err)
@@ -170,7 +172,7 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 	if p.err != nil {
 		return finish(ErrKindWorkspace, p.err)
 	}
-	if err := applySeed(req.Seed, opt.Workspace, log); err != nil {
+	if err := applySeed(req.Seed, opt.Workspace, p.red, log); err != nil {
 		return finish(ErrKindWorkspace, err)
 	}
 	tb, mem := p.tb, p.mem
@@ -275,8 +277,7 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 		return finish(ErrKindSteps, fmt.Errorf("no final answer after %d steps (max_steps)", maxSteps))
 	}
 	rep.Reply = final
-	// Secrets never reach the disk, whatever redact_secrets says.
-	if err := mem.Append(ctx, conversation, req.Message.ID, red.String(req.Message.Text), red.String(final)); err != nil {
+	if err := mem.Append(ctx, conversation, req.Message.ID, req.Message.Text, final); err != nil {
 		return finish(ErrKindWorkspace, err)
 	}
 	return finish("", nil)

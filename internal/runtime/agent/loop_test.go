@@ -119,15 +119,6 @@ func TestRedactionOfflineCredentials(t *testing.T) {
 	assertNoSecretOnDisk(t, ws, key)
 }
 
-func TestRedactorLongestFirstAndShortValues(t *testing.T) {
-	r := NewRedactor("abcd", "abcdefgh", "xyz", "", `q"uote`)
-	got := r.String(`abcdefgh abcd xyz q\"uote q"uote`)
-	want := "[REDACTED] [REDACTED] xyz [REDACTED] [REDACTED]"
-	if got != want {
-		t.Errorf("got %q, want %q", got, want)
-	}
-}
-
 // scripted is a Client that answers from a function and records requests.
 type scripted struct {
 	calls []Completion

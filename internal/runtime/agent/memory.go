@@ -29,6 +29,8 @@ const maxHistoryText = 8 << 10
 // normal case; busy_timeout covers the rest.
 type Memory struct {
 	db *sql.DB
+	// red scrubs every row before it is written (Prepared.Scrub).
+	red *Redactor
 }
 
 // OpenMemory opens (creating when needed) the memory database in dir.
@@ -102,8 +104,10 @@ func (m *Memory) History(ctx context.Context, conversation string, limit int) ([
 }
 
 // Append stores one exchange (the user's message and the reply) in one
-// transaction. Callers pass text already scrubbed of secrets.
+// transaction, scrubbed of every known secret value whatever
+// redact_secrets says: memory.db is in the workspace.
 func (m *Memory) Append(ctx context.Context, conversation, messageID, userText, replyText string) error {
+	userText, replyText = m.red.String(userText), m.red.String(replyText)
 	tx, err := m.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("write memory: %w", err)

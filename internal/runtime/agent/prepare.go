@@ -21,6 +21,7 @@ type Prepared struct {
 	workspace string
 	tb        *Toolbox
 	mem       *Memory
+	red       *Redactor
 	err       error
 }
 
@@ -47,6 +48,21 @@ func Prepare(ctx context.Context, workspace string) *Prepared {
 	}
 	p.tb, p.mem = tb, mem
 	return p
+}
+
+// Scrub makes red the filter of everything the loop writes into the
+// workspace: memory.db's rows (Memory.Append), the file tool's files
+// (Toolbox.WriteFile) and the seed (applySeed). Those are the only ways
+// the loop writes there; the shell's own writes are the tools' (see
+// inject_secrets_env).
+func (p *Prepared) Scrub(red *Redactor) {
+	p.red = red
+	if p.tb != nil {
+		p.tb.red = red
+	}
+	if p.mem != nil {
+		p.mem.red = red
+	}
 }
 
 // Close releases the workspace root and memory.db; nil and repeated calls

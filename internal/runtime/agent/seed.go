@@ -11,13 +11,14 @@ import (
 // point (a pod's /workspace): it keeps the mode its volume gave it
 // (workspace.Spec.Mounted says why). It runs before the system prompt is
 // read, so the message sees the soul it brought. Only whether SOUL.md was
-// written is logged, never its content.
-func applySeed(seed *Seed, dir string, log hclog.Logger) error {
+// written is logged, never its content. Like every other write of the
+// loop it holds no known secret value (Prepared.Scrub).
+func applySeed(seed *Seed, dir string, red *Redactor, log hclog.Logger) error {
 	if seed == nil {
 		return nil
 	}
 	r, err := workspace.Ensure(workspace.Spec{
-		Dir: dir, Soul: seed.Soul, Memory: seed.Memory, ManageSoul: seed.ManageSoul, Mounted: true,
+		Dir: dir, Soul: red.String(seed.Soul), Memory: red.String(seed.Memory), ManageSoul: seed.ManageSoul, Mounted: true,
 	})
 	if err != nil {
 		return err

@@ -64,6 +64,8 @@ type Toolbox struct {
 	// asked. asks names them.
 	ask  func(ctx context.Context, agentID, text string) (string, error)
 	asks []AskTarget
+	// red scrubs what the loop writes into the workspace (Prepared.Scrub).
+	red *Redactor
 }
 
 // SetRole limits the toolbox to a role's tools (RoleTools).
@@ -236,7 +238,7 @@ func (t *Toolbox) Run(ctx context.Context, use ToolUse) ToolResult {
 			if in.Content == nil {
 				err = errors.New("content is required")
 			} else if err = t.WriteFile(in.Path, *in.Content); err == nil {
-				res.Content = fmt.Sprintf("wrote %d bytes to %s", len(*in.Content), in.Path)
+				res.Content = fmt.Sprintf("wrote %d bytes to %s", len(t.red.String(*in.Content)), in.Path)
 			}
 		}
 	case ToolListFiles:
@@ -376,7 +378,10 @@ func (t *Toolbox) ReadFile(p string) (string, error) {
 }
 
 // WriteFile creates or replaces a workspace file, making parent directories.
+// What it writes holds no known secret value (t.red): the workspace
+// outlives the message and other tools read it.
 func (t *Toolbox) WriteFile(p, content string) error {
+	content = t.red.String(content)
 	r, err := t.rel(p)
 	if err != nil {
 		return err

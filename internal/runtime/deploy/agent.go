@@ -55,6 +55,8 @@ const (
 	DefaultNetwork                  = runner.DefaultNetwork
 	DefaultRuntime                  = runner.DefaultRuntime
 	TmpSize                         = sandbox.TmpSize
+	// DefaultInjectSecretsEnv: see runner.DefaultInjectSecretsEnv.
+	DefaultInjectSecretsEnv = runner.DefaultInjectSecretsEnv
 	// IDPattern is what an agent id may look like (it names a directory
 	// and containers).
 	IDPattern = workspace.IDPattern

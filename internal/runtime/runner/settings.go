@@ -52,6 +52,12 @@ const (
 	// DefaultLoopMaxTokens is what the loop asks per call when the config
 	// names no llm.max_tokens: what every model still in use accepts.
 	DefaultLoopMaxTokens = agent.DefaultAnthropicMaxTokens
+
+	// DefaultInjectSecretsEnv: secrets stay out of tool processes unless
+	// the owner asks. Whatever enters a tool's environment is the tools'
+	// (a hostile model prints it in any spelling, or a piece per call,
+	// which no redaction catches); the loop keeps them for redaction.
+	DefaultInjectSecretsEnv = false
 )
 
 // Networks and Runtimes are the values ContainerMode.Network and Runtime
