@@ -101,7 +101,7 @@ func checkCIS(t *testing.T, cfg *container.Config, hc *container.HostConfig, mou
 	if m.BindOptions != nil && (m.BindOptions.Propagation == mount.PropagationShared || m.BindOptions.Propagation == mount.PropagationRShared) {
 		t.Errorf("5.19: propagation %s", m.BindOptions.Propagation)
 	}
-	if tmp := hc.Tmpfs["/tmp"]; len(hc.Tmpfs) != 1 || !strings.Contains(tmp, "size=256m") || !strings.Contains(tmp, "nosuid") || !strings.Contains(tmp, fmt.Sprintf("uid=%d,gid=%d,", AgentUID(cfg.Labels[LabelAgent]), AgentUID(cfg.Labels[LabelAgent]))) {
+	if tmp := hc.Tmpfs["/tmp"]; len(hc.Tmpfs) != 1 || !strings.Contains(tmp, "size=256m") || !strings.Contains(tmp, "nosuid") || !strings.Contains(tmp, fmt.Sprintf(",uid=%d,gid=%d", AgentUID(cfg.Labels[LabelAgent]), AgentUID(cfg.Labels[LabelAgent]))) {
 		t.Errorf("tmpfs = %v, want only /tmp of 256m nosuid", hc.Tmpfs)
 	}
 	// 4.1 a non-root user: the agent's own, never nobody, whom the host's
