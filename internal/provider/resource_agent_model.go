@@ -121,7 +121,7 @@ func defaultContainerMode() types.Object {
 		"enabled": types.BoolValue(false), "image": types.StringValue(""),
 		"memory_limit": types.StringValue(deploy.DefaultMemoryLimit), "timeout_seconds": types.Int64Value(deploy.DefaultTimeoutSeconds),
 		"network": types.StringValue(deploy.DefaultNetwork), "pids_limit": types.Int64Value(deploy.DefaultPidsLimit),
-		"user": types.StringValue(deploy.DefaultUser), "runtime": types.StringValue(deploy.DefaultRuntime), "prestart": types.BoolValue(true),
+		"user": types.StringValue(""), "runtime": types.StringValue(deploy.DefaultRuntime), "prestart": types.BoolValue(true),
 	})
 }
 

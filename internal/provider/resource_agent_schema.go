@@ -187,9 +187,13 @@ func agentSchema() schema.Schema {
 						Validators:          []validator.Int64{notZero(deploy.MinPidsLimit, deploy.MaxPidsLimit)},
 					},
 					"user": schema.StringAttribute{
-						Optional: true, Computed: true, Default: stringdefault.StaticString(deploy.DefaultUser),
-						MarkdownDescription: "Numeric `uid:gid` the agent loop runs as, never root; the workspace is owned by it. Default `" + deploy.DefaultUser + "` (nobody).",
-						Validators:          []validator.String{scoped(notEmpty())},
+						Optional: true, Computed: true, Default: stringdefault.StaticString(""),
+						MarkdownDescription: "Numeric `uid` or `uid:gid` the agent loop runs as; the workspace is owned by it. Empty (the default): " +
+							"on a Docker host the agent's own uid, derived from `agent_id` in a range far above the host's ids (uid and gid " +
+							"the same number), refused at apply if the host's passwd or group names it or another agent's workspace in " +
+							"`state_dir` has it; on a cluster `" + deploy.DefaultUser + "`. Root (0) and nobody (65534, which every " +
+							"unprivileged daemon of a host shares) are refused. Any other uid is taken as given: one the host uses gives " +
+							"that user the agent's files.",
 					},
 					"runtime": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(deploy.DefaultRuntime),

@@ -44,6 +44,7 @@ func TestAgent_invalidInput(t *testing.T) {
 		{"listen public", `runner = { listen = "0.0.0.0:8080" }`, "runner.listen", `only 127.0.0.1`},
 		{"no image", `image = ""`, "container_mode.image", `Missing Image`},
 		{"user name", `container_mode = { user = "nobody" }`, "container_mode.user", `numeric uid`},
+		{"user nobody", `container_mode = { user = "65534:65534" }`, "container_mode.user", `nobody \(65534\) is shared`},
 		{"base url no scheme", `llm = { provider = "openai", base_url = "api.openai.com/v1" }`, "llm.base_url", `not an absolute http\(s\) URL`},
 		{"image reference", `runner = { image = "Bad Image" }`, "runner.image", `Invalid Image Reference`},
 		{"secret name", "inject_secrets_env = true\n  secrets = { \"gh-token\" = \"x\" }", "secrets", `Rename it \(e\.g\. "GH_TOKEN"\)`},

@@ -76,7 +76,7 @@ func TestPlanAndRunnerAgree(t *testing.T) {
 				Token:     "tok",
 				Container: deploy.ContainerMode{
 					Image: "img:1", MemoryLimit: deploy.DefaultMemoryLimit, TimeoutSeconds: deploy.DefaultTimeoutSeconds,
-					Network: deploy.DefaultNetwork, PidsLimit: deploy.DefaultPidsLimit, User: deploy.DefaultUser,
+					Network: deploy.DefaultNetwork, PidsLimit: deploy.DefaultPidsLimit, User: "",
 					Runtime: deploy.DefaultRuntime, Prestart: true,
 				},
 				FileAccess:       deploy.FileAccess{AllowNetwork: true},

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
@@ -200,7 +201,8 @@ func HostListen(s string) string {
 }
 
 // WorkspaceOwner says who must own the workspace: the per-message
-// container's user in container mode, the runner's (this process's) user in
+// container's user in container mode (by default the agent's own uid,
+// sandbox.AgentUser), the runner's (this process's) user in
 // host mode, where the agent runs as the runner's child. When this process
 // cannot hand the workspace over it returns nil and a warning.
 func WorkspaceOwner(c Config) (*workspace.Owner, string) {
@@ -208,7 +210,7 @@ func WorkspaceOwner(c Config) (*workspace.Owner, string) {
 	if !c.Container.Enabled {
 		return &me, ""
 	}
-	u, err := sandbox.ParseUser(c.Container.User)
+	u, err := sandbox.UserFor(c.AgentID, c.Container.User)
 	if err != nil {
 		// ValidateSettings refuses such a user before anything is made.
 		return nil, fmt.Sprintf("container_mode.user: %v; the workspace keeps its owner.", err)
@@ -220,4 +222,68 @@ func WorkspaceOwner(c Config) (*workspace.Owner, string) {
 	return nil, fmt.Sprintf("The provider runs as uid %d and cannot hand the workspace to %d:%d (container_mode.user); "+
 		"the per-message containers may be unable to write /workspace. Run the provider as root or set "+
 		"container_mode.user = \"%d:%d\".", me.UID, want.UID, want.GID, me.UID, me.GID)
+}
+
+// CheckAgentUser refuses a derived sandbox user (container mode with
+// container_mode.user unset) that is not the agent's alone: a uid or gid
+// the host's passwd or group files name, or the owner of another agent's
+// workspace in the same state directory (two ids whose hashes meet). The
+// agent's owner then names a user. Explicit users are the owner's choice.
+func (s *Service) CheckAgentUser(c Config) error {
+	if !c.Container.Enabled || c.Container.User != "" {
+		return nil
+	}
+	u := sandbox.AgentUser(c.AgentID)
+	fail := func(why string) error {
+		return stepErr(StepWorkspace, "container_mode.user", "choosing the sandbox user",
+			fmt.Errorf("the agent's own uid %s (derived from agent_id) is %s; set container_mode.user to a uid:gid no one else uses", u, why))
+	}
+	if who := sandbox.HostIDInUse(u.UID, u.GID); who != "" {
+		return fail("the host's " + who)
+	}
+	if u.GID == sandbox.AgentsGID {
+		return fail("the host-mode agents' group")
+	}
+	agents := filepath.Join(s.o.StateDir, "agents")
+	entries, err := os.ReadDir(agents)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return stepErr(StepWorkspace, "", "reading "+agents, err)
+	}
+	for _, e := range entries {
+		if e.Name() == c.AgentID || !e.IsDir() {
+			continue
+		}
+		if o, ok := ownerOf(filepath.Join(agents, e.Name())); ok && (o.UID == u.UID || o.GID == u.GID) {
+			return fail("also the owner of agent " + e.Name() + "'s workspace")
+		}
+	}
+	return nil
+}
+
+// holdStateDirs keeps <state_dir>, agents/ and runners/ closed to others
+// (sandbox.HoldStateDir): a grant of search to everyone left by an older
+// release is taken back; the host-mode agents' group keeps its search.
+func (s *Service) holdStateDirs() error {
+	for _, d := range []string{s.o.StateDir, filepath.Join(s.o.StateDir, "agents"), filepath.Join(s.o.StateDir, "runners")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+		if err := sandbox.HoldStateDir(d, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ownerOf is p's owner, without following a link; false when p is missing.
+func ownerOf(p string) (workspace.Owner, bool) {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return workspace.Owner{}, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return workspace.Owner{}, false
+	}
+	return workspace.Owner{UID: int(st.Uid), GID: int(st.Gid)}, true
 }

@@ -54,7 +54,7 @@ func deployJournalAgent(t *testing.T, id string, edit ...func(*Agent)) *journalA
 		Config: Config{
 			AgentID: id,
 			Container: ContainerMode{Enabled: true, Image: image, MemoryLimit: "64m", TimeoutSeconds: 30, Network: "none",
-				PidsLimit: 64, User: DefaultUser, Runtime: DefaultRuntime, Prestart: true},
+				PidsLimit: 64, User: "", Runtime: DefaultRuntime, Prestart: true},
 			LLM:      LLMConfig{Provider: "offline"},
 			MaxSteps: DefaultMaxSteps,
 		},

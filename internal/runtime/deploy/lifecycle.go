@@ -9,6 +9,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
@@ -188,13 +189,31 @@ func (s *Service) resolve(ctx context.Context, a *Agent) (client.APIClient, erro
 func (s *Service) writeFiles(a *Agent, l Listener, existed bool) ([]Warning, []byte, error) {
 	var warnings []Warning
 	id, wsPath := a.Config.AgentID, a.Config.Workspace
+	if err := s.CheckAgentUser(a.Config); err != nil {
+		return warnings, nil, err
+	}
 	owner, warn := WorkspaceOwner(a.Config)
 	if warn != "" {
 		warnings = append(warnings, Warning{Topic: "workspace ownership", Detail: warn})
 	}
+	if err := s.holdStateDirs(); err != nil {
+		return warnings, nil, stepErr(StepWorkspace, "", "closing the state directory to others", err)
+	}
+	prevOwner, hadOwner := ownerOf(wsPath)
 	res, err := workspace.Ensure(workspace.Spec{Dir: wsPath, Soul: a.Meta.Soul, Memory: a.Meta.Memory, ManageSoul: a.Meta.ManageSoul, Owner: owner})
 	if err != nil {
 		return warnings, nil, stepErr(StepWorkspace, "", "making the workspace "+wsPath, err)
+	}
+	if a.Config.Container.Enabled && owner != nil && hadOwner && prevOwner != *owner {
+		// The sandbox user changed (an older release's nobody, or another
+		// container_mode.user): everything the agent had must be the new
+		// user's, or it could not write its own files, and the old user
+		// (nobody) would keep them. No link is followed.
+		if err := sandbox.ChownTree(wsPath, owner.UID, owner.GID); err != nil {
+			return warnings, nil, stepErr(StepWorkspace, "container_mode.user", "handing the workspace "+wsPath+" to its sandbox user", err)
+		}
+		s.log.Info("workspace taken over by the sandbox user", "agent_id", id, "path", wsPath,
+			"from", fmt.Sprintf("%d:%d", prevOwner.UID, prevOwner.GID), "to", fmt.Sprintf("%d:%d", owner.UID, owner.GID))
 	}
 	if res.Created {
 		who := "unchanged"

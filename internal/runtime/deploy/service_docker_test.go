@@ -40,7 +40,7 @@ func TestServiceContainerAgent(t *testing.T) {
 		Config: Config{
 			AgentID: id,
 			Container: ContainerMode{Enabled: true, Image: image, MemoryLimit: "64m", TimeoutSeconds: 30, Network: "none",
-				PidsLimit: 64, User: DefaultUser, Runtime: DefaultRuntime},
+				PidsLimit: 64, User: "", Runtime: DefaultRuntime},
 			FileAccess: FileAccess{AllowNetwork: true},
 			LLM:        LLMConfig{Provider: "offline"},
 			MaxSteps:   DefaultMaxSteps,

@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
 // recordingLogger keeps every line, formatted, for the assertions below.
@@ -53,7 +54,7 @@ func externalAgent() Agent {
 		Config: Config{
 			AgentID: "a1",
 			Container: ContainerMode{MemoryLimit: DefaultMemoryLimit, TimeoutSeconds: 60, Network: DefaultNetwork,
-				PidsLimit: DefaultPidsLimit, User: DefaultUser, Runtime: DefaultRuntime, Prestart: true},
+				PidsLimit: DefaultPidsLimit, User: "", Runtime: DefaultRuntime, Prestart: true},
 			FileAccess: FileAccess{AllowNetwork: true},
 			LLM:        LLMConfig{Provider: "offline", APIKey: "sk-test-secret-key"},
 			Secrets:    map[string]string{"TOOL_TOKEN": "tool-secret-value"},
@@ -244,7 +245,8 @@ func TestWorkspaceOwner(t *testing.T) {
 	case me != 0 && me != 1000 && (o != nil || !strings.Contains(warn, "cannot hand the workspace")):
 		t.Errorf("a non-root provider cannot chown: %+v %q", o, warn)
 	}
-	if o, _ := WorkspaceOwner(Config{Container: ContainerMode{Enabled: true}}); me == 0 && (o == nil || o.UID != 65534 || o.GID != 65534) {
-		t.Errorf("default user: %+v", o)
+	want := sandbox.AgentUser("a1")
+	if o, _ := WorkspaceOwner(Config{AgentID: "a1", Container: ContainerMode{Enabled: true}}); me == 0 && (o == nil || o.UID != want.UID || o.GID != want.GID) {
+		t.Errorf("default user: %+v, want the agent's own %s", o, want)
 	}
 }

@@ -98,7 +98,7 @@ func DockerOptions(cfg *Config, log hclog.Logger) sandbox.DockerOptions {
 		o.ChownWorkspace = true
 	} else if log != nil {
 		log.Warn("workspace not chowned for the container user; it must already be writable by it",
-			"workspace", cfg.Workspace, "user", userOrDefault(cm.User))
+			"workspace", cfg.Workspace, "user", userOrDefault(cfg.AgentID, cm.User))
 	}
 	return o
 }
@@ -182,9 +182,9 @@ func stateDir(configPath string) string {
 	return ""
 }
 
-func userOrDefault(u string) string {
+func userOrDefault(agentID, u string) string {
 	if u == "" {
-		return sandbox.DefaultUser
+		return sandbox.AgentUser(agentID).String()
 	}
 	return u
 }

@@ -109,8 +109,9 @@ type ContainerMode struct {
 	Networks []string `json:"networks,omitempty"`
 	// PidsLimit bounds processes and threads; zero means DefaultPidsLimit.
 	PidsLimit int64 `json:"pids_limit"`
-	// User is "uid:gid" for the agent loop; empty means DefaultUser. Root is
-	// refused. The runner chowns the workspace to it at start when it sees
+	// User is "uid:gid" for the agent loop; empty means the agent's own
+	// uid (sandbox.AgentUser; on a cluster DefaultUser). Root and, named,
+	// nobody are refused (sandbox.UserFor). The runner chowns the workspace to it at start when it sees
 	// the workspace at this path and runs as root; otherwise the workspace
 	// must already be writable by this user.
 	User string `json:"user,omitempty"`

@@ -252,7 +252,7 @@ func TestContainerIsolationFromInside(t *testing.T) {
 	})
 	t.Run("workspace and tmp writable, tmp capped at 256 MB", func(t *testing.T) {
 		code, out := a.sh(t, "echo w > /workspace/w && echo t > /tmp/t && id -u && echo $HOME $TMPDIR $PWD")
-		if code != 0 || !strings.Contains(out, "65534") || !strings.Contains(out, "/workspace /tmp /workspace") {
+		if code != 0 || !strings.Contains(out, strconv.Itoa(sandbox.AgentUID(cfg.AgentID))) || !strings.Contains(out, "/workspace /tmp /workspace") {
 			t.Fatalf("exit %d %q", code, out)
 		}
 		_, out = a.sh(t, "dd if=/dev/zero of=/tmp/big bs=1M count=300 2>&1; echo dd=$?; stat -c %s /tmp/big; rm /tmp/big")

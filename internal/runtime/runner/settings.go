@@ -105,7 +105,7 @@ func ValidateSettings(c *Config) error {
 	}
 	cm := c.Container
 	field("container_mode.memory_limit", checkMemory(cm))
-	if _, err := sandbox.ParseUser(cm.User); err != nil {
+	if _, err := sandbox.UserFor(c.AgentID, cm.User); err != nil {
 		field("container_mode.user", err)
 	}
 	if t := cm.TimeoutSeconds; t < 0 || t > MaxTimeoutSeconds {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -112,8 +113,8 @@ func TestDockerPrestartedContainerIsHardened(t *testing.T) {
 		t.Fatalf("outcome %+v stdout %q", out, out.Stdout)
 	}
 	uid, _ := os.ReadFile(spec.Workspace + "/uid")
-	if strings.TrimSpace(string(uid)) != "65534" {
-		t.Errorf("ran as uid %q, want 65534", uid)
+	if strings.TrimSpace(string(uid)) != fmt.Sprint(AgentUID(spec.AgentID)) {
+		t.Errorf("ran as uid %q, want the agent's own %d", uid, AgentUID(spec.AgentID))
 	}
 	if err := d.Close(ctx); err != nil {
 		t.Fatal(err)

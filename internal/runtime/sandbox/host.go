@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
@@ -195,19 +196,26 @@ func (h *Host) setupIdentity() error {
 	if uid < 0 {
 		return fmt.Errorf("agent uid %d: want a positive uid", uid)
 	}
-	// The provider makes <state_dir> and agents/ 0700; the agent's uid must
-	// pass through them (search only: it still cannot list them, and every
-	// workspace in them is its own uid's, mode 0700).
+	// The provider makes <state_dir> and agents/ 0700; the agent's uid
+	// passes through them by the agents' group alone (search only: it
+	// still cannot list them, and every workspace in them is its own
+	// uid's, mode 0700), never by a grant to others, which would let any
+	// host process (nobody among them) reach a workspace owned by a uid
+	// it has.
+	groups := []int{AgentsGID}
 	if sd := h.opts.StateDir; sd != "" && filepath.Dir(h.opts.Workspace) == filepath.Join(sd, "agents") {
+		if who := HostIDInUse(-1, AgentsGID); who != "" {
+			return fmt.Errorf("the agents' group %d is the host's %s: host-mode agents cannot be given a group of their own", AgentsGID, who)
+		}
 		for _, dir := range []string{sd, filepath.Dir(h.opts.Workspace)} {
-			if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o001 == 0 {
-				if err := os.Chmod(dir, fi.Mode().Perm()|0o001); err != nil {
-					return fmt.Errorf("state directory %s: let the agent's uid pass through: %w", dir, err)
-				}
+			// Under a runner container these are the container's own
+			// read-only parents of its mounts, not the host's.
+			if err := HoldStateDir(dir, true); err != nil && !errors.Is(err, unix.EROFS) {
+				return err
 			}
 		}
 	}
-	if err := searchableBy(h.opts.Workspace, uid, uid); err != nil {
+	if err := searchableBy(h.opts.Workspace, uid, uid, groups...); err != nil {
 		return fmt.Errorf("workspace %s: %w", h.opts.Workspace, err)
 	}
 	if err := ChownTree(h.opts.Workspace, uid, uid); err != nil {
@@ -217,7 +225,7 @@ func (h *Host) setupIdentity() error {
 	if err := os.Chmod(h.opts.Workspace, 0o700); err != nil {
 		return fmt.Errorf("workspace: %w", err)
 	}
-	h.user = &landlock.ChildUser{UID: uid, GID: uid}
+	h.user = &landlock.ChildUser{UID: uid, GID: uid, Groups: groups}
 	return nil
 }
 

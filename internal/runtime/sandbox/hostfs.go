@@ -31,6 +31,69 @@ const (
 	AgentUIDRange = 100_000_000
 )
 
+// AgentsGID is the one group every host-mode agent's process has besides
+// its own: <state_dir> and agents/ grant it search (mode 0710), so an
+// agent reaches its workspace while nobody else on the host (nobody, other
+// users) may even pass through them. It lies just below the derived uids,
+// so no agent's own uid or gid is it.
+const AgentsGID = AgentUIDBase - 1
+
+// HoldStateDir keeps dir, one of the state directory's own directories
+// (<state_dir>, agents/, runners/), closed to the rest of the host: nothing
+// for others, and for its group search alone, and only when that group is
+// AgentsGID. grant gives AgentsGID that search (a root host-mode runner
+// does, for its agent's way to its workspace); without it an existing
+// grant is kept and anything wider is taken away. An older release granted
+// search to everyone (o+x): that goes here too.
+func HoldStateDir(dir string, grant bool) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("state directory %s: not a directory", dir)
+	}
+	if grant && st.Gid != AgentsGID {
+		if err := unix.Lchown(dir, -1, AgentsGID); err != nil {
+			return fmt.Errorf("state directory %s: give search to the agents' group %d: %w", dir, AgentsGID, err)
+		}
+		st.Gid = AgentsGID
+	}
+	mode := uint32(st.Mode) & 0o700
+	if st.Gid == AgentsGID {
+		mode |= 0o010
+	}
+	if uint32(st.Mode)&0o7777 != mode {
+		if err := unix.Chmod(dir, mode); err != nil {
+			return fmt.Errorf("state directory %s: chmod %#o: %w", dir, mode, err)
+		}
+	}
+	return nil
+}
+
+// HostIDInUse names the host user or group that already has uid or gid,
+// from /etc/passwd and /etc/group as this process sees them ("" when
+// neither names it, or they cannot be read).
+func HostIDInUse(uid, gid int) string {
+	for _, f := range []struct {
+		path, kind string
+		id         int
+	}{{"/etc/passwd", "user", uid}, {"/etc/group", "group", gid}} {
+		raw, err := os.ReadFile(f.path)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			// name:password:id:...
+			fields := strings.Split(line, ":")
+			if len(fields) >= 3 && fields[2] == strconv.Itoa(f.id) {
+				return fmt.Sprintf("%s %s (%s %d)", f.kind, fields[0], f.path, f.id)
+			}
+		}
+	}
+	return ""
+}
+
 // AgentUID is the uid host mode runs agentID under when none is
 // configured: a stable hash of the id in [AgentUIDBase, AgentUIDBase +
 // AgentUIDRange). Two agents meet on one uid with a chance of about
@@ -206,9 +269,9 @@ func chownDir(dirfd int, path string, dev uint64, uid, gid, depth int) error {
 }
 
 // searchableBy reports the first directory above p (p excluded) that uid
-// (group gid) cannot traverse, judged by mode bits and owner: the agent
-// must reach its workspace after it has become uid.
-func searchableBy(p string, uid, gid int) error {
+// (group gid, supplementary groups) cannot traverse, judged by mode bits
+// and owner: the agent must reach its workspace after it has become uid.
+func searchableBy(p string, uid, gid int, groups ...int) error {
 	for dir := filepath.Dir(p); ; dir = filepath.Dir(dir) {
 		var st unix.Stat_t
 		if err := unix.Stat(dir, &st); err != nil {
@@ -216,7 +279,7 @@ func searchableBy(p string, uid, gid int) error {
 		}
 		ok := st.Mode&0o001 != 0 ||
 			(int(st.Uid) == uid && st.Mode&0o100 != 0) ||
-			(int(st.Gid) == gid && st.Mode&0o010 != 0)
+			((int(st.Gid) == gid || slices.Contains(groups, int(st.Gid))) && st.Mode&0o010 != 0)
 		if !ok {
 			return fmt.Errorf("%s (mode %#o, owner %d:%d) cannot be traversed by the agent's uid %d; make it searchable by others (chmod o+x %s)",
 				dir, st.Mode&0o7777, st.Uid, st.Gid, uid, dir)

@@ -27,7 +27,9 @@ const (
 	MaxTimeoutSeconds     = 86400
 	DefaultTimeout        = DefaultTimeoutSeconds * time.Second
 
-	// DefaultUser is nobody: the agent never runs as root.
+	// DefaultUser is nobody, the user of a message pod on a cluster when
+	// none is set. A per-message container on a Docker host never runs as
+	// nobody (UserFor): every unprivileged daemon of the host shares it.
 	DefaultUser = "65534:65534"
 	// DefaultUID and DefaultGID are DefaultUser's numbers.
 	DefaultUID = 65534
@@ -69,6 +71,9 @@ type User struct{ UID, GID int }
 // String is the "uid:gid" form Docker takes.
 func (u User) String() string { return strconv.Itoa(u.UID) + ":" + strconv.Itoa(u.GID) }
 
+// userExample is what an error shows as a well-formed user.
+const userExample = "3000:3000"
+
 // userPattern is a numeric uid or uid:gid: a name would mean something
 // different in every image, and the workspace is chowned to the numbers.
 var userPattern = regexp.MustCompile(`^[0-9]{1,10}(:[0-9]{1,10})?$`)
@@ -81,7 +86,7 @@ func ParseUser(s string) (User, error) {
 		s = DefaultUser
 	}
 	if !userPattern.MatchString(s) {
-		return User{}, fmt.Errorf("%q: must be a numeric uid or uid:gid, e.g. %s", s, DefaultUser)
+		return User{}, fmt.Errorf("%q: must be a numeric uid or uid:gid, e.g. %s", s, userExample)
 	}
 	uid, gid, found := strings.Cut(s, ":")
 	if !found {
@@ -99,7 +104,37 @@ func ParseUser(s string) (User, error) {
 		*f.dst = int(n)
 	}
 	if u.UID == 0 || u.GID == 0 {
-		return User{}, fmt.Errorf("%q: the agent never runs as root (uid or gid 0); use e.g. %s", s, DefaultUser)
+		return User{}, fmt.Errorf("%q: the agent never runs as root (uid or gid 0); use e.g. %s", s, userExample)
+	}
+	return u, nil
+}
+
+// AgentUser is the per-message container's user when none is configured:
+// the agent's own uid, derived from its id as host mode derives it
+// (AgentUID), with the group of the same number. No two agents of a host
+// share it (but by a hash collision, which deploy refuses), and it lies far
+// above the ids a host hands out, so no host process (nobody among them)
+// owns the agent's workspace.
+func AgentUser(agentID string) User {
+	uid := AgentUID(agentID)
+	return User{UID: uid, GID: uid}
+}
+
+// UserFor is the one reading of a per-message container's user on a
+// Docker host: empty is AgentUser, anything else ParseUser, and nobody
+// (65534) is refused even when named, since whatever runs as nobody on the
+// host would own the agent's workspace.
+func UserFor(agentID, s string) (User, error) {
+	if s == "" {
+		return AgentUser(agentID), nil
+	}
+	u, err := ParseUser(s)
+	if err != nil {
+		return User{}, err
+	}
+	if u.UID == DefaultUID || u.GID == DefaultGID {
+		return User{}, fmt.Errorf("%q: nobody (65534) is shared by every unprivileged daemon of the host, which would own the "+
+			"agent's workspace; leave user unset for the agent's own uid (%s)", s, AgentUser(agentID))
 	}
 	return u, nil
 }

@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
 // LandlockSyscalls are what the host backend needs from a seccomp profile
@@ -50,3 +53,61 @@ func RunnerSeccompProfile() ([]byte, error) {
 	}
 	return raw, nil
 }
+
+// messageAllowed are host-mode refusals a per-message container keeps:
+// setsid is refused on the host only so that every process of the agent
+// stays in the session the host backend kills at the end of a message;
+// a container's processes all die with the container, whatever their
+// session.
+var messageAllowed = []string{"setsid"}
+
+// MessageDenied are the syscalls every per-message container is refused
+// (EPERM, the profile's default action) whatever the engine's own default
+// profile allows: io_uring (Docker's default allowed it until Engine 25.0,
+// and Debian 12's 20.10 still does; it is a large kernel surface no tool
+// needs, and host mode refuses it too) and everything else host mode's
+// filter refuses outright (landlock.DeniedSyscalls): tracing and reading
+// other processes, keyrings, bpf, userfaultfd, namespaces, mounts, modules,
+// clocks, NUMA policy.
+func MessageDenied() []string {
+	out := []string{"io_uring_setup", "io_uring_enter", "io_uring_register"}
+	for _, n := range landlock.DeniedSyscalls() {
+		if !slices.Contains(out, n) && !slices.Contains(messageAllowed, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// MessageSeccompProfile is the seccomp profile of every per-message
+// container: Docker's default profile as the moby/profiles module has it
+// (not the daemon's, which differs by engine version and distribution)
+// with MessageDenied taken out of every rule that would allow them, under
+// any capability, architecture or kernel condition. HardenedSpec passes it
+// as "seccomp=<profile JSON>".
+var MessageSeccompProfile = sync.OnceValues(func() ([]byte, error) {
+	p, err := defaultSeccompProfile()
+	if err != nil {
+		return nil, err
+	}
+	denied := MessageDenied()
+	kept := p.Syscalls[:0]
+	for _, s := range p.Syscalls {
+		if s.Action == specs.ActAllow {
+			s.Names = slices.DeleteFunc(slices.Clone(s.Names), func(n string) bool { return slices.Contains(denied, n) })
+			if s.Name != "" && slices.Contains(denied, s.Name) {
+				s.Name = ""
+			}
+			if len(s.Names) == 0 && s.Name == "" {
+				continue
+			}
+		}
+		kept = append(kept, s)
+	}
+	p.Syscalls = kept
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("message seccomp profile: %w", err)
+	}
+	return raw, nil
+})

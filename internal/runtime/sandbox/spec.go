@@ -57,8 +57,8 @@ type Spec struct {
 	// Networks are named networks: the first joins at create, the rest are
 	// connected before start (API 1.41 takes one endpoint at create).
 	Networks []string
-	// User is "uid:gid"; default DefaultUser (nobody). Root ("0", "root")
-	// is refused.
+	// User is "uid:gid"; default AgentUser(AgentID), the agent's own uid.
+	// Root and nobody are refused (UserFor).
 	User string
 	// Runtime is the OCI runtime name; empty means the daemon's default.
 	Runtime string
@@ -106,9 +106,9 @@ func CheckHostDir(p string) error {
 	return nil
 }
 
-// uidGid returns s.User (default nobody) as "uid:gid".
+// uidGid returns s.User (default the agent's own uid) as "uid:gid".
 func (s Spec) uidGid() (string, error) {
-	u, err := ParseUser(s.User)
+	u, err := UserFor(s.AgentID, s.User)
 	if err != nil {
 		return "", err
 	}
@@ -120,8 +120,10 @@ func (s Spec) uidGid() (string, error) {
 // and pids limits, a 256 MB /tmp tmpfs, the workspace bind-mounted at
 // /workspace and nothing else of the host, a non-root user, no IPC shm, no
 // log copy of the reply (log driver "none"), stdin open once for the request,
-// and the ownership labels. Docker's default seccomp and AppArmor profiles
-// stay in force (nothing here unconfines them); no host namespace is shared.
+// and the ownership labels. Its seccomp profile is the product's own
+// (MessageSeccompProfile: Docker's default minus io_uring and what host mode
+// refuses), the same on every engine version; the daemon's AppArmor
+// profile stays in force; no host namespace is shared.
 // messageID is "" for a prestarted container that has no message yet.
 func HardenedSpec(s Spec, messageID string) (*container.Config, *container.HostConfig, *network.NetworkingConfig, error) {
 	if s.AgentID == "" {
@@ -150,6 +152,10 @@ func HardenedSpec(s Spec, messageID string) (*container.Config, *container.HostC
 		cmd = DefaultCommand
 	}
 	netMode, endpoints, err := s.networking()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("container spec: %w", err)
+	}
+	seccompProfile, err := MessageSeccompProfile()
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("container spec: %w", err)
 	}
@@ -207,7 +213,7 @@ func HardenedSpec(s Spec, messageID string) (*container.Config, *container.HostC
 		ReadonlyRootfs: true,
 		CapDrop:        strslice.StrSlice{"ALL"},
 		CapAdd:         nil,
-		SecurityOpt:    []string{"no-new-privileges:true"},
+		SecurityOpt:    []string{"no-new-privileges:true", "seccomp=" + string(seccompProfile)},
 		// Private namespaces for everything; "none" IPC also leaves out the
 		// writable /dev/shm, so /workspace and /tmp are the only writable paths.
 		IpcMode:      container.IPCModeNone,

@@ -1,6 +1,8 @@
 package sandbox
 
 import (
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -99,13 +101,17 @@ func checkCIS(t *testing.T, cfg *container.Config, hc *container.HostConfig, mou
 	if m.BindOptions != nil && (m.BindOptions.Propagation == mount.PropagationShared || m.BindOptions.Propagation == mount.PropagationRShared) {
 		t.Errorf("5.19: propagation %s", m.BindOptions.Propagation)
 	}
-	if tmp := hc.Tmpfs["/tmp"]; len(hc.Tmpfs) != 1 || !strings.Contains(tmp, "size=256m") || !strings.Contains(tmp, "nosuid") || !strings.Contains(tmp, "uid=65534,gid=65534") {
+	if tmp := hc.Tmpfs["/tmp"]; len(hc.Tmpfs) != 1 || !strings.Contains(tmp, "size=256m") || !strings.Contains(tmp, "nosuid") || !strings.Contains(tmp, fmt.Sprintf(",uid=%d,gid=%d", AgentUID(cfg.Labels[LabelAgent]), AgentUID(cfg.Labels[LabelAgent]))) {
 		t.Errorf("tmpfs = %v, want only /tmp of 256m nosuid", hc.Tmpfs)
 	}
-	// 4.1 a non-root user.
-	if cfg.User != DefaultUser {
-		t.Errorf("4.1: user %q, want %s", cfg.User, DefaultUser)
+	// 4.1 a non-root user: the agent's own, never nobody, whom the host's
+	// unprivileged daemons share.
+	if want := AgentUser(cfg.Labels[LabelAgent]).String(); cfg.User != want || strings.HasPrefix(cfg.User, "65534") {
+		t.Errorf("4.1: user %q, want the agent's own %s", cfg.User, want)
 	}
+	// 5.21 the product's own seccomp profile, whatever the daemon's default
+	// allows: none of MessageDenied (io_uring first) is allowed by any rule.
+	checkSeccomp(t, hc.SecurityOpt)
 	// 5.14 no restart loop; the reply is not kept by a log driver.
 	if hc.RestartPolicy.Name != "" && hc.RestartPolicy.Name != container.RestartPolicyDisabled {
 		t.Errorf("5.14: restart policy %q", hc.RestartPolicy.Name)
@@ -232,6 +238,68 @@ func TestMemoryBytes(t *testing.T) {
 		}
 		if err != nil || got != want {
 			t.Errorf("MemoryBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+}
+
+// checkSeccomp finds the one seccomp profile among a container's security
+// options and checks it is MessageSeccompProfile: refusing by default, and
+// allowing none of MessageDenied under any condition.
+func checkSeccomp(t *testing.T, opts []string) {
+	t.Helper()
+	var profiles []string
+	for _, o := range opts {
+		if p, ok := strings.CutPrefix(o, "seccomp="); ok {
+			profiles = append(profiles, p)
+		}
+	}
+	if len(profiles) != 1 {
+		t.Errorf("5.21: %d seccomp profiles in %d security options, want exactly the product's own", len(profiles), len(opts))
+		return
+	}
+	want, err := MessageSeccompProfile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if profiles[0] != string(want) {
+		t.Error("5.21: the seccomp profile is not MessageSeccompProfile")
+	}
+	var p struct {
+		DefaultAction string `json:"defaultAction"`
+		Syscalls      []struct {
+			Names  []string `json:"names"`
+			Action string   `json:"action"`
+		} `json:"syscalls"`
+	}
+	if err := json.Unmarshal([]byte(profiles[0]), &p); err != nil {
+		t.Fatalf("5.21: seccomp profile: %v", err)
+	}
+	if p.DefaultAction != "SCMP_ACT_ERRNO" {
+		t.Errorf("5.21: default action %q, want SCMP_ACT_ERRNO", p.DefaultAction)
+	}
+	denied := MessageDenied()
+	for _, n := range []string{"io_uring_setup", "io_uring_enter", "io_uring_register", "ptrace", "bpf", "unshare", "keyctl"} {
+		if !slices.Contains(denied, n) {
+			t.Errorf("5.21: %s is not among the denied syscalls", n)
+		}
+	}
+	allowed := map[string]bool{}
+	for _, s := range p.Syscalls {
+		if s.Action == "SCMP_ACT_ALLOW" {
+			for _, n := range s.Names {
+				allowed[n] = true
+			}
+		}
+	}
+	for _, n := range denied {
+		if allowed[n] {
+			t.Errorf("5.21: the profile allows %s", n)
+		}
+	}
+	// Still Docker's default for everything else.
+	for _, n := range []string{"read", "write", "execve", "clone", "setsid", "socket"} {
+		if !allowed[n] {
+			t.Errorf("5.21: the profile does not allow %s", n)
 		}
 	}
 }

@@ -13,7 +13,7 @@ const (
 
 // archDenied are the refusals of Docker's default profile that only amd64
 // has.
-var archDenied = []uint32{
-	unix.SYS_IOPL, unix.SYS_IOPERM, unix.SYS_USELIB, unix.SYS__SYSCTL, unix.SYS_USTAT, unix.SYS_SYSFS,
-	unix.SYS_CREATE_MODULE, unix.SYS_GET_KERNEL_SYMS, unix.SYS_QUERY_MODULE, unix.SYS_NFSSERVCTL,
+var archDenied = []namedSyscall{
+	{"iopl", unix.SYS_IOPL}, {"ioperm", unix.SYS_IOPERM}, {"uselib", unix.SYS_USELIB}, {"_sysctl", unix.SYS__SYSCTL}, {"ustat", unix.SYS_USTAT}, {"sysfs", unix.SYS_SYSFS},
+	{"create_module", unix.SYS_CREATE_MODULE}, {"get_kernel_syms", unix.SYS_GET_KERNEL_SYMS}, {"query_module", unix.SYS_QUERY_MODULE}, {"nfsservctl", unix.SYS_NFSSERVCTL},
 }

@@ -10,4 +10,4 @@ const (
 )
 
 // archDenied: arm64 has none of amd64's legacy calls (iopl, uselib, …).
-var archDenied []uint32
+var archDenied []namedSyscall

@@ -28,10 +28,12 @@ type ChildConfig struct {
 	EmptyFile string `json:"empty_file,omitempty"`
 }
 
-// ChildUser is a numeric uid and gid, with no supplementary groups.
+// ChildUser is a numeric uid and gid, and the supplementary groups the
+// child keeps (none but those listed).
 type ChildUser struct {
-	UID int `json:"uid"`
-	GID int `json:"gid"`
+	UID    int   `json:"uid"`
+	GID    int   `json:"gid"`
+	Groups []int `json:"groups,omitempty"`
 }
 
 // ChildErrorPrefix starts the stderr line of a child that could not

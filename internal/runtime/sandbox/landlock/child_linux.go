@@ -81,12 +81,18 @@ func SetNonDumpable() error {
 }
 
 // switchUser makes every thread of the process u (real, effective and saved
-// ids; no supplementary groups). syscall's setters apply to all threads.
+// ids; only u.Groups as supplementary groups). syscall's setters apply to
+// all threads.
 func switchUser(u *ChildUser) error {
 	if u.UID <= 0 || u.GID <= 0 {
 		return fmt.Errorf("agent uid %d:%d: want a dedicated non-root uid and gid", u.UID, u.GID)
 	}
-	if err := syscall.Setgroups(nil); err != nil {
+	for _, g := range u.Groups {
+		if g <= 0 {
+			return fmt.Errorf("agent group %d: want a non-root group", g)
+		}
+	}
+	if err := syscall.Setgroups(u.Groups); err != nil {
 		return fmt.Errorf("setgroups: %w", err)
 	}
 	if err := syscall.Setresgid(u.GID, u.GID, u.GID); err != nil {

@@ -100,38 +100,56 @@ func InstallSocketFilter(denyNet bool) error {
 	return nil
 }
 
+// namedSyscall is a syscall as a seccomp profile names it and as this
+// architecture numbers it.
+type namedSyscall struct {
+	name string
+	nr   uint32
+}
+
+// DeniedSyscalls names what the host backend's filter refuses outright (the
+// deny list below and the architecture's own), so that the per-message
+// container's seccomp profile can refuse the same (sandbox.MessageSeccompProfile).
+func DeniedSyscalls() []string {
+	var out []string
+	for _, sc := range append(slices.Clone(deniedSyscalls), archDenied...) {
+		out = append(out, sc.name)
+	}
+	return out
+}
+
 // deniedSyscalls are refused with EPERM on every architecture; archDenied
 // (arch_*.go) adds the ones only some architectures have. The list is
 // Docker's default profile's refusals for a process without capabilities
 // in moby/profiles v0.3.0, plus keyctl, add_key, request_key and
 // userfaultfd, which that profile leaves out of its allow list.
-var deniedSyscalls = []uint32{
+var deniedSyscalls = []namedSyscall{
 	// Other processes' memory and descriptors.
-	unix.SYS_PTRACE, unix.SYS_PROCESS_VM_READV, unix.SYS_PROCESS_VM_WRITEV, unix.SYS_PIDFD_GETFD,
-	unix.SYS_KCMP, unix.SYS_PROCESS_MADVISE,
+	{"ptrace", unix.SYS_PTRACE}, {"process_vm_readv", unix.SYS_PROCESS_VM_READV}, {"process_vm_writev", unix.SYS_PROCESS_VM_WRITEV}, {"pidfd_getfd", unix.SYS_PIDFD_GETFD},
+	{"kcmp", unix.SYS_KCMP}, {"process_madvise", unix.SYS_PROCESS_MADVISE},
 	// Kernel keyrings: shared by uid, and a long history of bugs.
-	unix.SYS_KEYCTL, unix.SYS_ADD_KEY, unix.SYS_REQUEST_KEY,
+	{"keyctl", unix.SYS_KEYCTL}, {"add_key", unix.SYS_ADD_KEY}, {"request_key", unix.SYS_REQUEST_KEY},
 	// Kernel attack surface a tool never needs.
-	unix.SYS_BPF, unix.SYS_USERFAULTFD, unix.SYS_PERF_EVENT_OPEN, unix.SYS_FANOTIFY_INIT,
-	unix.SYS_IO_URING_SETUP, unix.SYS_IO_URING_ENTER, unix.SYS_IO_URING_REGISTER,
-	unix.SYS_LOOKUP_DCOOKIE, unix.SYS_SYSLOG, unix.SYS_VHANGUP,
+	{"bpf", unix.SYS_BPF}, {"userfaultfd", unix.SYS_USERFAULTFD}, {"perf_event_open", unix.SYS_PERF_EVENT_OPEN}, {"fanotify_init", unix.SYS_FANOTIFY_INIT},
+	{"io_uring_setup", unix.SYS_IO_URING_SETUP}, {"io_uring_enter", unix.SYS_IO_URING_ENTER}, {"io_uring_register", unix.SYS_IO_URING_REGISTER},
+	{"lookup_dcookie", unix.SYS_LOOKUP_DCOOKIE}, {"syslog", unix.SYS_SYSLOG}, {"vhangup", unix.SYS_VHANGUP},
 	// Namespaces (clone is checked by its flags below).
-	unix.SYS_UNSHARE, unix.SYS_SETNS,
+	{"unshare", unix.SYS_UNSHARE}, {"setns", unix.SYS_SETNS},
 	// Mounts.
-	unix.SYS_MOUNT, unix.SYS_UMOUNT2, unix.SYS_PIVOT_ROOT, unix.SYS_CHROOT,
-	unix.SYS_FSOPEN, unix.SYS_FSCONFIG, unix.SYS_FSMOUNT, unix.SYS_FSPICK,
-	unix.SYS_MOVE_MOUNT, unix.SYS_OPEN_TREE, unix.SYS_MOUNT_SETATTR,
-	unix.SYS_OPEN_BY_HANDLE_AT, unix.SYS_NAME_TO_HANDLE_AT,
-	unix.SYS_QUOTACTL, unix.SYS_QUOTACTL_FD,
+	{"mount", unix.SYS_MOUNT}, {"umount2", unix.SYS_UMOUNT2}, {"pivot_root", unix.SYS_PIVOT_ROOT}, {"chroot", unix.SYS_CHROOT},
+	{"fsopen", unix.SYS_FSOPEN}, {"fsconfig", unix.SYS_FSCONFIG}, {"fsmount", unix.SYS_FSMOUNT}, {"fspick", unix.SYS_FSPICK},
+	{"move_mount", unix.SYS_MOVE_MOUNT}, {"open_tree", unix.SYS_OPEN_TREE}, {"mount_setattr", unix.SYS_MOUNT_SETATTR},
+	{"open_by_handle_at", unix.SYS_OPEN_BY_HANDLE_AT}, {"name_to_handle_at", unix.SYS_NAME_TO_HANDLE_AT},
+	{"quotactl", unix.SYS_QUOTACTL}, {"quotactl_fd", unix.SYS_QUOTACTL_FD},
 	// The machine.
-	unix.SYS_INIT_MODULE, unix.SYS_FINIT_MODULE, unix.SYS_DELETE_MODULE,
-	unix.SYS_KEXEC_LOAD, unix.SYS_KEXEC_FILE_LOAD, unix.SYS_REBOOT,
-	unix.SYS_SWAPON, unix.SYS_SWAPOFF, unix.SYS_ACCT,
-	unix.SYS_SETHOSTNAME, unix.SYS_SETDOMAINNAME,
-	unix.SYS_SETTIMEOFDAY, unix.SYS_CLOCK_SETTIME,
-	unix.SYS_GET_MEMPOLICY, unix.SYS_SET_MEMPOLICY, unix.SYS_MBIND, unix.SYS_SET_MEMPOLICY_HOME_NODE,
+	{"init_module", unix.SYS_INIT_MODULE}, {"finit_module", unix.SYS_FINIT_MODULE}, {"delete_module", unix.SYS_DELETE_MODULE},
+	{"kexec_load", unix.SYS_KEXEC_LOAD}, {"kexec_file_load", unix.SYS_KEXEC_FILE_LOAD}, {"reboot", unix.SYS_REBOOT},
+	{"swapon", unix.SYS_SWAPON}, {"swapoff", unix.SYS_SWAPOFF}, {"acct", unix.SYS_ACCT},
+	{"sethostname", unix.SYS_SETHOSTNAME}, {"setdomainname", unix.SYS_SETDOMAINNAME},
+	{"settimeofday", unix.SYS_SETTIMEOFDAY}, {"clock_settime", unix.SYS_CLOCK_SETTIME},
+	{"get_mempolicy", unix.SYS_GET_MEMPOLICY}, {"set_mempolicy", unix.SYS_SET_MEMPOLICY}, {"mbind", unix.SYS_MBIND}, {"set_mempolicy_home_node", unix.SYS_SET_MEMPOLICY_HOME_NODE},
 	// The session the backend kills at the end of the message.
-	unix.SYS_SETSID,
+	{"setsid", unix.SYS_SETSID},
 }
 
 // cloneNamespaces are the clone(2) flags that make a new namespace
@@ -198,8 +216,8 @@ func socketFilter(denyNet bool) []unix.SockFilter {
 	if x32Bit != 0 {
 		a.jmp(unix.BPF_JGE, x32Bit, "eperm", "")
 	}
-	for _, nr := range append(slices.Clone(deniedSyscalls), archDenied...) {
-		a.jmp(unix.BPF_JEQ, nr, "eperm", "")
+	for _, sc := range append(slices.Clone(deniedSyscalls), archDenied...) {
+		a.jmp(unix.BPF_JEQ, sc.nr, "eperm", "")
 	}
 	a.jmp(unix.BPF_JEQ, unix.SYS_CLONE3, "enosys", "")
 	a.jmp(unix.BPF_JEQ, unix.SYS_CLONE, "clone", "")

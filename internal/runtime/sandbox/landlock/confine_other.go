@@ -15,3 +15,7 @@ func DropCapabilities() error {
 func InstallSocketFilter(denyNet bool) error {
 	return fmt.Errorf("%w: host mode supports linux/amd64 and linux/arm64", ErrUnsupported)
 }
+
+// DeniedSyscalls is empty where the host backend has no filter; the
+// per-message container's profile is made on Linux only.
+func DeniedSyscalls() []string { return nil }

@@ -1,0 +1,134 @@
+package sandbox
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// uringProbe calls io_uring_setup (425 on amd64 and arm64 alike) and exits
+// 0 when it worked, 13 on EPERM or EACCES, 38 on ENOSYS, 1 otherwise. A
+// static program of its own: the test binary is linked with libc.
+const uringProbe = `package main
+
+import (
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+func main() {
+	var params [120]byte // struct io_uring_params
+	fd, _, e := syscall.Syscall(425, 1, uintptr(unsafe.Pointer(&params[0])), 0)
+	os.Stdout.WriteString("io_uring_setup: " + e.Error() + "\n")
+	switch e {
+	case 0:
+		syscall.Close(int(fd))
+		os.Exit(0)
+	case syscall.EPERM, syscall.EACCES:
+		os.Exit(13)
+	case syscall.ENOSYS:
+		os.Exit(38)
+	}
+	os.Exit(1)
+}
+`
+
+// uringImage is the busybox test image with the probe at /uring-probe.
+func uringImage(t *testing.T) string {
+	t.Helper()
+	cli := testutil.Docker(t)
+	dir := t.TempDir()
+	for name, body := range map[string]string{"go.mod": "module uringprobe\n\ngo 1.22\n", "main.go": uringProbe} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("go", "build", "-o", "uring-probe", ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOFLAGS=-mod=mod")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the io_uring probe: %v\n%s", err, out)
+	}
+	bin, err := os.ReadFile(filepath.Join(dir, "uring-probe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := "meepa-test/uring-probe:" + runToken
+	testutil.BuildImage(t, cli, tag, "FROM "+testutil.EnsureBusybox(t, cli)+"\nCOPY uring-probe /uring-probe\n", map[string][]byte{"uring-probe": bin})
+	testutil.Cleanup(t, "remove "+tag, func() error {
+		_, err := cli.ImageRemove(context.Background(), tag, image.RemoveOptions{Force: true})
+		return testutil.Gone(err)
+	})
+	return tag
+}
+
+// A per-message container cannot set up an io_uring, on every engine: the
+// product's own profile refuses it. The control: the same probe in a plain
+// container under the daemon's default profile, which on Docker before 25.0
+// (Debian 12's 20.10 among them) lets it through.
+func TestDockerMessageContainerRefusesIOURing(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	ctx := context.Background()
+	img := uringImage(t)
+
+	ws := t.TempDir()
+	spec := Spec{AgentID: uniq("tf-acc-sbx-uring"), Workspace: ws, Image: img, Command: []string{"sh", "-c", "cat >/dev/null; /uring-probe"}}
+	d, err := NewDocker(ctx, cli, DockerOptions{Spec: spec, ChownWorkspace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Cleanup(t, "close backend", func() error { return d.Close(context.Background()) })
+	out, err := d.Run(ctx, Job{MessageID: "m-uring", Stdin: []byte("{}"), Timeout: 60 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.ExitCode != 13 && out.ExitCode != 38 {
+		t.Errorf("per-message container: io_uring_setup exit %d (%q), want 13 (EPERM) or 38 (ENOSYS)", out.ExitCode, out.Stdout)
+	}
+
+	// The control, as Docker runs any container: no security options.
+	c, err := cli.ContainerCreate(ctx, &container.Config{Image: img, Cmd: []string{"/uring-probe"}, User: "4000:4000"},
+		&container.HostConfig{NetworkMode: "none"}, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Cleanup(t, "remove the control container", func() error {
+		return testutil.Gone(cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true}))
+	})
+	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitC, errC := cli.ContainerWait(ctx, c.ID, container.WaitConditionNotRunning)
+	var code int64
+	select {
+	case w := <-waitC:
+		code = w.StatusCode
+	case err := <-errC:
+		t.Fatal(err)
+	}
+	v, err := cli.ServerVersion(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	major, _ := strconv.Atoi(strings.SplitN(v.Version, ".", 2)[0])
+	switch {
+	case code == 0:
+		t.Logf("control: io_uring_setup works under Docker %s's default profile", v.Version)
+	case major >= 25 && (code == 13 || code == 38):
+		t.Logf("control: Docker %s's default profile refuses io_uring too (exit %d)", v.Version, code)
+	default:
+		t.Errorf("control: io_uring_setup in a plain container under Docker %s exited %d, want 0 (the probe or the kernel is at fault)", v.Version, code)
+	}
+}
