@@ -210,16 +210,17 @@ var threegateRoleNames = map[string]string{
 	"core": topology.RoleCore, "fetch": topology.RoleFetch, "tool_exec": topology.RoleToolExec,
 }
 
-// resolveThreegate returns the networks a role's members join and the env
-// they get, from the live topology whose id (its name) is given.
-func resolveThreegate(ctx context.Context, cli client.APIClient, networkID, role string) ([]string, map[string]string, error) {
+// resolveThreegate returns the networks a role's members join, the env and
+// the DNS upstream they get, from the live topology whose id (its name) is
+// given.
+func resolveThreegate(ctx context.Context, cli client.APIClient, networkID, role string) (topology.Role, error) {
 	name, ok := threegateRoleNames[role]
 	if !ok {
-		return nil, nil, fmt.Errorf("unknown role %q", role)
+		return topology.Role{}, fmt.Errorf("unknown role %q", role)
 	}
-	nets, env, err := topology.ResolveRole(ctx, cli, networkID, name)
+	r, err := topology.ResolveRole(ctx, cli, networkID, name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w (apply the threegate_network first, and give its id)", err)
+		return topology.Role{}, fmt.Errorf("%w (apply the threegate_network first, and give its id)", err)
 	}
-	return nets, env, nil
+	return r, nil
 }
