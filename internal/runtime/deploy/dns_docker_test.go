@@ -97,11 +97,12 @@ func TestThreegateMembersDNSStaysOnLLMNet(t *testing.T) {
 		rc, rhc, _ := Spec(d.withDefaults())
 		rhc.RestartPolicy = container.RestartPolicy{}
 		checks := []string{"dns=" + outside, "dns=" + gateway}
+		want := []string{probe.NotResolved, probe.Resolved}
 		if tc.topoRole == topology.RoleFetch {
-			checks = append(checks, "dns="+s.Proxy.Name)
+			checks, want = append(checks, "dns="+s.Proxy.Name), append(want, probe.Resolved)
 		}
 		res := runProbe(t, cli, rc, rhc, d.withDefaults().Networks, checks)
-		expect(t, tc.topoRole+" runner", res, probe.NotResolved, probe.Resolved, probe.Resolved)
+		expect(t, tc.topoRole+" runner", res, want...)
 
 		// Its per-message container.
 		o := runner.DockerOptions(&cfg, nil)
@@ -116,7 +117,7 @@ func TestThreegateMembersDNSStaysOnLLMNet(t *testing.T) {
 			continue
 		}
 		res = runProbe(t, cli, mc, mhc, o.Spec.Networks, checks)
-		expect(t, tc.topoRole+" message container", res, probe.NotResolved, probe.Resolved, probe.Resolved)
+		expect(t, tc.topoRole+" message container", res, want...)
 	}
 	if fromMember, fromHost := count(); fromMember+fromHost != 0 {
 		t.Errorf("queries for %s left the members: %d entered the host from a member's namespace, %d left the host's own namespace",
