@@ -159,14 +159,14 @@ func (s *Service) complete(a *Agent, l Listener) {
 	}
 }
 
-// hash is ConfigHash over what a plan can know: a threegate role's networks
-// and env are resolved at apply, so the hash covers the threegate network
+// hash is ConfigHash over what a plan can know: a threegate role's networks,
+// DNS and env are resolved at apply, so the hash covers the threegate network
 // and role in their place.
 func (s *Service) hash(a Agent, key []byte) string {
 	c := a.Config
 	set := Settings{Mode: a.Deployment(), Image: a.RunnerImage(), Version: s.o.Version}
 	if a.Meta.ThreegateNetwork != "" {
-		c.Container.Network, c.Container.Networks, c.Env = "", nil, nil
+		c.Container.Network, c.Container.Networks, c.Container.DNS, c.Env = "", nil, nil, nil
 		set.ThreegateNetwork, set.ThreegateRole = a.Meta.ThreegateNetwork, a.Meta.ThreegateRole
 		// The plan knows the ask targets' ids only; their sockets and
 		// tokens are read at apply.
