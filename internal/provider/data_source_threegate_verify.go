@@ -78,9 +78,11 @@ func (d *threegateVerifyDataSource) Schema(_ context.Context, _ datasource.Schem
 			"outside_address": schema.StringAttribute{Optional: true, Validators: []validator.String{ipPort()},
 				MarkdownDescription: "An `ip:port` outside the topology, not in the allowlist: no member may reach it directly, and the proxy must refuse it."},
 			"dns_name": schema.StringAttribute{Optional: true,
-				MarkdownDescription: "A name CORE must fail to resolve. On engines affected by CVE-2024-29018 the query itself leaves the host, so it is off by default. " +
-					"When the topology's proxy has `dns` servers, the probes use them as their resolvers (the query goes only there), and CORE and " +
-					"FETCH also ask the first of them for this name directly, over UDP and TCP port 53, which must fail: port 53 is open for the proxy only."},
+				MarkdownDescription: "A name outside the topology that every role must fail to resolve (its `DNS outside name` row; each role also " +
+					"resolves its probe's own name, which must work). Defaults to `" + topology.DefaultVerifyDNSName + "`. The probes get their role's " +
+					"DNS settings, so the query goes only to the topology's DNS sink on llmnet and never leaves the host, on every engine version. " +
+					"When it is set and the topology's proxy has `dns` servers, CORE and FETCH also ask the first of them for this name directly, " +
+					"over UDP and TCP port 53, which must fail: port 53 is open for the proxy only."},
 			"host_port": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 65535)},
 				MarkdownDescription: "Port tried on each bridge gateway (the host), 1 to 65535; any answer, even a reset, counts as reachable. Defaults to " +
 					strconv.Itoa(topology.DefaultVerifyHostPort) + "."},
@@ -91,7 +93,7 @@ func (d *threegateVerifyDataSource) Schema(_ context.Context, _ datasource.Schem
 			"id": schema.StringAttribute{Computed: true, MarkdownDescription: "The topology name."},
 			"probes": schema.ListAttribute{Computed: true, ElementType: probeObjectType,
 				MarkdownDescription: "One row per check: `role`, `what`, `check` (the probe command), `expected` " +
-					"(`blocked`, `open`, `allowed`, `denied`, `not-resolved`), `observed` (`open`, `refused`, `timeout`, " +
+					"(`blocked`, `open`, `allowed`, `denied`, `not-resolved`, `resolved`), `observed` (`open`, `refused`, `timeout`, " +
 					"`unreachable`, `allowed`, `denied`, …), `detail` and `pass`."},
 			"violations": schema.ListAttribute{Computed: true, ElementType: types.StringType,
 				MarkdownDescription: "Containers attached in a way the spec forbids."},

@@ -37,7 +37,7 @@ func TestAccAgent_threegate(t *testing.T) {
 	cli := testutil.Docker(t)
 	image := testutil.EnsureRunnerImage(t, cli)
 	stateDir := t.TempDir()
-	tg, llm, fetch, egress, _ := freeTopology(t, cli)
+	tg, llm, fetch, egress, spec := freeTopology(t, cli)
 	id := "tf-acc-agent-fetch" + "-" + runID
 	coreID := "tf-acc-agent-core" + "-" + runID
 	cleanupAgent(t, cli, id)
@@ -102,6 +102,20 @@ resource "meepa_agent" "core" {
 				statecheck.ExpectKnownValue("meepa_agent.core", tfjsonpath.New("runner_status"), knownvalue.StringExact("running")),
 			},
 			Check: func(s *terraform.State) error {
+				for _, agentID := range []string{id, coreID} {
+					if err := withPrestarted(cli, agentID, func(ci container.InspectResponse) error {
+						// The engine's resolver forwards names it does not
+						// know only to the topology's DNS sink.
+						if got := strings.Join(ci.HostConfig.DNS, ","); got != spec.DNSSink().String() ||
+							strings.Join(ci.HostConfig.DNSSearch, ",") != "." {
+							return fmt.Errorf("message container DNS %q search %q, want the sink %s and no search domain",
+								got, ci.HostConfig.DNSSearch, spec.DNSSink())
+						}
+						return nil
+					}); err != nil {
+						return fmt.Errorf("%s: %w", agentID, err)
+					}
+				}
 				if err := checkRoleContainer(cli, s, stateDir, "meepa_agent.fetch", id, []string{tg + "-fetchnet", tg + "-llmnet"}, true); err != nil {
 					return fmt.Errorf("fetch: %w", err)
 				}

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 )
@@ -259,8 +260,11 @@ func checkHost(ctx context.Context, d *providerData, spec topology.Spec, diags *
 	preflight(ctx, d, spec, diags)
 }
 
-// preflight checks iptables and DOCKER-USER (errors) and the engine
-// version (a warning for CVE-2024-29018).
+// preflight checks iptables and DOCKER-USER (errors). CVE-2024-29018 (an
+// engine resolver forwarding internal networks' queries from the host's
+// namespace) needs no warning: every member's resolver upstream is the
+// topology's DNS sink on llmnet (topology.Spec.DNSSink), which no query
+// leaves from either namespace; the plan only logs that it applies.
 func preflight(ctx context.Context, d *providerData, spec topology.Spec, diags *diag.Diagnostics) {
 	if spec.Firewall.Enabled {
 		if err := topology.FirewallAvailable(ctx); err != nil {
@@ -277,10 +281,8 @@ func preflight(ctx context.Context, d *providerData, spec topology.Spec, diags *
 		return
 	}
 	if topology.EngineLeaksDNS(v.Version) {
-		diags.AddWarning("Docker Engine Affected By CVE-2024-29018",
-			fmt.Sprintf("Docker Engine %s forwards DNS queries of containers on internal networks through the host's namespace "+
-				"(CVE-2024-29018, fixed in 26.0.0, 25.0.4 and 23.0.11), so ThreeGate's internal networks can leak data over DNS. "+
-				"Upgrade the engine, or confirm your distribution backported the fix. The host firewall does not see these queries.", v.Version))
+		tflog.Debug(ctx, "engine affected by CVE-2024-29018; members forward unknown names only to the topology's DNS sink",
+			map[string]any{"engine": v.Version, "dns_sink": spec.DNSSink().String()})
 	}
 }
 

@@ -103,6 +103,9 @@ type Deployment struct {
 	// mode: it only talks to the daemon), "bridge", or the first of Networks.
 	Network  string
 	Networks []string
+	// DNS is the only upstream of the engine's resolver on Networks (a
+	// ThreeGate topology's DNS sink); empty leaves the engine's choice.
+	DNS []string
 	// SecurityOpt is extra, e.g. a seccomp profile that lets Landlock's
 	// syscalls through for host mode.
 	SecurityOpt []string
@@ -215,6 +218,11 @@ func Spec(d Deployment) (*container.Config, *container.HostConfig, *network.Netw
 			PidsLimit:  &d.PidsLimit,
 		},
 		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "10m", "max-file": "3"}},
+	}
+	if len(d.DNS) > 0 {
+		// Names outside the runner's networks go to the sink, never to the
+		// host's resolvers; no search domain sends a bare name out either.
+		hc.DNS, hc.DNSSearch = d.DNS, []string{"."}
 	}
 	if d.Listener.Port != 0 {
 		port := nat.Port(strconv.Itoa(d.Listener.Port) + "/tcp")

@@ -89,6 +89,9 @@ func ForConfig(c runner.Config, p Placement) (Deployment, error) {
 	default:
 		d.Network = "none"
 	}
+	if len(d.Networks) > 0 {
+		d.DNS = c.Container.DNS
+	}
 	// A core agent reaches the runners it may ask on their sockets.
 	d.HostPaths = append(d.HostPaths, askHostPaths(c)...)
 	if !hostMode {

@@ -157,13 +157,15 @@ func (s *Service) resolve(ctx context.Context, a *Agent) (client.APIClient, erro
 		}
 	}
 	if a.Meta.ThreegateNetwork != "" {
-		nets, env, err := resolveThreegate(ctx, cli, a.Meta.ThreegateNetwork, a.Meta.ThreegateRole)
+		r, err := resolveThreegate(ctx, cli, a.Meta.ThreegateNetwork, a.Meta.ThreegateRole)
 		if err != nil {
 			return nil, stepErr(StepThreegate, "threegate", "resolving the threegate role", err)
 		}
+		nets := r.Networks
 		a.Config.Container.Network = ""
 		a.Config.Container.Networks = nets
-		a.Config.Env = env
+		a.Config.Container.DNS = r.DNS
+		a.Config.Env = r.Env
 		// The runner enforces the role's tools and TOOL-EXEC's no-network
 		// sandbox; a core agent gets the runners it may ask.
 		a.Config.Role = a.Meta.ThreegateRole

@@ -159,14 +159,14 @@ func (s *Service) complete(a *Agent, l Listener) {
 	}
 }
 
-// hash is ConfigHash over what a plan can know: a threegate role's networks
-// and env are resolved at apply, so the hash covers the threegate network
+// hash is ConfigHash over what a plan can know: a threegate role's networks,
+// DNS and env are resolved at apply, so the hash covers the threegate network
 // and role in their place.
 func (s *Service) hash(a Agent, key []byte) string {
 	c := a.Config
 	set := Settings{Mode: a.Deployment(), Image: a.RunnerImage(), Version: s.o.Version}
 	if a.Meta.ThreegateNetwork != "" {
-		c.Container.Network, c.Container.Networks, c.Env = "", nil, nil
+		c.Container.Network, c.Container.Networks, c.Container.DNS, c.Env = "", nil, nil, nil
 		set.ThreegateNetwork, set.ThreegateRole = a.Meta.ThreegateNetwork, a.Meta.ThreegateRole
 		// The plan knows the ask targets' ids only; their sockets and
 		// tokens are read at apply.
@@ -210,16 +210,17 @@ var threegateRoleNames = map[string]string{
 	"core": topology.RoleCore, "fetch": topology.RoleFetch, "tool_exec": topology.RoleToolExec,
 }
 
-// resolveThreegate returns the networks a role's members join and the env
-// they get, from the live topology whose id (its name) is given.
-func resolveThreegate(ctx context.Context, cli client.APIClient, networkID, role string) ([]string, map[string]string, error) {
+// resolveThreegate returns the networks a role's members join, the env and
+// the DNS upstream they get, from the live topology whose id (its name) is
+// given.
+func resolveThreegate(ctx context.Context, cli client.APIClient, networkID, role string) (topology.Role, error) {
 	name, ok := threegateRoleNames[role]
 	if !ok {
-		return nil, nil, fmt.Errorf("unknown role %q", role)
+		return topology.Role{}, fmt.Errorf("unknown role %q", role)
 	}
-	nets, env, err := topology.ResolveRole(ctx, cli, networkID, name)
+	r, err := topology.ResolveRole(ctx, cli, networkID, name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w (apply the threegate_network first, and give its id)", err)
+		return topology.Role{}, fmt.Errorf("%w (apply the threegate_network first, and give its id)", err)
 	}
-	return nets, env, nil
+	return r, nil
 }

@@ -73,6 +73,7 @@ func DockerOptions(cfg *Config, log hclog.Logger) sandbox.DockerOptions {
 			PidsLimit:   cm.PidsLimit,
 			Network:     cm.Network,
 			Networks:    cm.Networks,
+			DNS:         cm.DNS,
 			User:        cm.User,
 			Runtime:     cm.Runtime,
 			Env:         cfg.Env,
@@ -89,7 +90,7 @@ func DockerOptions(cfg *Config, log hclog.Logger) sandbox.DockerOptions {
 		// TOOL-EXEC's execution sandbox has no network at all: no route to
 		// llmnet, the proxy or the LLM gateway. Its LLM calls go through
 		// the relay socket, which needs none.
-		o.Spec.Network, o.Spec.Networks = "none", nil
+		o.Spec.Network, o.Spec.Networks, o.Spec.DNS = "none", nil, nil
 	}
 	// The workspace is chowned to the container user when this process can
 	// see it at the same path and may chown; otherwise whoever made it (the

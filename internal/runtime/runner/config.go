@@ -107,6 +107,10 @@ type ContainerMode struct {
 	// Networks are named networks to join (a ThreeGate role's networks);
 	// the first is attached at create, the rest before start.
 	Networks []string `json:"networks,omitempty"`
+	// DNS is the only upstream the engine's resolver forwards to, for the
+	// runner and its per-message containers on Networks (a ThreeGate
+	// topology's DNS sink: names outside the topology go nowhere).
+	DNS []string `json:"dns,omitempty"`
 	// PidsLimit bounds processes and threads; zero means DefaultPidsLimit.
 	PidsLimit int64 `json:"pids_limit"`
 	// User is "uid:gid" for the agent loop; empty means the agent's own

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -57,6 +58,10 @@ type Spec struct {
 	// Networks are named networks: the first joins at create, the rest are
 	// connected before start (API 1.41 takes one endpoint at create).
 	Networks []string
+	// DNS, with Networks, is the only upstream the engine's resolver
+	// forwards names it does not know to (a ThreeGate topology's DNS
+	// sink); empty leaves the engine's choice, the host's resolvers.
+	DNS []string
 	// User is "uid:gid"; default AgentUser(AgentID), the agent's own uid.
 	// Root and nobody are refused (UserFor).
 	User string
@@ -261,6 +266,16 @@ func HardenedSpec(s Spec, messageID string) (*container.Config, *container.HostC
 			ReadOnly:    true,
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
 		})
+	}
+	if len(s.Networks) > 0 && len(s.DNS) > 0 {
+		for _, a := range s.DNS {
+			if _, err := netip.ParseAddr(a); err != nil {
+				return nil, nil, nil, fmt.Errorf("container spec: dns %q: %w", a, err)
+			}
+		}
+		// No search domain: a bare name is the engine's to answer, never
+		// the host's domain's.
+		hc.DNS, hc.DNSSearch = s.DNS, []string{"."}
 	}
 	return cfg, hc, &network.NetworkingConfig{EndpointsConfig: endpoints}, nil
 }

@@ -118,9 +118,15 @@ func TestThreeGateIsolation(t *testing.T) {
 	if drift, err := testutil.FirewallDrift(ctx, fw, s.Rules()); err != nil || len(drift) > 0 {
 		t.Fatalf("after apply: drift %v, err %v", drift, err)
 	}
+	queriedBefore := dns.Queries.Load()
 	after, err := svc.Verify(ctx, s, opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Every role asked for the name (its DNS row) and CORE and FETCH asked
+	// the outside server directly: none of it reached that server.
+	if n := dns.Queries.Load() - queriedBefore; n != 0 {
+		t.Errorf("the outside DNS server answered %d queries during verification", n)
 	}
 	t.Logf("with the host firewall:\n%s", after.Table())
 	if !after.OK() {
@@ -154,8 +160,16 @@ func TestThreeGateIsolation(t *testing.T) {
 			}
 		}
 	}
-	if row := find(t, after, RoleCore, "DNS "+name); row.Observed != probe.NotResolved {
-		t.Errorf("CORE resolved %s: %+v", name, row)
+	for _, role := range []string{RoleCore, RoleFetch, RoleToolExec, RoleToolExec + "/sandbox"} {
+		if row := find(t, after, role, "DNS outside name"); row.Check != "dns="+name || row.Observed != probe.NotResolved {
+			t.Errorf("%s resolved %s: %+v", role, name, row)
+		}
+		if role == RoleToolExec+"/sandbox" {
+			continue // no network, no resolver, no names
+		}
+		if row := find(t, after, role, "DNS topology name"); row.Observed != probe.Resolved {
+			t.Errorf("%s cannot resolve its own name: %+v", role, row)
+		}
 	}
 	pd := execProbe(t, cli, s.Proxy.Name, "dns-at="+dns.Addr+"/"+name, "tcp="+dns.Addr)
 	if pd[0].Observed != probe.Resolved || pd[0].Detail != out.IP {

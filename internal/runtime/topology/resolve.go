@@ -9,12 +9,13 @@ import (
 )
 
 // ResolveRole returns the networks a member of role (RoleCore, RoleFetch
-// or RoleToolExec) joins and the env it gets, from the live topology named
-// name: the same Spec.Roles that its threegate_network shows.
-func ResolveRole(ctx context.Context, cli client.APIClient, name, role string) ([]string, map[string]string, error) {
+// or RoleToolExec) joins, the env and the DNS upstream it gets, from the
+// live topology named name: the same Spec.Roles that its threegate_network
+// shows.
+func ResolveRole(ctx context.Context, cli client.APIClient, name, role string) (Role, error) {
 	in, err := InputFromLive(ctx, cli, name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("topology %q: %w", name, err)
+		return Role{}, fmt.Errorf("topology %q: %w", name, err)
 	}
 	spec, problems := Build(in)
 	if len(problems) > 0 {
@@ -22,11 +23,11 @@ func ResolveRole(ctx context.Context, cli client.APIClient, name, role string) (
 		for i, p := range problems {
 			errs[i] = p
 		}
-		return nil, nil, fmt.Errorf("topology %q: %w", name, errors.Join(errs...))
+		return Role{}, fmt.Errorf("topology %q: %w", name, errors.Join(errs...))
 	}
 	r, ok := spec.Roles()[role]
 	if !ok || len(r.Networks) == 0 {
-		return nil, nil, fmt.Errorf("topology %q has no role %s", name, role)
+		return Role{}, fmt.Errorf("topology %q has no role %s", name, role)
 	}
-	return r.Networks, r.Env, nil
+	return r, nil
 }

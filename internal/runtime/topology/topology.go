@@ -244,6 +244,9 @@ func Build(in Input) (Spec, Problems) {
 			case !inLowerHalf(n.Subnet, a):
 				ps.add(k+"_gateway", "", -1, "Gateway Outside Subnet",
 					"%s must be a host address in the lower half of %s (the upper half %s is Docker's dynamic range).", a, n.Subnet, n.IPRange)
+			case k == LLMNet && a == n.dnsSink():
+				ps.add(k+"_gateway", "", -1, "Gateway Is The DNS Sink",
+					"%s is the last address below Docker's dynamic range, which the topology keeps unassigned as its members' DNS upstream; pick another.", a)
 			default:
 				n.Gateway = a
 			}
@@ -371,6 +374,35 @@ type Role struct {
 	Networks       []string          // Docker network names
 	Env            map[string]string // environment for the role's container
 	SandboxNetwork string            // network of the execution sandbox; "" = the role's networks
+	// DNS is the upstream a member's engine resolver forwards to (Docker's
+	// HostConfig.DNS): the topology's DNS sink. See Spec.DNSSink.
+	DNS []string
+}
+
+// DNSSink is the address every member's engine resolver gets as its only
+// upstream: the last address of llmnet's lower half, just below Docker's
+// dynamic range. The topology never assigns it (the proxy sits on fetchnet
+// and egressnet, the gateway may not take it, Docker hands out only the
+// upper half), so nothing answers there.
+//
+// Docker's embedded resolver (127.0.0.11) answers the names of containers
+// on the member's networks itself and forwards every other name to the
+// container's upstream. Docker 20.10 sends that forward from the member's
+// namespace, which on an internal network still has a default route to
+// the gateway: with the host's resolvers as upstream, the query left the
+// member for the host's resolver and only iptables stopped it (and on
+// engines affected by CVE-2024-29018 a loopback upstream is asked from the
+// host's namespace, where no rule stops it). The sink is on llmnet, which
+// every member joins, and on the host's llmnet bridge: from either
+// namespace the forward stays on that bridge, finds no one and is dropped,
+// whatever the engine version and whatever the host's resolv.conf says.
+func (s Spec) DNSSink() netip.Addr { return s.Network(LLMNet).dnsSink() }
+
+func (n Network) dnsSink() netip.Addr {
+	if !n.IPRange.IsValid() {
+		return netip.Addr{}
+	}
+	return n.IPRange.Addr().Prev()
 }
 
 // Roles returns the CORE, FETCH and TOOL_EXEC roles of the topology.
@@ -383,14 +415,15 @@ func (s Spec) Roles() map[string]Role {
 		return out
 	}
 	url := s.Proxy.URL()
+	dns := []string{s.DNSSink().String()}
 	noProxy := strings.Join([]string{"localhost", "127.0.0.1", s.Network(LLMNet).Subnet.String()}, ",")
 	return map[string]Role{
-		RoleCore: {Networks: names(RoleNetworks[RoleCore]), Env: map[string]string{}},
+		RoleCore: {Networks: names(RoleNetworks[RoleCore]), Env: map[string]string{}, DNS: dns},
 		RoleFetch: {Networks: names(RoleNetworks[RoleFetch]), Env: map[string]string{
 			"http_proxy": url, "https_proxy": url, "HTTP_PROXY": url, "HTTPS_PROXY": url,
 			"no_proxy": noProxy, "NO_PROXY": noProxy,
-		}},
-		RoleToolExec: {Networks: names(RoleNetworks[RoleToolExec]), Env: map[string]string{}, SandboxNetwork: "none"},
+		}, DNS: dns},
+		RoleToolExec: {Networks: names(RoleNetworks[RoleToolExec]), Env: map[string]string{}, SandboxNetwork: "none", DNS: dns},
 	}
 }
 

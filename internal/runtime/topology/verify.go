@@ -33,6 +33,10 @@ const (
 	DefaultVerifyHostPort       = 22
 	DefaultVerifyTimeoutSeconds = 2
 	MaxVerifyTimeoutSeconds     = 300
+	// DefaultVerifyDNSName is the outside name every role must fail to
+	// resolve when DNSName is not set: under .invalid (RFC 6761), so no
+	// resolver anywhere has it, and it is asked only of the DNS sink.
+	DefaultVerifyDNSName = "outside.meepa-verify.invalid"
 )
 
 type VerifyOptions struct {
@@ -54,13 +58,15 @@ type VerifyOptions struct {
 	// answer, even a reset, means the host is reachable. Default
 	// DefaultVerifyHostPort.
 	HostPort int
-	// DNSName, when set, is resolved from CORE, which must fail. Note that
-	// on engines affected by CVE-2024-29018 the query itself leaves the host.
-	// When the proxy has DNS servers, the probe containers use them as
-	// their resolvers (so the query goes only to a server the topology
-	// names), and CORE and FETCH also ask the first of them for DNSName
-	// directly, over UDP and TCP, which must fail: port 53 is open for
-	// the proxy only.
+	// DNSName is resolved in every role, which must fail; default
+	// DefaultVerifyDNSName (the direct asks below need it set). The probes get their role's DNS settings (the
+	// topology's DNS sink as the engine resolver's only upstream, see
+	// Spec.DNSSink), so the query stays on llmnet whatever the engine; each
+	// role also resolves its own probe container's name, which the engine
+	// answers itself and which must resolve. When the proxy has DNS
+	// servers, CORE and FETCH also ask the first of them for DNSName
+	// directly, over UDP and TCP, which must fail: port 53 is open for the
+	// proxy only.
 	DNSName string
 	// Timeout per check; default DefaultVerifyTimeoutSeconds.
 	Timeout time.Duration
@@ -73,6 +79,7 @@ const (
 	ExpectAllowed = "allowed"
 	ExpectDenied  = "denied"
 	ExpectNoDNS   = "not-resolved"
+	ExpectDNS     = "resolved"
 )
 
 // Probe is one row of the verification table.
@@ -118,10 +125,27 @@ func (r Report) Table() string {
 
 type roleProbe struct {
 	role     string
+	name     string   // the probe container's name
 	networks []string // network names; empty = network none
+	dns      []string // HostConfig.DNS, as the role's members get it
 	env      []string
 	rows     []Probe
 	checks   []probe.Check
+}
+
+func newRoleProbe(s Spec, role string, r Role) *roleProbe {
+	name := fmt.Sprintf("%s-probe-%s-%d", s.Name, strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(role)), time.Now().UnixNano()%1e6)
+	return &roleProbe{role: role, name: name, networks: r.Networks, dns: r.DNS}
+}
+
+// addDNS adds the role's DNS rows: an outside name must not resolve, and
+// (on the role's networks) the probe's own name, which the engine's
+// resolver answers, must.
+func (rp *roleProbe) addDNS(outside string) {
+	rp.add("DNS outside name", ExpectNoDNS, probe.Check{Kind: probe.DNS, Target: outside})
+	if len(rp.networks) > 0 {
+		rp.add("DNS topology name", ExpectDNS, probe.Check{Kind: probe.DNS, Target: rp.name})
+	}
 }
 
 func (rp *roleProbe) add(what, expected string, c probe.Check) {
@@ -142,13 +166,19 @@ func (sv *Service) Verify(ctx context.Context, s Spec, o VerifyOptions) (Report,
 	if o.Timeout == 0 {
 		o.Timeout = DefaultVerifyTimeoutSeconds * time.Second
 	}
+	// The direct asks of the proxy's DNS server send packets towards it
+	// (the firewall must stop them): only for a name the operator gave.
+	askProxyDNS := o.DNSName != "" && len(s.Proxy.DNS) > 0
+	if o.DNSName == "" {
+		o.DNSName = DefaultVerifyDNSName
+	}
 	sv.log.Debug("verifying threegate topology", "topology", s.Name, "image", o.Image)
 	llm, fetch := s.Network(LLMNet), s.Network(FetchNet)
 	proxyAddr := netip.AddrPortFrom(s.Proxy.IP, uint16(s.Proxy.Port)).String()
 	gw := func(n Network) string { return netip.AddrPortFrom(n.Gateway, uint16(o.HostPort)).String() }
 	roles := s.Roles()
 
-	core := &roleProbe{role: RoleCore, networks: roles[RoleCore].Networks}
+	core := newRoleProbe(s, RoleCore, roles[RoleCore])
 	core.add("proxy", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
 	core.add("host via llmnet gateway", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(llm)})
 	if o.OutsideAddress != "" {
@@ -158,11 +188,9 @@ func (sv *Service) Verify(ctx context.Context, s Spec, o VerifyOptions) (Report,
 	if direct != "" {
 		core.add("allowed host directly", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: direct})
 	}
-	if o.DNSName != "" {
-		core.add("DNS "+o.DNSName, ExpectNoDNS, probe.Check{Kind: probe.DNS, Target: o.DNSName})
-	}
+	core.addDNS(o.DNSName)
 	dnsDirect := func(rp *roleProbe) {
-		if o.DNSName == "" || len(s.Proxy.DNS) == 0 {
+		if !askProxyDNS {
 			return
 		}
 		srv := netip.AddrPortFrom(s.Proxy.DNS[0], 53).String()
@@ -171,7 +199,7 @@ func (sv *Service) Verify(ctx context.Context, s Spec, o VerifyOptions) (Report,
 	}
 	dnsDirect(core)
 
-	fe := &roleProbe{role: RoleFetch, networks: roles[RoleFetch].Networks}
+	fe := newRoleProbe(s, RoleFetch, roles[RoleFetch])
 	for k, v := range roles[RoleFetch].Env {
 		fe.env = append(fe.env, k+"="+v)
 	}
@@ -190,16 +218,19 @@ func (sv *Service) Verify(ctx context.Context, s Spec, o VerifyOptions) (Report,
 		fe.add("outside address via proxy", ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.OutsideAddress})
 	}
 	fe.add("host via fetchnet gateway", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(fetch)})
+	fe.addDNS(o.DNSName)
 	dnsDirect(fe)
 
-	te := &roleProbe{role: RoleToolExec, networks: roles[RoleToolExec].Networks}
+	te := newRoleProbe(s, RoleToolExec, roles[RoleToolExec])
 	te.add("proxy", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
 	te.add("host via llmnet gateway", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(llm)})
-	sb := &roleProbe{role: RoleToolExec + "/sandbox"} // network none
+	te.addDNS(o.DNSName)
+	sb := newRoleProbe(s, RoleToolExec+"/sandbox", Role{}) // network none: no resolver at all
 	sb.add("proxy", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
 	if o.OutsideAddress != "" {
 		sb.add("outside address", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
 	}
+	sb.addDNS(o.DNSName)
 
 	all := []*roleProbe{core, fe, te, sb}
 	var wg sync.WaitGroup
@@ -251,6 +282,8 @@ func pass(expected, observed string) bool {
 		return observed == probe.Denied
 	case ExpectNoDNS:
 		return observed == probe.NotResolved
+	case ExpectDNS:
+		return observed == probe.Resolved
 	}
 	return false
 }
@@ -268,16 +301,16 @@ func (sv *Service) runRole(ctx context.Context, s Spec, o VerifyOptions, rp *rol
 		mode = rp.networks[0]
 	}
 	pids := int64(32)
-	var dns []string
-	for _, d := range s.Proxy.DNS {
-		dns = append(dns, d.String())
+	name := rp.name
+	var search []string
+	if len(rp.dns) > 0 {
+		search = []string{"."} // as the members: no search domain
 	}
-	name := fmt.Sprintf("%s-probe-%s-%d", s.Name, strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(rp.role)), time.Now().UnixNano()%1e6)
 	resp, err := cli.ContainerCreate(ctx, &container.Config{
 		Image: o.Image, Entrypoint: []string{"/usr/local/bin/agent-runner"}, Cmd: args, Env: rp.env, User: ProxyUser,
 		Labels: engine.Labels("probe", map[string]string{"threegate": s.Name, "threegate.role": rp.role}),
 	}, &container.HostConfig{
-		NetworkMode: container.NetworkMode(mode), ReadonlyRootfs: true, CapDrop: []string{"ALL"}, DNS: dns,
+		NetworkMode: container.NetworkMode(mode), ReadonlyRootfs: true, CapDrop: []string{"ALL"}, DNS: rp.dns, DNSSearch: search,
 		SecurityOpt: []string{"no-new-privileges"},
 		Resources:   container.Resources{Memory: 64 << 20, MemorySwap: 64 << 20, PidsLimit: &pids},
 	}, nil, nil, name)
