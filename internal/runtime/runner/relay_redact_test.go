@@ -54,10 +54,10 @@ func TestRelayRedactsEncodedKey(t *testing.T) {
 	testutil.Cleanup(t, "relay", r.Close)
 	c := relayClient(filepath.Join(dir, RelaySocketName))
 	llm := agent.LLMConfig{Provider: agent.ProviderOpenAI, Model: "m", BaseURL: model.URL + "/v1/", APIKey: key}
-	token, end := r.Begin("msg-echo", llm, 10*time.Second, Asks{})
+	token, end := r.Begin("msg-echo", llm, LLMLimits{}, 10*time.Second, Asks{})
 	defer end()
 
-	st, body := relayPost(t, c, "/openai/chat/completions", token, `{"model":"m"}`)
+	st, body := relayPost(t, c, "/openai/chat/completions", token, `{"model":"m","max_tokens":10}`)
 	if st != http.StatusOK {
 		t.Fatalf("relayed call: %d %s", st, body)
 	}
@@ -68,7 +68,7 @@ func TestRelayRedactsEncodedKey(t *testing.T) {
 	}
 	// A refusal that echoes it (whether the relay passes the endpoint's
 	// error body or makes its own) carries none of it either.
-	st, refused := relayPost(t, c, "/openai/chat/completions", token, `{"model":"m","q":"ECHO-401"}`)
+	st, refused := relayPost(t, c, "/openai/chat/completions", token, `{"model":"m","max_tokens":10,"q":"ECHO-401"}`)
 	if st != http.StatusUnauthorized {
 		t.Errorf("echoing refusal: %d %s, want 401", st, refused)
 	}
