@@ -50,7 +50,7 @@ func TestLongHandlerOutlivesDeadlines(t *testing.T) {
 		}
 		raw, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
-		if resp.StatusCode != 200 || string(raw) != "done" {
+		if resp.StatusCode != http.StatusOK || string(raw) != "done" {
 			t.Errorf("body %q: %d %q", body, resp.StatusCode, raw)
 		}
 	}

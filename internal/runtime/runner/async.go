@@ -345,18 +345,6 @@ func (o *outcomeStore) finish(id string, res result, ref *bodyRef) {
 	o.pruneLocked()
 }
 
-// get returns a copy of id's entry; a finished one past its time is gone.
-func (o *outcomeStore) get(id string) (asyncEntry, bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.pruneLocked()
-	e, ok := o.entries[id]
-	if !ok {
-		return asyncEntry{}, false
-	}
-	return *e, true
-}
-
 // read is get with, once the message is done, a reader of its body
 // (without its newline) that the caller closes; errNoOutcome when id is
 // not kept. A body in the journal is opened under the lock, before an
@@ -380,7 +368,7 @@ func (o *outcomeStore) read(id string) (asyncEntry, io.ReadCloser, error) {
 	}
 	if fi, err := f.Stat(); err != nil || fi.Size() != e.ref.record {
 		_ = f.Close() // read-only
-		return *e, nil, fmt.Errorf("%s changed under the runner (%v)", e.ref.path, err)
+		return *e, nil, fmt.Errorf("%s changed under the runner (%w)", e.ref.path, err)
 	}
 	return *e, struct {
 		io.Reader

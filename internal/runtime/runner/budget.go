@@ -51,7 +51,7 @@ func openAgentBudget(dir string) (*agentBudget, error) {
 		return nil, fmt.Errorf("llm budget: %w", err)
 	}
 	if err := json.Unmarshal(raw, &b.rec); err != nil || b.rec.Tokens < 0 {
-		return nil, fmt.Errorf("llm budget %s: unreadable record (remove it to start a fresh window): %v", b.path, err)
+		return nil, fmt.Errorf("llm budget %s: unreadable record (remove it to start a fresh window): %w", b.path, err)
 	}
 	return b, nil
 }

@@ -112,7 +112,7 @@ func TestKeptOutcomesWithinByteBudget(t *testing.T) {
 					t.Fatalf("message %d: reply of %d bytes, want %d", i, len(got), len(want(text)))
 				}
 			}
-			bodies = nil // the test's own copies are not the runner's
+			clear(bodies) // the test's own copies are not the runner's
 			kept, keptBytes := s.outcomes.kept()
 			held, heap := s.outcomes.heldBytes(), liveHeap()-base
 			t.Logf("%d outcomes kept, %d bytes counted, %d bytes held in memory; live heap grew %d MiB", kept, keptBytes, held, heap>>20)

@@ -59,11 +59,11 @@ func HoldStateDir(dir string, grant bool) error {
 		}
 		st.Gid = AgentsGID
 	}
-	mode := uint32(st.Mode) & 0o700
+	mode := uint32(st.Mode) & 0o700 //nolint:unconvert // Stat_t.Mode is uint16 on darwin
 	if st.Gid == AgentsGID {
 		mode |= 0o010
 	}
-	if uint32(st.Mode)&0o7777 != mode {
+	if uint32(st.Mode)&0o7777 != mode { //nolint:unconvert // as above
 		if err := unix.Chmod(dir, mode); err != nil {
 			return fmt.Errorf("state directory %s: chmod %#o: %w", dir, mode, err)
 		}

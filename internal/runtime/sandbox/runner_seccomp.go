@@ -95,10 +95,11 @@ var MessageSeccompProfile = sync.OnceValues(func() ([]byte, error) {
 	for _, s := range p.Syscalls {
 		if s.Action == specs.ActAllow {
 			s.Names = slices.DeleteFunc(slices.Clone(s.Names), func(n string) bool { return slices.Contains(denied, n) })
-			if s.Name != "" && slices.Contains(denied, s.Name) {
-				s.Name = ""
+			// Name is deprecated, but an old-style profile may still use it.
+			if s.Name != "" && slices.Contains(denied, s.Name) { //nolint:staticcheck // SA1019: see above
+				s.Name = "" //nolint:staticcheck // SA1019
 			}
-			if len(s.Names) == 0 && s.Name == "" {
+			if len(s.Names) == 0 && s.Name == "" { //nolint:staticcheck // SA1019
 				continue
 			}
 		}
