@@ -139,7 +139,7 @@ func relayForwarder(tr http.RoundTripper) (base string, stop func(), err error) 
 		},
 	}
 	srv := httpbound.Server(proxy, forwarderLimits, nil)
-	go func() { _ = srv.Serve(httpbound.Listener(ln, forwarderConns, nil)) }()
+	go func() { _ = httpbound.Serve(srv, ln, forwarderConns, nil) }()
 	port := ln.Addr().(*net.TCPAddr).Port
 	return "http://127.0.0.1:" + strconv.Itoa(port), func() { _ = srv.Close() }, nil
 }

@@ -70,7 +70,10 @@ func (l Listener) Endpoint() string {
 }
 
 // Client returns an HTTP client that reaches the listener, and the base URL
-// to use with it.
+// to use with it. Callers make one per check or poll, so the unix-socket
+// client keeps no connection alive after its answer: a kept one would sit
+// in a slot of the runner's connection cap, and hold a goroutine here,
+// until the runner's idle timeout.
 func (l Listener) Client(timeout time.Duration) (*http.Client, string) {
 	if l.Unix == "" {
 		return &http.Client{Timeout: timeout}, l.Endpoint()
@@ -81,6 +84,7 @@ func (l Listener) Client(timeout time.Duration) (*http.Client, string) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", sock)
 		},
+		DisableKeepAlives: true,
 	}
 	return &http.Client{Timeout: timeout, Transport: tr}, "http://runner"
 }

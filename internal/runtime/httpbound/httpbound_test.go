@@ -17,7 +17,7 @@ func serve(t *testing.T, h http.Handler, l Limits, max int) string {
 		t.Fatal(err)
 	}
 	srv := Server(h, l, nil)
-	go func() { _ = srv.Serve(Listener(ln, max, nil)) }()
+	go func() { _ = Serve(srv, ln, max, nil) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return ln.Addr().String()
 }
@@ -109,5 +109,46 @@ func TestRefusalClosesTrickledBody(t *testing.T) {
 	raw, err := io.ReadAll(c)
 	if err != nil || !strings.HasPrefix(string(raw), "HTTP/1.1 401 ") {
 		t.Fatalf("got %q, %v: want a 401 and the connection closed within 3 s", raw, err)
+	}
+}
+
+// At the cap, connections a client keeps alive and never reuses make room
+// for a new client (each its own transport, as a poll loop that builds a
+// client per request does), while busy connections keep their slots: the
+// newcomer then gets 503.
+func TestIdleConnectionsMakeRoom(t *testing.T) {
+	release := make(chan struct{})
+	addr := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/block" {
+			<-release
+		}
+	}), Limits{MaxHeaderBytes: 4 << 10, ReadHeader: time.Minute, Read: time.Minute, Write: time.Minute, Idle: time.Minute}, 3)
+	get := func(path string) (int, error) {
+		c := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second} // never closed: its connection stays idle
+		resp, err := c.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	for i := range 10 {
+		if code, err := get("/"); err != nil || code != http.StatusOK {
+			t.Fatalf("request %d with the earlier ones' connections idle: %d %v", i, code, err)
+		}
+	}
+	done := make(chan struct{})
+	for range 3 {
+		go func() { _, _ = get("/block"); done <- struct{}{} }()
+	}
+	time.Sleep(200 * time.Millisecond)
+	code, err := get("/")
+	close(release)
+	for range 3 {
+		<-done
+	}
+	if err != nil || code != http.StatusServiceUnavailable {
+		t.Fatalf("with every slot busy: %d %v, want 503", code, err)
 	}
 }

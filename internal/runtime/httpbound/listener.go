@@ -13,6 +13,7 @@ package httpbound
 import (
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"time"
 )
@@ -24,16 +25,35 @@ const MaxRejecting = 32
 // RefuseLinger bounds how long Refuse may take to answer one connection.
 const RefuseLinger = time.Second
 
+// Serve serves srv on ln with at most max connections open (see Listener).
+// It takes srv.ConnState over (calling any hook already set) so that, at
+// the cap, a kept-alive connection idle between requests is closed to make
+// room for a new client before that client is refused: connections a
+// client keeps open and never reuses cannot lock out the next one.
+func Serve(srv *http.Server, ln net.Listener, max int, reject func(net.Conn)) error {
+	l := Listener(ln, max, reject)
+	prev := srv.ConnState
+	srv.ConnState = func(c net.Conn, st http.ConnState) {
+		l.track(c, st)
+		if prev != nil {
+			prev(c, st)
+		}
+	}
+	return srv.Serve(l)
+}
+
 // Listener caps the connections accepted from ln at max. A connection over
-// the cap is handed to reject (on a goroutine of its own, at most
-// MaxRejecting at once, else closed unanswered) instead of waiting unseen
-// in the accept queue; reject must close it. A nil reject answers 503
-// (Refuse with ServiceUnavailable).
-func Listener(ln net.Listener, max int, reject func(net.Conn)) net.Listener {
+// the cap first displaces an idle one (when the server reports idle
+// connections to ConnState, as Serve arranges); else it is handed to
+// reject (on a goroutine of its own, at most MaxRejecting at once, else
+// closed unanswered) instead of waiting unseen in the accept queue; reject
+// must close it. A nil reject answers 503 (Refuse with ServiceUnavailable).
+func Listener(ln net.Listener, max int, reject func(net.Conn)) *Limited {
 	if reject == nil {
 		reject = func(c net.Conn) { Refuse(c, ServiceUnavailable) }
 	}
-	return &limitListener{Listener: ln, sem: make(chan struct{}, max), rejecting: make(chan struct{}, MaxRejecting), reject: reject}
+	return &Limited{Listener: ln, sem: make(chan struct{}, max), rejecting: make(chan struct{}, MaxRejecting),
+		reject: reject, idle: map[net.Conn]struct{}{}}
 }
 
 // ServiceUnavailable is the raw answer Refuse sends by default.
@@ -48,23 +68,55 @@ func Refuse(c net.Conn, answer string) {
 	_ = c.Close()
 }
 
-type limitListener struct {
+// Limited is the listener Listener returns.
+type Limited struct {
 	net.Listener
 	sem       chan struct{}
 	rejecting chan struct{}
 	reject    func(net.Conn)
+
+	mu   sync.Mutex
+	idle map[net.Conn]struct{} // kept-alive connections between requests
 }
 
-func (l *limitListener) Accept() (net.Conn, error) {
+// track records which accepted connections sit idle (an http.Server's
+// ConnState hook).
+func (l *Limited) track(c net.Conn, st http.ConnState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st == http.StateIdle {
+		l.idle[c] = struct{}{}
+	} else {
+		delete(l.idle, c)
+	}
+}
+
+// evictIdle closes one idle connection, which frees its slot; false when
+// none is idle.
+func (l *Limited) evictIdle() bool {
+	l.mu.Lock()
+	var victim net.Conn
+	for c := range l.idle {
+		victim = c
+		delete(l.idle, c)
+		break
+	}
+	l.mu.Unlock()
+	if victim == nil {
+		return false
+	}
+	_ = victim.Close()
+	return true
+}
+
+func (l *Limited) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case l.sem <- struct{}{}:
-			return &limitedConn{Conn: c, release: func() { <-l.sem }}, nil
-		default:
+		if lc := l.admit(c); lc != nil {
+			return lc, nil
 		}
 		// Answering takes a goroutine each; under a flood, beyond a small
 		// bound, drop the connection without an answer.
@@ -76,6 +128,21 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			}()
 		default:
 			_ = c.Close() // dropped unanswered: nothing to report to
+		}
+	}
+}
+
+// admit takes a slot for c, displacing idle connections while there are
+// some; nil when every slot holds a connection that is busy.
+func (l *Limited) admit(c net.Conn) net.Conn {
+	for {
+		select {
+		case l.sem <- struct{}{}:
+			return &limitedConn{Conn: c, release: func() { <-l.sem }}
+		default:
+		}
+		if !l.evictIdle() {
+			return nil
 		}
 	}
 }

@@ -125,7 +125,7 @@ func New(opts Options) (*Server, error) {
 // Serve accepts connections on ln until Shutdown. It returns
 // http.ErrServerClosed after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
-	return s.http.Serve(httpbound.Listener(ln, s.opts.MaxConns, s.reject))
+	return httpbound.Serve(s.http, ln, s.opts.MaxConns, s.reject)
 }
 
 // Shutdown stops accepting, lets open requests and tunnels finish until ctx

@@ -169,7 +169,7 @@ func (r *Relay) Listen(dir string) error {
 	}
 	r.dir, r.ln = dir, ln
 	r.server = httpbound.Server(r, relayLimits, nil)
-	go func() { _ = r.server.Serve(httpbound.Listener(ln, relayConns, nil)) }()
+	go func() { _ = httpbound.Serve(r.server, ln, relayConns, nil) }()
 	return nil
 }
 

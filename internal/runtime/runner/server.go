@@ -339,7 +339,7 @@ func Listen(addr string) (net.Listener, error) {
 // Serve answers on ln until Shutdown; it returns nil after a Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	s.log.Info("serving", "listen", ln.Addr().String(), "mode", s.mode)
-	if err := s.http.Serve(httpbound.Listener(ln, s.maxConns, nil)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := httpbound.Serve(s.http, ln, s.maxConns, nil); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
 	return nil
