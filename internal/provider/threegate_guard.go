@@ -20,9 +20,9 @@ func refuseRemoteFirewall(d *providerData, spec topology.Spec, diags *diag.Diagn
 		return false
 	}
 	diags.AddAttributeError(path.Root("firewall").AtName("enabled"), "Host Firewall Needs A Local Docker Daemon",
-		fmt.Sprintf("docker_host is %s: the daemon runs on another machine, but the host firewall (iptables chains and the "+
-			"guard that restores them) is written on the machine that runs terraform, so the topology's containers would run "+
-			"there without it. Run terraform on the Docker host (docker_host unset or its unix:// socket), or set "+
+		fmt.Sprintf("docker_host is %s: a daemon reached over TCP may run on another machine (even on a loopback address it "+
+			"can be a forwarded port), but the host firewall (iptables chains and the guard that restores them) is written on "+
+			"the machine that runs terraform, so the topology's containers could run without it. Run terraform on the Docker host (docker_host unset or its unix:// socket), or set "+
 			"firewall = { enabled = false } and enforce the topology on that host yourself (see iptables_restore).",
 			engine.HostOf(d.docker.opts)))
 	return true
