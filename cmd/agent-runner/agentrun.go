@@ -74,6 +74,15 @@ func runAgent(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	// Before anything of the message runs: the syscalls no sandbox is
+	// given (io_uring among them) are refused to this process and every
+	// tool it starts, whatever the runtime's own profile allows; a pod's
+	// RuntimeDefault is whatever the node's container runtime ships. No
+	// filter, no message.
+	if err := landlock.InstallMessageFilter(); err != nil {
+		fmt.Fprintf(os.Stderr, "agent-run: syscall filter: %v\n", err)
+		return 1
+	}
 	if len(blocked)+len(open) > 0 {
 		// Before the request is read: until the policies cover this pod,
 		// nothing of the message may run.
