@@ -22,8 +22,10 @@ import (
 
 // agent-run is what every per-message sandbox runs: a container from the
 // agent's image (workspace at /workspace, HOME=/workspace) or, in host mode,
-// a Landlock-restricted child whose HOME and cwd are the workspace. Before
-// it reads its request it prepares what needs none (agent.Prepare: the
+// a Landlock-restricted child whose HOME and cwd are the workspace. First
+// of all it installs the product's syscall deny filter on itself
+// (landlock.InstallMessageFilter), so every runtime's sandbox refuses the
+// same calls. Before it reads its request it prepares what needs none (agent.Prepare: the
 // workspace checked and opened, memory.db open), so a prestarted container
 // waits ready; then it reads one agent.Request on stdin until EOF and
 // writes one agent.Reply line on stdout. With --frames (a Kubernetes
