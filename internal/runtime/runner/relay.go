@@ -729,9 +729,11 @@ func bounded(s string, n int) string {
 }
 
 // needsRelay says whether a config's messages use the relay: a model
-// provider, or agents to ask. Only then is its directory mounted.
+// provider, agents to ask, or a key the loop must keep out of the
+// workspace without holding it (the scrub route; an offline agent may
+// still be given one). Only then is its directory mounted.
 func needsRelay(cfg *Config) bool {
-	return usesRelay(cfg.LLM.Provider) || len(cfg.Ask) > 0
+	return usesRelay(cfg.LLM.Provider) || len(cfg.Ask) > 0 || cfg.LLM.APIKey != ""
 }
 
 // relayOnSocket says whether the relay listens on a unix socket that the
