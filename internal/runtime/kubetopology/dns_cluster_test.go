@@ -38,8 +38,8 @@ import (
 const (
 	standInClusterDNS  = "10.96.0.10"
 	standInDNSEndpoint = "10.250.0.53"
-	dnsOutsideName    = "outside.meepa-dns.test"
-	dnsModelHost      = "model.meepa-dns.test"
+	dnsOutsideName     = "outside.meepa-dns.test"
+	dnsModelHost       = "model.meepa-dns.test"
 )
 
 // TestMemberDNSReachesNothingOnCluster: no ThreeGate member reaches a
