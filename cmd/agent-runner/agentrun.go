@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/podio"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/probe"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
@@ -127,7 +128,7 @@ func runAgent(args []string) int {
 	}
 	// The runner takes no reply over the cap: cut here, the caller still
 	// gets the start of the answer and the note of the cut.
-	agent.FitReply(reply, agent.MaxReplyBytes)
+	agent.FitReply(reply, agentspec.MaxReplyBytes)
 	if os.Getpid() == 1 {
 		// The container's init: its cgroup is the container's, and its
 		// exit ends every process in it.

@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -101,7 +102,7 @@ func TestAgentRunInHardenedContainer(t *testing.T) {
 	const key = "sk-container-secret-8080"
 	req := agent.Request{
 		Message:       agent.Message{ID: "m1", Text: "!sh id -u; pwd; echo x > /rootfs-write 2>&1 || echo rootfs-ro; echo note > n.txt; echo \"[$MEEPA_LLM_API_KEY]\"", ConversationID: "c"},
-		LLM:           agent.LLMConfig{Provider: agent.ProviderOffline, APIKey: key},
+		LLM:           agentspec.LLMConfig{Provider: agentspec.ProviderOffline, APIKey: key},
 		RedactSecrets: true,
 	}
 	rep := runInContainer(t, cli, img, ws, req)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -81,7 +82,7 @@ func TestAgentRunOffline(t *testing.T) {
 	req := agent.Request{
 		AgentID:              "a1",
 		Message:              agent.Message{ID: "m1", Text: "!sh echo hello > greeting.txt && cat greeting.txt && echo \"$MEEPA_LLM_API_KEY\" && pwd"},
-		LLM:                  agent.LLMConfig{Provider: agent.ProviderOffline, APIKey: key},
+		LLM:                  agentspec.LLMConfig{Provider: agentspec.ProviderOffline, APIKey: key},
 		InjectCredentialsEnv: true,
 		RedactSecrets:        true,
 	}
@@ -134,7 +135,7 @@ func TestAgentRunToolsGetNoIOURing(t *testing.T) {
 	if err != nil {
 		t.Fatalf("control: the probe outside agent-run: %v, %s (a kernel without io_uring shows nothing here)", err, out)
 	}
-	req := agent.Request{AgentID: "a1", Message: agent.Message{ID: "m1", Text: "!sh " + probe}, LLM: agent.LLMConfig{Provider: agent.ProviderOffline}}
+	req := agent.Request{AgentID: "a1", Message: agent.Message{ID: "m1", Text: "!sh " + probe}, LLM: agentspec.LLMConfig{Provider: agentspec.ProviderOffline}}
 	rep, code := agentRun(t, bin, ws, request(t, req), nil)
 	if code != 0 || rep.ErrorKind != "" {
 		t.Fatalf("exit %d, %s: %s", code, rep.ErrorKind, rep.Error)
@@ -168,7 +169,7 @@ func TestAgentRunOpenAIThroughBinary(t *testing.T) {
 	ws := t.TempDir()
 	rep, code := agentRun(t, bin, ws, request(t, agent.Request{
 		Message:              agent.Message{ID: "m1", Text: "show the key"},
-		LLM:                  agent.LLMConfig{Provider: agent.ProviderOpenAI, Model: "m", BaseURL: srv.URL + "/v1", APIKey: key},
+		LLM:                  agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: srv.URL + "/v1", APIKey: key},
 		InjectCredentialsEnv: true,
 		RedactSecrets:        true,
 	}), nil)
@@ -189,7 +190,7 @@ func TestAgentRunSIGTERMStillReplies(t *testing.T) {
 	cmd := exec.Command(bin, "agent-run", "--workspace", ws)
 	cmd.Stdin = strings.NewReader(request(t, agent.Request{
 		Message: agent.Message{ID: "m1", Text: "!sh touch started; sleep 60"},
-		LLM:     agent.LLMConfig{Provider: agent.ProviderOffline},
+		LLM:     agentspec.LLMConfig{Provider: agentspec.ProviderOffline},
 	}))
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
@@ -244,7 +245,7 @@ func TestAgentRunOtherUID(t *testing.T) {
 	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
 	ws := filepath.Join(dir, "ws")
 	testutil.Must(t, os.Mkdir(ws, 0o755))
-	req := request(t, agent.Request{Message: agent.Message{ID: "m1", Text: "!sh id -u"}, LLM: agent.LLMConfig{Provider: agent.ProviderOffline}})
+	req := request(t, agent.Request{Message: agent.Message{ID: "m1", Text: "!sh id -u"}, LLM: agentspec.LLMConfig{Provider: agentspec.ProviderOffline}})
 
 	rep, code := agentRun(t, bin, ws, req, nobody)
 	if code != 0 || rep.ErrorKind != agent.ErrKindWorkspace || !strings.Contains(rep.Error, "not writable by uid 65534") {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
@@ -29,7 +30,7 @@ func TestHostModeKeyNeverInWorkspace(t *testing.T) {
 	build := `k="$(printf '%s%s' sk-meepa-host scrub-5d0a93c1e7b4)"; printf 'plain %s\nb64 %s\n' "$k" "$(printf '%s' "$k" | base64 -w0)"`
 	model := testutil.NewFakeModel(t, map[string]string{"key": build})
 	model.EchoTools = true
-	for _, provider := range []string{agent.ProviderOffline, agent.ProviderOpenAI} {
+	for _, provider := range []string{agentspec.ProviderOffline, agentspec.ProviderOpenAI} {
 		t.Run(provider, func(t *testing.T) {
 			cfg := &runner.Config{
 				AgentID:       "tf-host-keyscrub",
@@ -40,7 +41,7 @@ func TestHostModeKeyNeverInWorkspace(t *testing.T) {
 			cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.BaseURL, cfg.LLM.APIKey = provider, "m", model.URL()+"/v1", key
 			c, logs := hostServeConfig(t, cfg)
 			msg := "key"
-			if provider == agent.ProviderOffline {
+			if provider == agentspec.ProviderOffline {
 				msg = "!sh " + build
 			}
 			for _, text := range []string{msg, "remember " + base64.StdEncoding.EncodeToString([]byte(key))} {

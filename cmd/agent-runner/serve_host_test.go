@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -115,8 +115,8 @@ func TestServeHostMode(t *testing.T) {
 		t.Errorf("healthz = %v, want mode host and landlock_abi %d", h, landlock.DetectABI())
 	}
 	// A root runner gives the agent its own uid and hides denied paths.
-	if os.Geteuid() == 0 && (h["agent_uid"] != float64(sandbox.AgentUID("tf-acc-host")) || h["deny_inside"] != "mount") {
-		t.Errorf("healthz = %v, want agent_uid %d and deny_inside mount", h, sandbox.AgentUID("tf-acc-host"))
+	if os.Geteuid() == 0 && (h["agent_uid"] != float64(agentspec.AgentUID("tf-acc-host")) || h["deny_inside"] != "mount") {
+		t.Errorf("healthz = %v, want agent_uid %d and deny_inside mount", h, agentspec.AgentUID("tf-acc-host"))
 	}
 
 	status, m := post(t, c, "!sh cat "+filepath.Join(a, "data.txt"))

@@ -17,7 +17,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
@@ -44,7 +44,7 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 		Listen:    "unix://" + filepath.Join(sockDir, "r.sock"),
 		Token:     "serve-test-token",
 		Container: runner.ContainerMode{Enabled: true, Image: testutil.EnsureRunnerImage(t, cli), TimeoutSeconds: 120, Network: "none", Prestart: true},
-		LLM:       agent.LLMConfig{Provider: "offline"},
+		LLM:       agentspec.LLMConfig{Provider: "offline"},
 		Journal:   filepath.Join(sockDir, "journal"),
 	}
 	cfgPath := filepath.Join(sockDir, "runner.json")

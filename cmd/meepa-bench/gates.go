@@ -10,9 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
 // benchGates measures the ThreeGate execution layer (issue 10), in rounds
@@ -28,7 +27,7 @@ func benchGates(ctx context.Context, dir string, rounds int) (i, j time.Duration
 		if err := os.Mkdir(ws, 0o755); err != nil {
 			return "", err
 		}
-		return ws, os.Chown(ws, sandbox.DefaultUID, sandbox.DefaultGID)
+		return ws, os.Chown(ws, agentspec.DefaultUID, agentspec.DefaultGID)
 	}
 	wsTE, err := mk("gate-te")
 	if err != nil {
@@ -40,9 +39,9 @@ func benchGates(ctx context.Context, dir string, rounds int) (i, j time.Duration
 	}
 	teID, coreID := agentName("te"), agentName("core")
 	te := &runner.Config{
-		AgentID: teID, Workspace: wsTE, Listen: "unix://" + filepath.Join(dir, "te.sock"), Token: "bench-te", Role: agent.RoleToolExec,
+		AgentID: teID, Workspace: wsTE, Listen: "unix://" + filepath.Join(dir, "te.sock"), Token: "bench-te", Role: agentspec.RoleToolExec,
 		Container: runner.ContainerMode{Enabled: true, Image: runnerImage, TimeoutSeconds: 60, Network: "none", Prestart: true},
-		LLM:       agent.LLMConfig{Provider: "offline"},
+		LLM:       agentspec.LLMConfig{Provider: "offline"},
 	}
 	teR, err := serveRunner(ctx, te, nil)
 	if err != nil {
@@ -50,10 +49,10 @@ func benchGates(ctx context.Context, dir string, rounds int) (i, j time.Duration
 	}
 	defer teR.close()
 	core := &runner.Config{
-		AgentID: coreID, Workspace: wsCore, Listen: "unix://" + filepath.Join(dir, "core.sock"), Token: "bench-core", Role: agent.RoleCore,
+		AgentID: coreID, Workspace: wsCore, Listen: "unix://" + filepath.Join(dir, "core.sock"), Token: "bench-core", Role: agentspec.RoleCore,
 		Container: runner.ContainerMode{Enabled: true, Image: runnerImage, TimeoutSeconds: 60, Network: "none", Prestart: true},
-		LLM:       agent.LLMConfig{Provider: "offline"},
-		Ask:       []runner.AskTarget{{AgentID: teID, Role: agent.RoleToolExec, Listen: te.Listen, Token: te.Token}},
+		LLM:       agentspec.LLMConfig{Provider: "offline"},
+		Ask:       []runner.AskTarget{{AgentID: teID, Role: agentspec.RoleToolExec, Listen: te.Listen, Token: te.Token}},
 	}
 	coreR, err := serveRunner(ctx, core, nil)
 	if err != nil {

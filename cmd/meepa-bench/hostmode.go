@@ -10,7 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
@@ -44,7 +44,7 @@ func benchHostMode(ctx context.Context, dir string, rounds int, containerSend, s
 		Token:      "bench-host",
 		Container:  runner.ContainerMode{TimeoutSeconds: 60},
 		FileAccess: runner.FileAccess{AllowNetwork: true},
-		LLM:        agent.LLMConfig{Provider: "offline"},
+		LLM:        agentspec.LLMConfig{Provider: "offline"},
 	}
 	r, err := serveRunner(ctx, cfg, func(_ context.Context, cfg *runner.Config, log hclog.Logger) (sandbox.Backend, string, error) {
 		o := runner.HostOptions(cfg, log)

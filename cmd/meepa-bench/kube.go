@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
@@ -64,7 +65,7 @@ func benchKube(ctx context.Context, cli *client.Client, kubeconfig, tmp string, 
 	if err := os.Mkdir(ws, 0o755); err != nil {
 		return err
 	}
-	if err := os.Chown(ws, sandbox.DefaultUID, sandbox.DefaultGID); err != nil {
+	if err := os.Chown(ws, agentspec.DefaultUID, agentspec.DefaultGID); err != nil {
 		return err
 	}
 	remove, err := kube.HostPathClaim(ctx, c, "ws", ws)
@@ -133,7 +134,7 @@ func kubeRounds(ctx context.Context, c *kube.Client, spec kube.PodSpec, rounds i
 		return nil, nil, nil, err
 	}
 	defer func() { err = errors.Join(err, warm.Close(context.WithoutCancel(ctx))) }()
-	request, _ := json.Marshal(agent.Request{AgentID: spec.AgentID, Message: agent.Message{ID: "bench", Text: benchText}, LLM: agent.LLMConfig{Provider: "offline"}})
+	request, _ := json.Marshal(agent.Request{AgentID: spec.AgentID, Message: agent.Message{ID: "bench", Text: benchText}, LLM: agentspec.LLMConfig{Provider: "offline"}})
 	send := func(p *kube.Pods) error {
 		out, err := p.Run(ctx, sandbox.Job{MessageID: "bench", Stdin: request, Timeout: time.Minute})
 		if err != nil {

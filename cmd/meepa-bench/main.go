@@ -62,6 +62,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
@@ -143,14 +144,14 @@ func run(rounds, burst, perAgent, reps int, kubeOnly bool) error {
 		if err := os.Mkdir(ws, 0o755); err != nil {
 			return "", err
 		}
-		return ws, os.Chown(ws, sandbox.DefaultUID, sandbox.DefaultGID)
+		return ws, os.Chown(ws, agentspec.DefaultUID, agentspec.DefaultGID)
 	}
 	wsA, err := newWorkspace("bare")
 	if err != nil {
 		return err
 	}
 	spec := sandbox.Spec{AgentID: agentName("bare"), Workspace: wsA, Image: runnerImage}
-	request, _ := json.Marshal(agent.Request{AgentID: spec.AgentID, Message: agent.Message{ID: "bench", Text: benchText}, LLM: agent.LLMConfig{Provider: "offline"}})
+	request, _ := json.Marshal(agent.Request{AgentID: spec.AgentID, Message: agent.Message{ID: "bench", Text: benchText}, LLM: agentspec.LLMConfig{Provider: "offline"}})
 	dockerArgs, err := dockerRunArgs(spec)
 	if err != nil {
 		return err
@@ -443,7 +444,7 @@ func startRunner(ctx context.Context, dir, id, ws string, prestart bool) (*bench
 		Token:     "bench-" + id,
 		QueueSize: 64,
 		Container: runner.ContainerMode{Enabled: true, Image: runnerImage, TimeoutSeconds: 60, Network: "none", Prestart: prestart},
-		LLM:       agent.LLMConfig{Provider: "offline"},
+		LLM:       agentspec.LLMConfig{Provider: "offline"},
 	}, nil)
 }
 

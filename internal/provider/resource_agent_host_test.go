@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 	"github.com/hashicorp/terraform-plugin-testing/tfversion"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
@@ -81,7 +82,7 @@ func TestAccAgent_hostMode(t *testing.T) {
 	// write must be writable by that uid (Landlock grants, Unix permits).
 	agentUID := os.Getuid()
 	if agentUID == 0 {
-		agentUID = sandbox.AgentUID(id)
+		agentUID = agentspec.AgentUID(id)
 		if err := sandbox.ChownTree(rw, agentUID, agentUID); err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
@@ -61,7 +61,7 @@ func TestRuntimeRoundTrip(t *testing.T) {
 			PidsLimit: 128, User: "1000:1000", Runtime: "runc", Prestart: false},
 		FileAccess: runner.FileAccess{AllowRead: []string{"/srv/a"}, AllowReadWrite: []string{"/srv/b"}, Deny: []string{"/srv/b/c"},
 			AllowHomeDotfiles: true, AllowNetwork: false},
-		LLM:                  agent.LLMConfig{Provider: "openai", Model: "m", BaseURL: "http://x/v1", APIKey: "sk"},
+		LLM:                  agentspec.LLMConfig{Provider: "openai", Model: "m", BaseURL: "http://x/v1", APIKey: "sk"},
 		Secrets:              map[string]string{"A": "1"},
 		InjectCredentialsEnv: true, InjectSecretsEnv: false, RedactSecrets: true, MaxSteps: 5,
 		LLMLimits: runner.LLMLimits{MaxTokensPerCall: 1000, MessageTokenBudget: 20000, AgentTokenBudget: 300000, AgentBudgetWindowSeconds: 3600},

@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/transport/spdy"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testregistry"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -81,7 +81,7 @@ func APIServer(t testing.TB, c *kube.Client) string {
 func ReservedVolume(t testing.TB, c *kube.Client, claim, size string) string {
 	t.Helper()
 	dir := testutil.SharedTempDir(t)
-	testutil.Must(t, os.Chown(dir, sandbox.DefaultUID, sandbox.DefaultGID))
+	testutil.Must(t, os.Chown(dir, agentspec.DefaultUID, agentspec.DefaultGID))
 	name := c.Namespace + "-" + claim
 	hostDir := corev1.HostPathDirectory
 	pv := &corev1.PersistentVolume{

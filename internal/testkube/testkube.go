@@ -17,8 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testimage"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -100,7 +100,7 @@ func RunnerImage(t testing.TB) string {
 func WorkspaceClaim(t testing.TB, c *kube.Client, name string) string {
 	t.Helper()
 	dir := testutil.SharedTempDir(t)
-	testutil.Must(t, os.Chown(dir, sandbox.DefaultUID, sandbox.DefaultGID))
+	testutil.Must(t, os.Chown(dir, agentspec.DefaultUID, agentspec.DefaultGID))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	remove, err := kube.HostPathClaim(ctx, c, name, dir)

@@ -10,14 +10,9 @@ import (
 
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 )
-
-// DefaultAnthropicBaseURL is used when LLMConfig.BaseURL is empty; the SDK
-// appends v1/messages.
-const DefaultAnthropicBaseURL = "https://api.anthropic.com/"
-
-// DefaultAnthropicMaxTokens: the Messages API requires max_tokens.
-const DefaultAnthropicMaxTokens = 4096
 
 // Anthropic talks to the Messages API (POST <base_url>/v1/messages) with
 // tool use, through the official SDK.
@@ -31,20 +26,20 @@ type Anthropic struct {
 // those read ANTHROPIC_* variables and profile files under the config
 // directory, and HOME here is the agent's own workspace, which a tool could
 // have written to steer the next run's credentials or base URL.
-func NewAnthropic(cfg LLMConfig, hc *http.Client) (*Anthropic, error) {
+func NewAnthropic(cfg agentspec.LLMConfig, hc *http.Client) (*Anthropic, error) {
 	if cfg.Model == "" {
 		return nil, errors.New("llm.model is required for provider anthropic")
 	}
 	base := cfg.BaseURL
 	if base == "" {
-		base = DefaultAnthropicBaseURL
+		base = agentspec.DefaultAnthropicBaseURL
 	}
 	if hc == nil {
 		hc = &http.Client{}
 	}
 	max := cfg.MaxTokens
 	if max <= 0 {
-		max = DefaultAnthropicMaxTokens
+		max = agentspec.DefaultAnthropicMaxTokens
 	}
 	c := anthropic.NewClient(
 		option.WithoutEnvironmentDefaults(),

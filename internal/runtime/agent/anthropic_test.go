@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 )
 
 func anthropicAnswer(t *testing.T, stop string, content ...any) fakeAnswer {
@@ -30,7 +32,7 @@ func TestAnthropicToolRoundTrip(t *testing.T) {
 	ws := t.TempDir()
 	rep := runReq(t, ws, Request{
 		Message:              Message{ID: "m1", Text: "remember milk"},
-		LLM:                  LLMConfig{Provider: ProviderAnthropic, Model: "claude-test", BaseURL: fake.srv.URL, APIKey: key},
+		LLM:                  agentspec.LLMConfig{Provider: agentspec.ProviderAnthropic, Model: "claude-test", BaseURL: fake.srv.URL, APIKey: key},
 		InjectCredentialsEnv: true,
 		RedactSecrets:        true,
 	})
@@ -55,7 +57,7 @@ func TestAnthropicToolRoundTrip(t *testing.T) {
 		t.Errorf("x-api-key = %q", got)
 	}
 	first := reqs[0]
-	if first["model"] != "claude-test" || first["max_tokens"] != float64(DefaultAnthropicMaxTokens) {
+	if first["model"] != "claude-test" || first["max_tokens"] != float64(agentspec.DefaultAnthropicMaxTokens) {
 		t.Errorf("model %v max_tokens %v", first["model"], first["max_tokens"])
 	}
 	if sys := mustJSON(t, first["system"]); !strings.Contains(sys, "You are an agent") {
@@ -105,7 +107,7 @@ func TestAnthropicToolError(t *testing.T) {
 	)
 	rep := runReq(t, t.TempDir(), Request{
 		Message: Message{ID: "m1", Text: "read passwd"},
-		LLM:     LLMConfig{Provider: ProviderAnthropic, Model: "claude-test", BaseURL: fake.srv.URL},
+		LLM:     agentspec.LLMConfig{Provider: agentspec.ProviderAnthropic, Model: "claude-test", BaseURL: fake.srv.URL},
 	})
 	if rep.Reply != "I cannot read that." || !strings.Contains(rep.Steps[0].ToolCalls[0].Error, "outside the workspace") {
 		t.Fatalf("reply %q steps %+v (%s)", rep.Reply, rep.Steps, rep.Error)
@@ -124,7 +126,7 @@ func TestAnthropicErrors(t *testing.T) {
 	})
 	rep := runReq(t, t.TempDir(), Request{
 		Message:       Message{ID: "m1", Text: "hi"},
-		LLM:           LLMConfig{Provider: ProviderAnthropic, Model: "claude-test", BaseURL: fake.srv.URL, APIKey: key},
+		LLM:           agentspec.LLMConfig{Provider: agentspec.ProviderAnthropic, Model: "claude-test", BaseURL: fake.srv.URL, APIKey: key},
 		RedactSecrets: true,
 	})
 	if rep.ErrorKind != ErrKindLLM || rep.Error != "anthropic: 401 Unauthorized: authentication_error: invalid x-api-key "+Redacted {
@@ -134,7 +136,7 @@ func TestAnthropicErrors(t *testing.T) {
 	fake = newFakeLLM(t, "/v1/messages", fakeAnswer{status: http.StatusBadRequest, body: `not json at all`})
 	rep = runReq(t, t.TempDir(), Request{
 		Message: Message{ID: "m1", Text: "hi"},
-		LLM:     LLMConfig{Provider: ProviderAnthropic, Model: "claude-test", BaseURL: fake.srv.URL},
+		LLM:     agentspec.LLMConfig{Provider: agentspec.ProviderAnthropic, Model: "claude-test", BaseURL: fake.srv.URL},
 	})
 	if rep.ErrorKind != ErrKindLLM || !strings.HasPrefix(rep.Error, "anthropic: 400 Bad Request") {
 		t.Errorf("got %q %q", rep.ErrorKind, rep.Error)

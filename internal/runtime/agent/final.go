@@ -2,29 +2,10 @@ package agent
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
 	"os"
 	"strconv"
 	"strings"
 )
-
-// FinalReply reports whether stdout, as far as it has come, is exactly one
-// complete Reply line marked Final. The runner answers such a reply at
-// once; anything else (no newline yet, more than one line, not a Reply,
-// not Final) waits for the sandbox's exit state as before. Final only
-// shortens the wait: the sandbox still waits for the container's exit
-// before any later message reaches another container.
-func FinalReply(stdout []byte) bool {
-	line, rest, ok := bytes.Cut(stdout, []byte{'\n'})
-	if !ok || len(bytes.TrimSpace(rest)) != 0 {
-		return false
-	}
-	var r struct {
-		Final bool `json:"final"`
-	}
-	return json.Unmarshal(line, &r) == nil && r.Final
-}
 
 // oomFiles are where the kernel counts OOM kills of the calling process's
 // cgroup, as a container with its own cgroup namespace sees it: cgroup v2,

@@ -9,20 +9,17 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 )
 
 // Loop limits.
 const (
-	// DefaultMaxSteps applies when Request.MaxSteps is 0.
-	DefaultMaxSteps = 8
-	// MaxMaxSteps bounds what a request may ask for.
-	MaxMaxSteps = 100
 	// maxToolCallsPerStep bounds how many tool calls of one model turn run.
 	maxToolCallsPerStep = 16
 	// MaxRequestBytes bounds the stdin request.
@@ -30,16 +27,6 @@ const (
 	// DefaultConversation keys messages that carry no conversation id.
 	DefaultConversation = "default"
 )
-
-// Provider names in LLMConfig.Provider.
-const (
-	ProviderOpenAI    = "openai"
-	ProviderAnthropic = "anthropic"
-	ProviderOffline   = "offline"
-)
-
-// Providers lists the accepted LLMConfig.Provider values.
-var Providers = []string{ProviderOpenAI, ProviderAnthropic, ProviderOffline}
 
 // Environment variables that carry the API key to tool processes when
 // Request.InjectCredentialsEnv is set: MEEPA_LLM_API_KEY always, plus the
@@ -95,31 +82,6 @@ func failed(rep *Reply, start time.Time, kind string, err error) *Reply {
 	rep.Error = err.Error()
 	rep.DurationMS = time.Since(start).Milliseconds()
 	return rep
-}
-
-// EnvNamePattern is what a tool environment variable's name must look like.
-var EnvNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// reservedToolEnv are the names the sandbox fixes for every tool process:
-// HOME and TMPDIR are the workspace and the private temp dir that the
-// isolation model promises, and PATH and the dynamic loader's variables
-// decide which code runs. An env entry or a secret may not replace them.
-var reservedToolEnv = map[string]bool{
-	"HOME": true, "TMPDIR": true, "PATH": true,
-	"LD_PRELOAD": true, "LD_LIBRARY_PATH": true, "LD_AUDIT": true,
-}
-
-// CheckToolEnvName says why k cannot name a tool environment variable, or
-// nil. The provider calls it at plan time so a bad name fails the plan, not
-// every message.
-func CheckToolEnvName(k string) error {
-	switch {
-	case !EnvNamePattern.MatchString(k):
-		return fmt.Errorf("%q is not an environment variable name (%s)", k, EnvNamePattern)
-	case reservedToolEnv[k]:
-		return fmt.Errorf("%q is fixed by the sandbox for every tool process and cannot be set", k)
-	}
-	return nil
 }
 
 // Run answers one message: it builds the system prompt from the workspace,
@@ -223,7 +185,7 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 		conversation = DefaultConversation
 	}
 	var msgs []ChatMessage
-	if req.LLM.Provider != ProviderOffline {
+	if req.LLM.Provider != agentspec.ProviderOffline {
 		if msgs, err = mem.History(ctx, conversation, historyMessages); err != nil {
 			return finish(ErrKindWorkspace, err)
 		}
@@ -297,18 +259,18 @@ func validate(req *Request, workspace string) (int, []string, error) {
 		errs = append(errs, errors.New("message.text is empty"))
 	}
 	known := false
-	for _, p := range Providers {
+	for _, p := range agentspec.Providers {
 		known = known || req.LLM.Provider == p
 	}
 	if !known {
-		errs = append(errs, fmt.Errorf("llm.provider %q is not one of %v", req.LLM.Provider, Providers))
+		errs = append(errs, fmt.Errorf("llm.provider %q is not one of %v", req.LLM.Provider, agentspec.Providers))
 	}
 	maxSteps := req.MaxSteps
 	switch {
 	case maxSteps == 0:
-		maxSteps = DefaultMaxSteps
-	case maxSteps < 0 || maxSteps > MaxMaxSteps:
-		errs = append(errs, fmt.Errorf("max_steps %d is not between 1 and %d", maxSteps, MaxMaxSteps))
+		maxSteps = agentspec.DefaultMaxSteps
+	case maxSteps < 0 || maxSteps > agentspec.MaxMaxSteps:
+		errs = append(errs, fmt.Errorf("max_steps %d is not between 1 and %d", maxSteps, agentspec.MaxMaxSteps))
 	}
 	env, err := toolEnv(req, workspace)
 	if err != nil {
@@ -330,7 +292,7 @@ func toolEnv(req *Request, workspace string) ([]string, error) {
 	}
 	var errs []error
 	set := func(field, k, v string) {
-		if err := CheckToolEnvName(k); err != nil {
+		if err := agentspec.CheckToolEnvName(k); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", field, err))
 			return
 		}
@@ -355,9 +317,9 @@ func toolEnv(req *Request, workspace string) ([]string, error) {
 	if req.InjectCredentialsEnv && req.LLM.APIKey != "" && req.Relay == nil {
 		set("llm.api_key", EnvLLMAPIKey, req.LLM.APIKey)
 		switch req.LLM.Provider {
-		case ProviderOpenAI:
+		case agentspec.ProviderOpenAI:
 			set("llm.api_key", EnvOpenAIAPIKey, req.LLM.APIKey)
-		case ProviderAnthropic:
+		case agentspec.ProviderAnthropic:
 			set("llm.api_key", EnvAnthropicAPIKey, req.LLM.APIKey)
 		}
 	}
@@ -370,7 +332,7 @@ func toolEnv(req *Request, workspace string) ([]string, error) {
 }
 
 func usesModel(provider string) bool {
-	return provider == ProviderOpenAI || provider == ProviderAnthropic
+	return provider == agentspec.ProviderOpenAI || provider == agentspec.ProviderAnthropic
 }
 
 // relayEnv points tool processes at the relay forwarder on base with the
@@ -378,9 +340,9 @@ func usesModel(provider string) bool {
 func relayEnv(provider, base, token string) []string {
 	env := []string{EnvLLMAPIKey + "=" + token}
 	switch provider {
-	case ProviderOpenAI:
+	case agentspec.ProviderOpenAI:
 		env = append(env, EnvLLMBaseURL+"="+base+"/openai", EnvOpenAIBaseURL+"="+base+"/openai", EnvOpenAIAPIKey+"="+token)
-	case ProviderAnthropic:
+	case agentspec.ProviderAnthropic:
 		env = append(env, EnvLLMBaseURL+"="+base+"/anthropic", EnvAnthropicBaseURL+"="+base+"/anthropic", EnvAnthropicAPIKey+"="+token)
 	}
 	return env
@@ -418,14 +380,14 @@ func checkWorkspace(dir string) error {
 }
 
 // NewClient builds the client LLMConfig names.
-func NewClient(cfg LLMConfig, hc *http.Client) (Client, error) {
+func NewClient(cfg agentspec.LLMConfig, hc *http.Client) (Client, error) {
 	switch cfg.Provider {
-	case ProviderOffline:
+	case agentspec.ProviderOffline:
 		return Offline{}, nil
-	case ProviderOpenAI:
+	case agentspec.ProviderOpenAI:
 		return NewOpenAI(cfg, hc)
-	case ProviderAnthropic:
+	case agentspec.ProviderAnthropic:
 		return NewAnthropic(cfg, hc)
 	}
-	return nil, fmt.Errorf("llm.provider %q is not one of %v", cfg.Provider, Providers)
+	return nil, fmt.Errorf("llm.provider %q is not one of %v", cfg.Provider, agentspec.Providers)
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -17,7 +18,7 @@ func offlineReq(text string) Request {
 	return Request{
 		AgentID:       "a1",
 		Message:       Message{ID: "m1", Text: text},
-		LLM:           LLMConfig{Provider: ProviderOffline},
+		LLM:           agentspec.LLMConfig{Provider: agentspec.ProviderOffline},
 		RedactSecrets: true,
 	}
 }
@@ -148,8 +149,8 @@ func TestStepBound(t *testing.T) {
 	loop.calls = nil
 	req.MaxSteps = 0
 	rep = Run(context.Background(), &req, Options{Workspace: ws, Client: loop})
-	if rep.ErrorKind != ErrKindSteps || len(loop.calls) != DefaultMaxSteps {
-		t.Errorf("default bound: %d calls, kind %q; want %d", len(loop.calls), rep.ErrorKind, DefaultMaxSteps)
+	if rep.ErrorKind != ErrKindSteps || len(loop.calls) != agentspec.DefaultMaxSteps {
+		t.Errorf("default bound: %d calls, kind %q; want %d", len(loop.calls), rep.ErrorKind, agentspec.DefaultMaxSteps)
 	}
 }
 
@@ -172,7 +173,7 @@ func TestMemoryHistoryAcrossRuns(t *testing.T) {
 		return Answer{Text: "answer " + c.Messages[len(c.Messages)-1].Text}, nil
 	}}
 	req := offlineReq("first")
-	req.LLM = LLMConfig{Provider: ProviderOpenAI, Model: "m"}
+	req.LLM = agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m"}
 	req.Message.ConversationID = "conv-1"
 	if rep := Run(context.Background(), &req, Options{Workspace: ws, Client: c}); rep.ErrorKind != "" {
 		t.Fatal(rep.Error)
@@ -286,7 +287,7 @@ func TestWorkspaceNotWritable(t *testing.T) {
 
 func TestToolEnvRefusesReservedNames(t *testing.T) {
 	for _, k := range []string{"HOME", "TMPDIR", "PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "gh-token", "1X", ""} {
-		if CheckToolEnvName(k) == nil {
+		if agentspec.CheckToolEnvName(k) == nil {
 			t.Errorf("CheckToolEnvName(%q) = nil, want an error", k)
 		}
 		req := &Request{InjectSecretsEnv: true, Secrets: map[string]string{k: "value"}}

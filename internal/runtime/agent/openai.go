@@ -11,12 +11,9 @@ import (
 	"github.com/openai/openai-go"
 	"github.com/openai/openai-go/option"
 	"github.com/openai/openai-go/shared"
-)
 
-// DefaultOpenAIBaseURL is used when LLMConfig.BaseURL is empty. A base URL
-// is the API root including its version path, as the OpenAI SDKs take it:
-// http://ollama:11434/v1, http://vllm:8000/v1, https://gateway.example/v1.
-const DefaultOpenAIBaseURL = "https://api.openai.com/v1/"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+)
 
 // OpenAI talks to any OpenAI-compatible chat completions endpoint
 // (POST <base_url>/chat/completions) with function tools, through the
@@ -30,13 +27,13 @@ type OpenAI struct {
 // NewOpenAI builds the client. It builds the chat service alone, without
 // openai.NewClient's defaults, so OPENAI_* variables in agent-run's
 // environment cannot redirect it or add headers.
-func NewOpenAI(cfg LLMConfig, hc *http.Client) (*OpenAI, error) {
+func NewOpenAI(cfg agentspec.LLMConfig, hc *http.Client) (*OpenAI, error) {
 	if cfg.Model == "" {
 		return nil, errors.New("llm.model is required for provider openai")
 	}
 	base := cfg.BaseURL
 	if base == "" {
-		base = DefaultOpenAIBaseURL
+		base = agentspec.DefaultOpenAIBaseURL
 	}
 	if hc == nil {
 		hc = &http.Client{}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -40,7 +41,7 @@ func TestOpenAIToolRoundTrip(t *testing.T) {
 	testutil.Must(t, os.WriteFile(filepath.Join(ws, "SOUL.md"), []byte("You are Wren."), 0o644))
 	rep := runReq(t, ws, Request{
 		Message:              Message{ID: "m1", Text: "make a file"},
-		LLM:                  LLMConfig{Provider: ProviderOpenAI, Model: "gpt-test", BaseURL: fake.srv.URL + "/v1", APIKey: key},
+		LLM:                  agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "gpt-test", BaseURL: fake.srv.URL + "/v1", APIKey: key},
 		InjectCredentialsEnv: true,
 		RedactSecrets:        true,
 	})
@@ -119,7 +120,7 @@ func TestOpenAIErrors(t *testing.T) {
 	ws := t.TempDir()
 	req := Request{
 		Message:       Message{ID: "m1", Text: "hi"},
-		LLM:           LLMConfig{Provider: ProviderOpenAI, Model: "gpt-test", BaseURL: fake.srv.URL + "/v1", APIKey: key},
+		LLM:           agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "gpt-test", BaseURL: fake.srv.URL + "/v1", APIKey: key},
 		RedactSecrets: true,
 	}
 	rep := runReq(t, ws, req)
@@ -152,7 +153,7 @@ func TestOpenAIHistoryAcrossRuns(t *testing.T) {
 	ws := t.TempDir()
 	req := Request{
 		Message: Message{ID: "m1", Text: "my name is Ana", ConversationID: "c1"},
-		LLM:     LLMConfig{Provider: ProviderOpenAI, Model: "gpt-test", BaseURL: fake.srv.URL + "/v1"},
+		LLM:     agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "gpt-test", BaseURL: fake.srv.URL + "/v1"},
 	}
 	if rep := runReq(t, ws, req); rep.Reply != "hello Ana" {
 		t.Fatalf("first reply %q (%s)", rep.Reply, rep.Error)

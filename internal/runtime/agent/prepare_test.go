@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 )
 
 // A sandbox prepared while the message before it still ran (a prestarted
@@ -26,7 +28,7 @@ func TestPreparedSeesWhatCameAfterIt(t *testing.T) {
 		return Answer{Text: "answer " + c.Messages[len(c.Messages)-1].Text}, nil
 	}}
 	req := offlineReq("first")
-	req.LLM = LLMConfig{Provider: ProviderOpenAI, Model: "m"}
+	req.LLM = agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m"}
 	if rep := Run(ctx, &req, Options{Workspace: ws, Client: c}); rep.ErrorKind != "" {
 		t.Fatal(rep.Error)
 	}
@@ -100,7 +102,7 @@ func TestFinalReply(t *testing.T) {
 		`{"final":true} {"final":true}` + "\n":                 false,
 		`{"reply":"x","final":true,"error_kind":"llm"}` + "\n": true, // an error reply is final too
 	} {
-		if got := FinalReply([]byte(in)); got != want {
+		if got := agentspec.FinalReply([]byte(in)); got != want {
 			t.Errorf("FinalReply(%q) = %v, want %v", in, got, want)
 		}
 	}

@@ -2,27 +2,7 @@
 // per-message sandbox: one JSON Request on stdin, one JSON Reply on stdout.
 package agent
 
-// LLMConfig says which model answers and how to reach it.
-type LLMConfig struct {
-	// Provider is "openai" (any OpenAI-compatible chat completions endpoint),
-	// "anthropic", or "offline" (the embedded deterministic responder).
-	Provider string `json:"provider"`
-	// Model is required for openai and anthropic.
-	Model string `json:"model,omitempty"`
-	// BaseURL is the API root. For openai it includes the version path, as
-	// the OpenAI SDKs take it (http://ollama:11434/v1; default
-	// https://api.openai.com/v1/); for anthropic it does not (default
-	// https://api.anthropic.com/; the SDK adds v1/messages). LLM calls honour
-	// HTTP(S)_PROXY in agent-run's environment.
-	BaseURL string `json:"base_url,omitempty"`
-	// APIKey is the provider's key in the runner's config. The runner never
-	// hands it to agent-run: the request carries a relay token here instead
-	// (see Request.Relay).
-	APIKey string `json:"api_key,omitempty"`
-	// MaxTokens bounds each model answer; 0 is the provider default
-	// (Anthropic requires one: 4096).
-	MaxTokens int `json:"max_tokens,omitempty"`
-}
+import "github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 
 // Message is the inbound message.
 type Message struct {
@@ -35,9 +15,9 @@ type Message struct {
 
 // Request is what agent-run reads on stdin.
 type Request struct {
-	AgentID string    `json:"agent_id"`
-	Message Message   `json:"message"`
-	LLM     LLMConfig `json:"llm"`
+	AgentID string              `json:"agent_id"`
+	Message Message             `json:"message"`
+	LLM     agentspec.LLMConfig `json:"llm"`
 	// Secrets are extra secret values; redacted from replies when
 	// RedactSecrets, exported to tool processes when InjectSecretsEnv.
 	Secrets              map[string]string `json:"secrets,omitempty"`
@@ -61,20 +41,7 @@ type Request struct {
 	// Seed, when set, is applied to the workspace before the loop (see
 	// Seed). It is not secret, but it is the agent's instructions: like
 	// the message text, it is never logged.
-	Seed *Seed `json:"seed,omitempty"`
-}
-
-// Seed is what a workspace starts with where the provider cannot write it
-// itself: on a cluster the workspace is a claim only the message pods
-// mount, so the runner sends its agent's soul and memory with every
-// message and agent-run applies workspace.Ensure's rules to /workspace:
-// SOUL.md and MEMORY.md written when missing, skills/ made, SOUL.md
-// rewritten when ManageSoul and it differs. On Docker the provider writes
-// the workspace and sends no seed.
-type Seed struct {
-	Soul       string `json:"soul"`
-	Memory     string `json:"memory"`
-	ManageSoul bool   `json:"manage_soul"`
+	Seed *agentspec.Seed `json:"seed,omitempty"`
 }
 
 // AskTarget is an agent the ask tool may reach.
@@ -135,6 +102,6 @@ type Reply struct {
 	// Final is set by agent-run running as its container's init when it
 	// found no process of the container killed for memory: it exits 0
 	// right after this line, so the runner may answer without waiting for
-	// the daemon to report the exit (see FinalReply).
+	// the daemon to report the exit (see agentspec.FinalReply).
 	Final bool `json:"final,omitempty"`
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 )
 
 // printForms is a shell command that prints each of the tool environment's
@@ -138,7 +140,7 @@ func TestWorkspaceWritesHoldNoSecret(t *testing.T) {
 	req := offlineReq("write it")
 	req.LLM.APIKey = loopKey
 	req.Secrets = map[string]string{"DB_PASSWORD": loopSecret}
-	req.Seed = &Seed{Soul: "You know " + loopKey, Memory: "hex " + strings.ToUpper(hexOf(loopSecret))}
+	req.Seed = &agentspec.Seed{Soul: "You know " + loopKey, Memory: "hex " + strings.ToUpper(hexOf(loopSecret))}
 	rep := Run(context.Background(), &req, Options{Workspace: ws, Client: c})
 	if rep.ErrorKind != "" || rep.Reply != "done" {
 		t.Fatalf("reply %+v", rep)

@@ -6,13 +6,6 @@ import (
 	"unicode/utf8"
 )
 
-// MaxReplyBytes bounds the reply document agent-run writes on stdout (its
-// JSON line, newline included). The runner reads no more than this from a
-// sandbox and refuses a reply that is longer, so it must stay well under
-// the runner's own memory: the runner holds a few copies of a reply while
-// it answers, redacts and journals it.
-const MaxReplyBytes = 4 << 20
-
 // ReplyCutMarker begins the note that ends a text FitReply cut; the note
 // says how many bytes were cut.
 const ReplyCutMarker = "\n…[cut by agent-run: "

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 )
 
 // A model answer of 6 MB, in the reply and again in its step, is cut to
@@ -16,15 +18,15 @@ func TestFitReply(t *testing.T) {
 		{ToolCalls: []ToolCall{{Name: "shell", Input: `{"command":"x"}`, Output: strings.Repeat("o", 3_000_000)}}},
 		{Text: answer},
 	}}
-	if !FitReply(rep, MaxReplyBytes) {
+	if !FitReply(rep, agentspec.MaxReplyBytes) {
 		t.Fatal("a 15 MB reply was not cut")
 	}
 	raw, err := json.Marshal(rep)
-	if err != nil || len(raw)+1 > MaxReplyBytes {
-		t.Fatalf("cut reply is %d bytes (%v), over the cap %d", len(raw), err, MaxReplyBytes)
+	if err != nil || len(raw)+1 > agentspec.MaxReplyBytes {
+		t.Fatalf("cut reply is %d bytes (%v), over the cap %d", len(raw), err, agentspec.MaxReplyBytes)
 	}
 	head, note, ok := strings.Cut(rep.Reply, ReplyCutMarker)
-	if !ok || !strings.HasPrefix(answer, head) || len(head) < MaxReplyBytes/4 || !strings.HasSuffix(note, " bytes]") {
+	if !ok || !strings.HasPrefix(answer, head) || len(head) < agentspec.MaxReplyBytes/4 || !strings.HasSuffix(note, " bytes]") {
 		t.Errorf("reply cut to %d bytes of its start, note %q", len(head), note)
 	}
 	for i, s := range rep.Steps {
@@ -40,13 +42,13 @@ func TestFitReply(t *testing.T) {
 
 	// A trace that fits beside the reply is cut only as far as needed.
 	traced := &Reply{Reply: "short", Steps: []Step{{Text: strings.Repeat("t", 5<<20)}}}
-	FitReply(traced, MaxReplyBytes)
-	if raw, _ := json.Marshal(traced); traced.Reply != "short" || len(traced.Steps[0].Text) < MaxReplyBytes/4 || len(raw) > MaxReplyBytes {
+	FitReply(traced, agentspec.MaxReplyBytes)
+	if raw, _ := json.Marshal(traced); traced.Reply != "short" || len(traced.Steps[0].Text) < agentspec.MaxReplyBytes/4 || len(raw) > agentspec.MaxReplyBytes {
 		t.Errorf("trace cut to %d bytes, reply %q, %d bytes in all", len(traced.Steps[0].Text), traced.Reply, len(raw))
 	}
 
 	small := &Reply{Reply: "hello", Steps: []Step{{Text: "hello"}}}
-	if FitReply(small, MaxReplyBytes) || small.Reply != "hello" || small.Steps[0].Text != "hello" {
+	if FitReply(small, agentspec.MaxReplyBytes) || small.Reply != "hello" || small.Steps[0].Text != "hello" {
 		t.Errorf("a small reply was changed: %+v", small)
 	}
 }

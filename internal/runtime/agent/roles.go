@@ -13,17 +13,9 @@ import (
 	"slices"
 	"strings"
 	"time"
-)
 
-// ThreeGate roles, as meepa_agent's threegate.role names them.
-const (
-	RoleCore     = "core"
-	RoleFetch    = "fetch"
-	RoleToolExec = "tool_exec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 )
-
-// Roles lists the accepted Request.Role values besides "".
-var Roles = []string{RoleCore, RoleFetch, RoleToolExec}
 
 // ToolFetch is the FETCH role's tool: an HTTP(S) GET through the
 // topology's proxy. ToolAsk is the CORE role's delegation to its FETCH and
@@ -46,14 +38,14 @@ var fileTools = []string{ToolReadFile, ToolWriteFile, ToolListFiles}
 // an agent without a role keeps the shell and the file tools.
 func RoleTools(role string) ([]string, error) {
 	switch role {
-	case "", RoleToolExec:
+	case "", agentspec.RoleToolExec:
 		return append([]string{ToolShell}, fileTools...), nil
-	case RoleFetch:
+	case agentspec.RoleFetch:
 		return append([]string{ToolFetch}, fileTools...), nil
-	case RoleCore:
+	case agentspec.RoleCore:
 		return append([]string{ToolAsk}, fileTools...), nil
 	}
-	return nil, fmt.Errorf("role %q is not one of %v", role, Roles)
+	return nil, fmt.Errorf("role %q is not one of %v", role, agentspec.Roles)
 }
 
 // refusal is the tool error a model sees for a tool outside its role.

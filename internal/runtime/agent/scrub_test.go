@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 )
 
 // scrubRelay serves ScrubPath on a unix socket as the runner's relay
@@ -75,7 +77,7 @@ func TestWorkspaceWritesScrubbedByTheRelay(t *testing.T) {
 		sc := &scrubber{red: NewRedactor(), remote: relayScrub(tr, "tok-1")}
 		tb.red = sc
 		_, werr := tb.WriteFile(t.Context(), "notes.txt", "k="+key)
-		serr := applySeed(t.Context(), &Seed{Soul: "soul " + key, ManageSoul: true}, ws, sc, hclog.NewNullLogger())
+		serr := applySeed(t.Context(), &agentspec.Seed{Soul: "soul " + key, ManageSoul: true}, ws, sc, hclog.NewNullLogger())
 		stop()
 		_ = tb.Close()
 		if down && (werr == nil || serr == nil) {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
@@ -16,7 +17,7 @@ import (
 // read, so the message sees the soul it brought. Only whether SOUL.md was
 // written is logged, never its content. Like every other write of the
 // loop it holds no known secret value (Prepared.Scrub).
-func applySeed(ctx context.Context, seed *Seed, dir string, red *scrubber, log hclog.Logger) error {
+func applySeed(ctx context.Context, seed *agentspec.Seed, dir string, red *scrubber, log hclog.Logger) error {
 	if seed == nil {
 		return nil
 	}

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 )
 
 // A request's seed reaches the workspace before the system prompt is read,
@@ -20,10 +22,10 @@ func TestRunAppliesSeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &scripted{next: func(int, Completion) (Answer, error) { return Answer{Text: "ok"}, nil }}
-	run := func(seed *Seed) string {
+	run := func(seed *agentspec.Seed) string {
 		t.Helper()
 		req := offlineReq("hi")
-		req.LLM = LLMConfig{Provider: ProviderOpenAI, Model: "m"}
+		req.LLM = agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m"}
 		req.Seed = seed
 		if rep := Run(ctx, &req, Options{Workspace: ws, Client: c}); rep.ErrorKind != "" {
 			t.Fatalf("run: %+v", rep)
@@ -43,7 +45,7 @@ func TestRunAppliesSeed(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(ws, "SOUL.md")); err == nil {
 		t.Fatal("SOUL.md written without a seed")
 	}
-	sys := run(&Seed{Soul: "soul v1", Memory: "mem v1"})
+	sys := run(&agentspec.Seed{Soul: "soul v1", Memory: "mem v1"})
 	if !strings.Contains(sys, "soul v1") || !strings.Contains(sys, "mem v1") {
 		t.Errorf("the seeded message's system prompt misses the seed:\n%s", sys)
 	}
@@ -57,11 +59,11 @@ func TestRunAppliesSeed(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, "SOUL.md"), []byte("agent edit"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	run(&Seed{Soul: "soul v2", Memory: "mem v2"})
+	run(&agentspec.Seed{Soul: "soul v2", Memory: "mem v2"})
 	if got := read("SOUL.md"); got != "agent edit" {
 		t.Errorf("unmanaged soul: SOUL.md = %q, want the agent's edit", got)
 	}
-	sys = run(&Seed{Soul: "soul v2", Memory: "mem v2", ManageSoul: true})
+	sys = run(&agentspec.Seed{Soul: "soul v2", Memory: "mem v2", ManageSoul: true})
 	if got := read("SOUL.md"); got != "soul v2" || !strings.Contains(sys, "soul v2") {
 		t.Errorf("managed soul: SOUL.md = %q; prompt:\n%s", got, sys)
 	}
@@ -78,7 +80,7 @@ func TestRunSeedFailureIsWorkspaceError(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := offlineReq("hi")
-	req.Seed = &Seed{Soul: "s", ManageSoul: true}
+	req.Seed = &agentspec.Seed{Soul: "s", ManageSoul: true}
 	rep := Run(context.Background(), &req, Options{Workspace: ws})
 	if rep.ErrorKind != ErrKindWorkspace {
 		t.Fatalf("want a workspace error, got %+v", rep)
@@ -91,7 +93,7 @@ func TestSeedJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"seed":{"soul":"s","memory":"m","manage_soul":true}}`), &req); err != nil {
 		t.Fatal(err)
 	}
-	if req.Seed == nil || *req.Seed != (Seed{Soul: "s", Memory: "m", ManageSoul: true}) {
+	if req.Seed == nil || *req.Seed != (agentspec.Seed{Soul: "s", Memory: "m", ManageSoul: true}) {
 		t.Fatalf("seed %+v", req.Seed)
 	}
 	raw, _ := json.Marshal(Request{})

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
@@ -24,7 +24,7 @@ type (
 	Config        = runner.Config
 	ContainerMode = runner.ContainerMode
 	FileAccess    = runner.FileAccess
-	LLMConfig     = agent.LLMConfig
+	LLMConfig     = agentspec.LLMConfig
 	FieldError    = runner.FieldError
 	LLMLimits     = runner.LLMLimits
 )
@@ -33,7 +33,7 @@ type (
 const (
 	DefaultMemoryLimit    = runner.DefaultMemoryLimit
 	MinHostMemoryLimit    = runner.MinHostMemoryLimit
-	MinMemoryLimit        = sandbox.MinMemoryLimitText
+	MinMemoryLimit        = agentspec.MinMemoryLimitText
 	DefaultTimeoutSeconds = runner.DefaultTimeoutSeconds
 	MaxTimeoutSeconds     = runner.MaxTimeoutSeconds
 	DefaultPidsLimit      = runner.DefaultPidsLimit
@@ -55,7 +55,7 @@ const (
 	DefaultLoopMaxTokens            = runner.DefaultLoopMaxTokens
 	DefaultNetwork                  = runner.DefaultNetwork
 	DefaultRuntime                  = runner.DefaultRuntime
-	TmpSize                         = sandbox.TmpSize
+	TmpSize                         = agentspec.TmpSize
 	// DefaultInjectSecretsEnv: see runner.DefaultInjectSecretsEnv.
 	DefaultInjectSecretsEnv = runner.DefaultInjectSecretsEnv
 	// IDPattern is what an agent id may look like (it names a directory
@@ -77,12 +77,12 @@ var (
 	Modes          = []string{ModeContainer, ModeExternal}
 	Networks       = runner.Networks
 	Runtimes       = runner.Runtimes
-	ThreegateRoles = agent.Roles
+	ThreegateRoles = agentspec.Roles
 	// LLMProviders are the accepted llm providers.
-	LLMProviders = agent.Providers
+	LLMProviders = agentspec.Providers
 	// EnvNamePattern is what a secret's name must match with
 	// inject_secrets_env.
-	EnvNamePattern = agent.EnvNamePattern
+	EnvNamePattern = agentspec.EnvNamePattern
 )
 
 // ValidID reports whether id can name an agent.
@@ -93,7 +93,7 @@ func ValidID(id string) bool { return workspace.ValidID(id) }
 func ValidateSettings(c *Config) error { return runner.ValidateSettings(c) }
 
 // CheckToolEnvName says why a name cannot be a tool's environment variable.
-func CheckToolEnvName(k string) error { return agent.CheckToolEnvName(k) }
+func CheckToolEnvName(k string) error { return agentspec.CheckToolEnvName(k) }
 
 // Agent is one agent as its owner describes it: the runner's config and
 // what lies beyond it (the metadata).
@@ -202,7 +202,7 @@ func HostListen(s string) string {
 
 // WorkspaceOwner says who must own the workspace: the per-message
 // container's user in container mode (by default the agent's own uid,
-// sandbox.AgentUser), the runner's (this process's) user in
+// agentspec.AgentUser), the runner's (this process's) user in
 // host mode, where the agent runs as the runner's child. When this process
 // cannot hand the workspace over it returns nil and a warning.
 func WorkspaceOwner(c Config) (*workspace.Owner, string) {
@@ -210,7 +210,7 @@ func WorkspaceOwner(c Config) (*workspace.Owner, string) {
 	if !c.Container.Enabled {
 		return &me, ""
 	}
-	u, err := sandbox.UserFor(c.AgentID, c.Container.User)
+	u, err := agentspec.UserFor(c.AgentID, c.Container.User)
 	if err != nil {
 		// ValidateSettings refuses such a user before anything is made.
 		return nil, fmt.Sprintf("container_mode.user: %v; the workspace keeps its owner.", err)
@@ -233,7 +233,7 @@ func (s *Service) CheckAgentUser(c Config) error {
 	if !c.Container.Enabled || c.Container.User != "" {
 		return nil
 	}
-	u := sandbox.AgentUser(c.AgentID)
+	u := agentspec.AgentUser(c.AgentID)
 	fail := func(why string) error {
 		return stepErr(StepWorkspace, "container_mode.user", "choosing the sandbox user",
 			fmt.Errorf("the agent's own uid %s (derived from agent_id) is %s; set container_mode.user to a uid:gid no one else uses", u, why))

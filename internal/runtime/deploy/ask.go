@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 )
@@ -41,7 +41,7 @@ func ResolveAsk(stateDir, topologyID string, ids []string) ([]runner.AskTarget, 
 			errs = append(errs, fmt.Errorf("ask %q: %w", id, err))
 			continue
 		}
-		if cfg.Role != agent.RoleFetch && cfg.Role != agent.RoleToolExec {
+		if cfg.Role != agentspec.RoleFetch && cfg.Role != agentspec.RoleToolExec {
 			errs = append(errs, fmt.Errorf("ask %q: a core agent asks only fetch and tool_exec agents; this one's role is %q", id, orNone(cfg.Role)))
 			continue
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
@@ -39,7 +39,7 @@ func TestOneRunnerPerAgent(t *testing.T) {
 	cfg := runner.Config{
 		AgentID: id, Workspace: ws, Listen: "unix://" + l.Socket, Token: "t",
 		Container: runner.ContainerMode{Enabled: true, Image: image, MemoryLimit: "64m", TimeoutSeconds: 30, Network: "none", PidsLimit: 64},
-		LLM:       agent.LLMConfig{Provider: "offline"},
+		LLM:       agentspec.LLMConfig{Provider: "offline"},
 	}
 	if err := WriteConfig(l, &cfg); err != nil {
 		t.Fatal(err)

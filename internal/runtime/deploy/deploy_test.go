@@ -10,7 +10,7 @@ import (
 
 	"github.com/docker/docker/api/types/mount"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
@@ -46,7 +46,7 @@ func sampleConfig() runner.Config {
 	return runner.Config{
 		AgentID: "a1", Workspace: "/s/agents/a1", Listen: "unix:///s/runners/a1/run/runner.sock", Token: "tok",
 		Container: runner.ContainerMode{Enabled: true, Image: "img:1", MemoryLimit: "512m", TimeoutSeconds: 300, Network: "bridge"},
-		LLM:       agent.LLMConfig{Provider: "openai", APIKey: "sk-1"},
+		LLM:       agentspec.LLMConfig{Provider: "openai", APIKey: "sk-1"},
 		Secrets:   map[string]string{"A": "1", "B": "2"},
 	}
 }

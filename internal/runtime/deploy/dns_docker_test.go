@@ -20,7 +20,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/probe"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
@@ -65,7 +65,7 @@ func TestThreegateMembersDNSStaysOnLLMNet(t *testing.T) {
 	state := testutil.SharedTempDir(t)
 	roles := s.Roles()
 	for _, tc := range []struct{ topoRole, role string }{
-		{topology.RoleCore, agent.RoleCore}, {topology.RoleFetch, agent.RoleFetch}, {topology.RoleToolExec, agent.RoleToolExec},
+		{topology.RoleCore, agentspec.RoleCore}, {topology.RoleFetch, agentspec.RoleFetch}, {topology.RoleToolExec, agentspec.RoleToolExec},
 	} {
 		r := roles[tc.topoRole]
 		if len(r.DNS) != 1 || r.DNS[0] != s.DNSSink().String() {
@@ -80,7 +80,7 @@ func TestThreegateMembersDNSStaysOnLLMNet(t *testing.T) {
 			}
 		}
 		cfg := runner.Config{AgentID: id, Workspace: ws, Role: tc.role, RelayDir: relay,
-			LLM:       agent.LLMConfig{Provider: "openai", Model: "m", BaseURL: "http://" + gateway + ":4000/v1"},
+			LLM:       agentspec.LLMConfig{Provider: "openai", Model: "m", BaseURL: "http://" + gateway + ":4000/v1"},
 			Container: runner.ContainerMode{Enabled: true, Image: image, Networks: r.Networks, DNS: r.DNS}}
 
 		// The runner container.

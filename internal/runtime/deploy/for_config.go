@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
@@ -99,7 +100,7 @@ func ForConfig(c runner.Config, p Placement) (Deployment, error) {
 	}
 	// The agent loop runs as a child of the runner; its limits come on top
 	// of the runner's own.
-	mem, err := sandbox.MemoryBytes(c.Container.MemoryLimit)
+	mem, err := agentspec.MemoryBytes(c.Container.MemoryLimit)
 	if err != nil {
 		return d, err
 	}
@@ -129,7 +130,7 @@ func ForConfig(c runner.Config, p Placement) (Deployment, error) {
 }
 
 // hostModeCaps are what a root runner needs to run each agent under the
-// agent's own uid (sandbox.AgentUID), so that Unix permissions keep the
+// agent's own uid (agentspec.AgentUID), so that Unix permissions keep the
 // runner's files from the agent and its chmod/chown on them fail: SETUID
 // and SETGID to switch, CHOWN to hand it the workspace and its scratch
 // directory, DAC_OVERRIDE and FOWNER to walk, chown back and remove what

@@ -18,6 +18,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -216,7 +217,7 @@ func checkBigReply(t *testing.T, i int, st runner.AsyncStatus, want string) {
 		return
 	}
 	head, _, cut := strings.Cut(r.Reply, agent.ReplyCutMarker)
-	if !cut || !strings.HasPrefix(want, head) || len(head) < agent.MaxReplyBytes/4 || len(st.Result) > agent.MaxReplyBytes {
+	if !cut || !strings.HasPrefix(want, head) || len(head) < agentspec.MaxReplyBytes/4 || len(st.Result) > agentspec.MaxReplyBytes {
 		t.Errorf("message %d: reply of %d bytes (result %d), neither the answer (%d bytes) nor its start with the cut marker: %.80q…",
 			i, len(r.Reply), len(st.Result), len(want), r.Reply)
 	}

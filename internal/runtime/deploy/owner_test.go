@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
@@ -72,8 +73,8 @@ func TestContainerAgentsWorkspacesAreTheirOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	uidA, uidB := ownerUID(t, wsA), ownerUID(t, wsB)
-	if uidA == uidB || uidA == sandbox.DefaultUID || uidB == sandbox.DefaultUID {
-		t.Fatalf("workspace owners %d and %d: want two uids of their own, neither nobody (%d)", uidA, uidB, sandbox.DefaultUID)
+	if uidA == uidB || uidA == agentspec.DefaultUID || uidB == agentspec.DefaultUID {
+		t.Fatalf("workspace owners %d and %d: want two uids of their own, neither nobody (%d)", uidA, uidB, agentspec.DefaultUID)
 	}
 	for _, p := range []string{filepath.Join(wsA, workspace.SoulFile), filepath.Join(wsA, workspace.SkillsDir)} {
 		if got := ownerUID(t, p); got != uidA {
@@ -105,7 +106,7 @@ func TestContainerAgentsWorkspacesAreTheirOwn(t *testing.T) {
 	for _, who := range []struct {
 		name     string
 		uid, gid int
-	}{{"nobody", sandbox.DefaultUID, sandbox.DefaultGID}, {"agent-b's uid", uidB, uidB}} {
+	}{{"nobody", agentspec.DefaultUID, agentspec.DefaultGID}, {"agent-b's uid", uidB, uidB}} {
 		if ok, out := as(t, who.uid, who.gid, []uint32{}, "/bin/cat", soul); ok {
 			t.Errorf("%s read agent-a's SOUL.md: %q", who.name, out)
 		}
@@ -124,7 +125,7 @@ func TestContainerAgentsWorkspacesAreTheirOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	gid := agentsDir.Sys().(*syscall.Stat_t).Gid
-	uidH := sandbox.AgentUID("agent-h")
+	uidH := agentspec.AgentUID("agent-h")
 	if ok, out := as(t, uidH, uidH, []uint32{gid}, "/bin/cat", filepath.Join(wsH, workspace.SoulFile)); !ok {
 		t.Errorf("the host-mode agent cannot read its own SOUL.md: %s", out)
 	}
@@ -156,7 +157,7 @@ func TestWorkspaceLeftToNobodyIsTakenOver(t *testing.T) {
 	}
 	// As the old release left it: everything nobody's, the state
 	// directory and agents/ passable by others.
-	if err := sandbox.ChownTree(ws, sandbox.DefaultUID, sandbox.DefaultGID); err != nil {
+	if err := sandbox.ChownTree(ws, agentspec.DefaultUID, agentspec.DefaultGID); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range []string{state, filepath.Join(state, "agents")} {
@@ -164,7 +165,7 @@ func TestWorkspaceLeftToNobodyIsTakenOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ok, _ := as(t, sandbox.DefaultUID, sandbox.DefaultGID, []uint32{}, "/bin/cat", filepath.Join(ws, workspace.SoulFile)); !ok {
+	if ok, _ := as(t, agentspec.DefaultUID, agentspec.DefaultGID, []uint32{}, "/bin/cat", filepath.Join(ws, workspace.SoulFile)); !ok {
 		t.Fatal("setup: nobody cannot read the old workspace, so the test shows nothing")
 	}
 
@@ -172,7 +173,7 @@ func TestWorkspaceLeftToNobodyIsTakenOver(t *testing.T) {
 	if _, err := writeAgent(t, s, "old", true); err != nil {
 		t.Fatal(err)
 	}
-	want := sandbox.AgentUID("old")
+	want := agentspec.AgentUID("old")
 	for name := range files {
 		if got := ownerUID(t, filepath.Join(ws, name)); got != want {
 			t.Errorf("%s owned by %d after apply, want the agent's %d", name, got, want)
@@ -183,7 +184,7 @@ func TestWorkspaceLeftToNobodyIsTakenOver(t *testing.T) {
 			t.Errorf("%s owned by %d after apply, want the agent's %d", p, got, want)
 		}
 	}
-	if ok, out := as(t, sandbox.DefaultUID, sandbox.DefaultGID, []uint32{}, "/bin/cat", filepath.Join(ws, workspace.SoulFile)); ok {
+	if ok, out := as(t, agentspec.DefaultUID, agentspec.DefaultGID, []uint32{}, "/bin/cat", filepath.Join(ws, workspace.SoulFile)); ok {
 		t.Errorf("nobody still reads the workspace after apply: %q", out)
 	}
 }
@@ -197,7 +198,7 @@ func TestDerivedUserCollisionIsRefused(t *testing.T) {
 	if err := os.MkdirAll(other, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	u := sandbox.AgentUser("mine")
+	u := agentspec.AgentUser("mine")
 	if err := os.Chown(other, u.UID, u.GID); err != nil {
 		t.Fatal(err)
 	}

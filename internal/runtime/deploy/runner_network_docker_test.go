@@ -18,7 +18,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -56,7 +56,7 @@ func TestTCPRunnerReachOnlyFromHost(t *testing.T) {
 	cfg := runner.Config{
 		AgentID: id, Workspace: ws, Listen: ServedListen(ModeContainer, listener), Token: "t",
 		Container: runner.ContainerMode{Enabled: true, Image: image, MemoryLimit: "64m", TimeoutSeconds: 30, Network: "none", PidsLimit: 64},
-		LLM:       agent.LLMConfig{Provider: "offline"},
+		LLM:       agentspec.LLMConfig{Provider: "offline"},
 	}
 	if err := WriteConfig(l, &cfg); err != nil {
 		t.Fatal(err)

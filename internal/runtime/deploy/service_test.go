@@ -13,8 +13,8 @@ import (
 
 	"github.com/docker/docker/client"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
 // recordingLogger keeps every line, formatted, for the assertions below.
@@ -245,7 +245,7 @@ func TestWorkspaceOwner(t *testing.T) {
 	case me != 0 && me != 1000 && (o != nil || !strings.Contains(warn, "cannot hand the workspace")):
 		t.Errorf("a non-root provider cannot chown: %+v %q", o, warn)
 	}
-	want := sandbox.AgentUser("a1")
+	want := agentspec.AgentUser("a1")
 	if o, _ := WorkspaceOwner(Config{AgentID: "a1", Container: ContainerMode{Enabled: true}}); me == 0 && (o == nil || o.UID != want.UID || o.GID != want.GID) {
 		t.Errorf("default user: %+v, want the agent's own %s", o, want)
 	}

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/streaming/pkg/httpstream"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/podio"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
@@ -218,7 +218,7 @@ func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sa
 		// wait for its request: no waiting for an exit here.
 		return fmt.Errorf("pod %s attach: %w", r.name, r.streamErr)
 	}
-	if !r.stdout.Over && ctx.Err() == nil && agent.FinalReply(out.Stdout) {
+	if !r.stdout.Over && ctx.Err() == nil && agentspec.FinalReply(out.Stdout) {
 		// agent-run, the container's init, found nothing killed for memory
 		// and exits right after its reply: answer now. The kubelet reports
 		// the exit about a second later; the next message waits for that

@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testimage"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -109,7 +109,7 @@ func runnerImage(t *testing.T) string {
 func workspaceClaim(t *testing.T, c *Client, name string) string {
 	t.Helper()
 	dir := testutil.SharedTempDir(t)
-	testutil.Must(t, os.Chown(dir, sandbox.DefaultUID, sandbox.DefaultGID))
+	testutil.Must(t, os.Chown(dir, agentspec.DefaultUID, agentspec.DefaultGID))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	remove, err := HostPathClaim(ctx, c, name, dir)

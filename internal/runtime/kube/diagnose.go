@@ -4,10 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	appsv1 "k8s.io/api/apps/v1"
 	"sort"
 	"strings"
 	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
@@ -256,7 +257,7 @@ func (k *Pods) deleteAsync(name string) {
 func (k *Pods) Run(ctx context.Context, job sandbox.Job) (sandbox.Outcome, error) {
 	begin := time.Now()
 	if job.Timeout <= 0 {
-		job.Timeout = sandbox.DefaultTimeout
+		job.Timeout = agentspec.DefaultTimeout
 	}
 	// The timeout covers the whole message, a slow start included.
 	ctx, cancel := context.WithTimeout(ctx, job.Timeout)

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -25,7 +26,7 @@ func send(t *testing.T, p *Pods, id, text string) (agent.Reply, sandbox.Outcome)
 	req, err := json.Marshal(agent.Request{
 		AgentID: "k",
 		Message: agent.Message{ID: id, Text: text},
-		LLM:     agent.LLMConfig{Provider: agent.ProviderOffline},
+		LLM:     agentspec.LLMConfig{Provider: agentspec.ProviderOffline},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
@@ -53,12 +54,12 @@ type PodSpec struct {
 	// stdin and stdout carry podio frames.
 	Command []string
 	// MemoryLimit is a size as in the Docker backend ("512m"); default
-	// sandbox.DefaultMemoryLimit. It is the request too: a message never
+	// agentspec.DefaultMemoryLimit. It is the request too: a message never
 	// lands on a node without that memory.
 	MemoryLimit string
 	// CPULimit is a Kubernetes quantity ("500m", "2"); default DefaultCPULimit.
 	CPULimit string
-	// User is "uid:gid" (sandbox.ParseUser); default sandbox.DefaultUser.
+	// User is "uid:gid" (agentspec.ParseUser); default agentspec.DefaultUser.
 	User string
 	// WorkspaceClaim is the PersistentVolumeClaim mounted read-write at
 	// /workspace (required); WorkspaceSubPath is a directory inside it.
@@ -87,7 +88,7 @@ var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // non-root user (the Docker backend's), a read-only root filesystem, every
 // capability dropped, no privilege escalation, the RuntimeDefault seccomp
 // profile, no service-account token, no service links, memory and CPU
-// limits, a memory-backed /tmp of sandbox.TmpSize, the workspace claim at
+// limits, a memory-backed /tmp of agentspec.TmpSize, the workspace claim at
 // /workspace and no other volume, restartPolicy Never, stdin open for one
 // attach, and the ownership labels. A pids limit has no field in the Pod
 // API: it is the node's podPidsLimit (kubelet configuration).
@@ -96,7 +97,7 @@ func HardenedPod(s PodSpec, namespace, messageID string) (*corev1.Pod, error) {
 	if err := s.check(); err != nil {
 		return nil, fmt.Errorf("pod spec: %w", err)
 	}
-	u, err := sandbox.ParseUser(s.User)
+	u, err := agentspec.ParseUser(s.User)
 	if err != nil {
 		return nil, fmt.Errorf("pod spec: user %w", err)
 	}
@@ -108,7 +109,7 @@ func HardenedPod(s PodSpec, namespace, messageID string) (*corev1.Pod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pod spec: %w", err)
 	}
-	tmp, err := sandbox.MemoryBytes(sandbox.TmpSize)
+	tmp, err := agentspec.MemoryBytes(agentspec.TmpSize)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +245,7 @@ func (s PodSpec) check() error {
 }
 
 func (s PodSpec) resources() (corev1.ResourceRequirements, error) {
-	mem, err := sandbox.MemoryBytes(s.MemoryLimit)
+	mem, err := agentspec.MemoryBytes(s.MemoryLimit)
 	if err != nil {
 		return corev1.ResourceRequirements{}, fmt.Errorf("memory limit %w", err)
 	}

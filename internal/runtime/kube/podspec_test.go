@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
@@ -54,7 +55,7 @@ func TestHardenedPod(t *testing.T) {
 		t.Errorf("runtimeClassName %v", s.RuntimeClassName)
 	}
 	psc := s.SecurityContext
-	if !*psc.RunAsNonRoot || *psc.RunAsUser != sandbox.DefaultUID || *psc.RunAsGroup != sandbox.DefaultGID || *psc.FSGroup != sandbox.DefaultGID ||
+	if !*psc.RunAsNonRoot || *psc.RunAsUser != agentspec.DefaultUID || *psc.RunAsGroup != agentspec.DefaultGID || *psc.FSGroup != agentspec.DefaultGID ||
 		psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault || len(psc.SupplementalGroups) != 0 || len(psc.Sysctls) != 0 {
 		t.Errorf("pod security context %+v", psc)
 	}
@@ -64,7 +65,7 @@ func TestHardenedPod(t *testing.T) {
 	c := s.Containers[0]
 	sc := c.SecurityContext
 	if *sc.Privileged || *sc.AllowPrivilegeEscalation || !*sc.ReadOnlyRootFilesystem || !*sc.RunAsNonRoot ||
-		*sc.RunAsUser != sandbox.DefaultUID || *sc.RunAsGroup != sandbox.DefaultGID ||
+		*sc.RunAsUser != agentspec.DefaultUID || *sc.RunAsGroup != agentspec.DefaultGID ||
 		sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault || sc.ProcMount != nil {
 		t.Errorf("container security context %+v", sc)
 	}

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/testkube"
@@ -29,7 +30,7 @@ func testAgent(id, image, volume string) Agent {
 			AgentID: id,
 			Container: runner.ContainerMode{Enabled: true, Image: image, MemoryLimit: "128m", TimeoutSeconds: 60,
 				Network: "bridge", Prestart: true},
-			LLM:     agent.LLMConfig{Provider: "offline", APIKey: "sk-kubedeploy-key"},
+			LLM:     agentspec.LLMConfig{Provider: "offline", APIKey: "sk-kubedeploy-key"},
 			Secrets: map[string]string{"GH": secretValue},
 		},
 		PullPolicy: corev1.PullNever,

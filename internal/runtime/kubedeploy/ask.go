@@ -7,7 +7,7 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
@@ -49,7 +49,7 @@ func (s *Service) askTarget(ctx context.Context, topologyName, id string) (runne
 	case cfg == nil:
 		return t, fmt.Errorf("no meepa_agent with this agent_id is %w in namespace %s (reference it, e.g. meepa_agent.fetch.agent_id, so that it is applied first)",
 			deploy.ErrAskTargetNotDeployed, s.o.Client.Namespace)
-	case cfg.Role != agent.RoleFetch && cfg.Role != agent.RoleToolExec:
+	case cfg.Role != agentspec.RoleFetch && cfg.Role != agentspec.RoleToolExec:
 		return t, fmt.Errorf("a core agent asks only fetch and tool_exec agents; this one's role is %q", orNone(cfg.Role))
 	case cfg.Kubernetes == nil || cfg.Kubernetes.Topology != topologyName:
 		return t, fmt.Errorf("it is not in the threegate_network %q", topologyName)

@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
@@ -106,7 +106,7 @@ func (b *Backend) agentOf(a deploy.Agent) Agent {
 	if cfg.Kubernetes != nil {
 		k = *cfg.Kubernetes
 	}
-	k.Seed = &agent.Seed{Soul: a.Meta.Soul, Memory: a.Meta.Memory, ManageSoul: a.Meta.ManageSoul}
+	k.Seed = &agentspec.Seed{Soul: a.Meta.Soul, Memory: a.Meta.Memory, ManageSoul: a.Meta.ManageSoul}
 	cfg.Kubernetes = &k
 	return Agent{
 		Config:                cfg,

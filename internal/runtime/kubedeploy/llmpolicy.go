@@ -11,7 +11,7 @@ import (
 	netv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 )
 
@@ -26,16 +26,16 @@ import (
 
 // LLMEndpoint is where an agent's model calls go: nothing for the offline
 // provider.
-func LLMEndpoint(ctx context.Context, llm agent.LLMConfig) (*kube.LLMEndpoint, error) {
+func LLMEndpoint(ctx context.Context, llm agentspec.LLMConfig) (*kube.LLMEndpoint, error) {
 	base := llm.BaseURL
 	switch llm.Provider {
 	case "openai":
 		if base == "" {
-			base = agent.DefaultOpenAIBaseURL
+			base = agentspec.DefaultOpenAIBaseURL
 		}
 	case "anthropic":
 		if base == "" {
-			base = agent.DefaultAnthropicBaseURL
+			base = agentspec.DefaultAnthropicBaseURL
 		}
 	default:
 		return nil, nil

@@ -9,7 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 )
 
@@ -19,18 +19,18 @@ import (
 func TestLLMEndpoint(t *testing.T) {
 	ctx := context.Background()
 	for name, tc := range map[string]struct {
-		llm   agent.LLMConfig
+		llm   agentspec.LLMConfig
 		cidrs []string
 		ports []int
 		err   string
 	}{
-		"offline":         {llm: agent.LLMConfig{Provider: "offline"}},
-		"openai on an IP": {llm: agent.LLMConfig{Provider: "openai", BaseURL: "http://192.0.2.7:11434/v1"}, cidrs: []string{"192.0.2.7/32"}, ports: []int{11434}},
-		"anthropic https": {llm: agent.LLMConfig{Provider: "anthropic", BaseURL: "https://198.51.100.4/"}, cidrs: []string{"198.51.100.4/32"}, ports: []int{443}},
-		"plain http":      {llm: agent.LLMConfig{Provider: "openai", BaseURL: "http://203.0.113.9/v1"}, cidrs: []string{"203.0.113.9/32"}, ports: []int{80}},
-		"no host":         {llm: agent.LLMConfig{Provider: "openai", BaseURL: "/v1"}, err: "not a URL with a host"},
-		"IPv6 only":       {llm: agent.LLMConfig{Provider: "openai", BaseURL: "http://[2001:db8::1]/v1"}, err: "no IPv4 address"},
-		"unresolvable":    {llm: agent.LLMConfig{Provider: "openai", BaseURL: "https://model.invalid/v1"}, err: "resolve model.invalid"},
+		"offline":         {llm: agentspec.LLMConfig{Provider: "offline"}},
+		"openai on an IP": {llm: agentspec.LLMConfig{Provider: "openai", BaseURL: "http://192.0.2.7:11434/v1"}, cidrs: []string{"192.0.2.7/32"}, ports: []int{11434}},
+		"anthropic https": {llm: agentspec.LLMConfig{Provider: "anthropic", BaseURL: "https://198.51.100.4/"}, cidrs: []string{"198.51.100.4/32"}, ports: []int{443}},
+		"plain http":      {llm: agentspec.LLMConfig{Provider: "openai", BaseURL: "http://203.0.113.9/v1"}, cidrs: []string{"203.0.113.9/32"}, ports: []int{80}},
+		"no host":         {llm: agentspec.LLMConfig{Provider: "openai", BaseURL: "/v1"}, err: "not a URL with a host"},
+		"IPv6 only":       {llm: agentspec.LLMConfig{Provider: "openai", BaseURL: "http://[2001:db8::1]/v1"}, err: "no IPv4 address"},
+		"unresolvable":    {llm: agentspec.LLMConfig{Provider: "openai", BaseURL: "https://model.invalid/v1"}, err: "resolve model.invalid"},
 	} {
 		ep, err := LLMEndpoint(ctx, tc.llm)
 		switch {
@@ -64,7 +64,7 @@ func TestLLMPolicyLifecycle(t *testing.T) {
 	ctx := context.Background()
 	a := testAgent("thinker", "img", "")
 	a.Config.Role, a.ThreegateNetwork = "core", "tg"
-	a.Config.LLM = agent.LLMConfig{Provider: "openai", Model: "m", BaseURL: "http://192.0.2.7:11434/v1"}
+	a.Config.LLM = agentspec.LLMConfig{Provider: "openai", Model: "m", BaseURL: "http://192.0.2.7:11434/v1"}
 	applyLLMPolicy := func(a Agent) error {
 		ep, err := llmEndpoint(ctx, a)
 		if err != nil {
@@ -84,7 +84,7 @@ func TestLLMPolicyLifecycle(t *testing.T) {
 		eg[0].Ports[0].Port.IntValue() != 11434 {
 		t.Errorf("model policy egress %+v", eg)
 	}
-	a.Config.LLM = agent.LLMConfig{Provider: "offline"}
+	a.Config.LLM = agentspec.LLMConfig{Provider: "offline"}
 	if err := applyLLMPolicy(a); err != nil {
 		t.Fatal(err)
 	}

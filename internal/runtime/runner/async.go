@@ -26,7 +26,7 @@ const (
 	// DefaultOutcomeBytes bounds the finished outcomes kept, together: the
 	// size of their journal records (of their bodies without a journal).
 	// Past it the oldest is evicted first. It holds at least eight replies
-	// at the reply cap (agent.MaxReplyBytes).
+	// at the reply cap (agentspec.MaxReplyBytes).
 	DefaultOutcomeBytes = 32 << 20
 	// inlineOutcomeBytes is the largest body held in memory when the
 	// journal holds it too: a larger one is read from its journal record

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/guard"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
@@ -80,13 +81,13 @@ func DockerOptions(cfg *Config, log hclog.Logger) sandbox.DockerOptions {
 		},
 		Prestart: cm.Prestart,
 		// agent-run marks a reply that needs no wait for its exit.
-		Final:  agent.FinalReply,
+		Final:  agentspec.FinalReply,
 		Logger: log,
 	}
 	if needsRelay(cfg) {
 		o.Spec.RelayDir = RelayDir(cfg)
 	}
-	if cfg.Role == agent.RoleToolExec {
+	if cfg.Role == agentspec.RoleToolExec {
 		// TOOL-EXEC's execution sandbox has no network at all: no route to
 		// llmnet, the proxy or the LLM gateway. Its LLM calls go through
 		// the relay socket, which needs none.
@@ -133,7 +134,7 @@ func safeName(s string) string {
 // options: the same memory, pids and timeout settings as container mode.
 func HostOptions(cfg *Config, log hclog.Logger) sandbox.HostOptions {
 	fa := cfg.FileAccess
-	if cfg.Role == agent.RoleToolExec {
+	if cfg.Role == agentspec.RoleToolExec {
 		// No TCP for the child (Landlock ABI 4, else the message fails
 		// closed); its LLM calls use the inherited relay socket.
 		fa.AllowNetwork = false
@@ -185,7 +186,7 @@ func stateDir(configPath string) string {
 
 func userOrDefault(agentID, u string) string {
 	if u == "" {
-		return sandbox.AgentUser(agentID).String()
+		return agentspec.AgentUser(agentID).String()
 	}
 	return u
 }
@@ -221,10 +222,10 @@ func (c *Config) Validate() error {
 	if _, err := agent.RoleTools(c.Role); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Role == agent.RoleToolExec && !c.Container.Enabled && c.FileAccess.Unrestricted {
+	if c.Role == agentspec.RoleToolExec && !c.Container.Enabled && c.FileAccess.Unrestricted {
 		errs = append(errs, errors.New("role tool_exec runs its tools with no network, which an unrestricted host-mode agent cannot enforce; turn container mode on or file_access.unrestricted off"))
 	}
-	if len(c.Ask) > 0 && c.Role != agent.RoleCore {
+	if len(c.Ask) > 0 && c.Role != agentspec.RoleCore {
 		// Depth one: only CORE asks, and only FETCH and TOOL-EXEC answer.
 		errs = append(errs, fmt.Errorf("ask: only a core agent may ask other agents, and this one's role is %q", c.Role))
 	}
@@ -232,7 +233,7 @@ func (c *Config) Validate() error {
 		switch {
 		case a.AgentID == "" || a.AgentID == c.AgentID:
 			errs = append(errs, fmt.Errorf("ask[%d]: agent_id %q: want another agent's id", i, a.AgentID))
-		case a.Role != agent.RoleFetch && a.Role != agent.RoleToolExec:
+		case a.Role != agentspec.RoleFetch && a.Role != agentspec.RoleToolExec:
 			errs = append(errs, fmt.Errorf("ask[%d]: agent %s has role %q; a core agent asks only fetch and tool_exec agents", i, a.AgentID, a.Role))
 		case c.Kubernetes == nil && (a.Token == "" || a.Port != 0 || !validAskListen(a.Listen)):
 			errs = append(errs, fmt.Errorf("ask[%d]: agent %s: want its runner's listen (unix:///path or 127.0.0.1:PORT) and token", i, a.AgentID))

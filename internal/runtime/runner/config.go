@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 
 	"encoding/json"
@@ -11,9 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
 // Config is the per-agent service's configuration, the file given to
@@ -37,9 +35,9 @@ type Config struct {
 	// MaxRequestBytes bounds a message request's body; zero means 1 MiB.
 	MaxRequestBytes int64 `json:"max_request_bytes,omitempty"`
 
-	Container  ContainerMode   `json:"container_mode"`
-	FileAccess FileAccess      `json:"file_access"`
-	LLM        agent.LLMConfig `json:"llm"`
+	Container  ContainerMode       `json:"container_mode"`
+	FileAccess FileAccess          `json:"file_access"`
+	LLM        agentspec.LLMConfig `json:"llm"`
 	// Secrets are extra secret values handed to the agent loop on stdin.
 	Secrets map[string]string `json:"secrets,omitempty"`
 	// Flags from the spec's image_config, applied per agent.
@@ -114,8 +112,8 @@ type ContainerMode struct {
 	// PidsLimit bounds processes and threads; zero means DefaultPidsLimit.
 	PidsLimit int64 `json:"pids_limit"`
 	// User is "uid:gid" for the agent loop; empty means the agent's own
-	// uid (sandbox.AgentUser; on a cluster DefaultUser). Root and, named,
-	// nobody are refused (sandbox.UserFor). The runner chowns the workspace to it at start when it sees
+	// uid (agentspec.AgentUser; on a cluster DefaultUser). Root and, named,
+	// nobody are refused (agentspec.UserFor). The runner chowns the workspace to it at start when it sees
 	// the workspace at this path and runs as root; otherwise the workspace
 	// must already be writable by this user.
 	User string `json:"user,omitempty"`
@@ -149,7 +147,7 @@ type FileAccess = landlock.FileAccess
 // Timeout is the per-message limit.
 func (c ContainerMode) Timeout() time.Duration {
 	if c.TimeoutSeconds <= 0 {
-		return sandbox.DefaultTimeout
+		return agentspec.DefaultTimeout
 	}
 	return time.Duration(c.TimeoutSeconds) * time.Second
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 )
 
 // WriteConfig holds the API key and the token: the file must end up 0600
@@ -25,7 +25,7 @@ func TestWriteConfigModeAndNoFollow(t *testing.T) {
 	if err := os.Symlink(elsewhere, path+".tmp"); err != nil {
 		t.Fatal(err)
 	}
-	c := &Config{AgentID: "a1", Token: "tok-123456", LLM: agent.LLMConfig{Provider: "offline", APIKey: "sk-abcdef"}}
+	c := &Config{AgentID: "a1", Token: "tok-123456", LLM: agentspec.LLMConfig{Provider: "offline", APIKey: "sk-abcdef"}}
 	if err := WriteConfig(path, c); err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -36,7 +37,7 @@ const testAPIKey = "sk-meepa-test-4f1c9e2a77"
 var runToken = newMessageID()[4:10]
 
 // DefaultPidsLimitForTest is the pids limit the test agents get (the default).
-const DefaultPidsLimitForTest = sandbox.DefaultPidsLimit
+const DefaultPidsLimitForTest = agentspec.DefaultPidsLimit
 
 // liveAgent is a runner served on a unix socket, with real per-message
 // containers of the test runner image.
@@ -67,7 +68,7 @@ func testAgentConfig(t *testing.T, cli *client.Client, id string) *Config {
 			Network:        "none",
 			Prestart:       true,
 		},
-		LLM:           agent.LLMConfig{Provider: "offline", APIKey: testAPIKey},
+		LLM:           agentspec.LLMConfig{Provider: "offline", APIKey: testAPIKey},
 		Secrets:       map[string]string{"EXTRA": "xsecret-0d9b1f"},
 		RedactSecrets: true,
 	}
@@ -261,7 +262,7 @@ func TestContainerIsolationFromInside(t *testing.T) {
 	})
 	t.Run("workspace and tmp writable, tmp capped at 256 MB", func(t *testing.T) {
 		code, out := a.sh(t, "echo w > /workspace/w && echo t > /tmp/t && id -u && echo $HOME $TMPDIR $PWD")
-		if code != 0 || !strings.Contains(out, strconv.Itoa(sandbox.AgentUID(cfg.AgentID))) || !strings.Contains(out, "/workspace /tmp /workspace") {
+		if code != 0 || !strings.Contains(out, strconv.Itoa(agentspec.AgentUID(cfg.AgentID))) || !strings.Contains(out, "/workspace /tmp /workspace") {
 			t.Fatalf("exit %d %q", code, out)
 		}
 		_, out = a.sh(t, "dd if=/dev/zero of=/tmp/big bs=1M count=300 2>&1; echo dd=$?; stat -c %s /tmp/big; rm /tmp/big")

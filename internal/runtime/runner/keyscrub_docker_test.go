@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -88,7 +89,7 @@ func TestKeyNeverInWorkspace(t *testing.T) {
 		model := testutil.NewFakeModel(t, map[string]string{"key": keyFromPieces})
 		model.EchoTools = true
 		cfg := testAgentConfig(t, cli, "keyscrub-oai")
-		cfg.LLM = agent.LLMConfig{Provider: agent.ProviderOpenAI, Model: "m", BaseURL: model.URL() + "/v1", APIKey: testAPIKey}
+		cfg.LLM = agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.URL() + "/v1", APIKey: testAPIKey}
 		a := startAgent(t, cfg)
 		ans := a.send(t, "key")
 		if ans.status != 200 || !strings.Contains(ans.reply, "plain "+agent.Redacted) {

@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
@@ -50,10 +50,10 @@ type Kubernetes struct {
 	Topology string `json:"threegate_topology,omitempty"`
 	// Seed is the workspace's soul and memory: on a cluster nothing but
 	// the message pods mounts the claim, so the runner sends the seed
-	// with every message and agent-run applies it (agent.Seed). Nil
+	// with every message and agent-run applies it (agentspec.Seed). Nil
 	// leaves the workspace to the agent. Part of the config, so a new
 	// soul changes the config hash and rolls the runner.
-	Seed *agent.Seed `json:"workspace_seed,omitempty"`
+	Seed *agentspec.Seed `json:"workspace_seed,omitempty"`
 }
 
 // validateKubernetes checks what a runner in a cluster can honour; it
@@ -146,7 +146,7 @@ func policyProbe() []string {
 // name it ("tool_exec" is TOOL_EXEC); "" stays "".
 func ThreeGateRole(role string) string {
 	return map[string]string{
-		agent.RoleCore: topology.RoleCore, agent.RoleFetch: topology.RoleFetch, agent.RoleToolExec: topology.RoleToolExec,
+		agentspec.RoleCore: topology.RoleCore, agentspec.RoleFetch: topology.RoleFetch, agentspec.RoleToolExec: topology.RoleToolExec,
 	}[role]
 }
 

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testkube"
@@ -55,7 +56,7 @@ func kubeAgentConfig(t *testing.T, c *kube.Client, id string) (*Config, string) 
 			Prestart:       true,
 		},
 		Kubernetes:    &Kubernetes{Namespace: c.Namespace, WorkspaceClaim: claim, ImagePullPolicy: "Never"},
-		LLM:           agent.LLMConfig{Provider: "offline", APIKey: testAPIKey},
+		LLM:           agentspec.LLMConfig{Provider: "offline", APIKey: testAPIKey},
 		RedactSecrets: true,
 	}, dir
 }

@@ -9,7 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 )
 
 func kubeConfig() *Config {
@@ -143,7 +143,7 @@ func TestKubeOptionsAwaitPolicy(t *testing.T) {
 // The seed travels with every message on a cluster, and never on Docker,
 // where the provider writes the workspace itself.
 func TestBuildRequestSeed(t *testing.T) {
-	seed := &agent.Seed{Soul: "s", Memory: "m", ManageSoul: true}
+	seed := &agentspec.Seed{Soul: "s", Memory: "m", ManageSoul: true}
 	c := kubeConfig()
 	c.Kubernetes.Seed = seed
 	if got := BuildRequest(c, "m1", MessageRequest{Text: "hi"}).Seed; got == nil || *got != *seed {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
@@ -207,7 +208,7 @@ func TestReplyOverCapRefused(t *testing.T) {
 	_, ts := newTestServer(t, testConfig(), b)
 	code, _, _, body := postKey(t, ts.URL, "", `{"text":"hi"}`, false)
 	if code != http.StatusInternalServerError || !bytes.Contains(body, []byte(`"kind":"protocol"`)) ||
-		!bytes.Contains(body, []byte(fmt.Sprint(agent.MaxReplyBytes))) {
+		!bytes.Contains(body, []byte(fmt.Sprint(agentspec.MaxReplyBytes))) {
 		t.Errorf("%d %s", code, body)
 	}
 }

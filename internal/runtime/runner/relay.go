@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/httpbound"
 )
 
@@ -87,7 +88,7 @@ type RelayUsage struct {
 // relaySession is one message's right to the relay.
 type relaySession struct {
 	messageID string
-	llm       agent.LLMConfig
+	llm       agentspec.LLMConfig
 	limits    LLMLimits // effective
 	timeout   time.Duration
 	asks      Asks
@@ -193,7 +194,7 @@ func (r *Relay) Close() error {
 
 // Begin opens a message's session and returns its token: 32 random bytes,
 // hex. end closes it and returns what the message did through the relay.
-func (r *Relay) Begin(messageID string, llm agent.LLMConfig, limits LLMLimits, timeout time.Duration, asks Asks) (token string, end func() RelayUsage) {
+func (r *Relay) Begin(messageID string, llm agentspec.LLMConfig, limits LLMLimits, timeout time.Duration, asks Asks) (token string, end func() RelayUsage) {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	token = "meepa-relay-" + hex.EncodeToString(b[:])
@@ -366,9 +367,9 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	out.Header.Set("Accept", "application/json")
 	out.Header.Set("User-Agent", "meepa-relay")
 	switch s.llm.Provider {
-	case agent.ProviderOpenAI:
+	case agentspec.ProviderOpenAI:
 		out.Header.Set("Authorization", "Bearer "+s.llm.APIKey)
-	case agent.ProviderAnthropic:
+	case agentspec.ProviderAnthropic:
 		out.Header.Set("X-Api-Key", s.llm.APIKey)
 		v := req.Header.Get("Anthropic-Version")
 		if v == "" {
@@ -652,7 +653,7 @@ func serverSideTool(provider string, raw json.RawMessage) string {
 			if json.Unmarshal(v, &typ) != nil {
 				return fmt.Sprintf("tools[%d].type: want a string", i)
 			}
-			ok := typ == "custom" || (provider == agent.ProviderOpenAI && typ == "function")
+			ok := typ == "custom" || (provider == agentspec.ProviderOpenAI && typ == "function")
 			if !ok {
 				return fmt.Sprintf("tools[%d] has type %.40q: server-side tools are not relayed (they would reach the network for a sandbox)", i, typ)
 			}
@@ -668,9 +669,9 @@ func relayRoute(provider, p string) (string, bool) {
 		return "", false
 	}
 	switch provider {
-	case agent.ProviderOpenAI:
+	case agentspec.ProviderOpenAI:
 		return "chat/completions", p == relayOpenAIPrefix+"chat/completions"
-	case agent.ProviderAnthropic:
+	case agentspec.ProviderAnthropic:
 		return "v1/messages", p == relayAnthropicPrefix+"v1/messages"
 	}
 	return "", false
@@ -678,25 +679,25 @@ func relayRoute(provider, p string) (string, bool) {
 
 func relayEndpoint(provider string) string {
 	switch provider {
-	case agent.ProviderOpenAI:
+	case agentspec.ProviderOpenAI:
 		return relayOpenAIPrefix + "chat/completions"
-	case agent.ProviderAnthropic:
+	case agentspec.ProviderAnthropic:
 		return relayAnthropicPrefix + "v1/messages"
 	}
 	return "(nothing)"
 }
 
 func defaultBase(provider string) string {
-	if provider == agent.ProviderAnthropic {
-		return agent.DefaultAnthropicBaseURL
+	if provider == agentspec.ProviderAnthropic {
+		return agentspec.DefaultAnthropicBaseURL
 	}
-	return agent.DefaultOpenAIBaseURL
+	return agentspec.DefaultOpenAIBaseURL
 }
 
 // RelayBaseURL is the base URL the loop is given for provider: the relay's
 // prefix for that wire format, on a host name the relay ignores.
 func RelayBaseURL(provider string) string {
-	if provider == agent.ProviderAnthropic {
+	if provider == agentspec.ProviderAnthropic {
 		return "http://" + relayHost + relayAnthropicPrefix
 	}
 	return "http://" + relayHost + relayOpenAIPrefix
@@ -715,7 +716,7 @@ func usageOf(provider string, body []byte) (in, out int64) {
 	if json.Unmarshal(body, &u) != nil {
 		return 0, 0
 	}
-	if provider == agent.ProviderAnthropic {
+	if provider == agentspec.ProviderAnthropic {
 		return u.Usage.InputTokens, u.Usage.OutputTokens
 	}
 	return u.Usage.PromptTokens, u.Usage.CompletionTokens
@@ -745,5 +746,5 @@ func relayOnSocket(cfg *Config) bool {
 
 // usesRelay says whether a provider calls a model endpoint (offline does not).
 func usesRelay(provider string) bool {
-	return provider == agent.ProviderOpenAI || provider == agent.ProviderAnthropic
+	return provider == agentspec.ProviderOpenAI || provider == agentspec.ProviderAnthropic
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -33,17 +34,17 @@ func TestRelayRefusesStreamSpellingsAndServerTools(t *testing.T) {
 		provider, path, body string
 		status               int
 	}{
-		{agent.ProviderOpenAI, "/openai/chat/completions", `{"stream":true,"STREAM":false}`, 400},
-		{agent.ProviderOpenAI, "/openai/chat/completions", `{"stream":false,"stream":true}`, 400},
-		{agent.ProviderOpenAI, "/openai/chat/completions", `{"model":"m","web_search_options":{}}`, 400},
-		{agent.ProviderOpenAI, "/openai/chat/completions", `{"model":"m","tools":[{"type":"web_search"}]}`, 400},
-		{agent.ProviderOpenAI, "/openai/chat/completions", `{"model":"m","max_tokens":16,"tools":[{"type":"function","function":{"name":"f"}}]}`, 200},
-		{agent.ProviderAnthropic, "/anthropic/v1/messages", `{"model":"m","tools":[{"type":"web_search_20250305","name":"web_search"}]}`, 400},
-		{agent.ProviderAnthropic, "/anthropic/v1/messages", `{"model":"m","max_tokens":16,"tools":[{"name":"shell","input_schema":{"type":"object"}}]}`, 200},
-		{agent.ProviderAnthropic, "/anthropic/v1/messages", `{"model":"m","max_tokens":16,"tools":[{"type":"custom","name":"shell","input_schema":{"type":"object"}}]}`, 200},
+		{agentspec.ProviderOpenAI, "/openai/chat/completions", `{"stream":true,"STREAM":false}`, 400},
+		{agentspec.ProviderOpenAI, "/openai/chat/completions", `{"stream":false,"stream":true}`, 400},
+		{agentspec.ProviderOpenAI, "/openai/chat/completions", `{"model":"m","web_search_options":{}}`, 400},
+		{agentspec.ProviderOpenAI, "/openai/chat/completions", `{"model":"m","tools":[{"type":"web_search"}]}`, 400},
+		{agentspec.ProviderOpenAI, "/openai/chat/completions", `{"model":"m","max_tokens":16,"tools":[{"type":"function","function":{"name":"f"}}]}`, 200},
+		{agentspec.ProviderAnthropic, "/anthropic/v1/messages", `{"model":"m","tools":[{"type":"web_search_20250305","name":"web_search"}]}`, 400},
+		{agentspec.ProviderAnthropic, "/anthropic/v1/messages", `{"model":"m","max_tokens":16,"tools":[{"name":"shell","input_schema":{"type":"object"}}]}`, 200},
+		{agentspec.ProviderAnthropic, "/anthropic/v1/messages", `{"model":"m","max_tokens":16,"tools":[{"type":"custom","name":"shell","input_schema":{"type":"object"}}]}`, 200},
 	} {
-		llm := agent.LLMConfig{Provider: tc.provider, Model: "m", BaseURL: model.srv.URL + "/v1", APIKey: "sk-x"}
-		if tc.provider == agent.ProviderAnthropic {
+		llm := agentspec.LLMConfig{Provider: tc.provider, Model: "m", BaseURL: model.srv.URL + "/v1", APIKey: "sk-x"}
+		if tc.provider == agentspec.ProviderAnthropic {
 			llm.BaseURL = model.srv.URL
 		}
 		tok, end := r.Begin("m1", llm, LLMLimits{}, 10*time.Second, Asks{})
@@ -57,18 +58,18 @@ func TestRelayRefusesStreamSpellingsAndServerTools(t *testing.T) {
 // What the loop's own SDK clients send, with the LLM settings the runner
 // hands them, passes the relay's body check.
 func TestRelayPassesTheLoopsOwnBodies(t *testing.T) {
-	for _, provider := range []string{agent.ProviderOpenAI, agent.ProviderAnthropic} {
+	for _, provider := range []string{agentspec.ProviderOpenAI, agentspec.ProviderAnthropic} {
 		var got []byte
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			got, _ = io.ReadAll(r.Body)
 			w.WriteHeader(http.StatusBadRequest) // the body is all the test wants
 		}))
 		base := srv.URL + "/v1"
-		if provider == agent.ProviderAnthropic {
+		if provider == agentspec.ProviderAnthropic {
 			base = srv.URL
 		}
 		cfg := testConfig()
-		cfg.LLM = agent.LLMConfig{Provider: provider, Model: "m"}
+		cfg.LLM = agentspec.LLMConfig{Provider: provider, Model: "m"}
 		llm := BuildRequest(cfg, "m1", MessageRequest{Text: "hi"}).LLM
 		llm.BaseURL, llm.APIKey = base, "k"
 		c, err := agent.NewClient(llm, srv.Client())

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -69,7 +70,7 @@ func listenRelay(t *testing.T, log hclog.Logger, m *metrics) (*Relay, *http.Clie
 }
 
 func relayPath(provider string) string {
-	if provider == agent.ProviderAnthropic {
+	if provider == agentspec.ProviderAnthropic {
 		return "/anthropic/v1/messages"
 	}
 	return "/openai/chat/completions"
@@ -81,11 +82,11 @@ func relayPath(provider string) string {
 // the key, on either wire format.
 func TestRelayForwardsOnlyTheConfiguredModel(t *testing.T) {
 	const configured = "gpt-4o-mini"
-	for _, provider := range []string{agent.ProviderOpenAI, agent.ProviderAnthropic} {
+	for _, provider := range []string{agentspec.ProviderOpenAI, agentspec.ProviderAnthropic} {
 		t.Run(provider, func(t *testing.T) {
 			model := newRecordingModel(t, answerOK)
 			r, c := listenRelay(t, hclog.NewNullLogger(), newMetrics())
-			llm := agent.LLMConfig{Provider: provider, Model: configured, BaseURL: model.srv.URL, APIKey: "sk-model-swap"}
+			llm := agentspec.LLMConfig{Provider: provider, Model: configured, BaseURL: model.srv.URL, APIKey: "sk-model-swap"}
 			tok, end := r.Begin("m1", llm, LLMLimits{}, 10*time.Second, Asks{})
 			defer end()
 			for _, body := range []string{
@@ -125,11 +126,11 @@ func TestRelayForwardsOnlyTheConfiguredModel(t *testing.T) {
 // The answer one call may ask for is bounded by llm.max_tokens_per_call,
 // in each field the endpoints read, and a call asks for one answer.
 func TestRelayBoundsTokensAndChoices(t *testing.T) {
-	for _, provider := range []string{agent.ProviderOpenAI, agent.ProviderAnthropic} {
+	for _, provider := range []string{agentspec.ProviderOpenAI, agentspec.ProviderAnthropic} {
 		t.Run(provider, func(t *testing.T) {
 			model := newRecordingModel(t, answerOK)
 			r, c := listenRelay(t, hclog.NewNullLogger(), newMetrics())
-			llm := agent.LLMConfig{Provider: provider, Model: "m", BaseURL: model.srv.URL, APIKey: "sk-fanout"}
+			llm := agentspec.LLMConfig{Provider: provider, Model: "m", BaseURL: model.srv.URL, APIKey: "sk-fanout"}
 			tok, end := r.Begin("m1", llm, LLMLimits{MaxTokensPerCall: 100}, 10*time.Second, Asks{})
 			defer end()
 			for _, tc := range []struct {
@@ -175,7 +176,7 @@ func TestRelayErrorBodiesAreTheRelays(t *testing.T) {
 		"base64":    base64.StdEncoding.EncodeToString([]byte("Bearer " + key)),
 		"hex":       fmt.Sprintf("%x", key),
 	}
-	for _, provider := range []string{agent.ProviderOpenAI, agent.ProviderAnthropic} {
+	for _, provider := range []string{agentspec.ProviderOpenAI, agentspec.ProviderAnthropic} {
 		for form, echoed := range forms {
 			t.Run(provider+"/"+form, func(t *testing.T) {
 				model := newRecordingModel(t, func(w http.ResponseWriter, _ *http.Request) {
@@ -185,7 +186,7 @@ func TestRelayErrorBodiesAreTheRelays(t *testing.T) {
 				})
 				logs := &syncBuffer{}
 				r, c := listenRelay(t, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Trace}), newMetrics())
-				llm := agent.LLMConfig{Provider: provider, Model: "m", BaseURL: model.srv.URL, APIKey: key}
+				llm := agentspec.LLMConfig{Provider: provider, Model: "m", BaseURL: model.srv.URL, APIKey: key}
 				tok, end := r.Begin("m1", llm, LLMLimits{}, 10*time.Second, Asks{})
 				st, body := relayPost(t, c, relayPath(provider), tok, okBody)
 				end()
@@ -216,7 +217,7 @@ func TestRelayTokenBudgets(t *testing.T) {
 	model := newRecordingModel(t, answerOK) // 18 tokens a call
 	m := newMetrics()
 	r, c := listenRelay(t, hclog.NewNullLogger(), m)
-	llm := agent.LLMConfig{Provider: agent.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL, APIKey: "sk-budget"}
+	llm := agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL, APIKey: "sk-budget"}
 	limits := LLMLimits{MaxTokensPerCall: 16, MessageTokenBudget: 30, AgentTokenBudget: 50}
 	calls := func(tok string, n int) []int {
 		var got []int
@@ -269,7 +270,7 @@ func TestAgentBudgetSurvivesRestart(t *testing.T) {
 	cfg := testConfig()
 	cfg.RelayDir = filepath.Join(t.TempDir(), "relay")
 	cfg.Journal = journal
-	cfg.LLM = agent.LLMConfig{Provider: agent.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL, APIKey: "sk-restart"}
+	cfg.LLM = agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL, APIKey: "sk-restart"}
 	cfg.LLMLimits = LLMLimits{MaxTokensPerCall: 16, MessageTokenBudget: 20, AgentTokenBudget: 30, AgentBudgetWindowSeconds: 3600}
 	var statuses []int
 	b := &scripted{answer: func(req agent.Request) (sandbox.Outcome, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -53,7 +54,7 @@ func TestRelayRedactsEncodedKey(t *testing.T) {
 	}
 	testutil.Cleanup(t, "relay", r.Close)
 	c := relayClient(filepath.Join(dir, RelaySocketName))
-	llm := agent.LLMConfig{Provider: agent.ProviderOpenAI, Model: "m", BaseURL: model.URL + "/v1/", APIKey: key}
+	llm := agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.URL + "/v1/", APIKey: key}
 	token, end := r.Begin("msg-echo", llm, LLMLimits{}, 10*time.Second, Asks{})
 	defer end()
 

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -27,7 +28,7 @@ func TestRelayScrub(t *testing.T) {
 	testutil.Must(t, r.Listen(dir))
 	testutil.Cleanup(t, "relay", r.Close)
 	c := relayClient(filepath.Join(dir, RelaySocketName))
-	llm := agent.LLMConfig{Provider: agent.ProviderOffline, APIKey: key}
+	llm := agentspec.LLMConfig{Provider: agentspec.ProviderOffline, APIKey: key}
 	token, end := r.Begin("msg-scrub", llm, LLMLimits{}, 10*time.Second, Asks{})
 
 	for _, text := range []string{

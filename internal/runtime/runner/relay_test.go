@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -108,7 +109,7 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 	}
 	testutil.Cleanup(t, "relay", r.Close)
 	c := relayClient(filepath.Join(dir, RelaySocketName))
-	llm := agent.LLMConfig{Provider: agent.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL + "/v1/", APIKey: key}
+	llm := agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL + "/v1/", APIKey: key}
 
 	token, end := r.Begin("msg-1", llm, LLMLimits{}, 10*time.Second, Asks{})
 	st, body := relayPost(t, c, "/openai/chat/completions", token, okBody)
@@ -199,7 +200,7 @@ func TestRelayAnthropicOverPair(t *testing.T) {
 	const key = "sk-ant-relay-test-77aa"
 	model := newFakeModel(t)
 	r := newRelay(hclog.NewNullLogger(), newMetrics())
-	llm := agent.LLMConfig{Provider: agent.ProviderAnthropic, Model: "m", BaseURL: model.srv.URL + "/", APIKey: key}
+	llm := agentspec.LLMConfig{Provider: agentspec.ProviderAnthropic, Model: "m", BaseURL: model.srv.URL + "/", APIKey: key}
 	token, end := r.Begin("msg-a", llm, LLMLimits{}, 10*time.Second, Asks{})
 	child, stop, err := r.Pair()
 	if err != nil {
@@ -263,7 +264,7 @@ func TestRunnerRequestCarriesRelayNotKey(t *testing.T) {
 	model := newFakeModel(t)
 	cfg := testConfig()
 	cfg.RelayDir = filepath.Join(t.TempDir(), "relay")
-	cfg.LLM = agent.LLMConfig{Provider: agent.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL + "/v1", APIKey: "sk-very-secret"}
+	cfg.LLM = agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL + "/v1", APIKey: "sk-very-secret"}
 	var during int
 	b := &scripted{answer: func(req agent.Request) (sandbox.Outcome, error) {
 		// What a per-message container does: call the relay through the
@@ -318,11 +319,11 @@ func TestSandboxOptionsFollowRoleAndRelay(t *testing.T) {
 		t.Errorf("offline agent without a key: relay dir %q, networks %v", o.Spec.RelayDir, o.Spec.Networks)
 	}
 	cfg.LLM.APIKey = "sk-very-secret"
-	cfg.LLM.Provider = agent.ProviderOpenAI
+	cfg.LLM.Provider = agentspec.ProviderOpenAI
 	if o := DockerOptions(cfg, nil); o.Spec.RelayDir != RelayDir(cfg) {
 		t.Errorf("openai agent: relay dir %q", o.Spec.RelayDir)
 	}
-	cfg.Role = agent.RoleToolExec
+	cfg.Role = agentspec.RoleToolExec
 	if o := DockerOptions(cfg, nil); o.Spec.Network != "none" || o.Spec.Networks != nil {
 		t.Errorf("tool_exec: network %q %v, want none", o.Spec.Network, o.Spec.Networks)
 	}

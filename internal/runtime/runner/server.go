@@ -37,7 +37,7 @@
 //	  does not run it again), also after a restart (the journal keeps the
 //	  record without its body). A body over 8 KiB is read from its journal
 //	  record each time, never held in memory. A reply is at most
-//	  agent.MaxReplyBytes (4 MiB): agent-run cuts a longer one, saying so
+//	  agentspec.MaxReplyBytes (4 MiB): agent-run cuts a longer one, saying so
 //	  (agent.FitReply), and the backends read no more from a sandbox
 //	  (sandbox.ErrReplyTooLarge: 500 protocol).
 //	GET /healthz        Health JSON: ok, agent_id, mode, ready (a prestarted
@@ -101,6 +101,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/httpbound"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/version"
@@ -690,7 +691,7 @@ func BuildRequest(cfg *Config, id string, msg MessageRequest) agent.Request {
 		llm.MaxTokens = DefaultLoopMaxTokens
 	}
 	llm.MaxTokens = min(llm.MaxTokens, limit)
-	var seed *agent.Seed
+	var seed *agentspec.Seed
 	if cfg.Kubernetes != nil {
 		seed = cfg.Kubernetes.Seed
 	}
@@ -776,7 +777,7 @@ var agentKinds = []string{agent.ErrKindLLM, agent.ErrKindRequest, agent.ErrKindS
 
 func memLimit(cfg *Config) string {
 	if cfg.Container.MemoryLimit == "" {
-		return sandbox.DefaultMemoryLimit
+		return agentspec.DefaultMemoryLimit
 	}
 	return cfg.Container.MemoryLimit
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 	"github.com/bogpad/terraform-provider-meepa/internal/version"
@@ -61,7 +62,7 @@ func testConfig() *Config {
 	return &Config{
 		AgentID: "a1", Workspace: "/srv/a1", Listen: "127.0.0.1:0", Token: "tok-123",
 		Container: ContainerMode{Enabled: true, Image: "img", TimeoutSeconds: 7},
-		LLM:       agent.LLMConfig{Provider: "offline", APIKey: "sk-very-secret"},
+		LLM:       agentspec.LLMConfig{Provider: "offline", APIKey: "sk-very-secret"},
 		Secrets:   map[string]string{"GH": "ghp_alsosecret"}, RedactSecrets: true,
 	}
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 )
 
@@ -27,7 +27,7 @@ import (
 // anything past MaxStdout is a protocol error (ErrReplyTooLarge), not
 // memory for the runner: the rest is read and dropped.
 const (
-	MaxStdout     = agent.MaxReplyBytes
+	MaxStdout     = agentspec.MaxReplyBytes
 	StderrTailLen = 4 << 10
 	// cleanupTimeout bounds kill and remove, which run on a fresh context so
 	// that a cancelled request still cleans up.
@@ -51,7 +51,7 @@ type DockerOptions struct {
 	Enforcement EnforcementCheck
 	// Final, when set, is asked as the container's stdout grows; true means
 	// the output so far is the whole answer and the container exits
-	// cleanly right after it (agent.FinalReply), so Run answers without
+	// cleanly right after it (agentspec.FinalReply), so Run answers without
 	// waiting for the daemon to process the exit. The exit is still
 	// awaited, off the answer's path, and no later message reaches a
 	// container before it is confirmed. Nil waits for every exit.
@@ -361,7 +361,7 @@ func (d *Docker) discardPending(p *pending) {
 func (d *Docker) Run(ctx context.Context, job Job) (Outcome, error) {
 	begin := time.Now()
 	if job.Timeout <= 0 {
-		job.Timeout = DefaultTimeout
+		job.Timeout = agentspec.DefaultTimeout
 	}
 	// The timeout covers the whole message, a slow start included.
 	ctx, cancel := context.WithTimeout(ctx, job.Timeout)

@@ -16,6 +16,7 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
@@ -113,8 +114,8 @@ func TestDockerPrestartedContainerIsHardened(t *testing.T) {
 		t.Fatalf("outcome %+v stdout %q", out, out.Stdout)
 	}
 	uid, _ := os.ReadFile(spec.Workspace + "/uid")
-	if strings.TrimSpace(string(uid)) != fmt.Sprint(AgentUID(spec.AgentID)) {
-		t.Errorf("ran as uid %q, want the agent's own %d", uid, AgentUID(spec.AgentID))
+	if strings.TrimSpace(string(uid)) != fmt.Sprint(agentspec.AgentUID(spec.AgentID)) {
+		t.Errorf("ran as uid %q, want the agent's own %d", uid, agentspec.AgentUID(spec.AgentID))
 	}
 	if err := d.Close(ctx); err != nil {
 		t.Fatal(err)

@@ -21,14 +21,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
-)
-
-// MinHostMemory is the least memory_limit host mode accepts: measured, the
-// agent loop dies at start under RLIMIT_DATA of 64 MiB and runs under 96 MiB.
-const (
-	MinHostMemory     = 128 << 20
-	MinHostMemoryText = "128m"
 )
 
 // HostOptions configure the host backend. Zero values are the documented
@@ -124,17 +118,17 @@ func NewHost(o HostOptions) (*Host, error) {
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
-	mem, err := MemoryBytes(o.MemoryLimit)
+	mem, err := agentspec.MemoryBytes(o.MemoryLimit)
 	if err != nil {
 		return nil, fmt.Errorf("host backend: %w", err)
 	}
-	if mem < MinHostMemory {
+	if mem < agentspec.MinHostMemory {
 		return nil, fmt.Errorf("host backend: memory_limit %q is below %s, the least the agent loop starts with in host mode "+
-			"(RLIMIT_DATA also counts the Go runtime's reserved bookkeeping, about 64 MiB)", o.MemoryLimit, MinHostMemoryText)
+			"(RLIMIT_DATA also counts the Go runtime's reserved bookkeeping, about 64 MiB)", o.MemoryLimit, agentspec.MinHostMemoryText)
 	}
 	pids := o.PidsLimit
 	if pids <= 0 {
-		pids = DefaultPidsLimit
+		pids = agentspec.DefaultPidsLimit
 	}
 	if !o.FileAccess.Unrestricted {
 		if err := landlock.Validate(o.FileAccess); err != nil {
@@ -191,7 +185,7 @@ func (h *Host) setupIdentity() error {
 	}
 	uid := h.opts.UID
 	if uid == 0 {
-		uid = AgentUID(h.opts.AgentID)
+		uid = agentspec.AgentUID(h.opts.AgentID)
 	}
 	if uid < 0 {
 		return fmt.Errorf("agent uid %d: want a positive uid", uid)
@@ -359,7 +353,7 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 
 	timeout := job.Timeout
 	if timeout <= 0 {
-		timeout = DefaultTimeout
+		timeout = agentspec.DefaultTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -43,8 +44,8 @@ func TestHostAgentCannotChmodRunnerFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, exe := probeHost(t, true)
-	if h.user == nil || h.user.UID != AgentUID(testAgentID) {
-		t.Fatalf("agent uid %+v, want the dedicated %d", h.user, AgentUID(testAgentID))
+	if h.user == nil || h.user.UID != agentspec.AgentUID(testAgentID) {
+		t.Fatalf("agent uid %+v, want the dedicated %d", h.user, agentspec.AgentUID(testAgentID))
 	}
 	for _, p := range []string{cfg, cfgDir} {
 		if code, out := shell(t, h, exe+" meepa-probe chmod "+p); code != 13 {
@@ -58,10 +59,10 @@ func TestHostAgentCannotChmodRunnerFiles(t *testing.T) {
 		t.Errorf("runner dir mode %v after the agent's chmod, want 0755", st.Mode().Perm())
 	}
 	// The agent runs as its uid and owns its workspace.
-	if got := expectOK(t, h, "id -u && stat -c %u ."); !strings.Contains(got, fmt.Sprint(AgentUID(testAgentID))) {
+	if got := expectOK(t, h, "id -u && stat -c %u ."); !strings.Contains(got, fmt.Sprint(agentspec.AgentUID(testAgentID))) {
 		t.Errorf("id/stat in the sandbox: %q", got)
 	}
-	if st, err := os.Stat(h.opts.Workspace); err != nil || st.Sys().(*syscall.Stat_t).Uid != uint32(AgentUID(testAgentID)) || st.Mode().Perm() != 0o700 {
+	if st, err := os.Stat(h.opts.Workspace); err != nil || st.Sys().(*syscall.Stat_t).Uid != uint32(agentspec.AgentUID(testAgentID)) || st.Mode().Perm() != 0o700 {
 		t.Errorf("workspace %v %v: want owned by the agent uid, 0700", st.Mode(), err)
 	}
 }
@@ -129,7 +130,7 @@ func TestHostWorkspaceSymlinkRefused(t *testing.T) {
 	if fi, err := os.Lstat(ws); err != nil || fi.Mode()&os.ModeSymlink == 0 {
 		t.Fatalf("the agent did not swap its workspace: %v %v", fi, err)
 	}
-	req, _ := json.Marshal(agent.Request{Message: agent.Message{ID: "m2", Text: "!sh touch /etc/meepa-pwned"}, LLM: agent.LLMConfig{Provider: agent.ProviderOffline}})
+	req, _ := json.Marshal(agent.Request{Message: agent.Message{ID: "m2", Text: "!sh touch /etc/meepa-pwned"}, LLM: agentspec.LLMConfig{Provider: agentspec.ProviderOffline}})
 	_, err = h.Run(context.Background(), Job{MessageID: "m2", Stdin: req, Timeout: time.Minute})
 	if err == nil || !strings.Contains(err.Error(), "symbolic link") {
 		t.Errorf("message after the swap: %v, want a refusal naming the symbolic link", err)

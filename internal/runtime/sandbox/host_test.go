@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -70,7 +71,7 @@ func shell(t *testing.T, h *Host, cmd string) (int, string) {
 	req, err := json.Marshal(agent.Request{
 		AgentID: testAgentID,
 		Message: agent.Message{ID: "m1", Text: agent.OfflineShellPrefix + cmd},
-		LLM:     agent.LLMConfig{Provider: agent.ProviderOffline},
+		LLM:     agentspec.LLMConfig{Provider: agentspec.ProviderOffline},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +133,7 @@ func giveToAgent(t *testing.T, paths ...string) {
 	if os.Geteuid() != 0 {
 		return
 	}
-	uid := AgentUID(testAgentID)
+	uid := agentspec.AgentUID(testAgentID)
 	for _, p := range paths {
 		if err := os.Chown(p, uid, uid); err != nil {
 			t.Fatal(err)
@@ -262,7 +263,7 @@ func TestHostFailsClosedOnLowABI(t *testing.T) {
 	h, _ := newHost(t, landlock.FileAccess{AllowNetwork: false})
 	req, _ := json.Marshal(agent.Request{
 		Message: agent.Message{ID: "m1", Text: "!sh echo ran > ran.txt"},
-		LLM:     agent.LLMConfig{Provider: agent.ProviderOffline},
+		LLM:     agentspec.LLMConfig{Provider: agentspec.ProviderOffline},
 	})
 	_, err := h.Run(context.Background(), Job{MessageID: "m1", Stdin: req, Timeout: time.Minute})
 	if !errors.Is(err, landlock.ErrUnsupported) {
@@ -289,7 +290,7 @@ func runJob(t *testing.T, h *Host, text string, timeout time.Duration) (Outcome,
 	t.Helper()
 	req, _ := json.Marshal(agent.Request{
 		Message: agent.Message{ID: "m", Text: text},
-		LLM:     agent.LLMConfig{Provider: agent.ProviderOffline},
+		LLM:     agentspec.LLMConfig{Provider: agentspec.ProviderOffline},
 	})
 	out, err := h.Run(context.Background(), Job{MessageID: "m", Stdin: req, Timeout: timeout})
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"io/fs"
 	"os"
@@ -15,20 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
-)
-
-// Agent uids. A host-mode agent runs under a uid of its own, so that Unix
-// permissions keep it from the runner's files (its config, the state
-// directory) and chmod/chown on them fail, whatever Landlock allows. The
-// uid is derived from the agent id (AgentUID) unless HostOptions.UID sets
-// one; its group is the same number.
-const (
-	// AgentUIDBase and AgentUIDRange place derived uids far above the ids
-	// distributions hand out (system < 1000, users < 60000, subordinate
-	// ranges from 100000 in blocks of 65536 for a few thousand users).
-	AgentUIDBase  = 2_000_000_000
-	AgentUIDRange = 100_000_000
 )
 
 // AgentsGID is the one group every host-mode agent's process has besides
@@ -36,7 +23,7 @@ const (
 // agent reaches its workspace while nobody else on the host (nobody, other
 // users) may even pass through them. It lies just below the derived uids,
 // so no agent's own uid or gid is it.
-const AgentsGID = AgentUIDBase - 1
+const AgentsGID = agentspec.AgentUIDBase - 1
 
 // HoldStateDir keeps dir, one of the state directory's own directories
 // (<state_dir>, agents/, runners/), closed to the rest of the host: nothing
@@ -92,17 +79,6 @@ func HostIDInUse(uid, gid int) string {
 		}
 	}
 	return ""
-}
-
-// AgentUID is the uid host mode runs agentID under when none is
-// configured: a stable hash of the id in [AgentUIDBase, AgentUIDBase +
-// AgentUIDRange). Two agents meet on one uid with a chance of about
-// n²/2·10⁻⁸ for n agents on a host; even then Landlock keeps each out of
-// the other's workspace.
-func AgentUID(agentID string) int {
-	h := fnv.New32a()
-	h.Write([]byte(agentID))
-	return AgentUIDBase + int(h.Sum32()%AgentUIDRange)
 }
 
 // Capability numbers (linux/capability.h) the host backend asks for.

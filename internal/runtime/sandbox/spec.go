@@ -13,13 +13,12 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/strslice"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 )
 
-// Defaults of Spec's zero fields (the limits are in limits.go).
+// Defaults of Spec's zero fields (the limits and their defaults are agentspec's).
 const (
-	// TmpSize is the spec's /tmp tmpfs size.
-	TmpSize = "256m"
 	// WorkspaceDir is where the agent workspace appears inside the container.
 	WorkspaceDir = "/workspace"
 	// RelayMountDir is where Spec.RelayDir (the runner's LLM relay socket)
@@ -113,7 +112,7 @@ func CheckHostDir(p string) error {
 
 // uidGid returns s.User (default the agent's own uid) as "uid:gid".
 func (s Spec) uidGid() (string, error) {
-	u, err := UserFor(s.AgentID, s.User)
+	u, err := agentspec.UserFor(s.AgentID, s.User)
 	if err != nil {
 		return "", err
 	}
@@ -140,13 +139,13 @@ func HardenedSpec(s Spec, messageID string) (*container.Config, *container.HostC
 	if err := CheckWorkspace(s.Workspace); err != nil {
 		return nil, nil, nil, fmt.Errorf("container spec: %w", err)
 	}
-	mem, err := MemoryBytes(s.MemoryLimit)
+	mem, err := agentspec.MemoryBytes(s.MemoryLimit)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("container spec: %w", err)
 	}
 	pids := s.PidsLimit
 	if pids <= 0 {
-		pids = DefaultPidsLimit
+		pids = agentspec.DefaultPidsLimit
 	}
 	user, err := s.uidGid()
 	if err != nil {
@@ -191,7 +190,7 @@ func HardenedSpec(s Spec, messageID string) (*container.Config, *container.HostC
 	if s.TmpNoexec {
 		exec = "noexec"
 	}
-	tmpOpts := "rw," + exec + ",nosuid,nodev,size=" + TmpSize + ",mode=1777,uid=" + uid + ",gid=" + gid
+	tmpOpts := "rw," + exec + ",nosuid,nodev,size=" + agentspec.TmpSize + ",mode=1777,uid=" + uid + ",gid=" + gid
 
 	labels := engine.Labels(Component, map[string]string{"agent": s.AgentID, "message": messageID})
 	cfg := &container.Config{

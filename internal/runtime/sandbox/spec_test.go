@@ -10,6 +10,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 )
 
@@ -43,8 +44,8 @@ func checkCIS(t *testing.T, cfg *container.Config, hc *container.HostConfig, mou
 		t.Errorf("5.10: Memory=%d MemorySwap=%d, want 512MiB both", hc.Memory, hc.MemorySwap)
 	}
 	// 5.28 pids limit.
-	if hc.PidsLimit == nil || *hc.PidsLimit != DefaultPidsLimit {
-		t.Errorf("5.28: PidsLimit = %v, want %d", hc.PidsLimit, DefaultPidsLimit)
+	if hc.PidsLimit == nil || *hc.PidsLimit != agentspec.DefaultPidsLimit {
+		t.Errorf("5.28: PidsLimit = %v, want %d", hc.PidsLimit, agentspec.DefaultPidsLimit)
 	}
 	// 5.21 seccomp not disabled; 5.1 AppArmor not disabled; 5.25 no-new-privileges.
 	nnp := false
@@ -101,12 +102,12 @@ func checkCIS(t *testing.T, cfg *container.Config, hc *container.HostConfig, mou
 	if m.BindOptions != nil && (m.BindOptions.Propagation == mount.PropagationShared || m.BindOptions.Propagation == mount.PropagationRShared) {
 		t.Errorf("5.19: propagation %s", m.BindOptions.Propagation)
 	}
-	if tmp := hc.Tmpfs["/tmp"]; len(hc.Tmpfs) != 1 || !strings.Contains(tmp, "size=256m") || !strings.Contains(tmp, "nosuid") || !strings.Contains(tmp, fmt.Sprintf(",uid=%d,gid=%d", AgentUID(cfg.Labels[LabelAgent]), AgentUID(cfg.Labels[LabelAgent]))) {
+	if tmp := hc.Tmpfs["/tmp"]; len(hc.Tmpfs) != 1 || !strings.Contains(tmp, "size=256m") || !strings.Contains(tmp, "nosuid") || !strings.Contains(tmp, fmt.Sprintf(",uid=%d,gid=%d", agentspec.AgentUID(cfg.Labels[LabelAgent]), agentspec.AgentUID(cfg.Labels[LabelAgent]))) {
 		t.Errorf("tmpfs = %v, want only /tmp of 256m nosuid", hc.Tmpfs)
 	}
 	// 4.1 a non-root user: the agent's own, never nobody, whom the host's
 	// unprivileged daemons share.
-	if want := AgentUser(cfg.Labels[LabelAgent]).String(); cfg.User != want || strings.HasPrefix(cfg.User, "65534") {
+	if want := agentspec.AgentUser(cfg.Labels[LabelAgent]).String(); cfg.User != want || strings.HasPrefix(cfg.User, "65534") {
 		t.Errorf("4.1: user %q, want the agent's own %s", cfg.User, want)
 	}
 	// 5.21 the product's own seccomp profile, whatever the daemon's default
@@ -223,21 +224,6 @@ func TestHardenedSpecRejects(t *testing.T) {
 		mut(&s)
 		if _, _, _, err := HardenedSpec(s, "m"); err == nil {
 			t.Errorf("%s: accepted", name)
-		}
-	}
-}
-
-func TestMemoryBytes(t *testing.T) {
-	for in, want := range map[string]int64{"512m": 512 << 20, "1g": 1 << 30, "": 512 << 20, "64M": 64 << 20, "1024k": 1 << 20 * 1} {
-		got, err := MemoryBytes(in)
-		if in == "1024k" {
-			if err == nil {
-				t.Errorf("%q: under 6m accepted", in)
-			}
-			continue
-		}
-		if err != nil || got != want {
-			t.Errorf("MemoryBytes(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
 }

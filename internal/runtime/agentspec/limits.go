@@ -1,7 +1,8 @@
-package sandbox
+package agentspec
 
 import (
 	"fmt"
+	"hash/fnv"
 	"regexp"
 	"strconv"
 	"strings"
@@ -35,6 +36,16 @@ const (
 	DefaultUID = 65534
 	DefaultGID = 65534
 )
+
+// MinHostMemory is the least memory_limit host mode accepts: measured, the
+// agent loop dies at start under RLIMIT_DATA of 64 MiB and runs under 96 MiB.
+const (
+	MinHostMemory     = 128 << 20
+	MinHostMemoryText = "128m"
+)
+
+// TmpSize is the /tmp tmpfs size of a per-message container or pod.
+const TmpSize = "256m"
 
 // memoryPattern is the spec's size form: a positive integer and an optional
 // b/k/m/g unit ("512m", "1g"). Docker accepts more (fractions, "MiB"), but
@@ -137,4 +148,29 @@ func UserFor(agentID, s string) (User, error) {
 			"agent's workspace; leave user unset for the agent's own uid (%s)", s, AgentUser(agentID))
 	}
 	return u, nil
+}
+
+// Agent uids. A host-mode agent runs under a uid of its own, so that Unix
+// permissions keep it from the runner's files (its config, the state
+// directory) and chmod/chown on them fail, whatever Landlock allows. The
+// uid is derived from the agent id (AgentUID) unless the host backend is
+// given one; its group is the same number. A container on a Docker host
+// takes the same uid by default (AgentUser).
+const (
+	// AgentUIDBase and AgentUIDRange place derived uids far above the ids
+	// distributions hand out (system < 1000, users < 60000, subordinate
+	// ranges from 100000 in blocks of 65536 for a few thousand users).
+	AgentUIDBase  = 2_000_000_000
+	AgentUIDRange = 100_000_000
+)
+
+// AgentUID is the uid host mode runs agentID under when none is
+// configured: a stable hash of the id in [AgentUIDBase, AgentUIDBase +
+// AgentUIDRange). Two agents meet on one uid with a chance of about
+// n²/2·10⁻⁸ for n agents on a host; even then Landlock keeps each out of
+// the other's workspace.
+func AgentUID(agentID string) int {
+	h := fnv.New32a()
+	h.Write([]byte(agentID))
+	return AgentUIDBase + int(h.Sum32()%AgentUIDRange)
 }
