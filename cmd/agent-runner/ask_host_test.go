@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
@@ -18,13 +18,13 @@ func TestHostModeCoreAsksToolExec(t *testing.T) {
 	if landlock.DetectABI() < landlock.MinNetABI {
 		t.Skip("kernel without Landlock ABI 4")
 	}
-	te := &runner.Config{AgentID: "tf-ask-te", Role: "tool_exec", Container: runner.ContainerMode{TimeoutSeconds: 60}}
+	te := &agentspec.Config{AgentID: "tf-ask-te", Role: "tool_exec", Container: agentspec.ContainerMode{TimeoutSeconds: 60}}
 	te.LLM.Provider = "offline"
 	_, teLogs := hostServeConfig(t, te)
 
-	core := &runner.Config{
-		AgentID: "tf-ask-core", Role: "core", Container: runner.ContainerMode{TimeoutSeconds: 60},
-		Ask: []runner.AskTarget{{AgentID: te.AgentID, Role: "tool_exec", Listen: te.Listen, Token: te.Token}},
+	core := &agentspec.Config{
+		AgentID: "tf-ask-core", Role: "core", Container: agentspec.ContainerMode{TimeoutSeconds: 60},
+		Ask: []agentspec.AskTarget{{AgentID: te.AgentID, Role: "tool_exec", Listen: te.Listen, Token: te.Token}},
 	}
 	core.LLM.Provider = "offline"
 	c, coreLogs := hostServeConfig(t, core)

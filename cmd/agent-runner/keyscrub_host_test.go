@@ -11,7 +11,6 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -32,10 +31,10 @@ func TestHostModeKeyNeverInWorkspace(t *testing.T) {
 	model.EchoTools = true
 	for _, provider := range []string{agentspec.ProviderOffline, agentspec.ProviderOpenAI} {
 		t.Run(provider, func(t *testing.T) {
-			cfg := &runner.Config{
+			cfg := &agentspec.Config{
 				AgentID:       "tf-host-keyscrub",
-				Container:     runner.ContainerMode{TimeoutSeconds: 60},
-				FileAccess:    runner.FileAccess{AllowNetwork: true},
+				Container:     agentspec.ContainerMode{TimeoutSeconds: 60},
+				FileAccess:    agentspec.FileAccess{AllowNetwork: true},
 				RedactSecrets: true,
 			}
 			cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.BaseURL, cfg.LLM.APIKey = provider, "m", model.URL()+"/v1", key

@@ -11,14 +11,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 // hostServeConfig runs `agent-runner serve` in host mode with cfg (its
 // workspace, listen address and token filled in) and returns a client.
-func hostServeConfig(t *testing.T, cfg *runner.Config) (*http.Client, *lockedBuffer) {
+func hostServeConfig(t *testing.T, cfg *agentspec.Config) (*http.Client, *lockedBuffer) {
 	t.Helper()
 	bin := testutil.RunnerBinary(t)
 	dir := testutil.SharedTempDir(t) // a root runner runs the agent under its own uid
@@ -29,7 +29,7 @@ func hostServeConfig(t *testing.T, cfg *runner.Config) (*http.Client, *lockedBuf
 	sock := filepath.Join(dir, "runner.sock")
 	cfg.Listen, cfg.Token = "unix://"+sock, "test-token"
 	cfgPath := filepath.Join(dir, "runner.json")
-	if err := runner.WriteConfig(cfgPath, cfg); err != nil {
+	if err := agentspec.WriteConfig(cfgPath, cfg); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "serve", "--config", cfgPath)
@@ -93,10 +93,10 @@ echo "== token $OPENAI_API_KEY"`
 	})
 	for _, inject := range []bool{false, true} {
 		t.Run(fmt.Sprintf("inject_credentials_env=%v", inject), func(t *testing.T) {
-			cfg := &runner.Config{
+			cfg := &agentspec.Config{
 				AgentID:              "tf-host-relay",
-				Container:            runner.ContainerMode{TimeoutSeconds: 60},
-				FileAccess:           runner.FileAccess{AllowNetwork: true},
+				Container:            agentspec.ContainerMode{TimeoutSeconds: 60},
+				FileAccess:           agentspec.FileAccess{AllowNetwork: true},
 				InjectCredentialsEnv: inject,
 				// A leak must show in the reply, not be masked in it.
 				RedactSecrets: false,

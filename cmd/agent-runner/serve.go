@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
@@ -44,10 +45,10 @@ func runServe(args []string) int {
 		JSONFormat: strings.EqualFold(os.Getenv("MEEPA_LOG_FORMAT"), "json"),
 		Output:     os.Stderr,
 	})
-	load := func() (*runner.Config, error) {
-		loadFile := runner.LoadConfig
+	load := func() (*agentspec.Config, error) {
+		loadFile := agentspec.LoadConfig
 		if *inSecret {
-			loadFile = runner.LoadSecretConfig
+			loadFile = agentspec.LoadSecretConfig
 		}
 		cfg, err := loadFile(*cfgPath)
 		if err != nil {

@@ -16,8 +16,8 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/moby/profiles/seccomp"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
@@ -70,14 +70,14 @@ func TestServeHostModeInContainer(t *testing.T) {
 			}
 			testutil.Must(t, os.WriteFile(filepath.Join(a, "data.txt"), []byte("read-me"), 0o644))
 			sock := filepath.Join(dir, "runner.sock")
-			cfg := &runner.Config{
+			cfg := &agentspec.Config{
 				AgentID: "tf-acc-host-ctr", Workspace: ws, Listen: "unix://" + sock, Token: "test-token",
-				Container:  runner.ContainerMode{TimeoutSeconds: 60},
-				FileAccess: runner.FileAccess{AllowRead: []string{a}, AllowNetwork: false},
+				Container:  agentspec.ContainerMode{TimeoutSeconds: 60},
+				FileAccess: agentspec.FileAccess{AllowRead: []string{a}, AllowNetwork: false},
 			}
 			cfg.LLM.Provider = "offline"
 			cfgPath := filepath.Join(dir, "runner.json")
-			if err := runner.WriteConfig(cfgPath, cfg); err != nil {
+			if err := agentspec.WriteConfig(cfgPath, cfg); err != nil {
 				t.Fatal(err)
 			}
 			hc := &container.HostConfig{

@@ -38,17 +38,17 @@ func TestServeKilledMidMessageRestartsClean(t *testing.T) {
 	}
 	testutil.Cleanup(t, "remove "+sockDir, func() error { return os.RemoveAll(sockDir) })
 	ws := t.TempDir()
-	cfg := &runner.Config{
+	cfg := &agentspec.Config{
 		AgentID:   "tf-acc-serve-kill-" + fmt.Sprint(os.Getpid()),
 		Workspace: ws,
 		Listen:    "unix://" + filepath.Join(sockDir, "r.sock"),
 		Token:     "serve-test-token",
-		Container: runner.ContainerMode{Enabled: true, Image: testutil.EnsureRunnerImage(t, cli), TimeoutSeconds: 120, Network: "none", Prestart: true},
+		Container: agentspec.ContainerMode{Enabled: true, Image: testutil.EnsureRunnerImage(t, cli), TimeoutSeconds: 120, Network: "none", Prestart: true},
 		LLM:       agentspec.LLMConfig{Provider: "offline"},
 		Journal:   filepath.Join(sockDir, "journal"),
 	}
 	cfgPath := filepath.Join(sockDir, "runner.json")
-	if err := runner.WriteConfig(cfgPath, cfg); err != nil {
+	if err := agentspec.WriteConfig(cfgPath, cfg); err != nil {
 		t.Fatal(err)
 	}
 	client := unixClient(strings.TrimPrefix(cfg.Listen, "unix://"))

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
 
 // benchGates measures the ThreeGate execution layer (issue 10), in rounds
@@ -38,9 +37,9 @@ func benchGates(ctx context.Context, dir string, rounds int) (i, j time.Duration
 		return 0, 0, err
 	}
 	teID, coreID := agentName("te"), agentName("core")
-	te := &runner.Config{
+	te := &agentspec.Config{
 		AgentID: teID, Workspace: wsTE, Listen: "unix://" + filepath.Join(dir, "te.sock"), Token: "bench-te", Role: agentspec.RoleToolExec,
-		Container: runner.ContainerMode{Enabled: true, Image: runnerImage, TimeoutSeconds: 60, Network: "none", Prestart: true},
+		Container: agentspec.ContainerMode{Enabled: true, Image: runnerImage, TimeoutSeconds: 60, Network: "none", Prestart: true},
 		LLM:       agentspec.LLMConfig{Provider: "offline"},
 	}
 	teR, err := serveRunner(ctx, te, nil)
@@ -48,11 +47,11 @@ func benchGates(ctx context.Context, dir string, rounds int) (i, j time.Duration
 		return 0, 0, err
 	}
 	defer teR.close()
-	core := &runner.Config{
+	core := &agentspec.Config{
 		AgentID: coreID, Workspace: wsCore, Listen: "unix://" + filepath.Join(dir, "core.sock"), Token: "bench-core", Role: agentspec.RoleCore,
-		Container: runner.ContainerMode{Enabled: true, Image: runnerImage, TimeoutSeconds: 60, Network: "none", Prestart: true},
+		Container: agentspec.ContainerMode{Enabled: true, Image: runnerImage, TimeoutSeconds: 60, Network: "none", Prestart: true},
 		LLM:       agentspec.LLMConfig{Provider: "offline"},
-		Ask:       []runner.AskTarget{{AgentID: teID, Role: agentspec.RoleToolExec, Listen: te.Listen, Token: te.Token}},
+		Ask:       []agentspec.AskTarget{{AgentID: teID, Role: agentspec.RoleToolExec, Listen: te.Listen, Token: te.Token}},
 	}
 	coreR, err := serveRunner(ctx, core, nil)
 	if err != nil {

@@ -37,16 +37,16 @@ func benchHostMode(ctx context.Context, dir string, rounds int, containerSend, s
 	if err := os.Mkdir(ws, 0o700); err != nil {
 		return 0, 0, err
 	}
-	cfg := &runner.Config{
+	cfg := &agentspec.Config{
 		AgentID:    "meepa-bench-host",
 		Workspace:  ws,
 		Listen:     "unix://" + filepath.Join(dir, "host.sock"),
 		Token:      "bench-host",
-		Container:  runner.ContainerMode{TimeoutSeconds: 60},
-		FileAccess: runner.FileAccess{AllowNetwork: true},
+		Container:  agentspec.ContainerMode{TimeoutSeconds: 60},
+		FileAccess: agentspec.FileAccess{AllowNetwork: true},
 		LLM:        agentspec.LLMConfig{Provider: "offline"},
 	}
-	r, err := serveRunner(ctx, cfg, func(_ context.Context, cfg *runner.Config, log hclog.Logger) (sandbox.Backend, string, error) {
+	r, err := serveRunner(ctx, cfg, func(_ context.Context, cfg *agentspec.Config, log hclog.Logger) (sandbox.Backend, string, error) {
 		o := runner.HostOptions(cfg, log)
 		o.RunnerBinary = bin
 		h, err := sandbox.NewHost(o)

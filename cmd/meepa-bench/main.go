@@ -437,20 +437,20 @@ type benchRunner struct {
 }
 
 func startRunner(ctx context.Context, dir, id, ws string, prestart bool) (*benchRunner, error) {
-	return serveRunner(ctx, &runner.Config{
+	return serveRunner(ctx, &agentspec.Config{
 		AgentID:   id,
 		Workspace: ws,
 		Listen:    "unix://" + filepath.Join(dir, id+".sock"),
 		Token:     "bench-" + id,
 		QueueSize: 64,
-		Container: runner.ContainerMode{Enabled: true, Image: runnerImage, TimeoutSeconds: 60, Network: "none", Prestart: prestart},
+		Container: agentspec.ContainerMode{Enabled: true, Image: runnerImage, TimeoutSeconds: 60, Network: "none", Prestart: prestart},
 		LLM:       agentspec.LLMConfig{Provider: "offline"},
 	}, nil)
 }
 
 // serveRunner serves cfg in process on its unix socket; newBackend nil is
 // runner.NewBackend.
-func serveRunner(ctx context.Context, cfg *runner.Config, newBackend runner.BackendFactory) (*benchRunner, error) {
+func serveRunner(ctx context.Context, cfg *agentspec.Config, newBackend runner.BackendFactory) (*benchRunner, error) {
 	log := hclog.New(&hclog.LoggerOptions{Name: "runner", Level: hclog.LevelFromString(envOr("MEEPA_LOG_LEVEL", "warn")), Output: os.Stderr})
 	if cfg.Journal == "" {
 		// As the provider deploys every runner: each accepted message is

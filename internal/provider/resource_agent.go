@@ -10,9 +10,11 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
 var (
@@ -84,7 +86,7 @@ func validateAgentConfig(ctx context.Context, m agentModel, diags *diag.Diagnost
 	// outside Docker; per-message containers need one in container mode.
 	deployment := rn.Deployment.ValueString()
 	if rn.Deployment.IsNull() {
-		deployment = deploy.DefaultMode
+		deployment = agentspec.DefaultMode
 	}
 	needImage := cm.Enabled.ValueBool() || (deployment == "container" && !rn.Deployment.IsUnknown())
 	if needImage && !m.ContainerMode.IsUnknown() && !m.Runner.IsUnknown() && !cm.Image.IsUnknown() && cm.Image.ValueString() == "" && !rn.Image.IsUnknown() &&
@@ -123,7 +125,7 @@ func validateListenReach(ctx context.Context, m agentModel, cm containerModeMode
 	if llm.Provider.IsUnknown() {
 		return
 	}
-	c := deploy.Config{Container: deploy.ContainerMode{Enabled: cm.Enabled.ValueBool()}, LLM: deploy.LLMConfig{Provider: llm.Provider.ValueString()}}
+	c := agentspec.Config{Container: agentspec.ContainerMode{Enabled: cm.Enabled.ValueBool()}, LLM: agentspec.LLMConfig{Provider: llm.Provider.ValueString()}}
 	if err := deploy.ListenUnreachable(c, deployment, true, l); err != nil {
 		diags.AddAttributeError(path.Root("runner").AtName("listen"), "Unreachable Listen Address", err.Error()+".")
 	}
@@ -159,7 +161,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	if state == nil {
 		plan.Token = types.StringUnknown()
 		plan.ConfigHash = types.StringUnknown()
-		if deployment != deploy.ModeExternal {
+		if deployment != agentspec.ModeExternal {
 			plan.RunnerContainerID = types.StringUnknown()
 			plan.LandlockABI = types.Int64Unknown()
 			plan.AgentUID = types.Int64Unknown()
@@ -183,7 +185,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if deployment != deploy.ModeExternal {
+	if deployment != agentspec.ModeExternal {
 		// A workspace made again is a new directory: containers the runner
 		// prestarted still hold the old one's bind mount, so it is replaced.
 		if plan.ConfigHash.IsUnknown() || !plan.ConfigHash.Equal(state.ConfigHash) || !plan.RunnerStatus.Equal(state.RunnerStatus) ||
@@ -230,7 +232,7 @@ func planDerived(ctx context.Context, svc deploy.Backend, plan *agentModel) stri
 	}
 	id := plan.AgentID.ValueString()
 	plan.ID = types.StringValue(id)
-	plan.WorkspacePath = types.StringValue(svc.Plan(ctx, deploy.Agent{Config: deploy.Config{AgentID: id}}).WorkspacePath)
+	plan.WorkspacePath = types.StringValue(svc.Plan(ctx, deploy.Agent{Config: agentspec.Config{AgentID: id}}).WorkspacePath)
 	deployment := ""
 	if !plan.Runner.IsUnknown() {
 		attrs := plan.Runner.Attributes()
@@ -238,7 +240,7 @@ func planDerived(ctx context.Context, svc deploy.Backend, plan *agentModel) stri
 		if l.IsUnknown() {
 			l = types.StringNull()
 		}
-		p := svc.Plan(ctx, deploy.Agent{Config: deploy.Config{AgentID: id, Listen: l.ValueString()}})
+		p := svc.Plan(ctx, deploy.Agent{Config: agentspec.Config{AgentID: id, Listen: l.ValueString()}})
 		if l.IsNull() {
 			attrs["listen"] = types.StringValue(p.Listen)
 			plan.Runner = types.ObjectValueMust(runnerAttrTypes, attrs)
@@ -251,9 +253,9 @@ func planDerived(ctx context.Context, svc deploy.Backend, plan *agentModel) stri
 		}
 	}
 	switch deployment {
-	case deploy.ModeContainer:
+	case agentspec.ModeContainer:
 		plan.RunnerStatus = types.StringValue(deploy.StatusRunning)
-	case deploy.ModeExternal:
+	case agentspec.ModeExternal:
 		plan.RunnerStatus = types.StringValue(deploy.StatusExternal)
 		plan.RunnerContainerID = types.StringValue("")
 		plan.LandlockABI = types.Int64Null()
@@ -415,8 +417,8 @@ func (r *agentResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 // config and metadata files under the state directory. The write-only API
 // key is never read back.
 func (r *agentResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	if !deploy.ValidID(req.ID) {
-		resp.Diagnostics.AddError("Invalid Import ID", fmt.Sprintf("%q is not an agent id (%s). Import with the agent_id: terraform import meepa_agent.<name> <agent_id>.", req.ID, deploy.IDPattern))
+	if !workspace.ValidID(req.ID) {
+		resp.Diagnostics.AddError("Invalid Import ID", fmt.Sprintf("%q is not an agent id (%s). Import with the agent_id: terraform import meepa_agent.<name> <agent_id>.", req.ID, workspace.IDPattern))
 		return
 	}
 	if !requireProviderData(r.data, "meepa_agent", &resp.Diagnostics) {

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
 // threegateAsk reads threegate.ask when it and the role are known.
@@ -47,7 +48,7 @@ func validateThreegateAsk(ctx context.Context, m agentModel, diags *diag.Diagnos
 	seen := map[string]bool{}
 	for i, id := range ids {
 		switch {
-		case !deploy.ValidID(id):
+		case !workspace.ValidID(id):
 			diags.AddAttributeError(p.AtListIndex(i), "Invalid Agent ID", "threegate.ask: "+id+" is not an agent_id.")
 		case !m.AgentID.IsUnknown() && id == m.AgentID.ValueString():
 			diags.AddAttributeError(p.AtListIndex(i), "Agent Asks Itself", "threegate.ask: an agent cannot ask itself.")

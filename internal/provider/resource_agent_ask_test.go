@@ -9,8 +9,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/tfversion"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 )
 
@@ -24,7 +24,7 @@ func TestAgent_askRefusedAtPlan(t *testing.T) {
 		if _, err := deploy.Prepare(l); err != nil {
 			t.Fatal(err)
 		}
-		c := &runner.Config{AgentID: id, Role: role, Listen: "unix://" + l.Socket, Token: "t",
+		c := &agentspec.Config{AgentID: id, Role: role, Listen: "unix://" + l.Socket, Token: "t",
 			Workspace: stateDir + "/agents/" + id}
 		c.LLM.Provider = "offline"
 		c.Container.Enabled, c.Container.Image = true, "img:1"

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
@@ -97,7 +98,7 @@ func priorOf(ctx context.Context, m *agentModel) *deploy.Prior {
 		RunnerContainerID: m.RunnerContainerID.ValueString(),
 		Reported:          deploy.Reported{LandlockABI: reportedOf(m.LandlockABI), AgentUID: reportedOf(m.AgentUID)},
 		// A state without a readable runner block may have left one.
-		Deployment: deploy.ModeContainer,
+		Deployment: agentspec.ModeContainer,
 	}
 	var diags diag.Diagnostics
 	if rn, ok := objectAs[runnerModel](ctx, m.Runner, &diags); ok {

@@ -23,8 +23,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfversion"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -82,7 +82,7 @@ func TestAccAgent_external(t *testing.T) {
 						return err
 					}
 				}
-				c, err := runner.LoadConfig(layout.ConfigFile)
+				c, err := agentspec.LoadConfig(layout.ConfigFile)
 				if err != nil {
 					return fmt.Errorf("runner config: %w", err)
 				}
@@ -212,7 +212,7 @@ resource "meepa_agent" "t" {
 				statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("runner_status"), knownvalue.StringExact("external")),
 			},
 			Check: func(*terraform.State) error {
-				c, err := runner.LoadConfig(layout.ConfigFile)
+				c, err := agentspec.LoadConfig(layout.ConfigFile)
 				if err != nil {
 					return err
 				}

@@ -6,10 +6,10 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
-var agentIDRegexp = regexp.MustCompile(deploy.IDPattern)
+var agentIDRegexp = regexp.MustCompile(workspace.IDPattern)
 
 var objectAsOpts = basetypes.ObjectAsOptions{}
 

@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 )
 
@@ -52,8 +53,8 @@ type llmModel struct {
 }
 
 // limits are the relay's spending limits the model holds.
-func (l llmModel) limits() deploy.LLMLimits {
-	return deploy.LLMLimits{
+func (l llmModel) limits() agentspec.LLMLimits {
+	return agentspec.LLMLimits{
 		MaxTokensPerCall: l.MaxTokensPerCall.ValueInt64(), MessageTokenBudget: l.MessageTokenBudget.ValueInt64(),
 		AgentTokenBudget: l.AgentTokenBudget.ValueInt64(), AgentBudgetWindowSeconds: l.AgentBudgetWindowSeconds.ValueInt64(),
 	}
@@ -119,9 +120,9 @@ func emptyStringList() types.List { return types.ListValueMust(types.StringType,
 func defaultContainerMode() types.Object {
 	return types.ObjectValueMust(containerModeAttrTypes, map[string]attr.Value{
 		"enabled": types.BoolValue(false), "image": types.StringValue(""),
-		"memory_limit": types.StringValue(deploy.DefaultMemoryLimit), "timeout_seconds": types.Int64Value(deploy.DefaultTimeoutSeconds),
-		"network": types.StringValue(deploy.DefaultNetwork), "pids_limit": types.Int64Value(deploy.DefaultPidsLimit),
-		"user": types.StringValue(""), "runtime": types.StringValue(deploy.DefaultRuntime), "prestart": types.BoolValue(true),
+		"memory_limit": types.StringValue(agentspec.DefaultMemoryLimit), "timeout_seconds": types.Int64Value(agentspec.DefaultTimeoutSeconds),
+		"network": types.StringValue(agentspec.DefaultNetwork), "pids_limit": types.Int64Value(agentspec.DefaultPidsLimit),
+		"user": types.StringValue(""), "runtime": types.StringValue(agentspec.DefaultRuntime), "prestart": types.BoolValue(true),
 	})
 }
 
@@ -135,7 +136,7 @@ func defaultFileAccess() types.Object {
 
 func defaultRunner() types.Object {
 	return types.ObjectValueMust(runnerAttrTypes, map[string]attr.Value{
-		"listen": types.StringNull(), "deployment": types.StringValue(deploy.DefaultMode), "image": types.StringValue(""),
+		"listen": types.StringNull(), "deployment": types.StringValue(agentspec.DefaultMode), "image": types.StringValue(""),
 	})
 }
 
@@ -208,21 +209,21 @@ func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagn
 			return a, false
 		}
 	}
-	a.Config = deploy.Config{
+	a.Config = agentspec.Config{
 		AgentID: m.AgentID.ValueString(),
 		Listen:  rn.Listen.ValueString(),
 		Token:   m.Token.ValueString(),
-		Container: deploy.ContainerMode{
+		Container: agentspec.ContainerMode{
 			Enabled: cm.Enabled.ValueBool(), Image: cm.Image.ValueString(), MemoryLimit: cm.MemoryLimit.ValueString(),
 			TimeoutSeconds: int(cm.TimeoutSeconds.ValueInt64()), Network: cm.Network.ValueString(), PidsLimit: cm.PidsLimit.ValueInt64(),
 			User: cm.User.ValueString(), Runtime: cm.Runtime.ValueString(), Prestart: cm.Prestart.ValueBool(),
 		},
-		FileAccess: deploy.FileAccess{
+		FileAccess: agentspec.FileAccess{
 			Unrestricted: fa.Unrestricted.ValueBool(), AllowRead: stringList(ctx, fa.AllowRead, diags),
 			AllowReadWrite: stringList(ctx, fa.AllowReadWrite, diags), Deny: stringList(ctx, fa.Deny, diags),
 			AllowHomeDotfiles: fa.AllowHomeDotfiles.ValueBool(), AllowNetwork: fa.AllowNetwork.ValueBool(),
 		},
-		LLM: deploy.LLMConfig{
+		LLM: agentspec.LLMConfig{
 			Provider: llm.Provider.ValueString(), Model: llm.Model.ValueString(), BaseURL: llm.BaseURL.ValueString(), APIKey: apiKey,
 		},
 		Secrets:              secrets,
@@ -252,7 +253,7 @@ func modelOf(m *agentModel, a deploy.Agent) {
 	m.LLM = types.ObjectValueMust(llmAttrTypes, map[string]attr.Value{
 		"provider": types.StringValue(c.LLM.Provider), "model": types.StringValue(c.LLM.Model),
 		"base_url": types.StringValue(c.LLM.BaseURL), "api_key": types.StringNull(),
-		"max_steps":                   types.Int64Value(int64(orDefault(c.MaxSteps, deploy.DefaultMaxSteps))),
+		"max_steps":                   types.Int64Value(int64(orDefault(c.MaxSteps, agentspec.DefaultMaxSteps))),
 		"max_tokens_per_call":         types.Int64Value(limits.MaxTokensPerCall),
 		"message_token_budget":        types.Int64Value(limits.MessageTokenBudget),
 		"agent_token_budget":          types.Int64Value(limits.AgentTokenBudget),

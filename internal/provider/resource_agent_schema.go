@@ -17,7 +17,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
 // agentSchema is meepa_agent's schema. Defaults and bounds come from the
@@ -34,7 +35,7 @@ func agentSchema() schema.Schema {
 			// Required.
 			"agent_id": schema.StringAttribute{
 				Required: true,
-				MarkdownDescription: "The agent's id: `" + deploy.IDPattern + "` (lower-case letters, digits, `_` and `-`, " +
+				MarkdownDescription: "The agent's id: `" + workspace.IDPattern + "` (lower-case letters, digits, `_` and `-`, " +
 					"at most 63 characters). It names the workspace directory and the runner container " +
 					"(`meepa-runner-<agent_id>`), so it cannot hold `/`, `..` or spaces. Changing it makes a new agent.",
 				Validators: []validator.String{stringvalidator.RegexMatches(agentIDRegexp,
@@ -47,11 +48,11 @@ func agentSchema() schema.Schema {
 				Attributes: map[string]schema.Attribute{
 					"provider": schema.StringAttribute{
 						Required: true,
-						MarkdownDescription: "One of " + codeList(deploy.LLMProviders) + ". `openai` is any OpenAI-compatible " +
+						MarkdownDescription: "One of " + codeList(agentspec.Providers) + ". `openai` is any OpenAI-compatible " +
 							"chat-completions endpoint (OpenAI, Ollama, vLLM, LiteLLM, a gateway on ThreeGate's llmnet); " +
 							"`offline` is the embedded deterministic responder (not a model): `!sh <cmd>` runs a shell command, " +
 							"anything else gets a fixed answer.",
-						Validators: []validator.String{stringvalidator.OneOf(deploy.LLMProviders...)},
+						Validators: []validator.String{stringvalidator.OneOf(agentspec.Providers...)},
 					},
 					"model": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(""),
@@ -69,41 +70,41 @@ func agentSchema() schema.Schema {
 							"the workspace, or a log. A changed key changes `config_hash`, which replaces the runner.",
 					},
 					"max_steps": schema.Int64Attribute{
-						Optional: true, Computed: true, Default: int64default.StaticInt64(deploy.DefaultMaxSteps),
-						MarkdownDescription: fmt.Sprintf("Bound on LLM/tool steps per message, 1 to %d. Default `%d`.", deploy.MaxMaxSteps, deploy.DefaultMaxSteps),
-						Validators:          []validator.Int64{notZero(1, deploy.MaxMaxSteps)},
+						Optional: true, Computed: true, Default: int64default.StaticInt64(agentspec.DefaultMaxSteps),
+						MarkdownDescription: fmt.Sprintf("Bound on LLM/tool steps per message, 1 to %d. Default `%d`.", agentspec.MaxMaxSteps, agentspec.DefaultMaxSteps),
+						Validators:          []validator.Int64{notZero(1, agentspec.MaxMaxSteps)},
 					},
 					// The relay's spending limits: checked at plan by the
-					// runner's own check (deploy.ValidateSettings).
+					// runner's own check (agentspec.ValidateSettings).
 					"max_tokens_per_call": schema.Int64Attribute{
-						Optional: true, Computed: true, Default: int64default.StaticInt64(deploy.DefaultMaxTokensPerCall),
+						Optional: true, Computed: true, Default: int64default.StaticInt64(agentspec.DefaultMaxTokensPerCall),
 						MarkdownDescription: fmt.Sprintf("The most one model call through the relay may ask for in `max_tokens`, `max_completion_tokens` or "+
 							"`max_output_tokens`, 1 to %d; a call that names none of them, or more than this, is refused (the agent loop asks for "+
-							"%d, or this if lower). Default `%d`.", deploy.MaxMaxTokensPerCall, deploy.DefaultLoopMaxTokens, deploy.DefaultMaxTokensPerCall),
-						Validators: []validator.Int64{notZero(1, deploy.MaxMaxTokensPerCall)},
+							"%d, or this if lower). Default `%d`.", agentspec.MaxMaxTokensPerCall, agentspec.DefaultLoopMaxTokens, agentspec.DefaultMaxTokensPerCall),
+						Validators: []validator.Int64{notZero(1, agentspec.MaxMaxTokensPerCall)},
 					},
 					"message_token_budget": schema.Int64Attribute{
-						Optional: true, Computed: true, Default: int64default.StaticInt64(deploy.DefaultMessageTokenBudget),
+						Optional: true, Computed: true, Default: int64default.StaticInt64(agentspec.DefaultMessageTokenBudget),
 						MarkdownDescription: fmt.Sprintf("Tokens (input plus output, as the endpoint reports them) one message may use through the relay: "+
 							"the call that crosses it is answered, every later call of the message is refused. At least `max_tokens_per_call`, "+
-							"at most %d. Default `%d`.", deploy.MaxMessageTokenBudget, deploy.DefaultMessageTokenBudget),
-						Validators: []validator.Int64{notZero(1, deploy.MaxMessageTokenBudget)},
+							"at most %d. Default `%d`.", agentspec.MaxMessageTokenBudget, agentspec.DefaultMessageTokenBudget),
+						Validators: []validator.Int64{notZero(1, agentspec.MaxMessageTokenBudget)},
 					},
 					"agent_token_budget": schema.Int64Attribute{
-						Optional: true, Computed: true, Default: int64default.StaticInt64(deploy.DefaultAgentTokenBudget),
+						Optional: true, Computed: true, Default: int64default.StaticInt64(agentspec.DefaultAgentTokenBudget),
 						MarkdownDescription: fmt.Sprintf("Tokens all of the agent's messages may use through the relay in one window of "+
 							"`agent_budget_window_seconds`: past it every call is refused until the window ends. The count is kept in the "+
 							"runner's journal directory, so a restarted runner goes on with the same window (a runner without a journal, as on "+
 							"Kubernetes, starts a new window when it starts). At least `message_token_budget`, at most %d. Default `%d`.",
-							deploy.MaxAgentTokenBudget, deploy.DefaultAgentTokenBudget),
-						Validators: []validator.Int64{notZero(1, deploy.MaxAgentTokenBudget)},
+							agentspec.MaxAgentTokenBudget, agentspec.DefaultAgentTokenBudget),
+						Validators: []validator.Int64{notZero(1, agentspec.MaxAgentTokenBudget)},
 					},
 					"agent_budget_window_seconds": schema.Int64Attribute{
-						Optional: true, Computed: true, Default: int64default.StaticInt64(deploy.DefaultAgentBudgetWindowSeconds),
+						Optional: true, Computed: true, Default: int64default.StaticInt64(agentspec.DefaultAgentBudgetWindowSeconds),
 						MarkdownDescription: fmt.Sprintf("Length of the `agent_token_budget` window, %d to %d seconds. The window is fixed: it starts "+
 							"with the first call after the previous window ended. Default `%d` (a day).",
-							deploy.MinAgentBudgetWindowSeconds, deploy.MaxAgentBudgetWindowSeconds, deploy.DefaultAgentBudgetWindowSeconds),
-						Validators: []validator.Int64{notZero(deploy.MinAgentBudgetWindowSeconds, deploy.MaxAgentBudgetWindowSeconds)},
+							agentspec.MinAgentBudgetWindowSeconds, agentspec.MaxAgentBudgetWindowSeconds, agentspec.DefaultAgentBudgetWindowSeconds),
+						Validators: []validator.Int64{notZero(agentspec.MinAgentBudgetWindowSeconds, agentspec.MaxAgentBudgetWindowSeconds)},
 					},
 				},
 			},
@@ -127,18 +128,18 @@ func agentSchema() schema.Schema {
 				MarkdownDescription: "Extra secret values for the agent loop (e.g. tool credentials), handed over on stdin " +
 					"(write-only, as `llm.api_key`: never in plan or state; a change changes `config_hash`, which replaces the runner). " +
 					"Exported to tool processes with `inject_secrets_env` (then each name must be an environment variable name, " +
-					"`" + deploy.EnvNamePattern.String() + "`, and not `HOME`, `TMPDIR`, `PATH` or a dynamic loader variable), replaced by `[REDACTED]` in replies with `redact_secrets`.",
+					"`" + agentspec.EnvNamePattern.String() + "`, and not `HOME`, `TMPDIR`, `PATH` or a dynamic loader variable), replaced by `[REDACTED]` in replies with `redact_secrets`.",
 			},
 			"inject_credentials_env": schema.BoolAttribute{
 				Optional: true, Computed: true, Default: booldefault.StaticBool(true),
 				MarkdownDescription: "Export the LLM credentials to the agent's tool processes (the spec's `image_config` flag, per agent). Default `true`.",
 			},
 			"inject_secrets_env": schema.BoolAttribute{
-				Optional: true, Computed: true, Default: booldefault.StaticBool(deploy.DefaultInjectSecretsEnv),
+				Optional: true, Computed: true, Default: booldefault.StaticBool(agentspec.DefaultInjectSecretsEnv),
 				MarkdownDescription: "Export `secrets` to the agent's tool processes as environment variables. Then they are " +
 					"the tools': a tool can print or send them in any spelling, and `redact_secrets` catches only the spellings " +
 					"it knows. Off, the secrets reach only the agent loop (for redaction), never a tool's environment, " +
-					"arguments or files. Default `" + strconv.FormatBool(deploy.DefaultInjectSecretsEnv) + "`.",
+					"arguments or files. Default `" + strconv.FormatBool(agentspec.DefaultInjectSecretsEnv) + "`.",
 			},
 			"redact_secrets": schema.BoolAttribute{
 				Optional: true, Computed: true, Default: booldefault.StaticBool(true),
@@ -147,7 +148,7 @@ func agentSchema() schema.Schema {
 			"container_mode": schema.SingleNestedAttribute{
 				Optional: true, Computed: true, Default: objectdefault.StaticValue(defaultContainerMode()),
 				MarkdownDescription: "Run each message's whole agent loop in a fresh hardened container (read-only rootfs, all " +
-					"capabilities dropped, no-new-privileges, memory and pids limits, " + deploy.TmpSize + " tmpfs `/tmp`, only the workspace " +
+					"capabilities dropped, no-new-privileges, memory and pids limits, " + agentspec.TmpSize + " tmpfs `/tmp`, only the workspace " +
 					"mounted at `/workspace`). The spec's fields and defaults, plus `pids_limit`, `user`, `runtime` and `prestart`.",
 				Attributes: map[string]schema.Attribute{
 					"enabled": schema.BoolAttribute{
@@ -163,43 +164,43 @@ func agentSchema() schema.Schema {
 						Validators: []validator.String{scoped(optionalImageReference())},
 					},
 					"memory_limit": schema.StringAttribute{
-						Optional: true, Computed: true, Default: stringdefault.StaticString(deploy.DefaultMemoryLimit),
+						Optional: true, Computed: true, Default: stringdefault.StaticString(agentspec.DefaultMemoryLimit),
 						MarkdownDescription: "Memory cap per message (swap equal to it; exceeding it is reported as OOM): " +
-							"a positive size with an optional unit b, k, m or g (e.g. `512m`, `1g`), at least `" + deploy.MinMemoryLimit + "`, and at least `" +
-							deploy.MinHostMemoryLimit + "` in host mode (the limit also bounds the runner's agent child). Default `" + deploy.DefaultMemoryLimit + "`.",
+							"a positive size with an optional unit b, k, m or g (e.g. `512m`, `1g`), at least `" + agentspec.MinMemoryLimitText + "`, and at least `" +
+							agentspec.MinHostMemoryText + "` in host mode (the limit also bounds the runner's agent child). Default `" + agentspec.DefaultMemoryLimit + "`.",
 						Validators: []validator.String{scoped(notEmpty())},
 					},
 					"timeout_seconds": schema.Int64Attribute{
-						Optional: true, Computed: true, Default: int64default.StaticInt64(deploy.DefaultTimeoutSeconds),
-						MarkdownDescription: fmt.Sprintf("Seconds before a message's container is killed, 1 to %d. Default `%d`.", deploy.MaxTimeoutSeconds, deploy.DefaultTimeoutSeconds),
-						Validators:          []validator.Int64{notZero(1, deploy.MaxTimeoutSeconds)},
+						Optional: true, Computed: true, Default: int64default.StaticInt64(agentspec.DefaultTimeoutSeconds),
+						MarkdownDescription: fmt.Sprintf("Seconds before a message's container is killed, 1 to %d. Default `%d`.", agentspec.MaxTimeoutSeconds, agentspec.DefaultTimeoutSeconds),
+						Validators:          []validator.Int64{notZero(1, agentspec.MaxTimeoutSeconds)},
 					},
 					"network": schema.StringAttribute{
-						Optional: true, Computed: true, Default: stringdefault.StaticString(deploy.DefaultNetwork),
-						MarkdownDescription: "Network of the per-message containers: " + codeList(deploy.Networks) + ". `bridge` " +
+						Optional: true, Computed: true, Default: stringdefault.StaticString(agentspec.DefaultNetwork),
+						MarkdownDescription: "Network of the per-message containers: " + codeList(agentspec.Networks) + ". `bridge` " +
 							"allows outbound connections (an LLM API) through the provider-managed network `meepa-bridge`, with no route " +
 							"to the host, other containers, private or link-local addresses (cloud metadata); `none` has no network. `host` is refused (it would defeat the " +
-							"isolation). Null when `threegate` is set (the role's networks are used). Default `" + deploy.DefaultNetwork + "`.",
+							"isolation). Null when `threegate` is set (the role's networks are used). Default `" + agentspec.DefaultNetwork + "`.",
 						Validators: []validator.String{scoped(notEmpty())},
 					},
 					"pids_limit": schema.Int64Attribute{
-						Optional: true, Computed: true, Default: int64default.StaticInt64(deploy.DefaultPidsLimit),
-						MarkdownDescription: fmt.Sprintf("Process limit per message container (stops fork bombs), %d to %d. Default `%d`.", deploy.MinPidsLimit, deploy.MaxPidsLimit, deploy.DefaultPidsLimit),
-						Validators:          []validator.Int64{notZero(deploy.MinPidsLimit, deploy.MaxPidsLimit)},
+						Optional: true, Computed: true, Default: int64default.StaticInt64(agentspec.DefaultPidsLimit),
+						MarkdownDescription: fmt.Sprintf("Process limit per message container (stops fork bombs), %d to %d. Default `%d`.", agentspec.MinPidsLimit, agentspec.MaxPidsLimit, agentspec.DefaultPidsLimit),
+						Validators:          []validator.Int64{notZero(agentspec.MinPidsLimit, agentspec.MaxPidsLimit)},
 					},
 					"user": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(""),
 						MarkdownDescription: "Numeric `uid` or `uid:gid` the agent loop runs as; the workspace is owned by it. Empty (the default): " +
 							"on a Docker host the agent's own uid, derived from `agent_id` in a range far above the host's ids (uid and gid " +
 							"the same number), refused at apply if the host's passwd or group names it or another agent's workspace in " +
-							"`state_dir` has it; on a cluster `" + deploy.DefaultUser + "`. Root (0) and nobody (65534, which every " +
+							"`state_dir` has it; on a cluster `" + agentspec.DefaultUser + "`. Root (0) and nobody (65534, which every " +
 							"unprivileged daemon of a host shares) are refused. Any other uid is taken as given: one the host uses gives " +
 							"that user the agent's files.",
 					},
 					"runtime": schema.StringAttribute{
-						Optional: true, Computed: true, Default: stringdefault.StaticString(deploy.DefaultRuntime),
-						MarkdownDescription: "OCI runtime: " + codeList(deploy.Runtimes) + "; `crun` and `runsc` (gVisor) only when the " +
-							"daemon has them (checked at apply). Default `" + deploy.DefaultRuntime + "`.",
+						Optional: true, Computed: true, Default: stringdefault.StaticString(agentspec.DefaultRuntime),
+						MarkdownDescription: "OCI runtime: " + codeList(agentspec.Runtimes) + "; `crun` and `runsc` (gVisor) only when the " +
+							"daemon has them (checked at apply). Default `" + agentspec.DefaultRuntime + "`.",
 						Validators: []validator.String{scoped(notEmpty())},
 					},
 					"prestart": schema.BoolAttribute{
@@ -253,8 +254,8 @@ func agentSchema() schema.Schema {
 					},
 					"role": schema.StringAttribute{
 						Required:            true,
-						MarkdownDescription: "One of " + codeList(deploy.ThreegateRoles) + ".",
-						Validators:          []validator.String{stringvalidator.OneOf(deploy.ThreegateRoles...)},
+						MarkdownDescription: "One of " + codeList(agentspec.Roles) + ".",
+						Validators:          []validator.String{stringvalidator.OneOf(agentspec.Roles...)},
 					},
 					"ask": schema.ListAttribute{
 						Optional:    true,
@@ -276,11 +277,11 @@ func agentSchema() schema.Schema {
 						Validators: []validator.String{scoped(listenAddress())},
 					},
 					"deployment": schema.StringAttribute{
-						Optional: true, Computed: true, Default: stringdefault.StaticString(deploy.DefaultMode),
-						MarkdownDescription: "One of " + codeList(deploy.Modes) + ". `container`: the provider runs the service as " +
+						Optional: true, Computed: true, Default: stringdefault.StaticString(agentspec.DefaultMode),
+						MarkdownDescription: "One of " + codeList(agentspec.Modes) + ". `container`: the provider runs the service as " +
 							"the container `meepa-runner-<agent_id>` (restart `unless-stopped`). `external`: the provider writes the " +
-							"config and an operator runs `agent-runner serve --config <file>` (e.g. from a systemd unit). Default `" + deploy.DefaultMode + "`.",
-						Validators: []validator.String{stringvalidator.OneOf(deploy.Modes...)},
+							"config and an operator runs `agent-runner serve --config <file>` (e.g. from a systemd unit). Default `" + agentspec.DefaultMode + "`.",
+						Validators: []validator.String{stringvalidator.OneOf(agentspec.Modes...)},
 					},
 					"image": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(""),

@@ -22,8 +22,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfversion"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -162,7 +162,7 @@ func TestAccAgent_lifecycle(t *testing.T) {
 						return fmt.Errorf("config_hash unchanged by a new API key")
 					}
 					a := s.RootModule().Resources["meepa_agent.t"].Primary.Attributes
-					c, err := runner.LoadConfig(layout.ConfigFile)
+					c, err := agentspec.LoadConfig(layout.ConfigFile)
 					if err != nil || c.LLM.APIKey != testAPIKeyRotated {
 						return fmt.Errorf("runner config not rewritten with the new key: %v", err)
 					}

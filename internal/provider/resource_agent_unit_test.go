@@ -14,7 +14,6 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
 
 func TestAgentSchemaImplementation(t *testing.T) {
@@ -55,16 +54,16 @@ func TestAgentSchemaImplementation(t *testing.T) {
 // import and the hash of the file on disk agree with what apply wrote.
 func TestRuntimeRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	in := runner.Config{
+	in := agentspec.Config{
 		AgentID: "a1", Workspace: "/s/agents/a1", Listen: "unix:///s/runners/a1/run/runner.sock", Token: "tok",
-		Container: runner.ContainerMode{Enabled: true, Image: "img:1", MemoryLimit: "1g", TimeoutSeconds: 60, Network: "none",
+		Container: agentspec.ContainerMode{Enabled: true, Image: "img:1", MemoryLimit: "1g", TimeoutSeconds: 60, Network: "none",
 			PidsLimit: 128, User: "1000:1000", Runtime: "runc", Prestart: false},
-		FileAccess: runner.FileAccess{AllowRead: []string{"/srv/a"}, AllowReadWrite: []string{"/srv/b"}, Deny: []string{"/srv/b/c"},
+		FileAccess: agentspec.FileAccess{AllowRead: []string{"/srv/a"}, AllowReadWrite: []string{"/srv/b"}, Deny: []string{"/srv/b/c"},
 			AllowHomeDotfiles: true, AllowNetwork: false},
 		LLM:                  agentspec.LLMConfig{Provider: "openai", Model: "m", BaseURL: "http://x/v1", APIKey: "sk"},
 		Secrets:              map[string]string{"A": "1"},
 		InjectCredentialsEnv: true, InjectSecretsEnv: false, RedactSecrets: true, MaxSteps: 5,
-		LLMLimits: runner.LLMLimits{MaxTokensPerCall: 1000, MessageTokenBudget: 20000, AgentTokenBudget: 300000, AgentBudgetWindowSeconds: 3600},
+		LLMLimits: agentspec.LLMLimits{MaxTokensPerCall: 1000, MessageTokenBudget: 20000, AgentTokenBudget: 300000, AgentBudgetWindowSeconds: 3600},
 	}
 	meta := deploy.Meta{Soul: "s", Memory: "m", ManageSoul: true, Deployment: "container", RunnerImage: "runner:1"}
 	var m agentModel

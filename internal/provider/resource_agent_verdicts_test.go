@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/tfversion"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
@@ -27,41 +28,41 @@ import (
 func TestPlanAndRunnerAgree(t *testing.T) {
 	cases := []struct {
 		name   string
-		change func(c *deploy.Config)
+		change func(c *agentspec.Config)
 		ok     bool
 	}{
-		{"defaults, host mode", func(c *deploy.Config) {}, true},
-		{"defaults, container mode", func(c *deploy.Config) { c.Container.Enabled = true }, true},
-		{"root user, container mode", func(c *deploy.Config) { c.Container.Enabled = true; c.Container.User = "0:0" }, false},
-		{"root user, host mode", func(c *deploy.Config) { c.Container.User = "0:0" }, false},
-		{"root group", func(c *deploy.Config) { c.Container.Enabled = true; c.Container.User = "1000:0" }, false},
-		{"user name", func(c *deploy.Config) { c.Container.User = "nobody" }, false},
-		{"uid alone", func(c *deploy.Config) { c.Container.Enabled = true; c.Container.User = "1000" }, true},
-		{"64m, host mode", func(c *deploy.Config) { c.Container.MemoryLimit = "64m" }, false},
-		{"64m, container mode", func(c *deploy.Config) { c.Container.Enabled = true; c.Container.MemoryLimit = "64m" }, true},
-		{"128m, host mode", func(c *deploy.Config) { c.Container.MemoryLimit = "128m" }, true},
-		{"5m, container mode", func(c *deploy.Config) { c.Container.Enabled = true; c.Container.MemoryLimit = "5m" }, false},
-		{"memory unit", func(c *deploy.Config) { c.Container.MemoryLimit = "512x" }, false},
-		{"memory fraction", func(c *deploy.Config) { c.Container.MemoryLimit = "1.5g" }, false},
-		{"memory zero", func(c *deploy.Config) { c.Container.MemoryLimit = "0" }, false},
-		{"timeout huge", func(c *deploy.Config) { c.Container.TimeoutSeconds = deploy.MaxTimeoutSeconds + 1 }, false},
-		{"timeout negative", func(c *deploy.Config) { c.Container.TimeoutSeconds = -1 }, false},
-		{"timeout max", func(c *deploy.Config) { c.Container.TimeoutSeconds = deploy.MaxTimeoutSeconds }, true},
-		{"pids low", func(c *deploy.Config) { c.Container.PidsLimit = deploy.MinPidsLimit - 1 }, false},
-		{"pids high", func(c *deploy.Config) { c.Container.PidsLimit = deploy.MaxPidsLimit + 1 }, false},
-		{"network host", func(c *deploy.Config) { c.Container.Network = "host" }, false},
-		{"network none", func(c *deploy.Config) { c.Container.Network = "none" }, true},
-		{"runtime unknown", func(c *deploy.Config) { c.Container.Runtime = "kata" }, false},
-		{"max steps high", func(c *deploy.Config) { c.MaxSteps = deploy.MaxMaxSteps + 1 }, false},
-		{"relative allow_read", func(c *deploy.Config) { c.FileAccess.AllowRead = []string{"data"} }, false},
-		{"unclean deny", func(c *deploy.Config) { c.FileAccess.Deny = []string{"/srv/../etc"} }, false},
-		{"deny with unrestricted", func(c *deploy.Config) {
+		{"defaults, host mode", func(c *agentspec.Config) {}, true},
+		{"defaults, container mode", func(c *agentspec.Config) { c.Container.Enabled = true }, true},
+		{"root user, container mode", func(c *agentspec.Config) { c.Container.Enabled = true; c.Container.User = "0:0" }, false},
+		{"root user, host mode", func(c *agentspec.Config) { c.Container.User = "0:0" }, false},
+		{"root group", func(c *agentspec.Config) { c.Container.Enabled = true; c.Container.User = "1000:0" }, false},
+		{"user name", func(c *agentspec.Config) { c.Container.User = "nobody" }, false},
+		{"uid alone", func(c *agentspec.Config) { c.Container.Enabled = true; c.Container.User = "1000" }, true},
+		{"64m, host mode", func(c *agentspec.Config) { c.Container.MemoryLimit = "64m" }, false},
+		{"64m, container mode", func(c *agentspec.Config) { c.Container.Enabled = true; c.Container.MemoryLimit = "64m" }, true},
+		{"128m, host mode", func(c *agentspec.Config) { c.Container.MemoryLimit = "128m" }, true},
+		{"5m, container mode", func(c *agentspec.Config) { c.Container.Enabled = true; c.Container.MemoryLimit = "5m" }, false},
+		{"memory unit", func(c *agentspec.Config) { c.Container.MemoryLimit = "512x" }, false},
+		{"memory fraction", func(c *agentspec.Config) { c.Container.MemoryLimit = "1.5g" }, false},
+		{"memory zero", func(c *agentspec.Config) { c.Container.MemoryLimit = "0" }, false},
+		{"timeout huge", func(c *agentspec.Config) { c.Container.TimeoutSeconds = agentspec.MaxTimeoutSeconds + 1 }, false},
+		{"timeout negative", func(c *agentspec.Config) { c.Container.TimeoutSeconds = -1 }, false},
+		{"timeout max", func(c *agentspec.Config) { c.Container.TimeoutSeconds = agentspec.MaxTimeoutSeconds }, true},
+		{"pids low", func(c *agentspec.Config) { c.Container.PidsLimit = agentspec.MinPidsLimit - 1 }, false},
+		{"pids high", func(c *agentspec.Config) { c.Container.PidsLimit = agentspec.MaxPidsLimit + 1 }, false},
+		{"network host", func(c *agentspec.Config) { c.Container.Network = "host" }, false},
+		{"network none", func(c *agentspec.Config) { c.Container.Network = "none" }, true},
+		{"runtime unknown", func(c *agentspec.Config) { c.Container.Runtime = "kata" }, false},
+		{"max steps high", func(c *agentspec.Config) { c.MaxSteps = agentspec.MaxMaxSteps + 1 }, false},
+		{"relative allow_read", func(c *agentspec.Config) { c.FileAccess.AllowRead = []string{"data"} }, false},
+		{"unclean deny", func(c *agentspec.Config) { c.FileAccess.Deny = []string{"/srv/../etc"} }, false},
+		{"deny with unrestricted", func(c *agentspec.Config) {
 			c.FileAccess.Unrestricted = true
 			c.FileAccess.Deny = []string{"/srv/secret"}
 		}, false},
-		{"secret name with inject", func(c *deploy.Config) { c.Secrets = map[string]string{"gh-token": "x"} }, false},
-		{"reserved secret name", func(c *deploy.Config) { c.Secrets = map[string]string{"HOME": "/"} }, false},
-		{"secret name without inject", func(c *deploy.Config) {
+		{"secret name with inject", func(c *agentspec.Config) { c.Secrets = map[string]string{"gh-token": "x"} }, false},
+		{"reserved secret name", func(c *agentspec.Config) { c.Secrets = map[string]string{"HOME": "/"} }, false},
+		{"secret name without inject", func(c *agentspec.Config) {
 			c.Secrets = map[string]string{"gh-token": "x"}
 			c.InjectSecretsEnv = false
 		}, true},
@@ -69,20 +70,20 @@ func TestPlanAndRunnerAgree(t *testing.T) {
 	state := t.TempDir()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := deploy.Config{
+			c := agentspec.Config{
 				AgentID:   "a1",
 				Workspace: filepath.Join(state, "agents", "a1"),
 				Listen:    "unix://" + filepath.Join(state, "runners", "a1", "run", "runner.sock"),
 				Token:     "tok",
-				Container: deploy.ContainerMode{
-					Image: "img:1", MemoryLimit: deploy.DefaultMemoryLimit, TimeoutSeconds: deploy.DefaultTimeoutSeconds,
-					Network: deploy.DefaultNetwork, PidsLimit: deploy.DefaultPidsLimit, User: "",
-					Runtime: deploy.DefaultRuntime, Prestart: true,
+				Container: agentspec.ContainerMode{
+					Image: "img:1", MemoryLimit: agentspec.DefaultMemoryLimit, TimeoutSeconds: agentspec.DefaultTimeoutSeconds,
+					Network: agentspec.DefaultNetwork, PidsLimit: agentspec.DefaultPidsLimit, User: "",
+					Runtime: agentspec.DefaultRuntime, Prestart: true,
 				},
-				FileAccess:       deploy.FileAccess{AllowNetwork: true},
-				LLM:              deploy.LLMConfig{Provider: "offline"},
+				FileAccess:       agentspec.FileAccess{AllowNetwork: true},
+				LLM:              agentspec.LLMConfig{Provider: "offline"},
 				InjectSecretsEnv: true, InjectCredentialsEnv: true, RedactSecrets: true,
-				MaxSteps: deploy.DefaultMaxSteps,
+				MaxSteps: agentspec.DefaultMaxSteps,
 			}
 			tc.change(&c)
 			plan := planVerdict(t, c)
@@ -99,10 +100,10 @@ func TestPlanAndRunnerAgree(t *testing.T) {
 
 // planVerdict is what meepa_agent's ValidateConfig says of a configuration
 // that holds c's settings.
-func planVerdict(t *testing.T, c deploy.Config) error {
+func planVerdict(t *testing.T, c agentspec.Config) error {
 	t.Helper()
 	var m agentModel
-	modelOf(&m, deploy.Agent{Config: c, Meta: deploy.Meta{Deployment: deploy.ModeContainer}})
+	modelOf(&m, deploy.Agent{Config: c, Meta: deploy.Meta{Deployment: agentspec.ModeContainer}})
 	// The configuration holds the write-only secrets that state does not.
 	if len(c.Secrets) > 0 {
 		vals := map[string]attr.Value{}
@@ -125,17 +126,17 @@ func planVerdict(t *testing.T, c deploy.Config) error {
 
 // runnerVerdict is what `agent-runner serve` says of the same settings at
 // start: the file as apply writes it, loaded and validated.
-func runnerVerdict(t *testing.T, c deploy.Config) error {
+func runnerVerdict(t *testing.T, c agentspec.Config) error {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "config.json")
-	if err := runner.WriteConfig(file, &c); err != nil {
+	if err := agentspec.WriteConfig(file, &c); err != nil {
 		t.Fatal(err)
 	}
-	loaded, err := runner.LoadConfig(file)
+	loaded, err := agentspec.LoadConfig(file)
 	if err != nil {
 		return err
 	}
-	return loaded.Validate()
+	return runner.Validate(loaded)
 }
 
 type errorString string

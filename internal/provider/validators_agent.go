@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 )
 
@@ -27,7 +28,7 @@ func listenAddress() validator.String {
 	}
 }
 
-// envNameSuggestion turns a name into one deploy.EnvNamePattern accepts.
+// envNameSuggestion turns a name into one agentspec.EnvNamePattern accepts.
 func envNameSuggestion(k string) string {
 	b := []byte(strings.ToUpper(k))
 	for i, c := range b {
@@ -38,7 +39,7 @@ func envNameSuggestion(k string) string {
 	if len(b) == 0 || b[0] >= '0' && b[0] <= '9' {
 		b = append([]byte{'_'}, b...)
 	}
-	if deploy.CheckToolEnvName(string(b)) != nil {
+	if agentspec.CheckToolEnvName(string(b)) != nil {
 		// A name the sandbox reserves (HOME, PATH, …).
 		return "SECRET_" + string(b)
 	}
@@ -95,7 +96,7 @@ func baseURL() validator.String {
 // notEmpty refuses an explicit empty string where the runner's config reads
 // empty as "the default": in Terraform the default is written out, so an
 // empty value is a mistake. Every other verdict on these attributes is the
-// runner's own (ValidateConfig runs deploy.ValidateSettings).
+// runner's own (ValidateConfig runs agentspec.ValidateSettings).
 func notEmpty() validator.String {
 	return stringCheck{
 		summary: "Empty Value",
@@ -110,7 +111,7 @@ func notEmpty() validator.String {
 }
 
 // notZero refuses an explicit 0 where the runner's config reads 0 as "the
-// default"; deploy.ValidateSettings judges every other value, with the same
+// default"; agentspec.ValidateSettings judges every other value, with the same
 // bounds.
 func notZero(lo, hi int64) validator.Int64 { return notZeroValidator{lo, hi} }
 
@@ -131,7 +132,7 @@ func (v notZeroValidator) ValidateInt64(_ context.Context, req validator.Int64Re
 }
 
 // settingSummaries are the diagnostics' summaries of the settings the
-// runner checks (deploy.ValidateSettings), by field.
+// runner checks (agentspec.ValidateSettings), by field.
 var settingSummaries = map[string]string{
 	"container_mode.memory_limit":     "Invalid Memory Limit",
 	"container_mode.user":             "Invalid User",
@@ -156,8 +157,8 @@ func validateSettings(ctx context.Context, m agentModel, diags *diag.Diagnostics
 	if diags.HasError() {
 		return
 	}
-	for _, e := range unjoin(deploy.ValidateSettings(&c)) {
-		var fe *deploy.FieldError
+	for _, e := range unjoin(agentspec.ValidateSettings(&c)) {
+		var fe *agentspec.FieldError
 		if !errors.As(e, &fe) {
 			diags.AddError("Invalid Agent Settings", e.Error())
 			continue
@@ -170,7 +171,7 @@ func validateSettings(ctx context.Context, m agentModel, diags *diag.Diagnostics
 }
 
 // addSettingError puts a runner verdict on the attribute at fault.
-func addSettingError(fe *deploy.FieldError, diags *diag.Diagnostics) {
+func addSettingError(fe *agentspec.FieldError, diags *diag.Diagnostics) {
 	p := path.Empty()
 	field := fe.Field
 	if field == "max_steps" {
@@ -200,7 +201,7 @@ func addSettingError(fe *deploy.FieldError, diags *diag.Diagnostics) {
 // configuration is known, and the blocks or fields to leave unjudged: a null
 // value is the schema's default; an unknown one its runtime zero, which
 // passes, and an unknown that another verdict depends on skips that one.
-func settingsOf(ctx context.Context, m agentModel, diags *diag.Diagnostics) (deploy.Config, map[string]bool) {
+func settingsOf(ctx context.Context, m agentModel, diags *diag.Diagnostics) (agentspec.Config, map[string]bool) {
 	skip := map[string]bool{}
 	var cm containerModeModel
 	var fa fileAccessModel
@@ -230,18 +231,18 @@ func settingsOf(ctx context.Context, m agentModel, diags *diag.Diagnostics) (dep
 		// Host mode's memory floor applies only once the mode is known.
 		skip["container_mode.memory_limit"] = true
 	}
-	c := deploy.Config{
-		Container: deploy.ContainerMode{
+	c := agentspec.Config{
+		Container: agentspec.ContainerMode{
 			Enabled: cm.Enabled.ValueBool(), MemoryLimit: cm.MemoryLimit.ValueString(), User: cm.User.ValueString(),
 			TimeoutSeconds: int(cm.TimeoutSeconds.ValueInt64()), PidsLimit: cm.PidsLimit.ValueInt64(),
 			Network: cm.Network.ValueString(), Runtime: cm.Runtime.ValueString(),
 		},
 		MaxSteps:         int(llm.MaxSteps.ValueInt64()),
 		LLMLimits:        llm.limits(),
-		InjectSecretsEnv: !m.InjectSecretsEnv.IsUnknown() && (m.InjectSecretsEnv.IsNull() && deploy.DefaultInjectSecretsEnv || m.InjectSecretsEnv.ValueBool()),
+		InjectSecretsEnv: !m.InjectSecretsEnv.IsUnknown() && (m.InjectSecretsEnv.IsNull() && agentspec.DefaultInjectSecretsEnv || m.InjectSecretsEnv.ValueBool()),
 	}
 	if !skip["file_access"] {
-		c.FileAccess = deploy.FileAccess{
+		c.FileAccess = agentspec.FileAccess{
 			Unrestricted: fa.Unrestricted.ValueBool(), AllowRead: stringList(ctx, fa.AllowRead, diags),
 			AllowReadWrite: stringList(ctx, fa.AllowReadWrite, diags), Deny: stringList(ctx, fa.Deny, diags),
 		}

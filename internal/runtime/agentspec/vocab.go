@@ -102,3 +102,16 @@ func CheckToolEnvName(k string) error {
 	}
 	return nil
 }
+
+// Deployment modes of a Docker host's runner: the provider runs it as a
+// container, or an operator runs it (e.g. from a systemd unit). On a
+// cluster the runner is always a Deployment the provider manages.
+const (
+	ModeContainer = "container"
+	ModeExternal  = "external"
+	// DefaultMode is the deployment when none is chosen.
+	DefaultMode = ModeContainer
+)
+
+// Modes lists the deployment modes, for validators and docs.
+var Modes = []string{ModeContainer, ModeExternal}

@@ -12,88 +12,9 @@ import (
 	"syscall"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
-
-// The runner's config types and the agent's rules, as the service's callers
-// (the provider, the bench, tests) see them: they need no other runtime
-// package to describe an agent.
-type (
-	Config        = runner.Config
-	ContainerMode = runner.ContainerMode
-	FileAccess    = runner.FileAccess
-	LLMConfig     = agentspec.LLMConfig
-	FieldError    = runner.FieldError
-	LLMLimits     = runner.LLMLimits
-)
-
-// Defaults and bounds of an agent's settings (see runner).
-const (
-	DefaultMemoryLimit    = runner.DefaultMemoryLimit
-	MinHostMemoryLimit    = runner.MinHostMemoryLimit
-	MinMemoryLimit        = agentspec.MinMemoryLimitText
-	DefaultTimeoutSeconds = runner.DefaultTimeoutSeconds
-	MaxTimeoutSeconds     = runner.MaxTimeoutSeconds
-	DefaultPidsLimit      = runner.DefaultPidsLimit
-	MinPidsLimit          = runner.MinPidsLimit
-	MaxPidsLimit          = runner.MaxPidsLimit
-	DefaultUser           = runner.DefaultUser
-	DefaultMaxSteps       = runner.DefaultMaxSteps
-	MaxMaxSteps           = runner.MaxMaxSteps
-	// The relay's spending limits (LLMLimits).
-	DefaultMaxTokensPerCall         = runner.DefaultMaxTokensPerCall
-	MaxMaxTokensPerCall             = runner.MaxMaxTokensPerCall
-	DefaultMessageTokenBudget       = runner.DefaultMessageTokenBudget
-	MaxMessageTokenBudget           = runner.MaxMessageTokenBudget
-	DefaultAgentTokenBudget         = runner.DefaultAgentTokenBudget
-	MaxAgentTokenBudget             = runner.MaxAgentTokenBudget
-	DefaultAgentBudgetWindowSeconds = runner.DefaultAgentBudgetWindowSeconds
-	MinAgentBudgetWindowSeconds     = runner.MinAgentBudgetWindowSeconds
-	MaxAgentBudgetWindowSeconds     = runner.MaxAgentBudgetWindowSeconds
-	DefaultLoopMaxTokens            = runner.DefaultLoopMaxTokens
-	DefaultNetwork                  = runner.DefaultNetwork
-	DefaultRuntime                  = runner.DefaultRuntime
-	TmpSize                         = agentspec.TmpSize
-	// DefaultInjectSecretsEnv: see runner.DefaultInjectSecretsEnv.
-	DefaultInjectSecretsEnv = runner.DefaultInjectSecretsEnv
-	// IDPattern is what an agent id may look like (it names a directory
-	// and containers).
-	IDPattern = workspace.IDPattern
-)
-
-// Deployment modes: the provider runs the runner as a container, or an
-// operator runs it (e.g. from a systemd unit).
-const (
-	ModeContainer = "container"
-	ModeExternal  = "external"
-	// DefaultMode is the deployment when none is chosen.
-	DefaultMode = ModeContainer
-)
-
-// Value lists for validators and docs.
-var (
-	Modes          = []string{ModeContainer, ModeExternal}
-	Networks       = runner.Networks
-	Runtimes       = runner.Runtimes
-	ThreegateRoles = agentspec.Roles
-	// LLMProviders are the accepted llm providers.
-	LLMProviders = agentspec.Providers
-	// EnvNamePattern is what a secret's name must match with
-	// inject_secrets_env.
-	EnvNamePattern = agentspec.EnvNamePattern
-)
-
-// ValidID reports whether id can name an agent.
-func ValidID(id string) bool { return workspace.ValidID(id) }
-
-// ValidateSettings is the runner's own check of an agent's settings (the
-// one the runner runs at start); each error is a *FieldError.
-func ValidateSettings(c *Config) error { return runner.ValidateSettings(c) }
-
-// CheckToolEnvName says why a name cannot be a tool's environment variable.
-func CheckToolEnvName(k string) error { return agentspec.CheckToolEnvName(k) }
 
 // Agent is one agent as its owner describes it: the runner's config and
 // what lies beyond it (the metadata).
@@ -101,7 +22,7 @@ type Agent struct {
 	// Config is the runner's config. Listen is as the host sees it (empty:
 	// the default socket); Workspace is set by the service; Token is
 	// empty for a new agent (Apply makes one).
-	Config Config
+	Config agentspec.Config
 	Meta   Meta
 }
 
@@ -117,7 +38,7 @@ func (a Agent) RunnerImage() string {
 // Deployment is Meta.Deployment or its default.
 func (a Agent) Deployment() string {
 	if a.Meta.Deployment == "" {
-		return DefaultMode
+		return agentspec.DefaultMode
 	}
 	return a.Meta.Deployment
 }
@@ -185,7 +106,7 @@ const anyAddress = "0.0.0.0:"
 // containerised runner on a TCP port listens on every interface of its
 // container; anything else listens where the host sees it.
 func ServedListen(deployment string, l Listener) string {
-	if deployment == ModeContainer && l.Port != 0 {
+	if deployment == agentspec.ModeContainer && l.Port != 0 {
 		return anyAddress + strconv.Itoa(l.Port)
 	}
 	return l.String()
@@ -205,7 +126,7 @@ func HostListen(s string) string {
 // agentspec.AgentUser), the runner's (this process's) user in
 // host mode, where the agent runs as the runner's child. When this process
 // cannot hand the workspace over it returns nil and a warning.
-func WorkspaceOwner(c Config) (*workspace.Owner, string) {
+func WorkspaceOwner(c agentspec.Config) (*workspace.Owner, string) {
 	me := workspace.Owner{UID: os.Getuid(), GID: os.Getgid()}
 	if !c.Container.Enabled {
 		return &me, ""
@@ -229,7 +150,7 @@ func WorkspaceOwner(c Config) (*workspace.Owner, string) {
 // the host's passwd or group files name, or the owner of another agent's
 // workspace in the same state directory (two ids whose hashes meet). The
 // agent's owner then names a user. Explicit users are the owner's choice.
-func (s *Service) CheckAgentUser(c Config) error {
+func (s *Service) CheckAgentUser(c agentspec.Config) error {
 	if !c.Container.Enabled || c.Container.User != "" {
 		return nil
 	}

@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
 // ErrAskTargetNotDeployed: an ask target has no runner config yet (it is
@@ -23,16 +23,16 @@ var ErrAskTargetNotDeployed = errors.New("not deployed yet")
 // llmnet), read from its runner config under stateDir; its listen address
 // and token come from there. A target without a config yet fails with
 // ErrAskTargetNotDeployed (wrapped), which a plan may let pass.
-func ResolveAsk(stateDir, topologyID string, ids []string) ([]runner.AskTarget, error) {
+func ResolveAsk(stateDir, topologyID string, ids []string) ([]agentspec.AskTarget, error) {
 	llmnet := topology.NetworkName(topologyID, topology.LLMNet)
-	var out []runner.AskTarget
+	var out []agentspec.AskTarget
 	var errs []error
 	for _, id := range ids {
-		if !ValidID(id) {
+		if !workspace.ValidID(id) {
 			errs = append(errs, fmt.Errorf("ask %q: not an agent id", id))
 			continue
 		}
-		cfg, err := runner.LoadConfig(LayoutFor(stateDir, id).ConfigFile)
+		cfg, err := agentspec.LoadConfig(LayoutFor(stateDir, id).ConfigFile)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			errs = append(errs, fmt.Errorf("ask %q: no meepa_agent with this agent_id is %w (reference it, e.g. meepa_agent.fetch.agent_id, so that it is applied first)", id, ErrAskTargetNotDeployed))
@@ -49,7 +49,7 @@ func ResolveAsk(stateDir, topologyID string, ids []string) ([]runner.AskTarget, 
 			errs = append(errs, fmt.Errorf("ask %q: it is not in the threegate_network %q (it joins %s)", id, topologyID, strings.Join(cfg.Container.Networks, ", ")))
 			continue
 		}
-		out = append(out, runner.AskTarget{AgentID: cfg.AgentID, Role: cfg.Role, Listen: cfg.Listen, Token: cfg.Token})
+		out = append(out, agentspec.AskTarget{AgentID: cfg.AgentID, Role: cfg.Role, Listen: cfg.Listen, Token: cfg.Token})
 	}
 	return out, errors.Join(errs...)
 }
@@ -63,7 +63,7 @@ func orNone(s string) string {
 
 // askHostPaths are the target runners' socket directories, mounted at the
 // same path into the asking runner's container.
-func askHostPaths(c runner.Config) []HostPath {
+func askHostPaths(c agentspec.Config) []HostPath {
 	var out []HostPath
 	for _, a := range c.Ask {
 		if sock, ok := strings.CutPrefix(a.Listen, "unix://"); ok {

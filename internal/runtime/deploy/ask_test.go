@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 )
 
 // ResolveAsk takes fetch and tool_exec agents of the same topology, with
@@ -18,9 +18,9 @@ func TestResolveAsk(t *testing.T) {
 		if err := os.MkdirAll(l.Dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		c := &runner.Config{AgentID: id, Role: role, Listen: "unix://" + l.Socket, Token: "tok-" + id}
+		c := &agentspec.Config{AgentID: id, Role: role, Listen: "unix://" + l.Socket, Token: "tok-" + id}
 		c.Container.Networks = nets
-		if err := runner.WriteConfig(l.ConfigFile, c); err != nil {
+		if err := agentspec.WriteConfig(l.ConfigFile, c); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -43,7 +43,7 @@ func TestResolveAsk(t *testing.T) {
 		}
 	}
 	// The asking runner's container mounts the targets' socket directories.
-	c := runner.Config{Ask: got}
+	c := agentspec.Config{Ask: got}
 	if hp := askHostPaths(c); len(hp) != 2 || !strings.HasSuffix(hp[0].Path, "/runners/te/run") {
 		t.Errorf("host paths %+v", hp)
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -36,9 +35,9 @@ func TestOneRunnerPerAgent(t *testing.T) {
 	if _, err := Prepare(l); err != nil {
 		t.Fatal(err)
 	}
-	cfg := runner.Config{
+	cfg := agentspec.Config{
 		AgentID: id, Workspace: ws, Listen: "unix://" + l.Socket, Token: "t",
-		Container: runner.ContainerMode{Enabled: true, Image: image, MemoryLimit: "64m", TimeoutSeconds: 30, Network: "none", PidsLimit: 64},
+		Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: "64m", TimeoutSeconds: 30, Network: "none", PidsLimit: 64},
 		LLM:       agentspec.LLMConfig{Provider: "offline"},
 	}
 	if err := WriteConfig(l, &cfg); err != nil {

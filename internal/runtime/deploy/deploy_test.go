@@ -12,7 +12,6 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
 
 func TestParseListen(t *testing.T) {
@@ -42,10 +41,10 @@ func TestParseListen(t *testing.T) {
 	}
 }
 
-func sampleConfig() runner.Config {
-	return runner.Config{
+func sampleConfig() agentspec.Config {
+	return agentspec.Config{
 		AgentID: "a1", Workspace: "/s/agents/a1", Listen: "unix:///s/runners/a1/run/runner.sock", Token: "tok",
-		Container: runner.ContainerMode{Enabled: true, Image: "img:1", MemoryLimit: "512m", TimeoutSeconds: 300, Network: "bridge"},
+		Container: agentspec.ContainerMode{Enabled: true, Image: "img:1", MemoryLimit: "512m", TimeoutSeconds: 300, Network: "bridge"},
 		LLM:       agentspec.LLMConfig{Provider: "openai", APIKey: "sk-1"},
 		Secrets:   map[string]string{"A": "1", "B": "2"},
 	}
@@ -58,15 +57,15 @@ func TestConfigHash(t *testing.T) {
 	if base != ConfigHash(sampleConfig(), s, key) {
 		t.Fatal("hash not stable")
 	}
-	changes := map[string]func(c *runner.Config, s *Settings, k *[]byte){
-		"api key":      func(c *runner.Config, _ *Settings, _ *[]byte) { c.LLM.APIKey = "sk-2" },
-		"token":        func(c *runner.Config, _ *Settings, _ *[]byte) { c.Token = "tok2" },
-		"secret value": func(c *runner.Config, _ *Settings, _ *[]byte) { c.Secrets = map[string]string{"A": "1", "B": "3"} },
-		"secret name":  func(c *runner.Config, _ *Settings, _ *[]byte) { c.Secrets = map[string]string{"A": "1", "C": "2"} },
-		"memory":       func(c *runner.Config, _ *Settings, _ *[]byte) { c.Container.MemoryLimit = "1g" },
-		"image":        func(_ *runner.Config, s *Settings, _ *[]byte) { s.Image = "img:2" },
-		"mode":         func(_ *runner.Config, s *Settings, _ *[]byte) { s.Mode = "external" },
-		"key":          func(_ *runner.Config, _ *Settings, k *[]byte) { *k = []byte("another key, also 32 bytes long!") },
+	changes := map[string]func(c *agentspec.Config, s *Settings, k *[]byte){
+		"api key":      func(c *agentspec.Config, _ *Settings, _ *[]byte) { c.LLM.APIKey = "sk-2" },
+		"token":        func(c *agentspec.Config, _ *Settings, _ *[]byte) { c.Token = "tok2" },
+		"secret value": func(c *agentspec.Config, _ *Settings, _ *[]byte) { c.Secrets = map[string]string{"A": "1", "B": "3"} },
+		"secret name":  func(c *agentspec.Config, _ *Settings, _ *[]byte) { c.Secrets = map[string]string{"A": "1", "C": "2"} },
+		"memory":       func(c *agentspec.Config, _ *Settings, _ *[]byte) { c.Container.MemoryLimit = "1g" },
+		"image":        func(_ *agentspec.Config, s *Settings, _ *[]byte) { s.Image = "img:2" },
+		"mode":         func(_ *agentspec.Config, s *Settings, _ *[]byte) { s.Mode = "external" },
+		"key":          func(_ *agentspec.Config, _ *Settings, k *[]byte) { *k = []byte("another key, also 32 bytes long!") },
 	}
 	for name, f := range changes {
 		c, s2, k := sampleConfig(), s, key
@@ -109,7 +108,7 @@ func TestPrepareAndFiles(t *testing.T) {
 			t.Errorf("%s mode %o", f, st.Mode().Perm())
 		}
 	}
-	back, err := runner.LoadConfig(l.ConfigFile)
+	back, err := agentspec.LoadConfig(l.ConfigFile)
 	if err != nil || back.LLM.APIKey != "sk-1" {
 		t.Fatalf("config round trip: %v", err)
 	}

@@ -79,9 +79,9 @@ func TestThreegateMembersDNSStaysOnLLMNet(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		cfg := runner.Config{AgentID: id, Workspace: ws, Role: tc.role, RelayDir: relay,
+		cfg := agentspec.Config{AgentID: id, Workspace: ws, Role: tc.role, RelayDir: relay,
 			LLM:       agentspec.LLMConfig{Provider: "openai", Model: "m", BaseURL: "http://" + gateway + ":4000/v1"},
-			Container: runner.ContainerMode{Enabled: true, Image: image, Networks: r.Networks, DNS: r.DNS}}
+			Container: agentspec.ContainerMode{Enabled: true, Image: image, Networks: r.Networks, DNS: r.DNS}}
 
 		// The runner container.
 		layout := LayoutFor(state, id)

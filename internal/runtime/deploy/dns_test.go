@@ -4,13 +4,13 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 )
 
 // A runner on a role's networks takes the role's DNS upstream into its
 // container, with no search domain.
 func TestForConfigDNS(t *testing.T) {
-	c := runner.Config{AgentID: "a1", Container: runner.ContainerMode{Networks: []string{"tg-llmnet"}, DNS: []string{"10.213.1.127"}}}
+	c := agentspec.Config{AgentID: "a1", Container: agentspec.ContainerMode{Networks: []string{"tg-llmnet"}, DNS: []string{"10.213.1.127"}}}
 	p := Placement{Image: "img:1", Layout: LayoutFor("/s", "a1"), Listener: Listener{Unix: "/s/run.sock"}, Workspace: "/s/agents/a1"}
 	d, err := ForConfig(c, p)
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
@@ -29,7 +29,7 @@ import (
 type Layout struct {
 	// Dir is <state_dir>/runners/<agent_id>, mode 0700.
 	Dir string
-	// ConfigFile is Dir/config.json, mode 0600: the runner.Config with the
+	// ConfigFile is Dir/config.json, mode 0600: the agentspec.Config with the
 	// token, the API key and the secrets.
 	ConfigFile string
 	// SocketDir is Dir/run, where the unix listener lives by default; it is
@@ -38,7 +38,7 @@ type Layout struct {
 	// Socket is the default unix socket, SocketDir/runner.sock.
 	Socket string
 	// JournalDir is Dir/journal, mode 0700: the runner's record of every
-	// message it accepted until it is answered (runner.Config.Journal). It
+	// message it accepted until it is answered (agentspec.Config.Journal). It
 	// holds message text and replies; the runner's container mounts it
 	// read-write, and no sandbox ever sees it.
 	JournalDir string
@@ -119,8 +119,8 @@ func ReadHashKey(l Layout) ([]byte, error) {
 }
 
 // WriteConfig writes the runner's config file, 0600, atomically.
-func WriteConfig(l Layout, c *runner.Config) error {
-	return runner.WriteConfig(l.ConfigFile, c)
+func WriteConfig(l Layout, c *agentspec.Config) error {
+	return agentspec.WriteConfig(l.ConfigFile, c)
 }
 
 // RemoveFiles deletes the runner's directory: config, key, socket, journal.
@@ -143,7 +143,7 @@ func RemoveFiles(l Layout) error {
 // including a write-only API key that state never holds — shows up as a
 // changed hash, while neither state nor `docker inspect` can be used to test
 // guesses of a secret without the key file.
-func ConfigHash(c runner.Config, d Settings, key []byte) string {
+func ConfigHash(c agentspec.Config, d Settings, key []byte) string {
 	secret := struct {
 		Token   string            `json:"token"`
 		APIKey  string            `json:"api_key"`
@@ -159,9 +159,9 @@ func ConfigHash(c runner.Config, d Settings, key []byte) string {
 	sort.Strings(names)
 	c.Secrets = nil
 	plain, _ := json.Marshal(struct {
-		Config      runner.Config `json:"config"`
-		SecretNames []string      `json:"secret_names"`
-		Deployment  Settings      `json:"deployment"`
+		Config      agentspec.Config `json:"config"`
+		SecretNames []string         `json:"secret_names"`
+		Deployment  Settings         `json:"deployment"`
 	}{c, names, d})
 	sj, _ := json.Marshal(secret) // map keys are sorted by encoding/json
 	mac := hmac.New(sha256.New, key)
@@ -173,7 +173,7 @@ func ConfigHash(c runner.Config, d Settings, key []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// Settings are the deployment choices that are not in runner.Config but
+// Settings are the deployment choices that are not in agentspec.Config but
 // change the runner container.
 type Settings struct {
 	// Mode is "container" or "external".

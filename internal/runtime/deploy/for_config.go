@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
@@ -41,7 +40,7 @@ type Placement struct {
 // runner gets the agent's limits on top of its own, the file_access paths
 // mounted at the same path, the role's networks, and (unless unrestricted)
 // a seccomp profile that lets Landlock's syscalls through.
-func ForConfig(c runner.Config, p Placement) (Deployment, error) {
+func ForConfig(c agentspec.Config, p Placement) (Deployment, error) {
 	d := Deployment{
 		AgentID:     c.AgentID,
 		Image:       p.Image,
@@ -146,7 +145,7 @@ func hostModeCaps() []string {
 
 // StopTimeout lets a runner being replaced finish its message in flight:
 // the message timeout and 5 seconds, at most 5 minutes.
-func StopTimeout(c runner.Config) time.Duration {
+func StopTimeout(c agentspec.Config) time.Duration {
 	t := c.Container.Timeout() + 5*time.Second
 	if t > 5*time.Minute {
 		t = 5 * time.Minute
@@ -158,7 +157,7 @@ func StopTimeout(c runner.Config) time.Duration {
 // runner container's mounts hide them. A symlink is not covered (the mount
 // would land on its target); a path made later is expanded around by the
 // runner instead, which it logs.
-func covers(fa runner.FileAccess) []Cover {
+func covers(fa agentspec.FileAccess) []Cover {
 	var out []Cover
 	for _, in := range landlock.DeniesInside(fa) {
 		fi, err := os.Lstat(in.Path)
@@ -189,7 +188,7 @@ func (a Agent) DenyWarnings() []string {
 	if a.Config.Container.Enabled || fa.Unrestricted {
 		return nil
 	}
-	if a.Deployment() == ModeExternal {
+	if a.Deployment() == agentspec.ModeExternal {
 		return landlock.ExpandedDenies(fa)
 	}
 	var covered []string
@@ -201,7 +200,7 @@ func (a Agent) DenyWarnings() []string {
 
 // relaysModelCalls says whether the runner calls a model endpoint for its
 // messages (offline does not), so needs a route to base_url.
-func relaysModelCalls(c runner.Config) bool {
+func relaysModelCalls(c agentspec.Config) bool {
 	return c.LLM.Provider == "openai" || c.LLM.Provider == "anthropic"
 }
 
@@ -213,15 +212,15 @@ func relaysModelCalls(c runner.Config) bool {
 // on llmnet would hand the runner's API to the topology's own sandboxes.
 // Such a runner listens on a unix socket. onTopology says the agent is a
 // ThreeGate member (its networks may not be resolved yet).
-func ListenUnreachable(c runner.Config, deployment string, onTopology bool, l Listener) error {
-	if deployment != ModeContainer || l.Port == 0 || !(onTopology || len(c.Container.Networks) > 0) {
+func ListenUnreachable(c agentspec.Config, deployment string, onTopology bool, l Listener) error {
+	if deployment != agentspec.ModeContainer || l.Port == 0 || !(onTopology || len(c.Container.Networks) > 0) {
 		return nil
 	}
 	if c.Container.Enabled && !relaysModelCalls(c) {
 		// Its runner needs no topology network: it sits on its own.
 		return nil
 	}
-	return &FieldError{Field: "runner.listen", Index: -1, Err: fmt.Errorf(
+	return &agentspec.FieldError{Field: "runner.listen", Index: -1, Err: fmt.Errorf(
 		"%s: this agent's runner joins only its ThreeGate topology's networks, which are internal (Docker publishes no port "+
 			"from them, and a port there would be open to the topology's sandboxes); use a unix socket, as in "+
 			"unix:///run/meepa/%s.sock, or leave runner.listen unset for the default socket", l.String(), agentOrName(c.AgentID))}

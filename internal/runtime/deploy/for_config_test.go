@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
@@ -18,8 +18,8 @@ func TestForConfigContainerMode(t *testing.T) {
 	if err := os.WriteFile(sock, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := runner.Config{AgentID: "a1", Container: runner.ContainerMode{Enabled: true, MemoryLimit: "1g", PidsLimit: 64, TimeoutSeconds: 60},
-		FileAccess: runner.FileAccess{AllowRead: []string{"/srv/a"}, AllowNetwork: true}}
+	c := agentspec.Config{AgentID: "a1", Container: agentspec.ContainerMode{Enabled: true, MemoryLimit: "1g", PidsLimit: 64, TimeoutSeconds: 60},
+		FileAccess: agentspec.FileAccess{AllowRead: []string{"/srv/a"}, AllowNetwork: true}}
 	p := Placement{Image: "img:1", Layout: LayoutFor("/s", "a1"), Listener: Listener{Unix: "/s/run.sock"}, Workspace: "/s/agents/a1",
 		ConfigHash: "h", DockerSocket: sock}
 	d, err := ForConfig(c, p)
@@ -50,8 +50,8 @@ func TestForConfigContainerMode(t *testing.T) {
 }
 
 func TestForConfigHostMode(t *testing.T) {
-	c := runner.Config{AgentID: "a1", Container: runner.ContainerMode{MemoryLimit: "512m", PidsLimit: 64, TimeoutSeconds: 3600},
-		FileAccess: runner.FileAccess{AllowRead: []string{"/srv/a"}, AllowReadWrite: []string{"/srv/b"}}}
+	c := agentspec.Config{AgentID: "a1", Container: agentspec.ContainerMode{MemoryLimit: "512m", PidsLimit: 64, TimeoutSeconds: 3600},
+		FileAccess: agentspec.FileAccess{AllowRead: []string{"/srv/a"}, AllowReadWrite: []string{"/srv/b"}}}
 	p := Placement{Image: "img:1", Layout: LayoutFor("/s", "a1"), Listener: Listener{Unix: "/s/run.sock"}, DockerSocket: "/var/run/docker.sock"}
 	d, err := ForConfig(c, p)
 	if err != nil {
@@ -118,8 +118,8 @@ func TestForConfigCoversDeniesInsideAllows(t *testing.T) {
 	if err := os.Symlink(filepath.Join(root, "elsewhere"), filepath.Join(rw, "link")); err != nil {
 		t.Fatal(err)
 	}
-	c := runner.Config{AgentID: "a1", Container: runner.ContainerMode{MemoryLimit: "512m", PidsLimit: 64},
-		FileAccess: runner.FileAccess{AllowReadWrite: []string{rw}, Deny: []string{
+	c := agentspec.Config{AgentID: "a1", Container: agentspec.ContainerMode{MemoryLimit: "512m", PidsLimit: 64},
+		FileAccess: agentspec.FileAccess{AllowReadWrite: []string{rw}, Deny: []string{
 			filepath.Join(rw, "secret"), filepath.Join(rw, "key.txt"), filepath.Join(rw, "later"),
 			filepath.Join(rw, "link"), filepath.Join(root, "elsewhere"),
 		}}}
@@ -161,14 +161,14 @@ func TestDenyWarnings(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(rw, "secret"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	a := Agent{Config: runner.Config{FileAccess: runner.FileAccess{AllowReadWrite: []string{rw},
+	a := Agent{Config: agentspec.Config{FileAccess: agentspec.FileAccess{AllowReadWrite: []string{rw},
 		Deny: []string{filepath.Join(rw, "secret"), filepath.Join(rw, "later")}}}}
 	// The runner container covers what exists; only the missing path is
 	// expanded around.
 	if w := a.DenyWarnings(); len(w) != 1 || !strings.Contains(w[0], "later") {
 		t.Errorf("container runner: %q", w)
 	}
-	a.Meta.Deployment = ModeExternal
+	a.Meta.Deployment = agentspec.ModeExternal
 	if w := a.DenyWarnings(); len(w) != 2 {
 		t.Errorf("external runner: %q, want both denies", w)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -51,14 +52,14 @@ func deployJournalAgent(t *testing.T, id string, edit ...func(*Agent)) *journalA
 		Docker: func(context.Context) (client.APIClient, error) { return cli, nil }, HealthTimeout: time.Minute})
 	testutil.Cleanup(t, "remove runner "+id, func() error { return Remove(context.Background(), cli, id, time.Second) })
 	a := Agent{
-		Config: Config{
+		Config: agentspec.Config{
 			AgentID: id,
-			Container: ContainerMode{Enabled: true, Image: image, MemoryLimit: "64m", TimeoutSeconds: 30, Network: "none",
-				PidsLimit: 64, User: "", Runtime: DefaultRuntime, Prestart: true},
-			LLM:      LLMConfig{Provider: "offline"},
-			MaxSteps: DefaultMaxSteps,
+			Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: "64m", TimeoutSeconds: 30, Network: "none",
+				PidsLimit: 64, User: "", Runtime: agentspec.DefaultRuntime, Prestart: true},
+			LLM:      agentspec.LLMConfig{Provider: "offline"},
+			MaxSteps: agentspec.DefaultMaxSteps,
 		},
-		Meta: Meta{Soul: "test", Deployment: ModeContainer},
+		Meta: Meta{Soul: "test", Deployment: agentspec.ModeContainer},
 	}
 	for _, e := range edit {
 		e(&a)

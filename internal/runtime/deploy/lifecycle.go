@@ -8,7 +8,7 @@ import (
 
 	"github.com/docker/docker/client"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
@@ -114,12 +114,12 @@ func (s *Service) Apply(ctx context.Context, a Agent, prior *Prior, redeploy boo
 	out.Endpoint = listener.Endpoint()
 	out.ConfigHash = s.hash(a, key)
 
-	if a.Deployment() != ModeContainer {
+	if a.Deployment() != agentspec.ModeContainer {
 		// An operator runs the service; a container left from an earlier
 		// container deployment would be a second runner, so that one case
 		// needs the daemon. An agent that was always external, in host
 		// mode, needs none.
-		if cli == nil && prior != nil && prior.Deployment == ModeContainer {
+		if cli == nil && prior != nil && prior.Deployment == agentspec.ModeContainer {
 			if cli, err = s.docker(ctx); err != nil {
 				return out, err
 			}
@@ -144,14 +144,14 @@ func (s *Service) Apply(ctx context.Context, a Agent, prior *Prior, redeploy boo
 // runtime and resolves a threegate role into networks and env.
 func (s *Service) resolve(ctx context.Context, a *Agent) (client.APIClient, error) {
 	cm := a.Config.Container
-	if a.Deployment() != ModeContainer && !cm.Enabled && a.Meta.ThreegateNetwork == "" {
+	if a.Deployment() != agentspec.ModeContainer && !cm.Enabled && a.Meta.ThreegateNetwork == "" {
 		return nil, nil
 	}
 	cli, err := s.docker(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if cm.Enabled && cm.Runtime != "" && cm.Runtime != DefaultRuntime {
+	if cm.Enabled && cm.Runtime != "" && cm.Runtime != agentspec.DefaultRuntime {
 		if err := CheckRuntime(ctx, cli, cm.Runtime); err != nil {
 			return nil, stepErr(StepRuntime, "container_mode.runtime", "checking the OCI runtime", err)
 		}
@@ -340,7 +340,7 @@ func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
 		o.WorkspacePath, o.Soul, o.SoulPresent = wsPath, ws.Soul, ws.SoulPresent
 	}
 	o.ConfigHash = s.hashOnDisk(a)
-	if a.Deployment() != ModeContainer {
+	if a.Deployment() != agentspec.ModeContainer {
 		o.RunnerStatus = StatusExternal
 		return o, nil
 	}
@@ -379,7 +379,7 @@ func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
 // the file or the key is gone or unreadable (drift either way).
 func (s *Service) hashOnDisk(a Agent) string {
 	layout := s.Layout(a.Config.AgentID)
-	cfg, err := runner.LoadConfig(layout.ConfigFile)
+	cfg, err := agentspec.LoadConfig(layout.ConfigFile)
 	if err != nil {
 		s.log.Debug("runner config unreadable", "file", layout.ConfigFile, "error", err.Error())
 		return ""
@@ -388,7 +388,7 @@ func (s *Service) hashOnDisk(a Agent) string {
 	if err != nil {
 		return ""
 	}
-	if a.Deployment() == ModeContainer {
+	if a.Deployment() == agentspec.ModeContainer {
 		cfg.Listen = HostListen(cfg.Listen)
 	}
 	// The runner image is the one last applied, whatever the file says.
@@ -403,7 +403,7 @@ func (s *Service) hashOnDisk(a Agent) string {
 // and everything the agent wrote stay.
 func (s *Service) Remove(ctx context.Context, a Agent) error {
 	id := a.Config.AgentID
-	if a.Deployment() != ModeExternal {
+	if a.Deployment() != agentspec.ModeExternal {
 		cli, err := s.docker(ctx)
 		if err != nil {
 			return err
@@ -443,11 +443,11 @@ type Imported struct {
 // them; the caller decides what of it to keep.
 func (s *Service) Import(ctx context.Context, id string) (Imported, error) {
 	out := Imported{Reported: NotReported}
-	if !ValidID(id) {
-		return out, stepErr(StepImport, "", "importing "+id, fmt.Errorf("%q is not an agent id (%s)", id, IDPattern))
+	if !workspace.ValidID(id) {
+		return out, stepErr(StepImport, "", "importing "+id, fmt.Errorf("%q is not an agent id (%s)", id, workspace.IDPattern))
 	}
 	layout := s.Layout(id)
-	cfg, err := runner.LoadConfig(layout.ConfigFile)
+	cfg, err := agentspec.LoadConfig(layout.ConfigFile)
 	if err != nil {
 		return out, stepErr(StepImport, "", "importing "+id, fmt.Errorf("no runner config for agent %q under %s: %w", id, s.o.StateDir, err))
 	}
@@ -464,7 +464,7 @@ func (s *Service) Import(ctx context.Context, id string) (Imported, error) {
 	}
 	out.Endpoint = l.Endpoint()
 	// Only the live runner knows its Landlock ABI and agent uid.
-	if meta.Deployment == ModeContainer {
+	if meta.Deployment == agentspec.ModeContainer {
 		if h, err := CheckHealth(ctx, l); err == nil {
 			out.Reported = reportedBy(h)
 		}

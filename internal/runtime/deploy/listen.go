@@ -52,7 +52,7 @@ func ParseListen(s string) (Listener, error) {
 	return Listener{Port: n}, nil
 }
 
-// String is the form runner.Config.Listen takes.
+// String is the form agentspec.Config.Listen takes.
 func (l Listener) String() string {
 	if l.Unix != "" {
 		return "unix://" + l.Unix

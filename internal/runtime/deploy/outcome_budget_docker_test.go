@@ -140,7 +140,7 @@ func dirBytes(t *testing.T, dir string) int64 {
 func TestRunnerLargeRepliesWithinMemory(t *testing.T) {
 	base, answer := bigModel(t)
 	a := deployJournalAgent(t, "meepa-test-outcome-budget", func(a *Agent) {
-		a.Config.LLM = LLMConfig{Provider: "openai", Model: "m", BaseURL: base, APIKey: "sk-meepa-budget-test"}
+		a.Config.LLM = agentspec.LLMConfig{Provider: "openai", Model: "m", BaseURL: base, APIKey: "sk-meepa-budget-test"}
 		a.Config.Container.Network = "bridge"
 		a.Config.Container.MemoryLimit = "256m"
 	})

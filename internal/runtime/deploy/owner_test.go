@@ -27,7 +27,7 @@ func requireRoot(t *testing.T) {
 func writeAgent(t *testing.T, s *Service, id string, container bool) (string, error) {
 	t.Helper()
 	a := Agent{
-		Config: Config{AgentID: id, Container: ContainerMode{Enabled: container, Image: "img:1"}},
+		Config: agentspec.Config{AgentID: id, Container: agentspec.ContainerMode{Enabled: container, Image: "img:1"}},
 		Meta:   Meta{Soul: "the soul of " + id + "\n", Memory: "m\n"},
 	}
 	l := Listener{Unix: s.Layout(id).Socket}
@@ -209,7 +209,7 @@ func TestDerivedUserCollisionIsRefused(t *testing.T) {
 		t.Fatalf("err = %v, want a container_mode.user error naming agent other", err)
 	}
 	// Named explicitly, the user is the owner's choice.
-	a := Agent{Config: Config{AgentID: "mine", Container: ContainerMode{Enabled: true, User: "3000:3000"}}}
+	a := Agent{Config: agentspec.Config{AgentID: "mine", Container: agentspec.ContainerMode{Enabled: true, User: "3000:3000"}}}
 	if err := s.CheckAgentUser(a.Config); err != nil {
 		t.Errorf("explicit user refused: %v", err)
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -53,9 +52,9 @@ func TestTCPRunnerReachOnlyFromHost(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	_ = ln.Close()
 	listener := Listener{Port: port}
-	cfg := runner.Config{
-		AgentID: id, Workspace: ws, Listen: ServedListen(ModeContainer, listener), Token: "t",
-		Container: runner.ContainerMode{Enabled: true, Image: image, MemoryLimit: "64m", TimeoutSeconds: 30, Network: "none", PidsLimit: 64},
+	cfg := agentspec.Config{
+		AgentID: id, Workspace: ws, Listen: ServedListen(agentspec.ModeContainer, listener), Token: "t",
+		Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: "64m", TimeoutSeconds: 30, Network: "none", PidsLimit: 64},
 		LLM:       agentspec.LLMConfig{Provider: "offline"},
 	}
 	if err := WriteConfig(l, &cfg); err != nil {

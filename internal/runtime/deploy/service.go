@@ -10,8 +10,8 @@ import (
 
 	"github.com/docker/docker/client"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
@@ -172,7 +172,7 @@ func (s *Service) hash(a Agent, key []byte) string {
 		// tokens are read at apply.
 		c.Role, c.Ask = "", nil
 		for _, id := range a.Meta.ThreegateAsk {
-			c.Ask = append(c.Ask, runner.AskTarget{AgentID: id})
+			c.Ask = append(c.Ask, agentspec.AskTarget{AgentID: id})
 		}
 	}
 	return ConfigHash(c, set, key)

@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -37,15 +38,15 @@ func TestServiceContainerAgent(t *testing.T) {
 		}
 	})
 	a := Agent{
-		Config: Config{
+		Config: agentspec.Config{
 			AgentID: id,
-			Container: ContainerMode{Enabled: true, Image: image, MemoryLimit: "64m", TimeoutSeconds: 30, Network: "none",
-				PidsLimit: 64, User: "", Runtime: DefaultRuntime},
-			FileAccess: FileAccess{AllowNetwork: true},
-			LLM:        LLMConfig{Provider: "offline"},
-			MaxSteps:   DefaultMaxSteps,
+			Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: "64m", TimeoutSeconds: 30, Network: "none",
+				PidsLimit: 64, User: "", Runtime: agentspec.DefaultRuntime},
+			FileAccess: agentspec.FileAccess{AllowNetwork: true},
+			LLM:        agentspec.LLMConfig{Provider: "offline"},
+			MaxSteps:   agentspec.DefaultMaxSteps,
 		},
-		Meta: Meta{Soul: "test", Deployment: ModeContainer},
+		Meta: Meta{Soul: "test", Deployment: agentspec.ModeContainer},
 	}
 	out, err := svc.Apply(ctx, a, nil, true)
 	if err != nil {

@@ -51,16 +51,16 @@ func noDocker(t *testing.T) func(context.Context) (client.APIClient, error) {
 
 func externalAgent() Agent {
 	return Agent{
-		Config: Config{
+		Config: agentspec.Config{
 			AgentID: "a1",
-			Container: ContainerMode{MemoryLimit: DefaultMemoryLimit, TimeoutSeconds: 60, Network: DefaultNetwork,
-				PidsLimit: DefaultPidsLimit, User: "", Runtime: DefaultRuntime, Prestart: true},
-			FileAccess: FileAccess{AllowNetwork: true},
-			LLM:        LLMConfig{Provider: "offline", APIKey: "sk-test-secret-key"},
+			Container: agentspec.ContainerMode{MemoryLimit: agentspec.DefaultMemoryLimit, TimeoutSeconds: 60, Network: agentspec.DefaultNetwork,
+				PidsLimit: agentspec.DefaultPidsLimit, User: "", Runtime: agentspec.DefaultRuntime, Prestart: true},
+			FileAccess: agentspec.FileAccess{AllowNetwork: true},
+			LLM:        agentspec.LLMConfig{Provider: "offline", APIKey: "sk-test-secret-key"},
 			Secrets:    map[string]string{"TOOL_TOKEN": "tool-secret-value"},
-			MaxSteps:   DefaultMaxSteps, InjectSecretsEnv: true, RedactSecrets: true,
+			MaxSteps:   agentspec.DefaultMaxSteps, InjectSecretsEnv: true, RedactSecrets: true,
 		},
-		Meta: Meta{Soul: "be brief", Memory: "nothing yet", Deployment: ModeExternal},
+		Meta: Meta{Soul: "be brief", Memory: "nothing yet", Deployment: agentspec.ModeExternal},
 	}
 }
 
@@ -94,11 +94,11 @@ func TestServiceExternalLifecycle(t *testing.T) {
 	if raw, err := os.ReadFile(filepath.Join(ws, "SOUL.md")); err != nil || string(raw) != "be brief" {
 		t.Errorf("SOUL.md = %q, %v", raw, err)
 	}
-	cfg, err := runner.LoadConfig(layout.ConfigFile)
+	cfg, err := agentspec.LoadConfig(layout.ConfigFile)
 	if err != nil || cfg.Token != out.Token || cfg.Workspace != ws || cfg.LLM.APIKey != "sk-test-secret-key" {
 		t.Fatalf("config on disk: %+v %v", cfg, err)
 	}
-	if err := cfg.Validate(); err != nil {
+	if err := runner.Validate(cfg); err != nil {
 		t.Errorf("the runner would refuse the config apply wrote: %v", err)
 	}
 
@@ -120,7 +120,7 @@ func TestServiceExternalLifecycle(t *testing.T) {
 	}
 	// An edited config file is drift.
 	cfg.Container.TimeoutSeconds = 61
-	if err := runner.WriteConfig(layout.ConfigFile, cfg); err != nil {
+	if err := agentspec.WriteConfig(layout.ConfigFile, cfg); err != nil {
 		t.Fatal(err)
 	}
 	if obs, _ := svc.Read(ctx, a); obs.ConfigHash == out.ConfigHash {
@@ -131,7 +131,7 @@ func TestServiceExternalLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(imp.Agent.Meta, Meta{Soul: "be brief", Memory: "nothing yet", Deployment: ModeExternal}) ||
+	if !reflect.DeepEqual(imp.Agent.Meta, Meta{Soul: "be brief", Memory: "nothing yet", Deployment: agentspec.ModeExternal}) ||
 		imp.Agent.Config.Token != out.Token || imp.Endpoint != out.Endpoint || imp.Reported != NotReported {
 		t.Errorf("Import = %+v", imp)
 	}
@@ -187,7 +187,7 @@ func TestServiceWarnsOfARecreatedWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Config.Token = out.Token
-	again, err := svc.Apply(ctx, a, &Prior{Deployment: ModeExternal, RunnerStatus: StatusExternal, Reported: NotReported}, false)
+	again, err := svc.Apply(ctx, a, &Prior{Deployment: agentspec.ModeExternal, RunnerStatus: StatusExternal, Reported: NotReported}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,27 +218,27 @@ func TestServiceRefusesABadListenAddress(t *testing.T) {
 
 func TestListenRewrite(t *testing.T) {
 	l := Listener{Port: 8701}
-	if got := ServedListen(ModeContainer, l); got != "0.0.0.0:8701" {
+	if got := ServedListen(agentspec.ModeContainer, l); got != "0.0.0.0:8701" {
 		t.Errorf("container runner listens on %q", got)
 	}
-	if got := ServedListen(ModeExternal, l); got != "127.0.0.1:8701" {
+	if got := ServedListen(agentspec.ModeExternal, l); got != "127.0.0.1:8701" {
 		t.Errorf("external runner listens on %q", got)
 	}
-	if got := ServedListen(ModeContainer, Listener{Unix: "/s/r.sock"}); got != "unix:///s/r.sock" {
+	if got := ServedListen(agentspec.ModeContainer, Listener{Unix: "/s/r.sock"}); got != "unix:///s/r.sock" {
 		t.Errorf("unix listener %q", got)
 	}
-	if got := HostListen(ServedListen(ModeContainer, l)); got != l.String() {
+	if got := HostListen(ServedListen(agentspec.ModeContainer, l)); got != l.String() {
 		t.Errorf("HostListen does not undo ServedListen: %q", got)
 	}
 }
 
 func TestWorkspaceOwner(t *testing.T) {
 	me := os.Getuid()
-	o, warn := WorkspaceOwner(Config{})
+	o, warn := WorkspaceOwner(agentspec.Config{})
 	if o == nil || o.UID != me || warn != "" {
 		t.Errorf("host mode: %+v %q, want this process's user", o, warn)
 	}
-	o, warn = WorkspaceOwner(Config{Container: ContainerMode{Enabled: true, User: "1000:2000"}})
+	o, warn = WorkspaceOwner(agentspec.Config{Container: agentspec.ContainerMode{Enabled: true, User: "1000:2000"}})
 	switch {
 	case me == 0 && (o == nil || o.UID != 1000 || o.GID != 2000):
 		t.Errorf("root hands the workspace to the container user: %+v", o)
@@ -246,7 +246,7 @@ func TestWorkspaceOwner(t *testing.T) {
 		t.Errorf("a non-root provider cannot chown: %+v %q", o, warn)
 	}
 	want := agentspec.AgentUser("a1")
-	if o, _ := WorkspaceOwner(Config{AgentID: "a1", Container: ContainerMode{Enabled: true}}); me == 0 && (o == nil || o.UID != want.UID || o.GID != want.GID) {
+	if o, _ := WorkspaceOwner(agentspec.Config{AgentID: "a1", Container: agentspec.ContainerMode{Enabled: true}}); me == 0 && (o == nil || o.UID != want.UID || o.GID != want.GID) {
 		t.Errorf("default user: %+v, want the agent's own %s", o, want)
 	}
 }

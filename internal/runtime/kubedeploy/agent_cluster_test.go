@@ -16,7 +16,6 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/testkube"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -26,9 +25,9 @@ const secretValue = "ghp_kubedeploy_secret_value"
 func testAgent(id, image, volume string) Agent {
 	empty := ""
 	return Agent{
-		Config: runner.Config{
+		Config: agentspec.Config{
 			AgentID: id,
-			Container: runner.ContainerMode{Enabled: true, Image: image, MemoryLimit: "128m", TimeoutSeconds: 60,
+			Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: "128m", TimeoutSeconds: 60,
 				Network: "bridge", Prestart: true},
 			LLM:     agentspec.LLMConfig{Provider: "offline", APIKey: "sk-kubedeploy-key"},
 			Secrets: map[string]string{"GH": secretValue},
@@ -152,11 +151,11 @@ func checkConfigOnlyInSecret(t *testing.T, c *kube.Client, id, token string) {
 }
 
 // secretConfig is the runner config in the agent's Secret.
-func secretConfig(t *testing.T, c *kube.Client, id string) runner.Config {
+func secretConfig(t *testing.T, c *kube.Client, id string) agentspec.Config {
 	t.Helper()
 	sec, err := c.Clientset.CoreV1().Secrets(c.Namespace).Get(context.Background(), NamesFor(id).Base, metav1.GetOptions{})
 	testutil.Must(t, err)
-	var cfg runner.Config
+	var cfg agentspec.Config
 	testutil.Must(t, json.Unmarshal(sec.Data[SecretConfigKey], &cfg))
 	return cfg
 }

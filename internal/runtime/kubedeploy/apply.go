@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
@@ -75,7 +76,7 @@ func (s *Service) Apply(ctx context.Context, a Agent) (Applied, error) {
 	}
 	out.RunnerStatus, out.RunnerPod = StatusRunning, pod.Name
 	s.log.Info("runner available", "agent_id", id, "pod", pod.Name, "config_hash", out.ConfigHash)
-	if !runner.OwnPolicy(&a.Config) {
+	if !agentspec.OwnPolicy(&a.Config) {
 		// The runner of the new config runs: no pod of the old one is
 		// left to need the policy.
 		if err := s.removeMessagePolicy(ctx, id); err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
 // ResolveAsk checks the agents a core agent of topology topologyName wants
@@ -20,11 +20,11 @@ import (
 // own Secret, so that runner reads no Secret itself. A target without a
 // Secret yet fails with deploy.ErrAskTargetNotDeployed (wrapped), which a
 // plan may let pass.
-func (s *Service) ResolveAsk(ctx context.Context, topologyName string, ids []string) ([]runner.AskTarget, error) {
+func (s *Service) ResolveAsk(ctx context.Context, topologyName string, ids []string) ([]agentspec.AskTarget, error) {
 	if topologyName == "" {
 		return nil, errors.New("only an agent in a threegate topology may ask other agents")
 	}
-	var out []runner.AskTarget
+	var out []agentspec.AskTarget
 	var errs []error
 	for _, id := range ids {
 		t, err := s.askTarget(ctx, topologyName, id)
@@ -37,9 +37,9 @@ func (s *Service) ResolveAsk(ctx context.Context, topologyName string, ids []str
 	return out, errors.Join(errs...)
 }
 
-func (s *Service) askTarget(ctx context.Context, topologyName, id string) (runner.AskTarget, error) {
-	var t runner.AskTarget
-	if !deploy.ValidID(id) {
+func (s *Service) askTarget(ctx context.Context, topologyName, id string) (agentspec.AskTarget, error) {
+	var t agentspec.AskTarget
+	if !workspace.ValidID(id) {
 		return t, errors.New("not an agent id")
 	}
 	cfg, _, err := s.secretState(ctx, NamesFor(id))
@@ -59,7 +59,7 @@ func (s *Service) askTarget(ctx context.Context, topologyName, id string) (runne
 	if err != nil || perr != nil || port < 1 || port > 65535 || cfg.Token == "" {
 		return t, fmt.Errorf("its runner config has no port (listen %q) or no token", cfg.Listen)
 	}
-	return runner.AskTarget{AgentID: cfg.AgentID, Role: cfg.Role, Port: port, Token: cfg.Token}, nil
+	return agentspec.AskTarget{AgentID: cfg.AgentID, Role: cfg.Role, Port: port, Token: cfg.Token}, nil
 }
 
 func orNone(s string) string {

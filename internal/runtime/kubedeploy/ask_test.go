@@ -9,9 +9,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
 
 // putAgent writes an agent's config Secret as Apply leaves it.
@@ -46,7 +46,7 @@ func TestResolveAsk(t *testing.T) {
 	putAgent(t, svc, "plain", "", "")
 	ctx := context.Background()
 	got, err := svc.ResolveAsk(ctx, "tg", []string{"te", "fe"})
-	want := []runner.AskTarget{{AgentID: "te", Role: "tool_exec", Port: DefaultPort, Token: "tok-te"}, {AgentID: "fe", Role: "fetch", Port: DefaultPort, Token: "tok-fe"}}
+	want := []agentspec.AskTarget{{AgentID: "te", Role: "tool_exec", Port: DefaultPort, Token: "tok-te"}, {AgentID: "fe", Role: "fetch", Port: DefaultPort, Token: "tok-fe"}}
 	if err != nil || len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("ResolveAsk = %+v, %v", got, err)
 	}
@@ -74,7 +74,7 @@ func TestCompleteAsk(t *testing.T) {
 	putAgent(t, svc, "te", "tool_exec", "tg")
 	a := testAgent("core", "img", "")
 	a.Config.Token, a.Config.Role, a.ThreegateNetwork, a.ThreegateAsk = "tok", "core", "tg", []string{"te"}
-	a.Config.Ask = []runner.AskTarget{{AgentID: "smuggled", Role: "fetch", Port: 1, Token: "x"}}
+	a.Config.Ask = []agentspec.AskTarget{{AgentID: "smuggled", Role: "fetch", Port: 1, Token: "x"}}
 	if err := svc.complete(context.Background(), &a); err != nil {
 		t.Fatal(err)
 	}

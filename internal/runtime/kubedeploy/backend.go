@@ -11,7 +11,6 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
 
 // Backend is the agent lifecycle of deploy.Backend on a cluster: the same
@@ -42,7 +41,7 @@ func Check(a deploy.Agent) []*FieldError {
 		errs = append(errs, &FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
 	}
 	c := a.Config
-	if a.Meta.Deployment == deploy.ModeExternal {
+	if a.Meta.Deployment == agentspec.ModeExternal {
 		bad("runner.deployment", `on Kubernetes the runner is always a Deployment the provider manages; remove "external"`)
 	}
 	if c.Listen != "" {
@@ -102,7 +101,7 @@ func (b *Backend) agentOf(a deploy.Agent) Agent {
 	if a.Meta.ThreegateRole != "" {
 		cfg.Role = a.Meta.ThreegateRole
 	}
-	k := runner.Kubernetes{}
+	k := agentspec.Kubernetes{}
 	if cfg.Kubernetes != nil {
 		k = *cfg.Kubernetes
 	}
@@ -214,7 +213,7 @@ func (b *Backend) Import(ctx context.Context, id string) (deploy.Imported, error
 		return deploy.Imported{Reported: deploy.NotReported}, err
 	}
 	cfg := got.Config
-	meta := deploy.Meta{RunnerImage: got.RunnerImage, Deployment: deploy.ModeContainer, ThreegateRole: cfg.Role,
+	meta := deploy.Meta{RunnerImage: got.RunnerImage, Deployment: agentspec.ModeContainer, ThreegateRole: cfg.Role,
 		ThreegateNetwork: got.ThreegateNetwork, ThreegateAsk: got.ThreegateAsk, ForceDestroyWorkspace: got.ForceDestroyWorkspace}
 	if k := cfg.Kubernetes; k != nil && k.Seed != nil {
 		meta.Soul, meta.Memory, meta.ManageSoul = k.Seed.Soul, k.Seed.Memory, k.Seed.ManageSoul

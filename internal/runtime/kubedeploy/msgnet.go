@@ -9,9 +9,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
 
 // An agent outside a topology gets on a cluster what container_mode.network
@@ -76,8 +76,8 @@ func MessagePolicy(n Names, ns, agentID, network string, cluster kube.ClusterNet
 
 // messagePolicy is the policy a's message pods need now, nil for a
 // topology member.
-func (s *Service) messagePolicy(ctx context.Context, c *runner.Config) (*netv1.NetworkPolicy, error) {
-	if !runner.OwnPolicy(c) {
+func (s *Service) messagePolicy(ctx context.Context, c *agentspec.Config) (*netv1.NetworkPolicy, error) {
+	if !agentspec.OwnPolicy(c) {
 		return nil, nil
 	}
 	var cluster kube.ClusterNetwork
@@ -119,7 +119,7 @@ func (s *Service) removeMessagePolicy(ctx context.Context, id string) error {
 // o.Missing when it is gone and to o.Changed when it was edited: either
 // widens what the agent's pods reach (their wait for the policy then
 // fails every message, closed), and the next apply restores it.
-func (s *Service) readMessagePolicy(ctx context.Context, c *runner.Config, o *Observed) error {
+func (s *Service) readMessagePolicy(ctx context.Context, c *agentspec.Config, o *Observed) error {
 	want, err := s.messagePolicy(ctx, c)
 	if err != nil || want == nil {
 		return err

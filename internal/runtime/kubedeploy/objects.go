@@ -35,7 +35,7 @@ const (
 	// so that import restores it (it is no part of the runner's config:
 	// changing it does not roll the runner).
 	AnnotationForceDestroy = engine.LabelPrefix + "force-destroy-workspace"
-	// SecretConfigKey holds the runner.Config JSON, SecretHashKey the key of
+	// SecretConfigKey holds the agentspec.Config JSON, SecretHashKey the key of
 	// its hash.
 	SecretConfigKey = "config.json"
 	SecretHashKey   = "hash.key"

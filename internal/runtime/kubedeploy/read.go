@@ -13,6 +13,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
 // Observed is what Read found of an agent.
@@ -185,8 +186,8 @@ func (s *Service) waitRunnerGone(ctx context.Context, id string) error {
 // workspace's class and volume from its claim.
 func (s *Service) Import(ctx context.Context, id string) (Agent, error) {
 	var a Agent
-	if !deploy.ValidID(id) {
-		return a, stepErr(deploy.StepImport, "", "importing "+id, fmt.Errorf("%q is not an agent id (%s)", id, deploy.IDPattern))
+	if !workspace.ValidID(id) {
+		return a, stepErr(deploy.StepImport, "", "importing "+id, fmt.Errorf("%q is not an agent id (%s)", id, workspace.IDPattern))
 	}
 	n, ns, cs := NamesFor(id), s.o.Client.Namespace, s.o.Client.Clientset
 	cfg, _, err := s.secretState(ctx, n)

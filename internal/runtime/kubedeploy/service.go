@@ -1,7 +1,7 @@
 // Package kubedeploy runs an agent's `agent-runner serve` on Kubernetes:
 // the twin of package deploy, with a Deployment instead of a runner
 // container and a Secret instead of a config file. The runner drives a
-// fresh Pod per message itself (runner.Config.Kubernetes, kube.Pods).
+// fresh Pod per message itself (agentspec.Config.Kubernetes, kube.Pods).
 // Exactly one runner exists per agent: one replica, and the Recreate
 // strategy removes the old pod before a new one starts.
 package kubedeploy
@@ -17,11 +17,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
 // DefaultReadyTimeout bounds the wait for a runner to become available.
@@ -90,7 +92,7 @@ type Agent struct {
 	// makes one); Listen, Workspace, Ask and Kubernetes' namespace, claim
 	// and topology are the service's. Kubernetes' other fields (cpu limit,
 	// runtime class, sub-path) are the owner's.
-	Config runner.Config
+	Config agentspec.Config
 	// RunnerImage runs `agent-runner serve`; empty is the message image.
 	RunnerImage string
 	// PullPolicy of the runner and message images; empty is IfNotPresent.
@@ -150,7 +152,7 @@ func stepErr(step, field, what string, err error) error {
 func (s *Service) complete(ctx context.Context, a *Agent) error {
 	c := &a.Config
 	n := NamesFor(c.AgentID)
-	k := runner.Kubernetes{}
+	k := agentspec.Kubernetes{}
 	if c.Kubernetes != nil {
 		k = *c.Kubernetes
 	}
@@ -158,7 +160,7 @@ func (s *Service) complete(ctx context.Context, a *Agent) error {
 	if k.ImagePullPolicy == "" {
 		k.ImagePullPolicy = string(a.PullPolicy)
 	}
-	if k.RuntimeClass == "" && c.Container.Runtime != "" && c.Container.Runtime != deploy.DefaultRuntime {
+	if k.RuntimeClass == "" && c.Container.Runtime != "" && c.Container.Runtime != agentspec.DefaultRuntime {
 		rc, err := s.runtimeClass(ctx, c.Container.Runtime)
 		if err != nil {
 			return stepErr(deploy.StepRuntime, "container_mode.runtime", "finding the RuntimeClass", err)
@@ -177,10 +179,10 @@ func (s *Service) complete(ctx context.Context, a *Agent) error {
 		c.Ask = targets
 	}
 	c.Workspace = sandbox.WorkspaceDir
-	if !deploy.ValidID(c.AgentID) {
-		return stepErr(StepValidate, "agent_id", "checking the agent id", fmt.Errorf("%q is not an agent id (%s)", c.AgentID, deploy.IDPattern))
+	if !workspace.ValidID(c.AgentID) {
+		return stepErr(StepValidate, "agent_id", "checking the agent id", fmt.Errorf("%q is not an agent id (%s)", c.AgentID, workspace.IDPattern))
 	}
-	if err := c.Validate(); err != nil {
+	if err := runner.Validate(c); err != nil {
 		return stepErr(StepValidate, "", "checking the runner config", err)
 	}
 	return nil
@@ -208,7 +210,7 @@ func (s *Service) runtimeClass(ctx context.Context, runtime string) (string, err
 
 // secretState reads the agent's Secret: its config and hash key, or
 // nothing when it is gone.
-func (s *Service) secretState(ctx context.Context, n Names) (*runner.Config, []byte, error) {
+func (s *Service) secretState(ctx context.Context, n Names) (*agentspec.Config, []byte, error) {
 	sec, err := s.o.Client.Clientset.CoreV1().Secrets(s.o.Client.Namespace).Get(ctx, n.Base, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil, nil
@@ -220,7 +222,7 @@ func (s *Service) secretState(ctx context.Context, n Names) (*runner.Config, []b
 	if err != nil || len(key) < 16 {
 		key = nil
 	}
-	cfg, err := runner.ParseConfig(sec.Data[SecretConfigKey])
+	cfg, err := agentspec.ParseConfig(sec.Data[SecretConfigKey])
 	if err != nil {
 		return nil, key, nil
 	}

@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
 
 func fakeService() (*Service, *fake.Clientset) {
@@ -56,7 +56,7 @@ func TestObjectsReadRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cfg runner.Config
+	var cfg agentspec.Config
 	if err := json.Unmarshal(sec.Data[SecretConfigKey], &cfg); err != nil {
 		t.Fatal(err)
 	}

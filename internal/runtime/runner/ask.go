@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
@@ -36,22 +37,22 @@ const (
 // Asks are what one message may ask: the targets, the bound of one ask,
 // and how a target's runner is reached (nil Dial: by its Listen).
 type Asks struct {
-	Targets []AskTarget
+	Targets []agentspec.AskTarget
 	Limit   time.Duration
 	Dial    AskDialer
 }
 
 // AskDialer opens the connection of one ask to the target's runner.
-type AskDialer func(ctx context.Context, t AskTarget) (net.Conn, error)
+type AskDialer func(ctx context.Context, t agentspec.AskTarget) (net.Conn, error)
 
 // runnerDialer is a backend that knows where other agents' runners are
 // (the pod backend asks the API).
 type runnerDialer interface {
-	DialRunner(ctx context.Context, t AskTarget) (net.Conn, error)
+	DialRunner(ctx context.Context, t agentspec.AskTarget) (net.Conn, error)
 }
 
 // asksFor is what a message of cfg may ask, reached through backend.
-func asksFor(cfg *Config, backend sandbox.Backend) Asks {
+func asksFor(cfg *agentspec.Config, backend sandbox.Backend) Asks {
 	a := Asks{Targets: cfg.Ask, Limit: askLimit(cfg), Dial: dialListen}
 	if cfg.Kubernetes == nil {
 		return a
@@ -59,7 +60,7 @@ func asksFor(cfg *Config, backend sandbox.Backend) Asks {
 	if d, ok := backend.(runnerDialer); ok {
 		a.Dial = d.DialRunner
 	} else {
-		a.Dial = func(context.Context, AskTarget) (net.Conn, error) {
+		a.Dial = func(context.Context, agentspec.AskTarget) (net.Conn, error) {
 			return nil, errors.New("this backend cannot find runner pods")
 		}
 	}
@@ -68,7 +69,7 @@ func asksFor(cfg *Config, backend sandbox.Backend) Asks {
 
 // dialListen reaches a runner at its listen address, a unix socket or
 // 127.0.0.1:PORT.
-func dialListen(ctx context.Context, t AskTarget) (net.Conn, error) {
+func dialListen(ctx context.Context, t agentspec.AskTarget) (net.Conn, error) {
 	if sock, ok := strings.CutPrefix(t.Listen, "unix://"); ok {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}
@@ -86,7 +87,7 @@ func (r *Relay) serveAsk(w http.ResponseWriter, req *http.Request, s *relaySessi
 		refuse(http.StatusBadRequest, `want {"agent_id", "text"}`)
 		return
 	}
-	var target *AskTarget
+	var target *agentspec.AskTarget
 	var names []string
 	for i, t := range s.asks.Targets {
 		names = append(names, t.AgentID)
@@ -121,7 +122,7 @@ func (r *Relay) serveAsk(w http.ResponseWriter, req *http.Request, s *relaySessi
 
 // postAsk sends one message to the target's runner and returns its reply
 // or error, the message id it ran under and the HTTP status.
-func postAsk(ctx context.Context, dial AskDialer, t AskTarget, parent string, text string) (agent.AskAnswer, int, error) {
+func postAsk(ctx context.Context, dial AskDialer, t agentspec.AskTarget, parent string, text string) (agent.AskAnswer, int, error) {
 	if dial == nil {
 		dial = dialListen
 	}
@@ -162,7 +163,7 @@ func postAsk(ctx context.Context, dial AskDialer, t AskTarget, parent string, te
 }
 
 // askLimit is one ask's bound: the config's, within the message's own.
-func askLimit(cfg *Config) time.Duration {
+func askLimit(cfg *agentspec.Config) time.Duration {
 	d := DefaultAskTimeout
 	if cfg.AskTimeoutSeconds > 0 {
 		d = time.Duration(cfg.AskTimeoutSeconds) * time.Second

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
@@ -69,10 +70,10 @@ func TestRunnerPodIP(t *testing.T) {
 // dialerBackend is a backend that knows where runners are.
 type dialerBackend struct {
 	sandbox.Backend
-	dialed *AskTarget
+	dialed *agentspec.AskTarget
 }
 
-func (d *dialerBackend) DialRunner(_ context.Context, t AskTarget) (net.Conn, error) {
+func (d *dialerBackend) DialRunner(_ context.Context, t agentspec.AskTarget) (net.Conn, error) {
 	d.dialed = &t
 	return nil, errors.New("dialed")
 }
@@ -83,7 +84,7 @@ func (d *dialerBackend) DialRunner(_ context.Context, t AskTarget) (net.Conn, er
 func TestAsksFor(t *testing.T) {
 	cfg := kubeConfig()
 	cfg.Role = "core"
-	cfg.Ask = []AskTarget{{AgentID: "te", Role: "tool_exec", Port: 8080, Token: "t"}}
+	cfg.Ask = []agentspec.AskTarget{{AgentID: "te", Role: "tool_exec", Port: 8080, Token: "t"}}
 	cfg.AskTimeoutSeconds = 7
 	ctx := context.Background()
 	b := &dialerBackend{}
@@ -99,7 +100,7 @@ func TestAsksFor(t *testing.T) {
 	}
 	srv := askServer(t)
 	cfg.Kubernetes = nil
-	conn, err := asksFor(cfg, b).Dial(ctx, AskTarget{Listen: srv.Listener.Addr().String()})
+	conn, err := asksFor(cfg, b).Dial(ctx, agentspec.AskTarget{Listen: srv.Listener.Addr().String()})
 	if err != nil {
 		t.Fatalf("dial by listen on Docker: %v", err)
 	}
@@ -130,11 +131,11 @@ func askServer(t *testing.T) *httptest.Server {
 func TestPostAskDialer(t *testing.T) {
 	srv := askServer(t)
 	var dialled string
-	dial := func(ctx context.Context, tg AskTarget) (net.Conn, error) {
+	dial := func(ctx context.Context, tg agentspec.AskTarget) (net.Conn, error) {
 		dialled = tg.AgentID
 		return (&net.Dialer{}).DialContext(ctx, "tcp", srv.Listener.Addr().String())
 	}
-	target := AskTarget{AgentID: "te", Role: "tool_exec", Port: 8080, Token: "tok-te"}
+	target := agentspec.AskTarget{AgentID: "te", Role: "tool_exec", Port: 8080, Token: "tok-te"}
 	ans, status, err := postAsk(context.Background(), dial, target, "m-parent", "hi")
 	if err != nil || status != http.StatusOK || ans.Reply != "answer to hi" || ans.MessageID != "m-child" || dialled != "te" {
 		t.Errorf("postAsk = %+v, %d, %v (dialled %q)", ans, status, err, dialled)

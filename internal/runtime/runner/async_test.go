@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
@@ -444,7 +445,7 @@ func TestAsyncAuditLine(t *testing.T) {
 	logs := &syncBuffer{}
 	s, err := New(context.Background(), testConfig(), Options{
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "agent-runner", Level: hclog.Info, JSONFormat: true, Output: logs}),
-		NewBackend: func(context.Context, *Config, hclog.Logger) (sandbox.Backend, string, error) {
+		NewBackend: func(context.Context, *agentspec.Config, hclog.Logger) (sandbox.Backend, string, error) {
 			return b, ModeContainer, nil
 		},
 	})

@@ -32,7 +32,7 @@ const (
 // NewBackend is the one place that picks the sandbox for a config: the
 // Docker per-message container with container mode, a Pod per message with
 // a kubernetes section, else the host backend.
-func NewBackend(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox.Backend, string, error) {
+func NewBackend(ctx context.Context, cfg *agentspec.Config, log hclog.Logger) (sandbox.Backend, string, error) {
 	if cfg.Kubernetes != nil {
 		return newKubeBackend(ctx, cfg, log)
 	}
@@ -63,7 +63,7 @@ func NewBackend(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox.Bac
 }
 
 // DockerOptions maps a runner config onto the Docker backend's options.
-func DockerOptions(cfg *Config, log hclog.Logger) sandbox.DockerOptions {
+func DockerOptions(cfg *agentspec.Config, log hclog.Logger) sandbox.DockerOptions {
 	cm := cfg.Container
 	o := sandbox.DockerOptions{
 		Spec: sandbox.Spec{
@@ -110,7 +110,7 @@ func DockerOptions(cfg *Config, log hclog.Logger) sandbox.DockerOptions {
 // config file (in the provider's layout <state_dir>/runners/<id>/run, the
 // directory the runner's own container may write, at the same path as on
 // the Docker host), else a directory of the agent's under the temp dir.
-func RelayDir(cfg *Config) string {
+func RelayDir(cfg *agentspec.Config) string {
 	switch {
 	case cfg.RelayDir != "":
 		return cfg.RelayDir
@@ -132,7 +132,7 @@ func safeName(s string) string {
 
 // HostOptions maps a runner config onto the host (Landlock) backend's
 // options: the same memory, pids and timeout settings as container mode.
-func HostOptions(cfg *Config, log hclog.Logger) sandbox.HostOptions {
+func HostOptions(cfg *agentspec.Config, log hclog.Logger) sandbox.HostOptions {
 	fa := cfg.FileAccess
 	if cfg.Role == agentspec.RoleToolExec {
 		// No TCP for the child (Landlock ABI 4, else the message fails
@@ -204,8 +204,9 @@ func (b *dockerBackend) Close(ctx context.Context) error {
 
 var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// Validate checks what the runner needs before it listens.
-func (c *Config) Validate() error {
+// Validate checks what the runner needs before it listens, beyond the
+// owner's settings (agentspec.ValidateSettings, which it runs too).
+func Validate(c *agentspec.Config) error {
 	var errs []error
 	if c.AgentID == "" {
 		errs = append(errs, errors.New("agent_id is empty"))
@@ -268,9 +269,9 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
-	errs = append(errs, c.validateKubernetes())
+	errs = append(errs, validateKubernetes(c))
 	// What the owner chose is checked as the provider's plan checks it.
-	errs = append(errs, ValidateSettings(c))
+	errs = append(errs, agentspec.ValidateSettings(c))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("runner config: %w", err)
 	}

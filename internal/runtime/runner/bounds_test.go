@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
@@ -23,7 +24,7 @@ func serveAPI(t *testing.T, b *scripted) string {
 	t.Helper()
 	s, err := New(context.Background(), testConfig(), Options{
 		Logger: hclog.NewNullLogger(),
-		NewBackend: func(context.Context, *Config, hclog.Logger) (sandbox.Backend, string, error) {
+		NewBackend: func(context.Context, *agentspec.Config, hclog.Logger) (sandbox.Backend, string, error) {
 			return b, ModeContainer, nil
 		},
 	})

@@ -25,8 +25,8 @@ func TestWriteConfigModeAndNoFollow(t *testing.T) {
 	if err := os.Symlink(elsewhere, path+".tmp"); err != nil {
 		t.Fatal(err)
 	}
-	c := &Config{AgentID: "a1", Token: "tok-123456", LLM: agentspec.LLMConfig{Provider: "offline", APIKey: "sk-abcdef"}}
-	if err := WriteConfig(path, c); err != nil {
+	c := &agentspec.Config{AgentID: "a1", Token: "tok-123456", LLM: agentspec.LLMConfig{Provider: "offline", APIKey: "sk-abcdef"}}
+	if err := agentspec.WriteConfig(path, c); err != nil {
 		t.Fatal(err)
 	}
 	if raw, _ := os.ReadFile(elsewhere); string(raw) != "untouched" {
@@ -36,7 +36,7 @@ func TestWriteConfigModeAndNoFollow(t *testing.T) {
 	if err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o600 {
 		t.Fatalf("config: %v %v, want a regular 0600 file", st, err)
 	}
-	back, err := LoadConfig(path)
+	back, err := agentspec.LoadConfig(path)
 	if err != nil || back.Token != c.Token || back.LLM.APIKey != c.LLM.APIKey || back.Path != path {
 		t.Fatalf("LoadConfig: %+v %v", back, err)
 	}
@@ -48,7 +48,7 @@ func TestWriteConfigModeAndNoFollow(t *testing.T) {
 	if err := os.Chmod(path, 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadConfig(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+	if _, err := agentspec.LoadConfig(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Errorf("LoadConfig of a 0640 config: %v, want a refusal", err)
 	}
 }
@@ -58,16 +58,16 @@ func TestWriteConfigModeAndNoFollow(t *testing.T) {
 func TestValidateRefusesSecretInEnv(t *testing.T) {
 	c := testConfig()
 	c.Env = map[string]string{"http_proxy": "http://proxy:3128"}
-	if err := c.Validate(); err != nil {
+	if err := Validate(c); err != nil {
 		t.Fatalf("plain env refused: %v", err)
 	}
 	c.Env = map[string]string{"HOME=/etc x": "y"}
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "variable name") {
+	if err := Validate(c); err == nil || !strings.Contains(err.Error(), "variable name") {
 		t.Errorf("env key with '=': Validate = %v, want a refusal", err)
 	}
 	for _, v := range []string{"sk-very-secret", "Bearer ghp_alsosecret"} {
 		c.Env = map[string]string{"http_proxy": "http://proxy:3128", "LEAK": v}
-		err := c.Validate()
+		err := Validate(c)
 		if err == nil || !strings.Contains(err.Error(), "env LEAK") || strings.Contains(err.Error(), v) {
 			t.Errorf("env value %q: Validate = %v, want a refusal naming LEAK and not the value", v, err)
 		}
@@ -113,18 +113,18 @@ func TestProtectedPathsAndConfigOutsideWorkspace(t *testing.T) {
 	if got := protectedPaths("", ""); got != nil {
 		t.Errorf("no path: %q", got)
 	}
-	if o := HostOptions(&Config{Path: "/s/runners/a1/config.json"}, nil); !slices.Contains(o.Protect, "/s/runners") {
+	if o := HostOptions(&agentspec.Config{Path: "/s/runners/a1/config.json"}, nil); !slices.Contains(o.Protect, "/s/runners") {
 		t.Errorf("HostOptions.Protect = %q", o.Protect)
 	}
 
 	c := testConfig()
 	c.Workspace = "/srv/a1"
 	c.Path = "/srv/a1/runner.json"
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "inside the workspace") {
+	if err := Validate(c); err == nil || !strings.Contains(err.Error(), "inside the workspace") {
 		t.Errorf("config inside the workspace: %v", err)
 	}
 	c.Path = "/srv/a1-runner.json"
-	if err := c.Validate(); err != nil {
+	if err := Validate(c); err != nil {
 		t.Errorf("config beside the workspace: %v", err)
 	}
 	// The journal holds message text: never where the agent writes.
@@ -132,7 +132,7 @@ func TestProtectedPathsAndConfigOutsideWorkspace(t *testing.T) {
 		"/srv/a1/.journal": "overlap", "/srv": "overlap", "journal": "absolute", "/x/../srv/j": "absolute", "/srv/a1-journal": "",
 	} {
 		c.Journal = j
-		if err := c.Validate(); (want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), want) {
+		if err := Validate(c); (want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), want) {
 			t.Errorf("journal_dir %q: %v, want %q", j, err, want)
 		}
 	}

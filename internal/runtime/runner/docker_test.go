@@ -42,25 +42,25 @@ const DefaultPidsLimitForTest = agentspec.DefaultPidsLimit
 // liveAgent is a runner served on a unix socket, with real per-message
 // containers of the test runner image.
 type liveAgent struct {
-	cfg    *Config
+	cfg    *agentspec.Config
 	srv    *Server
 	client *http.Client
 }
 
-func testAgentConfig(t *testing.T, cli *client.Client, id string) *Config {
+func testAgentConfig(t *testing.T, cli *client.Client, id string) *agentspec.Config {
 	t.Helper()
 	sockDir, err := os.MkdirTemp("", "meepa-sock-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	testutil.Cleanup(t, "remove "+sockDir, func() error { return os.RemoveAll(sockDir) })
-	return &Config{
+	return &agentspec.Config{
 		AgentID:   "tf-acc-" + id + "-" + runToken,
 		Workspace: t.TempDir(),
 		Listen:    "unix://" + filepath.Join(sockDir, "runner.sock"),
 		Token:     "test-token-" + id,
 		QueueSize: 32,
-		Container: ContainerMode{
+		Container: agentspec.ContainerMode{
 			Enabled:        true,
 			Image:          testutil.EnsureRunnerImage(t, cli),
 			MemoryLimit:    "512m",
@@ -74,14 +74,14 @@ func testAgentConfig(t *testing.T, cli *client.Client, id string) *Config {
 	}
 }
 
-func startAgent(t *testing.T, cfg *Config) *liveAgent {
+func startAgent(t *testing.T, cfg *agentspec.Config) *liveAgent {
 	t.Helper()
 	return startAgentWith(t, cfg, nil)
 }
 
 // startAgentWith starts a runner whose sandboxes come from newBackend (nil:
 // the config's own).
-func startAgentWith(t *testing.T, cfg *Config, newBackend BackendFactory) *liveAgent {
+func startAgentWith(t *testing.T, cfg *agentspec.Config, newBackend BackendFactory) *liveAgent {
 	t.Helper()
 	log := hclog.New(&hclog.LoggerOptions{Name: "runner", Level: hclog.Warn, Output: testWriter{t}})
 	srv, err := New(context.Background(), cfg, Options{Logger: log, NewBackend: newBackend})

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
@@ -13,7 +14,7 @@ import (
 // the sender may send again.
 func TestClassifyNotEnforced(t *testing.T) {
 	err := fmt.Errorf("%w: topology \"tg\" has no firewall guard", sandbox.ErrNotEnforced)
-	status, kind, detail, reply := classify(&Config{}, sandbox.Outcome{}, err)
+	status, kind, detail, reply := classify(&agentspec.Config{}, sandbox.Outcome{}, err)
 	if status != http.StatusServiceUnavailable || kind != KindNotEnforced || reply != nil || !strings.Contains(detail, "no firewall guard") {
 		t.Fatalf("classify = %d %q %q %v", status, kind, detail, reply)
 	}

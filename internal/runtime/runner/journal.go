@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -413,4 +414,11 @@ func syncDir(dir string) error {
 // order, which is not always acceptance order).
 func sortByFinish(recs []record) {
 	sort.SliceStable(recs, func(a, b int) bool { return recs[a].Finished.Before(*recs[b].Finished) })
+}
+
+func ignoreNotExist(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
 }

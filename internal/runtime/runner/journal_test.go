@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
@@ -183,7 +184,7 @@ func testMust(t *testing.T, err error) {
 	}
 }
 
-func journalConfig(dir string) *Config {
+func journalConfig(dir string) *agentspec.Config {
 	c := testConfig()
 	c.Journal = dir
 	return c
@@ -517,7 +518,7 @@ func BenchmarkMessageJournal(b *testing.B) {
 				cfg.Journal = b.TempDir()
 			}
 			s, err := New(context.Background(), cfg, Options{Logger: hclog.NewNullLogger(),
-				NewBackend: func(context.Context, *Config, hclog.Logger) (sandbox.Backend, string, error) {
+				NewBackend: func(context.Context, *agentspec.Config, hclog.Logger) (sandbox.Backend, string, error) {
 					return echoBackend(), ModeContainer, nil
 				}})
 			if err != nil {
@@ -547,7 +548,7 @@ func TestAuditLineResumedAndKey(t *testing.T) {
 	var buf syncBuffer
 	s, err := New(context.Background(), journalConfig(t.TempDir()), Options{
 		Logger: hclog.New(&hclog.LoggerOptions{Output: &buf, JSONFormat: true, Level: hclog.Trace}),
-		NewBackend: func(context.Context, *Config, hclog.Logger) (sandbox.Backend, string, error) {
+		NewBackend: func(context.Context, *agentspec.Config, hclog.Logger) (sandbox.Backend, string, error) {
 			return echoBackend(), ModeContainer, nil
 		},
 	})

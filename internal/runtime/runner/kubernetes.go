@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"strconv"
-	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	corev1 "k8s.io/api/core/v1"
@@ -24,42 +22,10 @@ import (
 // Pods.
 const ModeKubernetes = "kubernetes"
 
-// Kubernetes is the config section of a runner that runs inside a cluster:
-// each message gets a fresh hardened Pod (kube.Pods) in Namespace, made
-// with the runner's own service account. container_mode gives the image,
-// memory limit, user, timeout and prestart as for Docker.
-type Kubernetes struct {
-	// Namespace of the per-message pods; empty is the runner pod's own.
-	Namespace string `json:"namespace,omitempty"`
-	// WorkspaceClaim is the PersistentVolumeClaim each message pod mounts
-	// at /workspace; WorkspaceSubPath a directory inside it.
-	WorkspaceClaim   string `json:"workspace_claim"`
-	WorkspaceSubPath string `json:"workspace_sub_path,omitempty"`
-	// ImagePullPolicy of container_mode.image: Always, IfNotPresent
-	// (default) or Never (an image imported into the nodes).
-	ImagePullPolicy string `json:"image_pull_policy,omitempty"`
-	// CPULimit is a quantity ("500m", "2"); default kube.DefaultCPULimit.
-	CPULimit string `json:"cpu_limit,omitempty"`
-	// RuntimeClass is the pods' runtimeClassName, container_mode.runtime's
-	// counterpart; empty is the cluster's default runtime.
-	RuntimeClass string `json:"runtime_class,omitempty"`
-	// Topology is the ThreeGate topology (threegate_network) of an agent
-	// with a Role: its message pods carry the topology's and the role's
-	// labels, which the topology's NetworkPolicies select. Set exactly
-	// when Role is.
-	Topology string `json:"threegate_topology,omitempty"`
-	// Seed is the workspace's soul and memory: on a cluster nothing but
-	// the message pods mounts the claim, so the runner sends the seed
-	// with every message and agent-run applies it (agentspec.Seed). Nil
-	// leaves the workspace to the agent. Part of the config, so a new
-	// soul changes the config hash and rolls the runner.
-	Seed *agentspec.Seed `json:"workspace_seed,omitempty"`
-}
-
 // validateKubernetes checks what a runner in a cluster can honour; it
 // fails closed where the Docker meaning of a setting has no pod
 // equivalent yet.
-func (c *Config) validateKubernetes() error {
+func validateKubernetes(c *agentspec.Config) error {
 	k := c.Kubernetes
 	if k == nil {
 		return nil
@@ -84,7 +50,7 @@ func (c *Config) validateKubernetes() error {
 	// runner cannot see that policy, so it makes each pod wait until the
 	// API server is blocked before agent-run reads its request
 	// (policyProbe): a pod the policy does not cover never runs a message.
-	if c.Role == "" && !OwnPolicy(c) {
+	if c.Role == "" && !agentspec.OwnPolicy(c) {
 		errs = append(errs, fmt.Errorf("kubernetes: container_mode.network %q: a cluster has no Docker networks; use none or bridge", c.Container.Network))
 	}
 	if _, err := kube.HardenedPod(KubeOptions(c, nil).Spec, "check", ""); err != nil {
@@ -94,7 +60,7 @@ func (c *Config) validateKubernetes() error {
 }
 
 // KubeOptions maps a runner config onto the pod backend's options.
-func KubeOptions(cfg *Config, log hclog.Logger) kube.Options {
+func KubeOptions(cfg *agentspec.Config, log hclog.Logger) kube.Options {
 	k, cm := cfg.Kubernetes, cfg.Container
 	return kube.Options{
 		Spec: kube.PodSpec{
@@ -115,15 +81,6 @@ func KubeOptions(cfg *Config, log hclog.Logger) kube.Options {
 		Prestart: cm.Prestart,
 		Logger:   log,
 	}
-}
-
-// OwnPolicy reports whether an agent's message pods are governed by a
-// policy of the agent's own (kubedeploy.MessagePolicy): an agent without a
-// ThreeGate role, whose network is "none" (or empty, which means "none") or
-// "bridge". A role's pods are governed by its topology's policies.
-func OwnPolicy(c *Config) bool {
-	n := c.Container.Network
-	return c.Role == "" && len(c.Container.Networks) == 0 && (n == "" || n == "none" || n == "bridge")
 }
 
 // policyProbe is what a confined message pod must find blocked before it
@@ -152,7 +109,7 @@ func ThreeGateRole(role string) string {
 
 // newKubeBackend connects with the pod's service account and makes the pod
 // backend, which deletes this agent's orphan pods first.
-func newKubeBackend(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox.Backend, string, error) {
+func newKubeBackend(ctx context.Context, cfg *agentspec.Config, log hclog.Logger) (sandbox.Backend, string, error) {
 	// In a runner pod: the process and its logger live as long.
 	kube.RouteClientLogs(log)
 	c, err := kube.InCluster(cfg.Kubernetes.Namespace)
@@ -164,7 +121,7 @@ func newKubeBackend(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox
 
 // NewKubeBackend makes the pod backend on client c; its asks find their
 // targets' runner pods with the same client.
-func NewKubeBackend(ctx context.Context, c *kube.Client, cfg *Config, log hclog.Logger) (sandbox.Backend, string, error) {
+func NewKubeBackend(ctx context.Context, c *kube.Client, cfg *agentspec.Config, log hclog.Logger) (sandbox.Backend, string, error) {
 	p, err := kube.NewPods(ctx, c, KubeOptions(cfg, log))
 	if err != nil {
 		return nil, ModeKubernetes, err
@@ -181,7 +138,7 @@ type kubeBackend struct {
 // DialRunner connects to an ask target's runner: its ready pod in this
 // runner's namespace, found by label through the API at each ask (so a
 // rolled runner is found at its new address), at its pod IP.
-func (b *kubeBackend) DialRunner(ctx context.Context, t AskTarget) (net.Conn, error) {
+func (b *kubeBackend) DialRunner(ctx context.Context, t agentspec.AskTarget) (net.Conn, error) {
 	ip, err := runnerPodIP(ctx, b.c, t.AgentID)
 	if err != nil {
 		return nil, err
@@ -210,11 +167,4 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// ownGroup reports whether a file's group is this process's effective
-// group.
-func ownGroup(st fs.FileInfo) bool {
-	sys, ok := st.Sys().(*syscall.Stat_t)
-	return ok && int(sys.Gid) == os.Getegid()
 }

@@ -36,18 +36,18 @@ import (
 // kubeAgentConfig is a runner config whose messages run in pods of c's
 // namespace, on a workspace claim of their own; it returns the claim's
 // directory on the host too.
-func kubeAgentConfig(t *testing.T, c *kube.Client, id string) (*Config, string) {
+func kubeAgentConfig(t *testing.T, c *kube.Client, id string) (*agentspec.Config, string) {
 	t.Helper()
 	claim := "ws-" + id
 	dir := testkube.WorkspaceClaim(t, c, claim)
 	sockDir := testutil.SharedTempDir(t)
-	return &Config{
+	return &agentspec.Config{
 		AgentID:   "tf-acc-" + id + "-" + runToken,
 		Workspace: sandbox.WorkspaceDir,
 		Listen:    "unix://" + filepath.Join(sockDir, "runner.sock"),
 		Token:     "test-token-" + id,
 		QueueSize: 8,
-		Container: ContainerMode{
+		Container: agentspec.ContainerMode{
 			Enabled:        true,
 			Image:          testkube.RunnerImage(t),
 			MemoryLimit:    "256m",
@@ -55,7 +55,7 @@ func kubeAgentConfig(t *testing.T, c *kube.Client, id string) (*Config, string) 
 			Network:        "bridge",
 			Prestart:       true,
 		},
-		Kubernetes:    &Kubernetes{Namespace: c.Namespace, WorkspaceClaim: claim, ImagePullPolicy: "Never"},
+		Kubernetes:    &agentspec.Kubernetes{Namespace: c.Namespace, WorkspaceClaim: claim, ImagePullPolicy: "Never"},
 		LLM:           agentspec.LLMConfig{Provider: "offline", APIKey: testAPIKey},
 		RedactSecrets: true,
 	}, dir
@@ -64,7 +64,7 @@ func kubeAgentConfig(t *testing.T, c *kube.Client, id string) (*Config, string) 
 // podBackend makes the pod backend with the test's client instead of the
 // in-cluster service account.
 func podBackend(c *kube.Client) BackendFactory {
-	return func(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox.Backend, string, error) {
+	return func(ctx context.Context, cfg *agentspec.Config, log hclog.Logger) (sandbox.Backend, string, error) {
 		return NewKubeBackend(ctx, c, cfg, log)
 	}
 }

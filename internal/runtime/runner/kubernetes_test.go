@@ -12,25 +12,25 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 )
 
-func kubeConfig() *Config {
+func kubeConfig() *agentspec.Config {
 	c := testConfig()
 	c.Container.Network = "bridge"
 	c.Container.MemoryLimit = "256m"
 	c.Role = "tool_exec"
 	c.Env = map[string]string{"LANG": "C"}
-	c.Kubernetes = &Kubernetes{WorkspaceClaim: "ws-a1", ImagePullPolicy: "Never", RuntimeClass: "gvisor", CPULimit: "500m", Topology: "tg"}
+	c.Kubernetes = &agentspec.Kubernetes{WorkspaceClaim: "ws-a1", ImagePullPolicy: "Never", RuntimeClass: "gvisor", CPULimit: "500m", Topology: "tg"}
 	return c
 }
 
 func TestValidateKubernetes(t *testing.T) {
-	if err := kubeConfig().Validate(); err != nil {
+	if err := Validate(kubeConfig()); err != nil {
 		t.Fatalf("a good kubernetes config: %v", err)
 	}
 	// A core agent on a cluster asks by port; its pod is found by label.
 	core := kubeConfig()
 	core.Role = "core"
-	core.Ask = []AskTarget{{AgentID: "tx", Role: "tool_exec", Port: 8080, Token: "t"}, {AgentID: "fx", Role: "fetch", Port: 1, Token: "u"}}
-	if err := core.Validate(); err != nil {
+	core.Ask = []agentspec.AskTarget{{AgentID: "tx", Role: "tool_exec", Port: 8080, Token: "t"}, {AgentID: "fx", Role: "fetch", Port: 1, Token: "u"}}
+	if err := Validate(core); err != nil {
 		t.Errorf("a core agent with ask targets on kubernetes: %v", err)
 	}
 	// No network without a role: kubedeploy's deny-all policy confines
@@ -38,7 +38,7 @@ func TestValidateKubernetes(t *testing.T) {
 	for _, n := range []string{"none", ""} {
 		c := kubeConfig()
 		c.Role, c.Kubernetes.Topology, c.Container.Network = "", "", n
-		if err := c.Validate(); err != nil {
+		if err := Validate(c); err != nil {
 			t.Errorf("network %q without a role on kubernetes: %v", n, err)
 		}
 	}
@@ -46,51 +46,51 @@ func TestValidateKubernetes(t *testing.T) {
 	for _, p := range []string{"openai", "anthropic"} {
 		c := kubeConfig()
 		c.LLM.Provider, c.LLM.Model, c.LLM.BaseURL = p, "m", "https://llm.example/v1"
-		if err := c.Validate(); err != nil {
+		if err := Validate(c); err != nil {
 			t.Errorf("llm.provider %s on kubernetes: %v", p, err)
 		}
 	}
 	cases := []struct {
 		name string
-		edit func(*Config)
+		edit func(*agentspec.Config)
 		want string
 	}{
-		{"host mode", func(c *Config) { c.Container.Enabled = false; c.Container.MemoryLimit = "1g" }, "needs container_mode.enabled"},
-		{"ask by listen", func(c *Config) {
+		{"host mode", func(c *agentspec.Config) { c.Container.Enabled = false; c.Container.MemoryLimit = "1g" }, "needs container_mode.enabled"},
+		{"ask by listen", func(c *agentspec.Config) {
 			c.Role = "core"
-			c.Ask = []AskTarget{{AgentID: "tx", Role: "tool_exec", Listen: "127.0.0.1:7001", Port: 8080, Token: "t"}}
+			c.Ask = []agentspec.AskTarget{{AgentID: "tx", Role: "tool_exec", Listen: "127.0.0.1:7001", Port: 8080, Token: "t"}}
 		}, "on kubernetes want its runner's port"},
-		{"ask without port", func(c *Config) {
+		{"ask without port", func(c *agentspec.Config) {
 			c.Role = "core"
-			c.Ask = []AskTarget{{AgentID: "tx", Role: "tool_exec", Token: "t"}}
+			c.Ask = []agentspec.AskTarget{{AgentID: "tx", Role: "tool_exec", Token: "t"}}
 		}, "on kubernetes want its runner's port"},
-		{"ask port too high", func(c *Config) {
+		{"ask port too high", func(c *agentspec.Config) {
 			c.Role = "core"
-			c.Ask = []AskTarget{{AgentID: "tx", Role: "tool_exec", Port: 70000, Token: "t"}}
+			c.Ask = []agentspec.AskTarget{{AgentID: "tx", Role: "tool_exec", Port: 70000, Token: "t"}}
 		}, "on kubernetes want its runner's port"},
-		{"ask without token", func(c *Config) {
+		{"ask without token", func(c *agentspec.Config) {
 			c.Role = "core"
-			c.Ask = []AskTarget{{AgentID: "tx", Role: "tool_exec", Port: 8080}}
+			c.Ask = []agentspec.AskTarget{{AgentID: "tx", Role: "tool_exec", Port: 8080}}
 		}, "on kubernetes want its runner's port and token"},
-		{"ask a core agent", func(c *Config) {
+		{"ask a core agent", func(c *agentspec.Config) {
 			c.Role = "core"
-			c.Ask = []AskTarget{{AgentID: "c2", Role: "core", Port: 8080, Token: "t"}}
+			c.Ask = []agentspec.AskTarget{{AgentID: "c2", Role: "core", Port: 8080, Token: "t"}}
 		}, "asks only fetch and tool_exec"},
-		{"ask from tool_exec", func(c *Config) {
-			c.Ask = []AskTarget{{AgentID: "fx", Role: "fetch", Port: 8080, Token: "t"}}
+		{"ask from tool_exec", func(c *agentspec.Config) {
+			c.Ask = []agentspec.AskTarget{{AgentID: "fx", Role: "fetch", Port: 8080, Token: "t"}}
 		}, "only a core agent may ask"},
-		{"role without topology", func(c *Config) { c.Kubernetes.Topology = "" }, "a threegate role needs its topology"},
-		{"topology without role", func(c *Config) { c.Role = "" }, "a threegate role needs its topology"},
-		{"bad topology", func(c *Config) { c.Kubernetes.Topology = "tg/x" }, "label"},
-		{"docker networks", func(c *Config) { c.Container.Networks = []string{"llmnet"} }, "Docker networks"},
-		{"no claim", func(c *Config) { c.Kubernetes.WorkspaceClaim = "" }, "workspace claim is empty"},
-		{"bad pull policy", func(c *Config) { c.Kubernetes.ImagePullPolicy = "Sometimes" }, "image pull policy"},
-		{"bad cpu", func(c *Config) { c.Kubernetes.CPULimit = "lots" }, "cpu limit"},
+		{"role without topology", func(c *agentspec.Config) { c.Kubernetes.Topology = "" }, "a threegate role needs its topology"},
+		{"topology without role", func(c *agentspec.Config) { c.Role = "" }, "a threegate role needs its topology"},
+		{"bad topology", func(c *agentspec.Config) { c.Kubernetes.Topology = "tg/x" }, "label"},
+		{"docker networks", func(c *agentspec.Config) { c.Container.Networks = []string{"llmnet"} }, "Docker networks"},
+		{"no claim", func(c *agentspec.Config) { c.Kubernetes.WorkspaceClaim = "" }, "workspace claim is empty"},
+		{"bad pull policy", func(c *agentspec.Config) { c.Kubernetes.ImagePullPolicy = "Sometimes" }, "image pull policy"},
+		{"bad cpu", func(c *agentspec.Config) { c.Kubernetes.CPULimit = "lots" }, "cpu limit"},
 	}
 	for _, tc := range cases {
 		c := kubeConfig()
 		tc.edit(c)
-		err := c.Validate()
+		err := Validate(c)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
 		}
@@ -122,7 +122,7 @@ func TestKubeOptionsAwaitPolicy(t *testing.T) {
 	bridge := kubeConfig()
 	bridge.Role, bridge.Kubernetes.Topology = "", ""
 	for name, tc := range map[string]struct {
-		c    *Config
+		c    *agentspec.Config
 		want []string
 	}{
 		"topology member": {kubeConfig(), []string{"10.0.0.1:6443"}},
@@ -160,7 +160,7 @@ func TestBuildRequestSeed(t *testing.T) {
 // when others may read or anyone but the owner may write.
 func TestLoadSecretConfigMode(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "config.json")
-	if err := WriteConfig(path, kubeConfig()); err != nil {
+	if err := agentspec.WriteConfig(path, kubeConfig()); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -173,11 +173,11 @@ func TestLoadSecretConfigMode(t *testing.T) {
 		if err := os.Chmod(path, tc.mode); err != nil {
 			t.Fatal(err)
 		}
-		_, err := LoadConfig(path)
+		_, err := agentspec.LoadConfig(path)
 		if (err == nil) != tc.plain {
 			t.Errorf("LoadConfig mode %o: %v", tc.mode, err)
 		}
-		c, err := LoadSecretConfig(path)
+		c, err := agentspec.LoadSecretConfig(path)
 		if (err == nil) != tc.inSec || (err == nil && c.Kubernetes.WorkspaceClaim != "ws-a1") {
 			t.Errorf("LoadSecretConfig mode %o: %v", tc.mode, err)
 		}
@@ -191,7 +191,7 @@ func TestLoadSecretConfigMode(t *testing.T) {
 	if err := os.Chown(path, -1, 4242); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadSecretConfig(path); err == nil || !strings.Contains(err.Error(), "group other than") {
+	if _, err := agentspec.LoadSecretConfig(path); err == nil || !strings.Contains(err.Error(), "group other than") {
 		t.Errorf("a config readable by another group: %v, want a refusal", err)
 	}
 }

@@ -89,7 +89,7 @@ type RelayUsage struct {
 type relaySession struct {
 	messageID string
 	llm       agentspec.LLMConfig
-	limits    LLMLimits // effective
+	limits    agentspec.LLMLimits // effective
 	timeout   time.Duration
 	asks      Asks
 	// red knows the real key's spellings: the answers it cleans and the
@@ -194,7 +194,7 @@ func (r *Relay) Close() error {
 
 // Begin opens a message's session and returns its token: 32 random bytes,
 // hex. end closes it and returns what the message did through the relay.
-func (r *Relay) Begin(messageID string, llm agentspec.LLMConfig, limits LLMLimits, timeout time.Duration, asks Asks) (token string, end func() RelayUsage) {
+func (r *Relay) Begin(messageID string, llm agentspec.LLMConfig, limits agentspec.LLMLimits, timeout time.Duration, asks Asks) (token string, end func() RelayUsage) {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	token = "meepa-relay-" + hex.EncodeToString(b[:])
@@ -733,14 +733,14 @@ func bounded(s string, n int) string {
 // provider, agents to ask, or a key the loop must keep out of the
 // workspace without holding it (the scrub route; an offline agent may
 // still be given one). Only then is its directory mounted.
-func needsRelay(cfg *Config) bool {
+func needsRelay(cfg *agentspec.Config) bool {
 	return usesRelay(cfg.LLM.Provider) || len(cfg.Ask) > 0 || cfg.LLM.APIKey != ""
 }
 
 // relayOnSocket says whether the relay listens on a unix socket that the
 // per-message containers mount (Docker container mode). Host mode gets a
 // socketpair per message, and pods the stream of their own attach.
-func relayOnSocket(cfg *Config) bool {
+func relayOnSocket(cfg *agentspec.Config) bool {
 	return cfg.Container.Enabled && cfg.Kubernetes == nil && needsRelay(cfg)
 }
 

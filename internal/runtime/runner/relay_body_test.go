@@ -47,7 +47,7 @@ func TestRelayRefusesStreamSpellingsAndServerTools(t *testing.T) {
 		if tc.provider == agentspec.ProviderAnthropic {
 			llm.BaseURL = model.srv.URL
 		}
-		tok, end := r.Begin("m1", llm, LLMLimits{}, 10*time.Second, Asks{})
+		tok, end := r.Begin("m1", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
 		if st, body := relayPost(t, c, tc.path, tok, tc.body); st != tc.status {
 			t.Errorf("%s %s: %d %s, want %d", tc.provider, tc.body, st, strings.TrimSpace(body), tc.status)
 		}
@@ -83,7 +83,7 @@ func TestRelayPassesTheLoopsOwnBodies(t *testing.T) {
 		if len(got) == 0 {
 			t.Fatalf("%s: no body", provider)
 		}
-		if why := relayBodyRefusal(relayPolicy{provider: provider, model: "m", maxTokens: DefaultMaxTokensPerCall}, got); why != "" {
+		if why := relayBodyRefusal(relayPolicy{provider: provider, model: "m", maxTokens: agentspec.DefaultMaxTokensPerCall}, got); why != "" {
 			t.Errorf("%s: the loop's own body is refused (%s): %s", provider, why, got)
 		}
 	}

@@ -87,7 +87,7 @@ func TestRelayForwardsOnlyTheConfiguredModel(t *testing.T) {
 			model := newRecordingModel(t, answerOK)
 			r, c := listenRelay(t, hclog.NewNullLogger(), newMetrics())
 			llm := agentspec.LLMConfig{Provider: provider, Model: configured, BaseURL: model.srv.URL, APIKey: "sk-model-swap"}
-			tok, end := r.Begin("m1", llm, LLMLimits{}, 10*time.Second, Asks{})
+			tok, end := r.Begin("m1", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
 			defer end()
 			for _, body := range []string{
 				`{"model":"gpt-4o-search-preview","max_tokens":16}`,
@@ -131,7 +131,7 @@ func TestRelayBoundsTokensAndChoices(t *testing.T) {
 			model := newRecordingModel(t, answerOK)
 			r, c := listenRelay(t, hclog.NewNullLogger(), newMetrics())
 			llm := agentspec.LLMConfig{Provider: provider, Model: "m", BaseURL: model.srv.URL, APIKey: "sk-fanout"}
-			tok, end := r.Begin("m1", llm, LLMLimits{MaxTokensPerCall: 100}, 10*time.Second, Asks{})
+			tok, end := r.Begin("m1", llm, agentspec.LLMLimits{MaxTokensPerCall: 100}, 10*time.Second, Asks{})
 			defer end()
 			for _, tc := range []struct {
 				body   string
@@ -187,7 +187,7 @@ func TestRelayErrorBodiesAreTheRelays(t *testing.T) {
 				logs := &syncBuffer{}
 				r, c := listenRelay(t, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Trace}), newMetrics())
 				llm := agentspec.LLMConfig{Provider: provider, Model: "m", BaseURL: model.srv.URL, APIKey: key}
-				tok, end := r.Begin("m1", llm, LLMLimits{}, 10*time.Second, Asks{})
+				tok, end := r.Begin("m1", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
 				st, body := relayPost(t, c, relayPath(provider), tok, okBody)
 				end()
 				if len(model.seen()) != 1 {
@@ -218,7 +218,7 @@ func TestRelayTokenBudgets(t *testing.T) {
 	m := newMetrics()
 	r, c := listenRelay(t, hclog.NewNullLogger(), m)
 	llm := agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL, APIKey: "sk-budget"}
-	limits := LLMLimits{MaxTokensPerCall: 16, MessageTokenBudget: 30, AgentTokenBudget: 50}
+	limits := agentspec.LLMLimits{MaxTokensPerCall: 16, MessageTokenBudget: 30, AgentTokenBudget: 50}
 	calls := func(tok string, n int) []int {
 		var got []int
 		for range n {
@@ -271,7 +271,7 @@ func TestAgentBudgetSurvivesRestart(t *testing.T) {
 	cfg.RelayDir = filepath.Join(t.TempDir(), "relay")
 	cfg.Journal = journal
 	cfg.LLM = agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL, APIKey: "sk-restart"}
-	cfg.LLMLimits = LLMLimits{MaxTokensPerCall: 16, MessageTokenBudget: 20, AgentTokenBudget: 30, AgentBudgetWindowSeconds: 3600}
+	cfg.LLMLimits = agentspec.LLMLimits{MaxTokensPerCall: 16, MessageTokenBudget: 20, AgentTokenBudget: 30, AgentBudgetWindowSeconds: 3600}
 	var statuses []int
 	b := &scripted{answer: func(req agent.Request) (sandbox.Outcome, error) {
 		for range 2 {
@@ -284,7 +284,7 @@ func TestAgentBudgetSurvivesRestart(t *testing.T) {
 		logs := &syncBuffer{}
 		s, err := New(t.Context(), cfg, Options{
 			Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info}),
-			NewBackend: func(context.Context, *Config, hclog.Logger) (sandbox.Backend, string, error) {
+			NewBackend: func(context.Context, *agentspec.Config, hclog.Logger) (sandbox.Backend, string, error) {
 				return b, ModeContainer, nil
 			},
 		})
@@ -340,27 +340,27 @@ func TestAgentBudgetSurvivesRestart(t *testing.T) {
 // same check the provider runs at plan.
 func TestValidateLLMLimits(t *testing.T) {
 	for _, tc := range []struct {
-		limits LLMLimits
+		limits agentspec.LLMLimits
 		field  string
 	}{
-		{LLMLimits{MaxTokensPerCall: -1}, "llm.max_tokens_per_call"},
-		{LLMLimits{MaxTokensPerCall: MaxMaxTokensPerCall + 1}, "llm.max_tokens_per_call"},
-		{LLMLimits{MessageTokenBudget: -5}, "llm.message_token_budget"},
-		{LLMLimits{MessageTokenBudget: 100}, "llm.message_token_budget"}, // below the default per-call cap
-		{LLMLimits{AgentTokenBudget: 1000}, "llm.agent_token_budget"},    // below the default message budget
-		{LLMLimits{AgentBudgetWindowSeconds: 59}, "llm.agent_budget_window_seconds"},
+		{agentspec.LLMLimits{MaxTokensPerCall: -1}, "llm.max_tokens_per_call"},
+		{agentspec.LLMLimits{MaxTokensPerCall: agentspec.MaxMaxTokensPerCall + 1}, "llm.max_tokens_per_call"},
+		{agentspec.LLMLimits{MessageTokenBudget: -5}, "llm.message_token_budget"},
+		{agentspec.LLMLimits{MessageTokenBudget: 100}, "llm.message_token_budget"}, // below the default per-call cap
+		{agentspec.LLMLimits{AgentTokenBudget: 1000}, "llm.agent_token_budget"},    // below the default message budget
+		{agentspec.LLMLimits{AgentBudgetWindowSeconds: 59}, "llm.agent_budget_window_seconds"},
 	} {
 		c := testConfig()
 		c.LLMLimits = tc.limits
-		err := ValidateSettings(c)
-		var fe *FieldError
+		err := agentspec.ValidateSettings(c)
+		var fe *agentspec.FieldError
 		if err == nil || !errors.As(err, &fe) || fe.Field != tc.field {
 			t.Errorf("%+v: %v, want an error on %s", tc.limits, err, tc.field)
 		}
 	}
 	c := testConfig()
-	c.LLMLimits = LLMLimits{MaxTokensPerCall: 100, MessageTokenBudget: 100, AgentTokenBudget: 100, AgentBudgetWindowSeconds: 60}
-	if err := ValidateSettings(c); err != nil {
+	c.LLMLimits = agentspec.LLMLimits{MaxTokensPerCall: 100, MessageTokenBudget: 100, AgentTokenBudget: 100, AgentBudgetWindowSeconds: 60}
+	if err := agentspec.ValidateSettings(c); err != nil {
 		t.Errorf("tight but coherent limits refused: %v", err)
 	}
 }

@@ -55,7 +55,7 @@ func TestRelayRedactsEncodedKey(t *testing.T) {
 	testutil.Cleanup(t, "relay", r.Close)
 	c := relayClient(filepath.Join(dir, RelaySocketName))
 	llm := agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.URL + "/v1/", APIKey: key}
-	token, end := r.Begin("msg-echo", llm, LLMLimits{}, 10*time.Second, Asks{})
+	token, end := r.Begin("msg-echo", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
 	defer end()
 
 	st, body := relayPost(t, c, "/openai/chat/completions", token, `{"model":"m","max_tokens":10}`)

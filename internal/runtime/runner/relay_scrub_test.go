@@ -29,7 +29,7 @@ func TestRelayScrub(t *testing.T) {
 	testutil.Cleanup(t, "relay", r.Close)
 	c := relayClient(filepath.Join(dir, RelaySocketName))
 	llm := agentspec.LLMConfig{Provider: agentspec.ProviderOffline, APIKey: key}
-	token, end := r.Begin("msg-scrub", llm, LLMLimits{}, 10*time.Second, Asks{})
+	token, end := r.Begin("msg-scrub", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
 
 	for _, text := range []string{
 		"the key: " + key,

@@ -111,7 +111,7 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 	c := relayClient(filepath.Join(dir, RelaySocketName))
 	llm := agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL + "/v1/", APIKey: key}
 
-	token, end := r.Begin("msg-1", llm, LLMLimits{}, 10*time.Second, Asks{})
+	token, end := r.Begin("msg-1", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
 	st, body := relayPost(t, c, "/openai/chat/completions", token, okBody)
 	if st != 200 || !strings.Contains(body, `"hi"`) {
 		t.Fatalf("relayed call: %d %s", st, body)
@@ -176,7 +176,7 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 	if st, _ := relayPost(t, c, "/openai/chat/completions", token, `{}`); st != 401 {
 		t.Errorf("token of an ended message: %d, want 401", st)
 	}
-	t2, end2 := r.Begin("msg-2", llm, LLMLimits{}, 10*time.Second, Asks{})
+	t2, end2 := r.Begin("msg-2", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
 	if st, _ := relayPost(t, c, "/openai/chat/completions", t2, okBody); st != 200 {
 		t.Errorf("second message: %d", st)
 	}
@@ -201,7 +201,7 @@ func TestRelayAnthropicOverPair(t *testing.T) {
 	model := newFakeModel(t)
 	r := newRelay(hclog.NewNullLogger(), newMetrics())
 	llm := agentspec.LLMConfig{Provider: agentspec.ProviderAnthropic, Model: "m", BaseURL: model.srv.URL + "/", APIKey: key}
-	token, end := r.Begin("msg-a", llm, LLMLimits{}, 10*time.Second, Asks{})
+	token, end := r.Begin("msg-a", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
 	child, stop, err := r.Pair()
 	if err != nil {
 		t.Fatal(err)
@@ -331,30 +331,34 @@ func TestSandboxOptionsFollowRoleAndRelay(t *testing.T) {
 	if o := HostOptions(cfg, nil); o.FileAccess.AllowNetwork {
 		t.Error("tool_exec in host mode keeps TCP")
 	}
-	for _, bad := range []func(c *Config){
-		func(c *Config) { c.Role = "admin" },
-		func(c *Config) {
+	for _, bad := range []func(c *agentspec.Config){
+		func(c *agentspec.Config) { c.Role = "admin" },
+		func(c *agentspec.Config) {
 			c.Role = "fetch"
-			c.Ask = []AskTarget{{AgentID: "x", Role: "tool_exec", Listen: "unix:///s", Token: "t"}}
+			c.Ask = []agentspec.AskTarget{{AgentID: "x", Role: "tool_exec", Listen: "unix:///s", Token: "t"}}
 		},
-		func(c *Config) {
+		func(c *agentspec.Config) {
 			c.Role = "core"
-			c.Ask = []AskTarget{{AgentID: "x", Role: "core", Listen: "unix:///s", Token: "t"}}
+			c.Ask = []agentspec.AskTarget{{AgentID: "x", Role: "core", Listen: "unix:///s", Token: "t"}}
 		},
-		func(c *Config) {
+		func(c *agentspec.Config) {
 			c.Role = "core"
-			c.Ask = []AskTarget{{AgentID: "x", Role: "fetch", Listen: "10.0.0.1:80", Token: "t"}}
+			c.Ask = []agentspec.AskTarget{{AgentID: "x", Role: "fetch", Listen: "10.0.0.1:80", Token: "t"}}
 		},
-		func(c *Config) {
+		func(c *agentspec.Config) {
 			// A port is a cluster target's; on Docker the listen decides.
 			c.Role = "core"
-			c.Ask = []AskTarget{{AgentID: "x", Role: "fetch", Listen: "unix:///s", Port: 8080, Token: "t"}}
+			c.Ask = []agentspec.AskTarget{{AgentID: "x", Role: "fetch", Listen: "unix:///s", Port: 8080, Token: "t"}}
 		},
-		func(c *Config) { c.Role = "tool_exec"; c.Container.Enabled = false; c.FileAccess.Unrestricted = true },
+		func(c *agentspec.Config) {
+			c.Role = "tool_exec"
+			c.Container.Enabled = false
+			c.FileAccess.Unrestricted = true
+		},
 	} {
 		c := testConfig()
 		bad(c)
-		if err := c.Validate(); err == nil {
+		if err := Validate(c); err == nil {
 			t.Errorf("config accepted: role %q ask %+v", c.Role, c.Ask)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -19,7 +20,7 @@ func TestDefaultToolShellHoldsNoSecret(t *testing.T) {
 	cfg := testAgentConfig(t, cli, "nosecret")
 	cfg.Role = "tool_exec"
 	cfg.InjectCredentialsEnv = true
-	cfg.InjectSecretsEnv = DefaultInjectSecretsEnv
+	cfg.InjectSecretsEnv = agentspec.DefaultInjectSecretsEnv
 	cfg.RedactSecrets = false
 	a := startAgent(t, cfg)
 	code, out := a.sh(t, `env; echo ==; for p in /proc/[0-9]*; do echo "$p: $(tr '\0' ' ' < $p/cmdline 2>&1) | $(tr '\0' ' ' < $p/environ 2>&1)"; done; echo ==; ls -la /workspace /tmp; for f in /workspace/* /tmp/*; do test -f "$f" && cat "$f"; done; echo done`)

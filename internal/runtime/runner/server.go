@@ -174,7 +174,7 @@ type HealthReporter interface {
 }
 
 // BackendFactory makes the sandbox backend for a config; NewBackend by default.
-type BackendFactory func(ctx context.Context, cfg *Config, log hclog.Logger) (sandbox.Backend, string, error)
+type BackendFactory func(ctx context.Context, cfg *agentspec.Config, log hclog.Logger) (sandbox.Backend, string, error)
 
 // Options for New. Zero values: an hclog logger named agent-runner at info
 // level, and NewBackend.
@@ -207,7 +207,7 @@ type Server struct {
 	acceptMu sync.Mutex
 
 	mu      sync.RWMutex // guards cfg, backend, mode, token (swapped by Reload)
-	cfg     *Config
+	cfg     *agentspec.Config
 	backend sandbox.Backend
 	mode    string
 	token   [32]byte
@@ -235,7 +235,7 @@ var apiLimits = httpbound.Limits{
 // apiConns caps the API's open connections: room for every blocking
 // message the queue holds, the one running, and as many again for status
 // polls, health checks and asks. Over it a client gets 503 at once.
-func apiConns(cfg *Config) int {
+func apiConns(cfg *agentspec.Config) int {
 	q := cfg.QueueSize
 	if q <= 0 {
 		q = DefaultQueueSize
@@ -245,8 +245,8 @@ func apiConns(cfg *Config) int {
 
 // New validates cfg and makes its backend, which removes orphan sandboxes
 // left by a crash and, with prestart, starts the first container.
-func New(ctx context.Context, cfg *Config, o Options) (*Server, error) {
-	if err := cfg.Validate(); err != nil {
+func New(ctx context.Context, cfg *agentspec.Config, o Options) (*Server, error) {
+	if err := Validate(cfg); err != nil {
 		return nil, err
 	}
 	if o.Logger == nil {
@@ -374,8 +374,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Reload applies a changed config: it waits for the message in flight,
 // makes a new backend (so a prestarted container of the old config is never
 // used) and closes the old one. Listen cannot change without a restart.
-func (s *Server) Reload(ctx context.Context, cfg *Config) error {
-	if err := cfg.Validate(); err != nil {
+func (s *Server) Reload(ctx context.Context, cfg *agentspec.Config) error {
+	if err := Validate(cfg); err != nil {
 		return err
 	}
 	select {
@@ -430,7 +430,7 @@ func (s *Server) Reload(ctx context.Context, cfg *Config) error {
 	return nil
 }
 
-func (s *Server) snapshot() (*Config, sandbox.Backend, string) {
+func (s *Server) snapshot() (*agentspec.Config, sandbox.Backend, string) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.cfg, s.backend, s.mode
@@ -584,7 +584,7 @@ func (res result) write(w http.ResponseWriter, id string) {
 }
 
 // run executes message p in the agent's turn and returns the answer.
-func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, p *pending) result {
+func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox.Backend, p *pending) result {
 	id, queued := p.id, time.Since(p.queuedAt)
 	req := BuildRequest(cfg, id, p.msg)
 	job := sandbox.Job{MessageID: id, Timeout: cfg.Container.Timeout()}
@@ -681,14 +681,14 @@ func (s *Server) run(ctx context.Context, cfg *Config, backend sandbox.Backend, 
 // the agent's LLM settings (without the API key, which never leaves the
 // runner: run adds the relay and its token) and secrets, which travel only
 // on stdin; on a cluster, the workspace seed (Kubernetes.Seed).
-func BuildRequest(cfg *Config, id string, msg MessageRequest) agent.Request {
+func BuildRequest(cfg *agentspec.Config, id string, msg MessageRequest) agent.Request {
 	llm := cfg.LLM
 	llm.APIKey = ""
 	// The relay refuses a call that asks for more than max_tokens_per_call,
 	// or names no bound at all: the loop always names one within it.
 	limit := int(cfg.LLMLimits.Effective().MaxTokensPerCall)
 	if llm.MaxTokens <= 0 {
-		llm.MaxTokens = DefaultLoopMaxTokens
+		llm.MaxTokens = agentspec.DefaultLoopMaxTokens
 	}
 	llm.MaxTokens = min(llm.MaxTokens, limit)
 	var seed *agentspec.Seed
@@ -718,7 +718,7 @@ func BuildRequest(cfg *Config, id string, msg MessageRequest) agent.Request {
 
 // classify turns a sandbox outcome into the HTTP answer: 200 and the reply,
 // or a status, an error kind and a message.
-func classify(cfg *Config, out sandbox.Outcome, runErr error) (status int, kind, detail string, reply *agent.Reply) {
+func classify(cfg *agentspec.Config, out sandbox.Outcome, runErr error) (status int, kind, detail string, reply *agent.Reply) {
 	red := redactor(cfg)
 	switch {
 	case out.TimedOut:
@@ -775,7 +775,7 @@ func classify(cfg *Config, out sandbox.Outcome, runErr error) (status int, kind,
 // are the runner's own.
 var agentKinds = []string{agent.ErrKindLLM, agent.ErrKindRequest, agent.ErrKindSteps, agent.ErrKindInternal, agent.ErrKindWorkspace}
 
-func memLimit(cfg *Config) string {
+func memLimit(cfg *agentspec.Config) string {
 	if cfg.Container.MemoryLimit == "" {
 		return agentspec.DefaultMemoryLimit
 	}
@@ -797,7 +797,7 @@ func stderrNote(tail []byte, red *agent.Redactor) string {
 
 // redactor knows the values never to show: the API key and the secrets,
 // as written and JSON-escaped.
-func redactor(cfg *Config) *agent.Redactor {
+func redactor(cfg *agentspec.Config) *agent.Redactor {
 	v := []string{cfg.LLM.APIKey}
 	for _, s := range cfg.Secrets {
 		v = append(v, s)

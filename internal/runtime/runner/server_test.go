@@ -58,10 +58,10 @@ func replyOutcome(r agent.Reply) (sandbox.Outcome, error) {
 	return sandbox.Outcome{SandboxID: "c0ffee", Stdout: append(raw, '\n')}, nil
 }
 
-func testConfig() *Config {
-	return &Config{
+func testConfig() *agentspec.Config {
+	return &agentspec.Config{
 		AgentID: "a1", Workspace: "/srv/a1", Listen: "127.0.0.1:0", Token: "tok-123",
-		Container: ContainerMode{Enabled: true, Image: "img", TimeoutSeconds: 7},
+		Container: agentspec.ContainerMode{Enabled: true, Image: "img", TimeoutSeconds: 7},
 		LLM:       agentspec.LLMConfig{Provider: "offline", APIKey: "sk-very-secret"},
 		Secrets:   map[string]string{"GH": "ghp_alsosecret"}, RedactSecrets: true,
 	}
@@ -72,11 +72,11 @@ func testConfig() *Config {
 // the real listener.
 func (s *Server) handler() http.Handler { return s.http.Handler }
 
-func newTestServer(t *testing.T, cfg *Config, b *scripted) (*Server, *httptest.Server) {
+func newTestServer(t *testing.T, cfg *agentspec.Config, b *scripted) (*Server, *httptest.Server) {
 	t.Helper()
 	s, err := New(context.Background(), cfg, Options{
 		Logger: hclog.NewNullLogger(),
-		NewBackend: func(context.Context, *Config, hclog.Logger) (sandbox.Backend, string, error) {
+		NewBackend: func(context.Context, *agentspec.Config, hclog.Logger) (sandbox.Backend, string, error) {
 			return b, ModeContainer, nil
 		},
 	})
@@ -308,11 +308,11 @@ func TestHealthzAndShutdown(t *testing.T) {
 }
 
 func TestParseConfigPrestartDefault(t *testing.T) {
-	c, err := ParseConfig([]byte(`{"agent_id":"a","container_mode":{"enabled":true}}`))
+	c, err := agentspec.ParseConfig([]byte(`{"agent_id":"a","container_mode":{"enabled":true}}`))
 	if err != nil || !c.Container.Prestart {
 		t.Errorf("absent prestart: %v %v, want on", c.Container.Prestart, err)
 	}
-	c, err = ParseConfig([]byte(`{"agent_id":"a","container_mode":{"enabled":true,"prestart":false}}`))
+	c, err = agentspec.ParseConfig([]byte(`{"agent_id":"a","container_mode":{"enabled":true,"prestart":false}}`))
 	if err != nil || c.Container.Prestart {
 		t.Errorf("prestart false: %v %v", c.Container.Prestart, err)
 	}
@@ -345,7 +345,7 @@ func TestReloadSwapsBackend(t *testing.T) {
 	backends := []*scripted{old, next}
 	s, err := New(context.Background(), testConfig(), Options{
 		Logger: hclog.NewNullLogger(),
-		NewBackend: func(context.Context, *Config, hclog.Logger) (sandbox.Backend, string, error) {
+		NewBackend: func(context.Context, *agentspec.Config, hclog.Logger) (sandbox.Backend, string, error) {
 			b := backends[0]
 			backends = backends[1:]
 			return b, ModeContainer, nil

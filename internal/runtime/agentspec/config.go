@@ -1,7 +1,8 @@
-package runner
+package agentspec
 
 import (
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"syscall"
+
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 
 	"encoding/json"
@@ -35,9 +36,9 @@ type Config struct {
 	// MaxRequestBytes bounds a message request's body; zero means 1 MiB.
 	MaxRequestBytes int64 `json:"max_request_bytes,omitempty"`
 
-	Container  ContainerMode       `json:"container_mode"`
-	FileAccess FileAccess          `json:"file_access"`
-	LLM        agentspec.LLMConfig `json:"llm"`
+	Container  ContainerMode `json:"container_mode"`
+	FileAccess FileAccess    `json:"file_access"`
+	LLM        LLMConfig     `json:"llm"`
 	// Secrets are extra secret values handed to the agent loop on stdin.
 	Secrets map[string]string `json:"secrets,omitempty"`
 	// Flags from the spec's image_config, applied per agent.
@@ -112,8 +113,8 @@ type ContainerMode struct {
 	// PidsLimit bounds processes and threads; zero means DefaultPidsLimit.
 	PidsLimit int64 `json:"pids_limit"`
 	// User is "uid:gid" for the agent loop; empty means the agent's own
-	// uid (agentspec.AgentUser; on a cluster DefaultUser). Root and, named,
-	// nobody are refused (agentspec.UserFor). The runner chowns the workspace to it at start when it sees
+	// uid (AgentUser; on a cluster DefaultUser). Root and, named,
+	// nobody are refused (UserFor). The runner chowns the workspace to it at start when it sees
 	// the workspace at this path and runs as root; otherwise the workspace
 	// must already be writable by this user.
 	User string `json:"user,omitempty"`
@@ -147,7 +148,7 @@ type FileAccess = landlock.FileAccess
 // Timeout is the per-message limit.
 func (c ContainerMode) Timeout() time.Duration {
 	if c.TimeoutSeconds <= 0 {
-		return agentspec.DefaultTimeout
+		return DefaultTimeout
 	}
 	return time.Duration(c.TimeoutSeconds) * time.Second
 }
@@ -264,4 +265,52 @@ func ignoreNotExist(err error) error {
 		return nil
 	}
 	return err
+}
+
+// Kubernetes is the config section of a runner that runs inside a cluster:
+// each message gets a fresh hardened Pod (kube.Pods) in Namespace, made
+// with the runner's own service account. container_mode gives the image,
+// memory limit, user, timeout and prestart as for Docker.
+type Kubernetes struct {
+	// Namespace of the per-message pods; empty is the runner pod's own.
+	Namespace string `json:"namespace,omitempty"`
+	// WorkspaceClaim is the PersistentVolumeClaim each message pod mounts
+	// at /workspace; WorkspaceSubPath a directory inside it.
+	WorkspaceClaim   string `json:"workspace_claim"`
+	WorkspaceSubPath string `json:"workspace_sub_path,omitempty"`
+	// ImagePullPolicy of container_mode.image: Always, IfNotPresent
+	// (default) or Never (an image imported into the nodes).
+	ImagePullPolicy string `json:"image_pull_policy,omitempty"`
+	// CPULimit is a quantity ("500m", "2"); default kube.DefaultCPULimit.
+	CPULimit string `json:"cpu_limit,omitempty"`
+	// RuntimeClass is the pods' runtimeClassName, container_mode.runtime's
+	// counterpart; empty is the cluster's default runtime.
+	RuntimeClass string `json:"runtime_class,omitempty"`
+	// Topology is the ThreeGate topology (threegate_network) of an agent
+	// with a Role: its message pods carry the topology's and the role's
+	// labels, which the topology's NetworkPolicies select. Set exactly
+	// when Role is.
+	Topology string `json:"threegate_topology,omitempty"`
+	// Seed is the workspace's soul and memory: on a cluster nothing but
+	// the message pods mounts the claim, so the runner sends the seed
+	// with every message and agent-run applies it (Seed). Nil
+	// leaves the workspace to the agent. Part of the config, so a new
+	// soul changes the config hash and rolls the runner.
+	Seed *Seed `json:"workspace_seed,omitempty"`
+}
+
+// OwnPolicy reports whether an agent's message pods are governed by a
+// policy of the agent's own (kubedeploy.MessagePolicy): an agent without a
+// ThreeGate role, whose network is "none" (or empty, which means "none") or
+// "bridge". A role's pods are governed by its topology's policies.
+func OwnPolicy(c *Config) bool {
+	n := c.Container.Network
+	return c.Role == "" && len(c.Container.Networks) == 0 && (n == "" || n == "none" || n == "bridge")
+}
+
+// ownGroup reports whether a file's group is this process's effective
+// group.
+func ownGroup(st fs.FileInfo) bool {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	return ok && int(sys.Gid) == os.Getegid()
 }

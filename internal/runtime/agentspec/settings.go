@@ -1,4 +1,4 @@
-package runner
+package agentspec
 
 import (
 	"errors"
@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
@@ -16,23 +15,12 @@ import (
 // value of a Config field means its default; the provider's schema writes
 // the defaults out and its docs quote them, from these constants.
 const (
-	DefaultMemoryLimit    = agentspec.DefaultMemoryLimit
-	DefaultTimeoutSeconds = agentspec.DefaultTimeoutSeconds
-	MaxTimeoutSeconds     = agentspec.MaxTimeoutSeconds
-	DefaultPidsLimit      = agentspec.DefaultPidsLimit
-	MinPidsLimit          = agentspec.MinPidsLimit
-	MaxPidsLimit          = agentspec.MaxPidsLimit
-	DefaultUser           = agentspec.DefaultUser
-	DefaultMaxSteps       = agentspec.DefaultMaxSteps
-	MaxMaxSteps           = agentspec.MaxMaxSteps
 	// DefaultNetwork is the spec's container_mode.network. An empty Network
 	// in a config file means "none" (fail closed); the provider writes the
 	// spec's default explicitly.
 	DefaultNetwork = "bridge"
 	// DefaultRuntime is the OCI runtime every daemon has.
 	DefaultRuntime = "runc"
-	// MinHostMemoryLimit is the least memory_limit host mode runs with.
-	MinHostMemoryLimit = agentspec.MinHostMemoryText
 
 	// The relay's bounds on spending (LLMLimits). The defaults are far above
 	// what an agent answering messages uses (a message of DefaultMaxSteps
@@ -50,7 +38,7 @@ const (
 	MaxAgentBudgetWindowSeconds     = 31 * 86400
 	// DefaultLoopMaxTokens is what the loop asks per call when the config
 	// names no llm.max_tokens: what every model still in use accepts.
-	DefaultLoopMaxTokens = agentspec.DefaultAnthropicMaxTokens
+	DefaultLoopMaxTokens = DefaultAnthropicMaxTokens
 
 	// DefaultInjectSecretsEnv: secrets stay out of tool processes unless
 	// the owner asks. Whatever enters a tool's environment is the tools'
@@ -104,7 +92,7 @@ func ValidateSettings(c *Config) error {
 	}
 	cm := c.Container
 	field("container_mode.memory_limit", checkMemory(cm))
-	if _, err := agentspec.UserFor(c.AgentID, cm.User); err != nil {
+	if _, err := UserFor(c.AgentID, cm.User); err != nil {
 		field("container_mode.user", err)
 	}
 	if t := cm.TimeoutSeconds; t < 0 || t > MaxTimeoutSeconds {
@@ -139,7 +127,7 @@ func ValidateSettings(c *Config) error {
 	// variable; the agent loop refuses any other name, on every message.
 	if c.InjectSecretsEnv {
 		for _, k := range slices.Sorted(maps.Keys(c.Secrets)) {
-			if err := agentspec.CheckToolEnvName(k); err != nil {
+			if err := CheckToolEnvName(k); err != nil {
 				errs = append(errs, &FieldError{Field: "secrets", Index: -1, Key: k, Err: err})
 			}
 		}
@@ -150,13 +138,13 @@ func ValidateSettings(c *Config) error {
 // checkMemory parses memory_limit; host mode needs more than Docker's
 // minimum, since the limit also bounds the agent-runner child itself.
 func checkMemory(cm ContainerMode) error {
-	n, err := agentspec.MemoryBytes(cm.MemoryLimit)
+	n, err := MemoryBytes(cm.MemoryLimit)
 	if err != nil {
 		return err
 	}
-	if !cm.Enabled && n < agentspec.MinHostMemory {
+	if !cm.Enabled && n < MinHostMemory {
 		return fmt.Errorf("%q is below %s, the least the agent loop starts with in host mode (container_mode.enabled = false)",
-			cm.MemoryLimit, MinHostMemoryLimit)
+			cm.MemoryLimit, MinHostMemoryText)
 	}
 	return nil
 }
