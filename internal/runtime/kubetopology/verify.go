@@ -18,7 +18,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/probe"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // DefaultProbeSettle is how long a probe pod waits before its checks: a
@@ -34,12 +34,12 @@ const LabelProbe = "meepa.io/threegate-probe"
 type kubeProbe struct {
 	role   string // the Report's role column, e.g. "CORE/runner"
 	labels map[string]string
-	rows   []topology.Probe
+	rows   []topospec.Probe
 	checks []probe.Check
 }
 
 func (kp *kubeProbe) add(what, expected string, c probe.Check) {
-	kp.rows = append(kp.rows, topology.Probe{Role: kp.role, What: what, Check: c.String(), Expected: expected})
+	kp.rows = append(kp.rows, topospec.Probe{Role: kp.role, What: what, Check: c.String(), Expected: expected})
 	kp.checks = append(kp.checks, c)
 }
 
@@ -59,26 +59,26 @@ func (kp *kubeProbe) add(what, expected string, c probe.Check) {
 //
 // The probe pods run `sh -c "sleep …; exec agent-runner probe …"`, so the
 // image needs a shell and sleep unless Options.ProbeSettle is negative.
-func (sv *Service) Verify(ctx context.Context, s Spec, o topology.VerifyOptions) (topology.Report, error) {
+func (sv *Service) Verify(ctx context.Context, s topospec.Spec, o topospec.VerifyOptions) (topospec.Report, error) {
 	if o.Image == "" {
 		o.Image = s.Proxy.Image
 	}
 	if o.HostPort == 0 {
-		o.HostPort = topology.DefaultVerifyHostPort
+		o.HostPort = topospec.DefaultVerifyHostPort
 	}
 	if o.Timeout == 0 {
-		o.Timeout = topology.DefaultVerifyTimeoutSeconds * time.Second
+		o.Timeout = topospec.DefaultVerifyTimeoutSeconds * time.Second
 	}
 	st, err := sv.Read(ctx, s)
 	if err != nil {
-		return topology.Report{}, err
+		return topospec.Report{}, err
 	}
 	if !st.ProxyReady {
-		return topology.Report{}, fmt.Errorf("topology %q: the proxy is not ready (%s); apply the topology before verifying it", s.Name, strings.Join(st.Drift, "; "))
+		return topospec.Report{}, fmt.Errorf("topology %q: the proxy is not ready (%s); apply the topology before verifying it", s.Name, strings.Join(st.Drift, "; "))
 	}
 	cluster, err := kube.DiscoverCluster(ctx, sv.c)
 	if err != nil {
-		return topology.Report{}, err
+		return topospec.Report{}, err
 	}
 	proxyAddr := netip.AddrPortFrom(st.ProxyPodIP, uint16(s.Proxy.Port)).String()
 	api := apiEndpoint(cluster)
@@ -89,49 +89,49 @@ func (sv *Service) Verify(ctx context.Context, s Spec, o topology.VerifyOptions)
 		direct = ap.String()
 	}
 	blockedOutside := func(kp *kubeProbe) {
-		kp.add("node", topology.ExpectBlocked, tcp(node))
+		kp.add("node", topospec.ExpectBlocked, tcp(node))
 		if o.OutsideAddress != "" {
-			kp.add("outside address", topology.ExpectBlocked, tcp(o.OutsideAddress))
+			kp.add("outside address", topospec.ExpectBlocked, tcp(o.OutsideAddress))
 		}
 		if direct != "" {
-			kp.add("allowed host directly", topology.ExpectBlocked, tcp(direct))
+			kp.add("allowed host directly", topospec.ExpectBlocked, tcp(direct))
 		}
 	}
 
-	coreRunner := &kubeProbe{role: topology.RoleCore + "/runner", labels: kube.ThreeGateRunnerLabels(s.Name, topology.RoleCore)}
-	coreRunner.add("API server", topology.ExpectOpen, tcp(api))
-	coreRunner.add("proxy", topology.ExpectBlocked, tcp(proxyAddr))
+	coreRunner := &kubeProbe{role: topospec.RoleCore + "/runner", labels: kube.ThreeGateRunnerLabels(s.Name, topospec.RoleCore)}
+	coreRunner.add("API server", topospec.ExpectOpen, tcp(api))
+	coreRunner.add("proxy", topospec.ExpectBlocked, tcp(proxyAddr))
 	blockedOutside(coreRunner)
 
-	core := &kubeProbe{role: topology.RoleCore + "/execution", labels: kube.ThreeGateExecutionLabels(s.Name, topology.RoleCore)}
-	core.add("proxy", topology.ExpectBlocked, tcp(proxyAddr))
-	core.add("API server", topology.ExpectBlocked, tcp(api))
+	core := &kubeProbe{role: topospec.RoleCore + "/execution", labels: kube.ThreeGateExecutionLabels(s.Name, topospec.RoleCore)}
+	core.add("proxy", topospec.ExpectBlocked, tcp(proxyAddr))
+	core.add("API server", topospec.ExpectBlocked, tcp(api))
 	blockedOutside(core)
 	if o.DNSName != "" {
-		core.add("DNS "+o.DNSName, topology.ExpectNoDNS, probe.Check{Kind: probe.DNS, Target: o.DNSName})
+		core.add("DNS "+o.DNSName, topospec.ExpectNoDNS, probe.Check{Kind: probe.DNS, Target: o.DNSName})
 	}
 
-	fetchRunner := &kubeProbe{role: topology.RoleFetch + "/runner", labels: kube.ThreeGateRunnerLabels(s.Name, topology.RoleFetch)}
-	fetchRunner.add("API server", topology.ExpectOpen, tcp(api))
-	fetchRunner.add("proxy", topology.ExpectBlocked, tcp(proxyAddr))
+	fetchRunner := &kubeProbe{role: topospec.RoleFetch + "/runner", labels: kube.ThreeGateRunnerLabels(s.Name, topospec.RoleFetch)}
+	fetchRunner.add("API server", topospec.ExpectOpen, tcp(api))
+	fetchRunner.add("proxy", topospec.ExpectBlocked, tcp(proxyAddr))
 
-	fetch := &kubeProbe{role: topology.RoleFetch + "/execution", labels: kube.ThreeGateExecutionLabels(s.Name, topology.RoleFetch)}
-	fetch.add("proxy", topology.ExpectOpen, tcp(proxyAddr))
+	fetch := &kubeProbe{role: topospec.RoleFetch + "/execution", labels: kube.ThreeGateExecutionLabels(s.Name, topospec.RoleFetch)}
+	fetch.add("proxy", topospec.ExpectOpen, tcp(proxyAddr))
 	if o.AllowedTarget != "" {
-		fetch.add("allowed host via proxy", topology.ExpectAllowed, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.AllowedTarget})
+		fetch.add("allowed host via proxy", topospec.ExpectAllowed, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.AllowedTarget})
 	}
 	if o.DeniedTarget != "" {
-		fetch.add("disallowed host via proxy", topology.ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.DeniedTarget})
+		fetch.add("disallowed host via proxy", topospec.ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.DeniedTarget})
 	}
 	if o.OutsideAddress != "" {
-		fetch.add("outside address via proxy", topology.ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.OutsideAddress})
+		fetch.add("outside address via proxy", topospec.ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.OutsideAddress})
 	}
-	fetch.add("API server", topology.ExpectBlocked, tcp(api))
+	fetch.add("API server", topospec.ExpectBlocked, tcp(api))
 	blockedOutside(fetch)
 
-	tool := &kubeProbe{role: topology.RoleToolExec + "/execution", labels: kube.ThreeGateExecutionLabels(s.Name, topology.RoleToolExec)}
-	tool.add("proxy", topology.ExpectBlocked, tcp(proxyAddr))
-	tool.add("API server", topology.ExpectBlocked, tcp(api))
+	tool := &kubeProbe{role: topospec.RoleToolExec + "/execution", labels: kube.ThreeGateExecutionLabels(s.Name, topospec.RoleToolExec)}
+	tool.add("proxy", topospec.ExpectBlocked, tcp(proxyAddr))
+	tool.add("API server", topospec.ExpectBlocked, tcp(api))
 	blockedOutside(tool)
 
 	all := []*kubeProbe{coreRunner, core, fetchRunner, fetch, tool}
@@ -146,9 +146,9 @@ func (sv *Service) Verify(ctx context.Context, s Spec, o topology.VerifyOptions)
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return topology.Report{}, err
+		return topospec.Report{}, err
 	}
-	var rep topology.Report
+	var rep topospec.Report
 	for _, kp := range all {
 		rep.Probes = append(rep.Probes, kp.rows...)
 	}
@@ -174,15 +174,15 @@ func apiEndpoint(cn kube.ClusterNetwork) string {
 // passes is topology's rule for a row, but for the reject (see Verify).
 func passes(expected, observed string) bool {
 	switch expected {
-	case topology.ExpectBlocked:
+	case topospec.ExpectBlocked:
 		return probe.Blocked(observed) || observed == probe.Refused
-	case topology.ExpectOpen:
+	case topospec.ExpectOpen:
 		return observed == probe.Open
-	case topology.ExpectAllowed:
+	case topospec.ExpectAllowed:
 		return observed == probe.Allowed
-	case topology.ExpectDenied:
+	case topospec.ExpectDenied:
 		return observed == probe.Denied
-	case topology.ExpectNoDNS:
+	case topospec.ExpectNoDNS:
 		return observed == probe.NotResolved
 	}
 	return false
@@ -190,8 +190,8 @@ func passes(expected, observed string) bool {
 
 // runProbe runs one probe pod, always removes it, and fills the rows'
 // observed column.
-func (sv *Service) runProbe(ctx context.Context, s Spec, o topology.VerifyOptions, i int, kp *kubeProbe) error {
-	args := []string{ProxyBinary, "probe", "--timeout", o.Timeout.String()}
+func (sv *Service) runProbe(ctx context.Context, s topospec.Spec, o topospec.VerifyOptions, i int, kp *kubeProbe) error {
+	args := []string{topospec.ProxyBinary, "probe", "--timeout", o.Timeout.String()}
 	for _, c := range kp.checks {
 		args = append(args, c.String())
 	}
@@ -273,7 +273,7 @@ func (sv *Service) runProbe(ctx context.Context, s Spec, o topology.VerifyOption
 	}
 	if len(results) != len(kp.rows) {
 		return fmt.Errorf("probe %s: %d results for %d checks (does %s contain %s with the probe command, and /bin/sh?): %s",
-			kp.role, len(results), len(kp.rows), o.Image, ProxyBinary, strings.TrimSpace(string(raw)))
+			kp.role, len(results), len(kp.rows), o.Image, topospec.ProxyBinary, strings.TrimSpace(string(raw)))
 	}
 	for j, r := range results {
 		kp.rows[j].Observed, kp.rows[j].Detail = r.Observed, r.Detail
@@ -286,7 +286,7 @@ func (sv *Service) runProbe(ctx context.Context, s Spec, o topology.VerifyOption
 // member should: a PROXY pod that is not the topology's proxy (the FETCH
 // policy would let FETCH reach it), and a pod that is both a runner and
 // an execution pod.
-func (sv *Service) violations(ctx context.Context, s Spec) ([]string, error) {
+func (sv *Service) violations(ctx context.Context, s topospec.Spec) ([]string, error) {
 	list, err := sv.c.Clientset.CoreV1().Pods(sv.c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: kube.ThreeGateLabelTopology + "=" + s.Name})
 	if err != nil {
 		return nil, fmt.Errorf("list members: %w", err)
@@ -296,7 +296,7 @@ func (sv *Service) violations(ctx context.Context, s Spec) ([]string, error) {
 		l := p.Labels
 		switch {
 		case l[LabelProbe] == "true":
-		case l[kube.ThreeGateLabelRole] == topology.RoleProxy && (p.Annotations[AnnotationConfig] == "" || !ownedByReplicaSet(p)):
+		case l[kube.ThreeGateLabelRole] == topospec.RoleProxy && (p.Annotations[AnnotationConfig] == "" || !ownedByReplicaSet(p)):
 			out = append(out, fmt.Sprintf("pod %s claims the PROXY role but is not the topology's proxy", p.Name))
 		case l[kube.ThreeGateLabelRunner] == "true" && l[kube.ThreeGateLabelExecution] == "true":
 			out = append(out, fmt.Sprintf("pod %s is labelled both as a runner and as an execution pod", p.Name))
@@ -307,7 +307,7 @@ func (sv *Service) violations(ctx context.Context, s Spec) ([]string, error) {
 
 func ownedByReplicaSet(p corev1.Pod) bool {
 	for _, r := range p.OwnerReferences {
-		if r.Kind == "ReplicaSet" && strings.HasPrefix(r.Name, ProxyName(p.Labels[kube.ThreeGateLabelTopology])+"-") {
+		if r.Kind == "ReplicaSet" && strings.HasPrefix(r.Name, topospec.ProxyName(p.Labels[kube.ThreeGateLabelTopology])+"-") {
 			return true
 		}
 	}
