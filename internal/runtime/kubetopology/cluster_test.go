@@ -89,6 +89,32 @@ func TestTopologyLifecycleOnCluster(t *testing.T) {
 		t.Error("import of a topology that does not exist succeeded")
 	}
 
+	// A Deployment made by the release before records carries only its
+	// command line: Import falls back to it once, Read says the record is
+	// missing, and the next Apply writes it without rolling the pod.
+	d, err = deps.Get(ctx, topospec.ProxyName("tg"), metav1.GetOptions{})
+	testutil.Must(t, err)
+	if _, ok := d.Annotations[AnnotationSpec]; !ok {
+		t.Fatalf("the proxy deployment carries no record: %v", d.Annotations)
+	}
+	delete(d.Annotations, AnnotationSpec)
+	_, err = deps.Update(ctx, d, metav1.UpdateOptions{})
+	testutil.Must(t, err)
+	legacy, err := svc.Import(ctx, "tg")
+	testutil.Must(t, err)
+	if ConfigHash(legacy) != ConfigHash(s) {
+		t.Errorf("import from the command line: %+v, applied %+v", legacy, s)
+	}
+	expectDrift(t, svc, s, "carries no record of its topology")
+	pod, _, err := svc.proxyPod(ctx, s)
+	testutil.Must(t, err)
+	_, err = svc.Apply(ctx, s)
+	testutil.Must(t, err)
+	readClean(t, svc, s)
+	if after, _, err := svc.proxyPod(ctx, s); err != nil || pod == nil || after == nil || after.Name != pod.Name {
+		t.Errorf("writing the record rolled the proxy pod (%v -> %v, %v)", pod, after, err)
+	}
+
 	// Teardown refuses while a member runs, and names it.
 	member := startPod(t, c, "member", kube.ThreeGateExecutionLabels("tg", topospec.RoleToolExec), image, "sleep 300")
 	err = svc.Teardown(ctx, "tg")
