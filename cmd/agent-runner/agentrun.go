@@ -22,8 +22,10 @@ import (
 
 // agent-run is what every per-message sandbox runs: a container from the
 // agent's image (workspace at /workspace, HOME=/workspace) or, in host mode,
-// a Landlock-restricted child whose HOME and cwd are the workspace. Before
-// it reads its request it prepares what needs none (agent.Prepare: the
+// a Landlock-restricted child whose HOME and cwd are the workspace. First
+// of all it installs the product's syscall deny filter on itself
+// (landlock.InstallMessageFilter), so every runtime's sandbox refuses the
+// same calls. Before it reads its request it prepares what needs none (agent.Prepare: the
 // workspace checked and opened, memory.db open), so a prestarted container
 // waits ready; then it reads one agent.Request on stdin until EOF and
 // writes one agent.Reply line on stdout. With --frames (a Kubernetes
@@ -73,6 +75,15 @@ func runAgent(args []string) int {
 	awaitLimit := fs.Duration("await-limit", probe.DefaultAwaitLimit, "how long to wait for the await checks before giving up")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	// Before anything of the message runs: the syscalls no sandbox is
+	// given (io_uring among them) are refused to this process and every
+	// tool it starts, whatever the runtime's own profile allows; a pod's
+	// RuntimeDefault is whatever the node's container runtime ships. No
+	// filter, no message.
+	if err := landlock.InstallMessageFilter(); err != nil {
+		fmt.Fprintf(os.Stderr, "agent-run: syscall filter: %v\n", err)
+		return 1
 	}
 	if len(blocked)+len(open) > 0 {
 		// Before the request is read: until the policies cover this pod,

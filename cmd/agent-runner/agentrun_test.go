@@ -122,6 +122,28 @@ func TestAgentRunOffline(t *testing.T) {
 	}
 }
 
+// agent-run refuses io_uring to its tools on its own, with nothing around
+// it: here it runs straight on the host, under no runtime's profile at all.
+// The control: the same probe started by the test gets its io_uring.
+func TestAgentRunToolsGetNoIOURing(t *testing.T) {
+	bin := testutil.RunnerBinary(t)
+	ws := t.TempDir()
+	probe := filepath.Join(ws, "uring-probe")
+	testutil.Must(t, os.WriteFile(probe, testutil.URingProbe(t), 0o755))
+	out, err := exec.Command(probe).CombinedOutput()
+	if err != nil {
+		t.Fatalf("control: the probe outside agent-run: %v, %s (a kernel without io_uring shows nothing here)", err, out)
+	}
+	req := agent.Request{AgentID: "a1", Message: agent.Message{ID: "m1", Text: "!sh " + probe}, LLM: agent.LLMConfig{Provider: agent.ProviderOffline}}
+	rep, code := agentRun(t, bin, ws, request(t, req), nil)
+	if code != 0 || rep.ErrorKind != "" {
+		t.Fatalf("exit %d, %s: %s", code, rep.ErrorKind, rep.Error)
+	}
+	if !strings.HasPrefix(rep.Reply, "exit 13\n") && !strings.HasPrefix(rep.Reply, "exit 38\n") {
+		t.Errorf("a tool of agent-run: %q, want exit 13 (EPERM) or 38 (ENOSYS)", rep.Reply)
+	}
+}
+
 func TestAgentRunOpenAIThroughBinary(t *testing.T) {
 	bin := testutil.RunnerBinary(t)
 	const key = "sk-e2e-openai-4242"

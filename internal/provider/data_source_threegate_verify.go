@@ -81,7 +81,9 @@ func (d *threegateVerifyDataSource) Schema(_ context.Context, _ datasource.Schem
 					"resolves its probe's own name, which must work). Defaults to `" + topospec.DefaultVerifyDNSName + "`. The probes get their role's " +
 					"DNS settings, so the query goes only to the topology's DNS sink on llmnet and never leaves the host, on every engine version. " +
 					"When it is set and the topology's proxy has `dns` servers, CORE and FETCH also ask the first of them for this name directly, " +
-					"over UDP and TCP port 53, which must fail: port 53 is open for the proxy only."},
+					"over UDP and TCP port 53, which must fail: port 53 is open for the proxy only. On a cluster every probe pod has no " +
+					"resolver (its resolv.conf names only its own loopback, as a member's does), resolves its own name from /etc/hosts, and " +
+					"also asks the cluster's DNS Service (kube-system/kube-dns) directly over UDP and TCP port 53, which must fail."},
 			"host_port": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 65535)},
 				MarkdownDescription: "Port tried on each bridge gateway (the host), 1 to 65535; any answer, even a reset, counts as reachable. Defaults to " +
 					strconv.Itoa(topospec.DefaultVerifyHostPort) + "."},

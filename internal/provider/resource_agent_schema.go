@@ -152,7 +152,8 @@ func agentSchema() schema.Schema {
 				Attributes: map[string]schema.Attribute{
 					"enabled": schema.BoolAttribute{
 						Optional: true, Computed: true, Default: booldefault.StaticBool(false),
-						MarkdownDescription: "Run the agent loop in a per-message container. Default `false` (then `file_access` applies).",
+						MarkdownDescription: "Run the agent loop in a per-message container (`true`) or on the host under Landlock (`false`, then `file_access` applies). " +
+							"Must be stated whenever `container_mode` is set: Terraform drops a misspelled key of this object silently, so a plan that would fall back to host mode is refused instead. Without `container_mode` at all the agent runs in host mode.",
 					},
 					"image": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(""),

@@ -91,7 +91,7 @@ func errorOn(attr, want string) *regexp.Regexp {
 func agentConfigWith(stateDir, body string) string {
 	id := `agent_id = "tf-acc-bad"`
 	llm := `llm = { provider = "offline" }`
-	image := `container_mode = { image = "meepa-test/runner:latest" }`
+	image := `container_mode = { enabled = false, image = "meepa-test/runner:latest" }`
 	extra := body
 	switch {
 	case strings.HasPrefix(body, "agent_id"):
@@ -102,7 +102,7 @@ func agentConfigWith(stateDir, body string) string {
 		image, extra = "", ""
 	case strings.HasPrefix(body, "container_mode"):
 		image = ""
-		extra = strings.Replace(body, "container_mode = { ", `container_mode = { image = "meepa-test/runner:latest", `, 1)
+		extra = strings.Replace(body, "container_mode = { ", `container_mode = { enabled = false, image = "meepa-test/runner:latest", `, 1)
 	}
 	return fmt.Sprintf(`
 provider "meepa" {
@@ -191,5 +191,39 @@ resource "meepa_agent" "t" {
 	})
 	if entries, _ := os.ReadDir(stateDir); len(entries) != 0 {
 		t.Fatalf("state dir not empty after a refused apply: %v", entries)
+	}
+}
+
+// TestAgent_modeMustBeStated: a misspelled enabled reaches the provider as
+// no enabled at all (Terraform drops the unknown key), which would be host
+// mode; the plan refuses it, and a container_mode that leaves the mode
+// unsaid, on container_mode.enabled. No daemon needed.
+func TestAgent_modeMustBeStated(t *testing.T) {
+	stateDir := t.TempDir()
+	for name, cm := range map[string]string{
+		"typo":     `container_mode = { enabeld = true, image = "meepa-test/runner:latest" }`,
+		"unstated": `container_mode = { image = "meepa-test/runner:latest", memory_limit = "512m" }`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			resource.UnitTest(t, resource.TestCase{
+				TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+				ProtoV6ProviderFactories: testAccProviders,
+				Steps: []resource.TestStep{{
+					Config: fmt.Sprintf(`
+provider "meepa" {
+  state_dir = %q
+}
+
+resource "meepa_agent" "t" {
+  agent_id       = "tf-acc-mode"
+  llm            = { provider = "offline" }
+  %s
+}
+`, stateDir, cm),
+					PlanOnly:    true,
+					ExpectError: errorOn("container_mode.enabled", `Container Mode Must Say enabled`),
+				}},
+			})
+		})
 	}
 }

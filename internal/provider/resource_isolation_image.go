@@ -60,7 +60,7 @@ func (r *isolationImageResource) Schema(_ context.Context, _ resource.SchemaRequ
 				Optional: true, ElementType: types.StringType,
 				MarkdownDescription: "Packages to install into the container image with `package_manager`. Each must be " +
 					image.PackagePatternDescription + "; anything a shell would interpret (spaces, `;`, `$`, backticks, " +
-					"quotes, newlines, a leading `-`) is rejected at plan time. Order does not matter.",
+					"quotes, newlines, a leading `-`) is rejected at plan time. Order does not change the image or its tag (they are hashed sorted): a reordered list plans as an in-place update of this attribute that rebuilds nothing.",
 				Validators: []validator.List{
 					listvalidator.ValueStringsAre(packageName()),
 					listvalidator.UniqueValues(),

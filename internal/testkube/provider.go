@@ -166,6 +166,32 @@ func Policies(t testing.TB, c *kube.Client, name string) {
 // node's, a pod's or the API server's. Both go when the test ends.
 func ListenInCluster(t testing.TB, ip string) net.Listener {
 	t.Helper()
+	ns := addInCluster(t, ip)
+	ln, err := testregistry.ListenInNetns(ns, net.JoinHostPort(ip, "0"))
+	testutil.Must(t, err)
+	testutil.Cleanup(t, "listener on "+ip, func() error {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		return nil
+	})
+	return ln
+}
+
+// DNSInCluster serves testutil's DNS answers for names on ip:53 (UDP and
+// TCP), an address added to the loopback of the cluster's namespace as
+// ListenInCluster does: a resolver pods reach at ip, standing for the
+// outside. Both go when the test ends.
+func DNSInCluster(t testing.TB, ip string, names map[string]string) *testutil.DNSServer {
+	t.Helper()
+	ns := addInCluster(t, ip)
+	return testutil.StartDNSInNetns(t, ns, net.JoinHostPort(ip, "53"), names)
+}
+
+// addInCluster adds ip/32 to lo in the cluster's namespace until the test
+// ends, and returns the namespace's path.
+func addInCluster(t testing.TB, ip string) string {
+	t.Helper()
 	ns := Netns(t)
 	ipCmd := func(verb string) error {
 		out, err := exec.Command("nsenter", "--net="+ns, "ip", "addr", verb, ip+"/32", "dev", "lo").CombinedOutput()
@@ -176,13 +202,5 @@ func ListenInCluster(t testing.TB, ip string) net.Listener {
 	}
 	testutil.Must(t, ipCmd("add"))
 	testutil.Cleanup(t, "address "+ip, func() error { return ipCmd("del") })
-	ln, err := testregistry.ListenInNetns(ns, net.JoinHostPort(ip, "0"))
-	testutil.Must(t, err)
-	testutil.Cleanup(t, "listener on "+ip, func() error {
-		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			return err
-		}
-		return nil
-	})
-	return ln
+	return ns
 }

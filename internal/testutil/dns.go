@@ -23,16 +23,21 @@ type DNSServer struct {
 // anything else. It stops in t.Cleanup.
 func (o *Outside) StartDNS(t testing.TB, names map[string]string) *DNSServer {
 	t.Helper()
-	addr := o.Addr(53)
-	ns := "/run/netns/" + o.NS
-	pc, err := inNetns(ns, func() (net.PacketConn, error) { return net.ListenPacket("udp", addr) })
+	return StartDNSInNetns(t, "/run/netns/"+o.NS, o.Addr(53), names)
+}
+
+// StartDNSInNetns is StartDNS on addr (ip:port) inside the network
+// namespace at nsPath (e.g. the test cluster's, testkube.Netns).
+func StartDNSInNetns(t testing.TB, nsPath, addr string, names map[string]string) *DNSServer {
+	t.Helper()
+	pc, err := inNetns(nsPath, func() (net.PacketConn, error) { return net.ListenPacket("udp", addr) })
 	if err != nil {
-		t.Fatalf("dns: listen udp in %s: %v", o.NS, err)
+		t.Fatalf("dns: listen udp on %s in %s: %v", addr, nsPath, err)
 	}
 	Cleanup(t, "close dns udp socket", func() error { return Gone(pc.Close()) })
-	ln, err := listenInNetns(ns, addr)
+	ln, err := listenInNetns(nsPath, addr)
 	if err != nil {
-		t.Fatalf("dns: listen tcp in %s: %v", o.NS, err)
+		t.Fatalf("dns: listen tcp on %s in %s: %v", addr, nsPath, err)
 	}
 	Cleanup(t, "close listener", func() error { return Gone(ln.Close()) })
 	srv := &DNSServer{Addr: addr, Queries: new(atomic.Int64)}

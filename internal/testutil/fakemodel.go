@@ -28,6 +28,9 @@ type FakeModel struct {
 	// OnCall, when set, runs at each call before the answer (e.g. to
 	// inspect the sandbox while the message runs).
 	OnCall func()
+	// EchoTools makes the answer to a tool turn the tool's output instead
+	// of "done", as a model repeating what a tool printed would.
+	EchoTools bool
 }
 
 // NewFakeModel starts one; commands maps a message text to a shell command.
@@ -100,6 +103,9 @@ func (m *FakeModel) serve(w http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
 	cmd := m.commands[text]
 	m.mu.Unlock()
+	if s, ok := last.Content.(string); ok && last.Role == "tool" && m.EchoTools {
+		msg["content"] = s
+	}
 	if last.Role == "user" && cmd != "" {
 		args, _ := json.Marshal(map[string]string{"command": cmd})
 		msg = map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{map[string]any{

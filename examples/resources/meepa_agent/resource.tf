@@ -37,7 +37,7 @@ resource "meepa_agent" "coder" {
   # The loop knows these to redact them; tools get them as environment
   # variables only with inject_secrets_env = true (default false).
   secrets = {
-    GITHUB_TOKEN = var.github_token # sensitive: kept in state, never in a log
+    GITHUB_TOKEN = var.github_token # write-only like api_key: never in plan or state
   }
 
   container_mode = {

@@ -164,16 +164,14 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 		p = Prepare(ctx, opt.Workspace)
 	}
 	defer p.Close(log)
-	p.Scrub(red)
+	scrub := &scrubber{red: red}
+	p.Scrub(scrub) // before anything can write, whatever fails below
 	maxSteps, env, err := validate(req, opt.Workspace)
 	if err != nil {
 		return finish(ErrKindRequest, err)
 	}
 	if p.err != nil {
 		return finish(ErrKindWorkspace, p.err)
-	}
-	if err := applySeed(req.Seed, opt.Workspace, p.red, log); err != nil {
-		return finish(ErrKindWorkspace, err)
 	}
 	tb, mem := p.tb, p.mem
 	tb.env = env
@@ -190,6 +188,9 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 		}
 		defer closeRelay()
 		hc = &http.Client{Transport: tr}
+		// With a relay, req.LLM.APIKey is the message's token: the real key
+		// is the runner's, and so is finding it in what the loop writes.
+		scrub.remote = relayScrub(tr, req.LLM.APIKey)
 		if len(req.Asks) > 0 {
 			tb.ask, tb.asks = asker(tr, req.LLM.APIKey), req.Asks
 		}
@@ -205,6 +206,9 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 				tb.env = append(tb.env, relayEnv(req.LLM.Provider, base, req.LLM.APIKey)...)
 			}
 		}
+	}
+	if err := applySeed(ctx, req.Seed, opt.Workspace, scrub, log); err != nil {
+		return finish(ErrKindWorkspace, err)
 	}
 
 	client := opt.Client

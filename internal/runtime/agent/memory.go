@@ -30,7 +30,7 @@ const maxHistoryText = 8 << 10
 type Memory struct {
 	db *sql.DB
 	// red scrubs every row before it is written (Prepared.Scrub).
-	red *Redactor
+	red *scrubber
 }
 
 // OpenMemory opens (creating when needed) the memory database in dir.
@@ -105,9 +105,16 @@ func (m *Memory) History(ctx context.Context, conversation string, limit int) ([
 
 // Append stores one exchange (the user's message and the reply) in one
 // transaction, scrubbed of every known secret value whatever
-// redact_secrets says: memory.db is in the workspace.
+// redact_secrets says: memory.db is in the workspace. An exchange that
+// cannot be scrubbed is not stored.
 func (m *Memory) Append(ctx context.Context, conversation, messageID, userText, replyText string) error {
-	userText, replyText = m.red.String(userText), m.red.String(replyText)
+	userText, err := m.red.String(ctx, userText)
+	if err != nil {
+		return fmt.Errorf("write memory: the message %w", err)
+	}
+	if replyText, err = m.red.String(ctx, replyText); err != nil {
+		return fmt.Errorf("write memory: the reply %w", err)
+	}
 	tx, err := m.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("write memory: %w", err)

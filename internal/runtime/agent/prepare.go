@@ -21,7 +21,7 @@ type Prepared struct {
 	workspace string
 	tb        *Toolbox
 	mem       *Memory
-	red       *Redactor
+	red       *scrubber
 	err       error
 }
 
@@ -54,8 +54,9 @@ func Prepare(ctx context.Context, workspace string) *Prepared {
 // workspace: memory.db's rows (Memory.Append), the file tool's files
 // (Toolbox.WriteFile) and the seed (applySeed). Those are the only ways
 // the loop writes there; the shell's own writes are the tools' (see
-// inject_secrets_env).
-func (p *Prepared) Scrub(red *Redactor) {
+// inject_secrets_env). Run calls it once the relay is reachable, before
+// the first write.
+func (p *Prepared) Scrub(red *scrubber) {
 	p.red = red
 	if p.tb != nil {
 		p.tb.red = red

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"hash/maphash"
 	"slices"
 	"sort"
 	"strings"
@@ -55,11 +56,19 @@ type Redactor struct {
 	// pats are the spellable forms as matchText sees them: letters and
 	// digits only; lower case when fold.
 	pats []pattern
-	// first maps the lower-cased first four bytes of a pattern to the
+	// first maps the lower-cased first eight bytes of a pattern to the
 	// patterns that start with them; filter is a 65536-bit summary of
 	// first's keys that most positions of a text fail at once.
-	first  map[uint32][]int32
+	//
+	// The relay runs a Redactor on texts a hostile caller chooses
+	// (runner's serveScrub), so how long a text takes must not say how
+	// much of it is a key: filter's bits come from a hash keyed with seed,
+	// a random secret of this Redactor, so which texts take the slower
+	// path says nothing about the key short of its first eight characters
+	// whole; and a candidate is compared over its whole length (matches).
+	first  map[uint64][]int32
 	filter *[1 << 10]uint64
+	seed   maphash.Seed
 }
 
 type pattern struct {
@@ -70,7 +79,7 @@ type pattern struct {
 // NewRedactor knows each value of at least minSecretLen bytes in every
 // form the Redactor doc lists.
 func NewRedactor(values ...string) *Redactor {
-	r := &Redactor{first: map[uint32][]int32{}, filter: new([1 << 10]uint64)}
+	r := &Redactor{first: map[uint64][]int32{}, filter: new([1 << 10]uint64), seed: maphash.MakeSeed()}
 	seenExact, seenPat := map[string]bool{}, map[pattern]bool{}
 	addExact := func(s string) {
 		if len(s) >= minSecretLen && !seenExact[s] {
@@ -87,9 +96,9 @@ func NewRedactor(values ...string) *Redactor {
 			return
 		}
 		seenPat[p] = true
-		k := binary.LittleEndian.Uint32([]byte(p.s)) | 0x20202020
+		k := binary.LittleEndian.Uint64([]byte(p.s)) | foldBits
 		r.first[k] = append(r.first[k], int32(len(r.pats)))
-		h := filterBit(k)
+		h := r.filterBit(k)
 		r.filter[h/64] |= 1 << (h % 64)
 		r.pats = append(r.pats, p)
 	}
@@ -123,7 +132,11 @@ func NewRedactor(values ...string) *Redactor {
 	return r
 }
 
-func filterBit(k uint32) uint32 { return (k * 0x9E3779B1) >> 16 }
+// foldBits lower-cases eight letters or digits at once (a digit already
+// has the bit).
+const foldBits = 0x2020202020202020
+
+func (r *Redactor) filterBit(k uint64) uint64 { return maphash.Comparable(r.seed, k) >> 48 }
 
 func jsonEscaped(v string) string {
 	b, _ := json.Marshal(v) // a string always marshals
@@ -176,8 +189,8 @@ func (r *Redactor) spelled(s string) string {
 	b := m.b
 	var spans [][2]int
 	for i := 0; i+minSpelledLen <= len(b); i++ {
-		k := binary.LittleEndian.Uint32(b[i:]) | 0x20202020
-		if h := filterBit(k); r.filter[h/64]&(1<<(h%64)) == 0 {
+		k := binary.LittleEndian.Uint64(b[i:]) | foldBits
+		if h := r.filterBit(k); r.filter[h/64]&(1<<(h%64)) == 0 {
 			continue
 		}
 		for _, pi := range r.first[k] {
@@ -212,19 +225,20 @@ func (r *Redactor) spelled(s string) string {
 	return out.String()
 }
 
+// matches compares all of p, whatever the first difference, so that the
+// time it takes does not say how far b agrees with p.
 func (p pattern) matches(b []byte) bool {
 	if len(b) < len(p.s) {
 		return false
 	}
-	if !p.fold {
-		return string(b[:len(p.s)]) == p.s
+	var fold, diff byte
+	if p.fold {
+		fold = 0x20
 	}
 	for j := 0; j < len(p.s); j++ {
-		if b[j]|0x20 != p.s[j] {
-			return false
-		}
+		diff |= (b[j] | fold) ^ p.s[j]
 	}
-	return true
+	return diff == 0
 }
 
 // matched is a text as the Redactor matches it: its letters and digits

@@ -1,6 +1,9 @@
 package agent
 
 import (
+	"context"
+	"fmt"
+
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
@@ -13,12 +16,20 @@ import (
 // read, so the message sees the soul it brought. Only whether SOUL.md was
 // written is logged, never its content. Like every other write of the
 // loop it holds no known secret value (Prepared.Scrub).
-func applySeed(seed *Seed, dir string, red *Redactor, log hclog.Logger) error {
+func applySeed(ctx context.Context, seed *Seed, dir string, red *scrubber, log hclog.Logger) error {
 	if seed == nil {
 		return nil
 	}
+	soul, err := red.String(ctx, seed.Soul)
+	if err != nil {
+		return fmt.Errorf("seed %s: %w", workspace.SoulFile, err)
+	}
+	memory, err := red.String(ctx, seed.Memory)
+	if err != nil {
+		return fmt.Errorf("seed %s: %w", workspace.MemoryFile, err)
+	}
 	r, err := workspace.Ensure(workspace.Spec{
-		Dir: dir, Soul: red.String(seed.Soul), Memory: red.String(seed.Memory), ManageSoul: seed.ManageSoul, Mounted: true,
+		Dir: dir, Soul: soul, Memory: memory, ManageSoul: seed.ManageSoul, Mounted: true,
 	})
 	if err != nil {
 		return err

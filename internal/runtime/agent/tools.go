@@ -65,7 +65,7 @@ type Toolbox struct {
 	ask  func(ctx context.Context, agentID, text string) (string, error)
 	asks []AskTarget
 	// red scrubs what the loop writes into the workspace (Prepared.Scrub).
-	red *Redactor
+	red *scrubber
 }
 
 // SetRole limits the toolbox to a role's tools (RoleTools).
@@ -237,8 +237,11 @@ func (t *Toolbox) Run(ctx context.Context, use ToolUse) ToolResult {
 		if err = decodeInput(use.Input, &in); err == nil {
 			if in.Content == nil {
 				err = errors.New("content is required")
-			} else if err = t.WriteFile(in.Path, *in.Content); err == nil {
-				res.Content = fmt.Sprintf("wrote %d bytes to %s", len(t.red.String(*in.Content)), in.Path)
+			} else {
+				var n int
+				if n, err = t.WriteFile(ctx, in.Path, *in.Content); err == nil {
+					res.Content = fmt.Sprintf("wrote %d bytes to %s", n, in.Path)
+				}
 			}
 		}
 	case ToolListFiles:
@@ -377,27 +380,30 @@ func (t *Toolbox) ReadFile(p string) (string, error) {
 	return buf.String(), nil
 }
 
-// WriteFile creates or replaces a workspace file, making parent directories.
-// What it writes holds no known secret value (t.red): the workspace
-// outlives the message and other tools read it.
-func (t *Toolbox) WriteFile(p, content string) error {
-	content = t.red.String(content)
+// WriteFile creates or replaces a workspace file, making parent
+// directories, and says how many bytes it wrote. What it writes holds no
+// known secret value (t.red), or it is not written: the workspace outlives
+// the message and other tools read it.
+func (t *Toolbox) WriteFile(ctx context.Context, p, content string) (int, error) {
 	r, err := t.rel(p)
 	if err != nil {
-		return err
+		return 0, err
+	}
+	if content, err = t.red.String(ctx, content); err != nil {
+		return 0, fmt.Errorf("write %s: %w", p, err)
 	}
 	if r == "." {
-		return fmt.Errorf("write %s: is the workspace itself", p)
+		return 0, fmt.Errorf("write %s: is the workspace itself", p)
 	}
 	if d := filepath.Dir(r); d != "." {
 		if err := t.root.MkdirAll(d, 0o755); err != nil {
-			return confined("write", p, err)
+			return 0, confined("write", p, err)
 		}
 	}
 	if err := t.root.WriteFile(r, []byte(content), 0o644); err != nil {
-		return confined("write", p, err)
+		return 0, confined("write", p, err)
 	}
-	return nil
+	return len(content), nil
 }
 
 // ListFiles lists a workspace directory recursively (directories end with

@@ -41,6 +41,10 @@ type PolicyInput struct {
 type LLMEndpoint struct {
 	CIDRs []netip.Prefix
 	Ports []int
+	// Host is the base URL's host name when it is not an address: the
+	// runner pod, which has no DNS (MemberDNS), finds it at CIDRs through
+	// its hostAliases (MemberHostAliases).
+	Host string
 }
 
 // ClusterNetwork names the cluster's own addresses, which no member may

@@ -167,6 +167,11 @@ func HardenedPod(s PodSpec, namespace, messageID string) (*corev1.Pod, error) {
 	if s.RuntimeClass != "" {
 		pod.Spec.RuntimeClassName = &s.RuntimeClass
 	}
+	if s.Topology != "" {
+		// A member gets no resolver; "none" pods have no egress at all and
+		// "bridge" pods keep the cluster's DNS (see MemberDNS).
+		MemberDNS(&pod.Spec)
+	}
 	return pod, nil
 }
 

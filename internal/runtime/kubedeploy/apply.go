@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
 
@@ -55,13 +56,17 @@ func (s *Service) Apply(ctx context.Context, a Agent) (Applied, error) {
 	if err := s.ensureClaim(ctx, claim); err != nil {
 		return out, err
 	}
-	if err := s.applyLLMPolicy(ctx, a); err != nil {
+	ep, err := llmEndpoint(ctx, a)
+	if err != nil {
+		return out, s.rollback(ctx, id, isNew, err)
+	}
+	if err := s.applyLLMPolicy(ctx, a, ep); err != nil {
 		return out, s.rollback(ctx, id, isNew, err)
 	}
 	if err := s.applyMessagePolicy(ctx, a); err != nil {
 		return out, s.rollback(ctx, id, isNew, err)
 	}
-	if err := s.applyObjects(ctx, a, n, key, out.ConfigHash); err != nil {
+	if err := s.applyObjects(ctx, a, n, key, out.ConfigHash, ep); err != nil {
 		return out, s.rollback(ctx, id, isNew, err)
 	}
 	pod, err := s.waitAvailable(ctx, id, out.ConfigHash)
@@ -117,17 +122,21 @@ func (s *Service) ensureClaim(ctx context.Context, pvc *corev1.PersistentVolumeC
 
 // applyObjects creates or updates every object but the claim. RBAC comes
 // before the Deployment, so the runner's first calls are allowed.
-func (s *Service) applyObjects(ctx context.Context, a Agent, n Names, key []byte, hash string) error {
+func (s *Service) applyObjects(ctx context.Context, a Agent, n Names, key []byte, hash string, llm *kube.LLMEndpoint) error {
 	ns, id, cs := s.o.Client.Namespace, a.Config.AgentID, s.o.Client.Clientset
 	raw, err := json.MarshalIndent(a.Config, "", "  ")
 	if err != nil {
 		return stepErr(deploy.StepConfig, "", "encoding the runner config", err)
 	}
-	dep, err := RunnerDeployment(n, ns, RunnerPod{
+	rp := RunnerPod{
 		AgentID: id, Image: a.runnerImage(), PullPolicy: a.PullPolicy, Port: s.o.Port, ConfigHash: hash,
 		StopSeconds: int64(deploy.StopTimeout(a.Config).Seconds()), APIServer: s.o.APIServer,
 		Topology: a.ThreegateNetwork, Role: runner.ThreeGateRole(a.Config.Role),
-	})
+	}
+	if llm != nil {
+		rp.HostAliases = kube.MemberHostAliases(llm.Host, llm.CIDRs)
+	}
+	dep, err := RunnerDeployment(n, ns, rp)
 	if err != nil {
 		return stepErr(deploy.StepDeploy, "", "describing the runner Deployment", err)
 	}

@@ -21,7 +21,8 @@ import (
 // the base URL's addresses and port. A host name is resolved at apply and
 // its addresses pinned in the policy (runners get no DNS); a model
 // endpoint that moves needs another apply, and until then the calls fail
-// rather than reach anything else.
+// rather than reach anything else. The runner pod finds the name at the
+// pinned addresses through its hostAliases (kube.MemberHostAliases).
 
 // LLMEndpoint is where an agent's model calls go: nothing for the offline
 // provider.
@@ -52,13 +53,15 @@ func LLMEndpoint(ctx context.Context, llm agent.LLMConfig) (*kube.LLMEndpoint, e
 			return nil, fmt.Errorf("llm.base_url %q: bad port", base)
 		}
 	}
+	ep := &kube.LLMEndpoint{Ports: []int{port}}
 	var addrs []netip.Addr
 	if a, err := netip.ParseAddr(u.Hostname()); err == nil {
 		addrs = []netip.Addr{a}
 	} else if addrs, err = net.DefaultResolver.LookupNetIP(ctx, "ip4", u.Hostname()); err != nil {
 		return nil, fmt.Errorf("llm.base_url: resolve %s for the agent's network policy: %w", u.Hostname(), err)
+	} else {
+		ep.Host = u.Hostname()
 	}
-	ep := &kube.LLMEndpoint{Ports: []int{port}}
 	for _, a := range addrs {
 		if a.Is4() {
 			ep.CIDRs = append(ep.CIDRs, netip.PrefixFrom(a, 32))
@@ -70,17 +73,24 @@ func LLMEndpoint(ctx context.Context, llm agent.LLMConfig) (*kube.LLMEndpoint, e
 	return ep, nil
 }
 
-// applyLLMPolicy makes (or updates) the agent's model policy when it has a
-// topology and a model endpoint, and removes a stale one otherwise.
-func (s *Service) applyLLMPolicy(ctx context.Context, a Agent) error {
-	id, ns := a.Config.AgentID, s.o.Client.Namespace
-	var ep *kube.LLMEndpoint
-	var err error
-	if a.ThreegateNetwork != "" {
-		if ep, err = LLMEndpoint(ctx, a.Config.LLM); err != nil {
-			return stepErr(StepObjects, "llm.base_url", "the model endpoint's network policy", err)
-		}
+// llmEndpoint is the agent's model endpoint when it has a topology and a
+// model, resolved once per apply: the policy (applyLLMPolicy) and the
+// runner pod's hostAliases (applyObjects) are made from the same answer.
+func llmEndpoint(ctx context.Context, a Agent) (*kube.LLMEndpoint, error) {
+	if a.ThreegateNetwork == "" {
+		return nil, nil
 	}
+	ep, err := LLMEndpoint(ctx, a.Config.LLM)
+	if err != nil {
+		return nil, stepErr(StepObjects, "llm.base_url", "the model endpoint's network policy", err)
+	}
+	return ep, nil
+}
+
+// applyLLMPolicy makes (or updates) the agent's model policy for ep (from
+// llmEndpoint), and removes a stale one when ep is nil.
+func (s *Service) applyLLMPolicy(ctx context.Context, a Agent, ep *kube.LLMEndpoint) error {
+	id, ns := a.Config.AgentID, s.o.Client.Namespace
 	if ep == nil {
 		return s.removeLLMPolicy(ctx, id)
 	}

@@ -65,7 +65,14 @@ func TestLLMPolicyLifecycle(t *testing.T) {
 	a := testAgent("thinker", "img", "")
 	a.Config.Role, a.ThreegateNetwork = "core", "tg"
 	a.Config.LLM = agent.LLMConfig{Provider: "openai", Model: "m", BaseURL: "http://192.0.2.7:11434/v1"}
-	if err := svc.applyLLMPolicy(ctx, a); err != nil {
+	applyLLMPolicy := func(a Agent) error {
+		ep, err := llmEndpoint(ctx, a)
+		if err != nil {
+			return err
+		}
+		return svc.applyLLMPolicy(ctx, a, ep)
+	}
+	if err := applyLLMPolicy(a); err != nil {
 		t.Fatal(err)
 	}
 	list, err := cs.NetworkingV1().NetworkPolicies("agents").List(ctx, metav1.ListOptions{LabelSelector: kube.ThreeGateLabelAgent + "=thinker"})
@@ -78,7 +85,7 @@ func TestLLMPolicyLifecycle(t *testing.T) {
 		t.Errorf("model policy egress %+v", eg)
 	}
 	a.Config.LLM = agent.LLMConfig{Provider: "offline"}
-	if err := svc.applyLLMPolicy(ctx, a); err != nil {
+	if err := applyLLMPolicy(a); err != nil {
 		t.Fatal(err)
 	}
 	if list, _ := cs.NetworkingV1().NetworkPolicies("agents").List(ctx, metav1.ListOptions{}); len(list.Items) != 0 {

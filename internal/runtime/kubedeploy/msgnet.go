@@ -20,7 +20,10 @@ import (
 //
 //	"none"   nothing in, nothing out (no DNS either);
 //	"bridge" nothing in; out to public addresses only, and the cluster's
-//	         DNS: never the cluster's pods, services, nodes or API server,
+//	         DNS (kept by design: a bridge agent is no ThreeGate member
+//	         and may reach the internet anyway, so its names resolve as a
+//	         bridge container's do; members get none, kube.MemberDNS):
+//	         never the cluster's pods, services, nodes or API server,
 //	         private or link-local space (the metadata service), as the
 //	         managed bridge keeps a container from the host, the other
 //	         containers and 169.254/16 (kube.OutboundEgress).

@@ -186,7 +186,11 @@ type RunnerPod struct {
 	APIServer string
 	// Topology and Role (as package topology names it) label the pod as
 	// a ThreeGate runner (kube.ThreeGateRunnerLabels); both or neither.
+	// Such a runner gets no DNS (kube.MemberDNS).
 	Topology, Role string
+	// HostAliases name the model endpoint's host for a ThreeGate runner
+	// (kube.MemberHostAliases): its pod has no resolver.
+	HostAliases []corev1.HostAlias
 }
 
 // RunnerDeployment runs one runner, never two: one replica and the Recreate
@@ -217,6 +221,11 @@ func RunnerDeployment(n Names, ns string, r RunnerPod) (*appsv1.Deployment, erro
 	if r.Topology != "" {
 		maps.Copy(podLabels, kube.ThreeGateRunnerLabels(r.Topology, r.Role))
 	}
+	spec := runnerPodSpec(n, r, env)
+	if r.Topology != "" {
+		kube.MemberDNS(&spec)
+		spec.HostAliases = r.HostAliases
+	}
 	d := &appsv1.Deployment{
 		ObjectMeta: meta(n.Base, ns, r.AgentID),
 		Spec: appsv1.DeploymentSpec{
@@ -226,7 +235,7 @@ func RunnerDeployment(n Names, ns string, r RunnerPod) (*appsv1.Deployment, erro
 			RevisionHistoryLimit: ptr(int32(2)),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: map[string]string{AnnotationConfigHash: r.ConfigHash}},
-				Spec:       runnerPodSpec(n, r, env),
+				Spec:       spec,
 			},
 		},
 	}

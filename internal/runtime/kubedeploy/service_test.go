@@ -42,11 +42,11 @@ func TestObjectsReadRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := []byte("0123456789abcdef0123456789abcdef")
-	if err := svc.applyObjects(ctx, a, n, key, svc.hash(a, key)); err != nil {
+	if err := svc.applyObjects(ctx, a, n, key, svc.hash(a, key), nil); err != nil {
 		t.Fatal(err)
 	}
 	// A second apply updates in place.
-	if err := svc.applyObjects(ctx, a, n, key, svc.hash(a, key)); err != nil {
+	if err := svc.applyObjects(ctx, a, n, key, svc.hash(a, key), nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := svc.applyMessagePolicy(ctx, a); err != nil {

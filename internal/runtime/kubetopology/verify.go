@@ -80,6 +80,13 @@ func (sv *Service) Verify(ctx context.Context, s topospec.Spec, o topospec.Verif
 	if err != nil {
 		return topospec.Report{}, err
 	}
+	if o.DNSName == "" {
+		o.DNSName = topospec.DefaultVerifyDNSName
+	}
+	clusterDNS, _, err := kube.ClusterDNS(ctx, sv.c) // invalid when there is none
+	if err != nil {
+		return topospec.Report{}, err
+	}
 	proxyAddr := netip.AddrPortFrom(st.ProxyPodIP, uint16(s.Proxy.Port)).String()
 	api := apiEndpoint(cluster)
 	node := netip.AddrPortFrom(cluster.Nodes[0].Addr(), uint16(o.HostPort)).String()
@@ -107,9 +114,6 @@ func (sv *Service) Verify(ctx context.Context, s topospec.Spec, o topospec.Verif
 	core.add("proxy", topospec.ExpectBlocked, tcp(proxyAddr))
 	core.add("API server", topospec.ExpectBlocked, tcp(api))
 	blockedOutside(core)
-	if o.DNSName != "" {
-		core.add("DNS "+o.DNSName, topospec.ExpectNoDNS, probe.Check{Kind: probe.DNS, Target: o.DNSName})
-	}
 
 	fetchRunner := &kubeProbe{role: topospec.RoleFetch + "/runner", labels: kube.ThreeGateRunnerLabels(s.Name, topospec.RoleFetch)}
 	fetchRunner.add("API server", topospec.ExpectOpen, tcp(api))
@@ -135,6 +139,9 @@ func (sv *Service) Verify(ctx context.Context, s topospec.Spec, o topospec.Verif
 	blockedOutside(tool)
 
 	all := []*kubeProbe{coreRunner, core, fetchRunner, fetch, tool}
+	for _, kp := range all {
+		addDNS(kp, o.DNSName, clusterDNS)
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(all))
 	for i, kp := range all {
@@ -154,6 +161,27 @@ func (sv *Service) Verify(ctx context.Context, s topospec.Spec, o topospec.Verif
 	}
 	rep.Violations, err = sv.violations(ctx, s)
 	return rep, err
+}
+
+// probeHostname is every probe pod's hostname, which the kubelet writes
+// into the pod's /etc/hosts: the name its "DNS topology name" row must
+// resolve without any DNS server.
+const probeHostname = "probe"
+
+// addDNS adds a probe's DNS rows, as topology's Verify has them per role:
+// an outside name must not resolve through the pod's resolver (its
+// resolv.conf names only kube.MemberDNSSink) and the pod's own name must
+// (members need no DNS: /etc/hosts carries what they look up). When the
+// cluster has a DNS Service, the probe also asks it directly, over UDP
+// and TCP port 53, which must fail: the policies give members no port 53.
+func addDNS(kp *kubeProbe, outside string, clusterDNS netip.Addr) {
+	kp.add("DNS outside name", topospec.ExpectNoDNS, probe.Check{Kind: probe.DNS, Target: outside})
+	kp.add("DNS topology name", topospec.ExpectDNS, probe.Check{Kind: probe.DNS, Target: probeHostname})
+	if clusterDNS.IsValid() {
+		srv := netip.AddrPortFrom(clusterDNS, 53).String()
+		kp.add("cluster DNS udp/53", topospec.ExpectBlocked, probe.Check{Kind: probe.DNSAt, Via: srv, Target: outside})
+		kp.add("cluster DNS tcp/53", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: srv})
+	}
 }
 
 // apiEndpoint is an address:port of the API server that needs no Service
@@ -184,6 +212,8 @@ func passes(expected, observed string) bool {
 		return observed == probe.Denied
 	case topospec.ExpectNoDNS:
 		return observed == probe.NotResolved
+	case topospec.ExpectDNS:
+		return observed == probe.Resolved
 	}
 	return false
 }
@@ -214,7 +244,7 @@ func (sv *Service) runProbe(ctx context.Context, s topospec.Spec, o topospec.Ver
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-probe-%d-%d", s.Name, i, time.Now().UnixNano()%1e6), Labels: labels},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever, AutomountServiceAccountToken: &no, EnableServiceLinks: &no,
-			TerminationGracePeriodSeconds: &grace,
+			TerminationGracePeriodSeconds: &grace, Hostname: probeHostname,
 			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid,
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 			Containers: []corev1.Container{{
@@ -226,6 +256,7 @@ func (sv *Service) runProbe(ctx context.Context, s topospec.Spec, o topospec.Ver
 			}},
 		},
 	}
+	kube.MemberDNS(&pod.Spec) // as the members it stands for
 	pods := sv.c.Clientset.CoreV1().Pods(sv.c.Namespace)
 	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("probe %s: create pod: %w", kp.role, err)

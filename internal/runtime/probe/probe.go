@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -146,14 +147,28 @@ func Run(ctx context.Context, c Check, timeout time.Duration) Result {
 	case DNSAt:
 		// Go's own client, every query sent over UDP to Via: this tests
 		// the path to that one server, not the container's resolver.
+		// The resolver turns a read error into a DNSError that keeps only
+		// its text: the conn keeps the error itself, so a reject (an ICMP
+		// port unreachable, read as ECONNREFUSED) is told from a failure.
+		var readErr error
+		var mu sync.Mutex
 		res := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "udp", c.Via)
+			conn, err := (&net.Dialer{}).DialContext(ctx, "udp", c.Via)
+			if err != nil {
+				return nil, err
+			}
+			return &errConn{UDPConn: conn.(*net.UDPConn), mu: &mu, err: &readErr}, nil
 		}}
 		addrs, err := res.LookupHost(ctx, c.Target)
+		mu.Lock()
+		refused := errors.Is(readErr, syscall.ECONNREFUSED)
+		mu.Unlock()
 		var de *net.DNSError
 		switch {
 		case err == nil:
 			r.Observed, r.Detail = Resolved, strings.Join(addrs, ",")
+		case refused:
+			r.Observed, r.Detail = Refused, err.Error()
 		case errors.As(err, &de) && de.IsNotFound:
 			// The server answered: reachable, the name is unknown.
 			r.Observed, r.Detail = NotResolved, err.Error()
@@ -166,6 +181,25 @@ func Run(ctx context.Context, c Check, timeout time.Duration) Result {
 		r.Observed, r.Detail = Failed, "unknown check kind "+c.Kind
 	}
 	return r
+}
+
+// errConn records the last read error of a resolver's connection. It is
+// a *net.UDPConn underneath, so the resolver still sees a PacketConn and
+// sends plain datagrams (a stream conn gets length-prefixed messages).
+type errConn struct {
+	*net.UDPConn
+	mu  *sync.Mutex
+	err *error
+}
+
+func (c *errConn) Read(b []byte) (int, error) {
+	n, err := c.UDPConn.Read(b)
+	if err != nil {
+		c.mu.Lock()
+		*c.err = err
+		c.mu.Unlock()
+	}
+	return n, err
 }
 
 func banner(conn net.Conn, wait time.Duration) string {

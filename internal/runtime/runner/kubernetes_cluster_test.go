@@ -9,8 +9,11 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
@@ -28,11 +31,12 @@ import (
 //	TF_ACC=1 go test ./internal/runtime/runner -run Pod
 
 // kubeAgentConfig is a runner config whose messages run in pods of c's
-// namespace, on a workspace claim of their own.
-func kubeAgentConfig(t *testing.T, c *kube.Client, id string) *Config {
+// namespace, on a workspace claim of their own; it returns the claim's
+// directory on the host too.
+func kubeAgentConfig(t *testing.T, c *kube.Client, id string) (*Config, string) {
 	t.Helper()
 	claim := "ws-" + id
-	testkube.WorkspaceClaim(t, c, claim)
+	dir := testkube.WorkspaceClaim(t, c, claim)
 	sockDir := testutil.SharedTempDir(t)
 	return &Config{
 		AgentID:   "tf-acc-" + id + "-" + runToken,
@@ -51,7 +55,7 @@ func kubeAgentConfig(t *testing.T, c *kube.Client, id string) *Config {
 		Kubernetes:    &Kubernetes{Namespace: c.Namespace, WorkspaceClaim: claim, ImagePullPolicy: "Never"},
 		LLM:           agent.LLMConfig{Provider: "offline", APIKey: testAPIKey},
 		RedactSecrets: true,
-	}
+	}, dir
 }
 
 // podBackend makes the pod backend with the test's client instead of the
@@ -76,7 +80,7 @@ func TestPodKeyStaysWithRunner(t *testing.T) {
 	var inPodObjects []string
 	for _, inject := range []bool{false, true} {
 		t.Run(fmt.Sprintf("inject_credentials_env=%v", inject), func(t *testing.T) {
-			cfg := kubeAgentConfig(t, c, fmt.Sprintf("podrelay%v", inject))
+			cfg, _ := kubeAgentConfig(t, c, fmt.Sprintf("podrelay%v", inject))
 			cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.BaseURL = "openai", "m", model.URL()+"/v1"
 			cfg.RedactSecrets, cfg.InjectCredentialsEnv = false, inject
 			model.OnCall = func() {
@@ -105,5 +109,71 @@ func TestPodKeyStaysWithRunner(t *testing.T) {
 				t.Errorf("a relay socket directory was made for a pod runner; pods carry the relay on their attach")
 			}
 		})
+	}
+}
+
+// A tool in a message pod cannot set up an io_uring, whatever the node's
+// RuntimeDefault allows: agent-run installs the product's deny filter on
+// itself, and so on every tool, before the message runs. The control: the
+// same probe as the command of a pod HardenedPod makes alike (RuntimeDefault,
+// the same user and image) but without agent-run, which on this cluster's
+// containerd 1.6 gets its io_uring.
+func TestPodToolRefusedIOURing(t *testing.T) {
+	c := testkube.Cluster(t, "tf-acc-runner")
+	cfg, dir := kubeAgentConfig(t, c, "uring")
+	testutil.Must(t, os.WriteFile(filepath.Join(dir, "uring-probe"), testutil.URingProbe(t), 0o755))
+	probe := sandbox.WorkspaceDir + "/uring-probe"
+	a := startAgentWith(t, cfg, podBackend(c))
+	a.waitReady(t)
+	code, out := a.sh(t, probe)
+	t.Logf("message pod's tool: exit %d, %s", code, out)
+	if code != 13 && code != 38 {
+		t.Errorf("message pod's tool: io_uring_setup exit %d (%q), want 13 (EPERM) or 38 (ENOSYS)", code, out)
+	}
+
+	code, out = podExit(t, c, kube.PodSpec{
+		AgentID: "tf-acc-uring-control-" + runToken, Image: cfg.Container.Image, ImagePullPolicy: "Never",
+		User: cfg.Container.User, WorkspaceClaim: cfg.Kubernetes.WorkspaceClaim, Command: []string{probe},
+	})
+	t.Logf("control pod: exit %d, %s", code, out)
+	if code != 0 {
+		t.Errorf("control: io_uring_setup in a plain pod under RuntimeDefault exited %d (%q), want 0: the probe or the node refuses it, so the test shows nothing", code, out)
+	}
+}
+
+// podExit runs a pod of spec in c's namespace to its end and returns its
+// container's exit code and log.
+func podExit(t *testing.T, c *kube.Client, spec kube.PodSpec) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	pod, err := kube.HardenedPod(spec, c.Namespace, "")
+	testutil.Must(t, err)
+	pods := c.Clientset.CoreV1().Pods(c.Namespace)
+	pod, err = pods.Create(ctx, pod, metav1.CreateOptions{})
+	testutil.Must(t, err)
+	name := pod.Name
+	testutil.Cleanup(t, "delete pod "+name, func() error {
+		err := pods.Delete(context.Background(), name, metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+	for {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		testutil.Must(t, err)
+		for _, cs := range p.Status.ContainerStatuses {
+			if term := cs.State.Terminated; term != nil {
+				raw, err := pods.GetLogs(name, &corev1.PodLogOptions{Container: kube.ContainerName}).DoRaw(ctx)
+				testutil.Must(t, err)
+				return int(term.ExitCode), string(raw)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pod %s did not end: %+v", name, p.Status)
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 }

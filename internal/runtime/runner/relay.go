@@ -91,9 +91,15 @@ type relaySession struct {
 	limits    LLMLimits // effective
 	timeout   time.Duration
 	asks      Asks
+	// red knows the real key's spellings: the answers it cleans and the
+	// texts it scrubs for the loop (serveScrub).
+	red *agent.Redactor
 
 	mu    sync.Mutex
 	usage RelayUsage
+	// scrubCalls and scrubBytes count what serveScrub did for the message.
+	scrubCalls int
+	scrubBytes int64
 }
 
 // Relay serves the LLM relay for one runner.
@@ -192,7 +198,7 @@ func (r *Relay) Begin(messageID string, llm agent.LLMConfig, limits LLMLimits, t
 	_, _ = rand.Read(b[:])
 	token = "meepa-relay-" + hex.EncodeToString(b[:])
 	key := sha256.Sum256([]byte(token))
-	s := &relaySession{messageID: messageID, llm: llm, limits: limits.Effective(), timeout: timeout, asks: asks}
+	s := &relaySession{messageID: messageID, llm: llm, limits: limits.Effective(), timeout: timeout, asks: asks, red: agent.NewRedactor(llm.APIKey)}
 	r.mu.Lock()
 	r.sessions[key] = s
 	r.mu.Unlock()
@@ -311,6 +317,10 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.serveAsk(w, req, s, refuse)
 		return
 	}
+	if req.URL.Path == agent.ScrubPath && req.Method == http.MethodPost {
+		r.serveScrub(w, req, s, refuse)
+		return
+	}
 	upstreamPath, ok := relayRoute(s.llm.Provider, req.URL.Path)
 	if !ok {
 		refuse(http.StatusNotFound, fmt.Sprintf("the relay serves only POST %s for provider %q", relayEndpoint(s.llm.Provider), s.llm.Provider))
@@ -377,7 +387,7 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		s.usage.Calls++
 		s.mu.Unlock()
 		r.metrics.relayed("upstream_error")
-		relayError(w, http.StatusBadGateway, "model endpoint: "+agent.NewRedactor(s.llm.APIKey).String(err.Error()))
+		relayError(w, http.StatusBadGateway, "model endpoint: "+s.red.String(err.Error()))
 		return
 	}
 	defer func() { _ = resp.Body.Close() }() // read-only
@@ -420,13 +430,66 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	// An endpoint that echoes the key in a success answer must not hand it
 	// in, in any of the forms the redactor knows (JSON-escaped among them).
 	if s.llm.APIKey != "" {
-		answer = []byte(agent.NewRedactor(s.llm.APIKey).String(string(answer)))
+		answer = []byte(s.red.String(string(answer)))
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "" {
 		w.Header().Set("Content-Type", ct)
 	}
 	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(answer)
+}
+
+// Bounds of what serveScrub does for one message: enough for every write
+// a message can make (its text and reply, the seed, a write_file per tool
+// call of MaxMaxSteps steps), few enough that the route is no way to try
+// guesses at the key in bulk.
+const (
+	maxScrubCallsPerMessage = 2048
+	maxScrubBytesPerMessage = 64 << 20
+)
+
+// serveScrub hands the caller its own text back with every spelling of the
+// agent's key replaced (agent.Redacted): the loop, which never holds the
+// key, sends every text it is about to write into the workspace through
+// it. The key stays here; the answer is the only thing that depends on it.
+//
+// What the route tells a caller that holds the token (the loop, and any
+// tool of the sandbox, which shares its process tree) is whether its text
+// holds a whole spelling of the key. The Redactor matches a spelling only
+// when all of the key's letters and digits are there, in order (base64 and
+// base32 forms spare only the one or two edge characters that mix in the
+// bytes around the key): a prefix, a half, every character but the last of
+// a hex spelling is never replaced, so the answer does not grow with what
+// a caller has right, and the key cannot be learnt piece by piece. Its
+// prefilter and its comparison are keyed and constant in time for the same
+// reason (Redactor). What is left is guessing the key whole, a spelling
+// per guess, within maxScrubBytesPerMessage a message: hopeless for an API
+// key; a value of a few characters is guessable by anyone anyway.
+//
+// Bounded like every relay route: the body within agent.MaxScrubBytes
+// (read under the socket's read deadline), the work linear in it, and the
+// message's calls and bytes within the caps above.
+func (r *Relay) serveScrub(w http.ResponseWriter, req *http.Request, s *relaySession, refuse func(int, string)) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, agent.MaxScrubBytes))
+	if err != nil {
+		refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("scrub: text over %d bytes", agent.MaxScrubBytes))
+		return
+	}
+	s.mu.Lock()
+	over := s.scrubCalls >= maxScrubCallsPerMessage || s.scrubBytes+int64(len(body)) > maxScrubBytesPerMessage
+	if !over {
+		s.scrubCalls++
+		s.scrubBytes += int64(len(body))
+	}
+	s.mu.Unlock()
+	if over {
+		refuse(http.StatusForbidden, fmt.Sprintf("scrub: this message has had its %d texts or %d bytes scrubbed", maxScrubCallsPerMessage, maxScrubBytesPerMessage))
+		return
+	}
+	out := s.red.String(string(body))
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, out)
 }
 
 // serverSideKeys are top-level request fields that make the endpoint itself
@@ -666,9 +729,11 @@ func bounded(s string, n int) string {
 }
 
 // needsRelay says whether a config's messages use the relay: a model
-// provider, or agents to ask. Only then is its directory mounted.
+// provider, agents to ask, or a key the loop must keep out of the
+// workspace without holding it (the scrub route; an offline agent may
+// still be given one). Only then is its directory mounted.
 func needsRelay(cfg *Config) bool {
-	return usesRelay(cfg.LLM.Provider) || len(cfg.Ask) > 0
+	return usesRelay(cfg.LLM.Provider) || len(cfg.Ask) > 0 || cfg.LLM.APIKey != ""
 }
 
 // relayOnSocket says whether the relay listens on a unix socket that the

@@ -310,9 +310,14 @@ func TestRunnerRequestCarriesRelayNotKey(t *testing.T) {
 func TestSandboxOptionsFollowRoleAndRelay(t *testing.T) {
 	cfg := testConfig()
 	cfg.Container.Networks = []string{"tg-llmnet"}
-	if o := DockerOptions(cfg, nil); o.Spec.RelayDir != "" || len(o.Spec.Networks) != 1 {
-		t.Errorf("offline agent: relay dir %q, networks %v", o.Spec.RelayDir, o.Spec.Networks)
+	if o := DockerOptions(cfg, nil); o.Spec.RelayDir != RelayDir(cfg) || len(o.Spec.Networks) != 1 {
+		t.Errorf("offline agent with a key (the relay scrubs its writes): relay dir %q, networks %v", o.Spec.RelayDir, o.Spec.Networks)
 	}
+	cfg.LLM.APIKey = ""
+	if o := DockerOptions(cfg, nil); o.Spec.RelayDir != "" || len(o.Spec.Networks) != 1 {
+		t.Errorf("offline agent without a key: relay dir %q, networks %v", o.Spec.RelayDir, o.Spec.Networks)
+	}
+	cfg.LLM.APIKey = "sk-very-secret"
 	cfg.LLM.Provider = agent.ProviderOpenAI
 	if o := DockerOptions(cfg, nil); o.Spec.RelayDir != RelayDir(cfg) {
 		t.Errorf("openai agent: relay dir %q", o.Spec.RelayDir)

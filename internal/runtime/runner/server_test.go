@@ -112,6 +112,8 @@ func errKind(m map[string]any) string {
 	return k
 }
 
+// The key never travels: an offline agent that holds one gets a relay
+// token instead (the relay scrubs the workspace's writes of the key).
 func TestMessageRoundTripBuildsRequestAndRedacts(t *testing.T) {
 	b := &scripted{answer: func(req agent.Request) (sandbox.Outcome, error) {
 		return replyOutcome(agent.Reply{MessageID: req.Message.ID, Reply: "key is sk-very-secret and ghp_alsosecret",
@@ -130,7 +132,7 @@ func TestMessageRoundTripBuildsRequestAndRedacts(t *testing.T) {
 	}
 	req := b.jobs[0]
 	if req.Message.Text != "hi" || req.Message.Sender != "bob" || req.Message.Channel != "c" || req.Message.ConversationID != "k" ||
-		req.AgentID != "a1" || req.LLM.APIKey != "" || req.Relay != nil || req.Secrets["GH"] != "ghp_alsosecret" || !req.RedactSecrets ||
+		req.AgentID != "a1" || !strings.HasPrefix(req.LLM.APIKey, "meepa-relay-") || req.Relay == nil || req.Secrets["GH"] != "ghp_alsosecret" || !req.RedactSecrets ||
 		!strings.HasPrefix(req.Message.ID, "msg-") || m["message_id"] != req.Message.ID {
 		t.Errorf("request %+v, answer id %v", req, m["message_id"])
 	}

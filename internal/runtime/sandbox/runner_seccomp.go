@@ -54,25 +54,19 @@ func RunnerSeccompProfile() ([]byte, error) {
 	return raw, nil
 }
 
-// messageAllowed are host-mode refusals a per-message container keeps:
-// setsid is refused on the host only so that every process of the agent
-// stays in the session the host backend kills at the end of a message;
-// a container's processes all die with the container, whatever their
-// session.
-var messageAllowed = []string{"setsid"}
-
 // MessageDenied are the syscalls every per-message container is refused
 // (EPERM, the profile's default action) whatever the engine's own default
 // profile allows: io_uring (Docker's default allowed it until Engine 25.0,
 // and Debian 12's 20.10 still does; it is a large kernel surface no tool
 // needs, and host mode refuses it too) and everything else host mode's
-// filter refuses outright (landlock.DeniedSyscalls): tracing and reading
-// other processes, keyrings, bpf, userfaultfd, namespaces, mounts, modules,
-// clocks, NUMA policy.
+// filter refuses outright but setsid (landlock.DeniedSyscalls, which
+// agent-run also installs on itself): tracing and reading other processes,
+// keyrings, bpf, userfaultfd, namespaces, mounts, modules, clocks, NUMA
+// policy.
 func MessageDenied() []string {
 	out := []string{"io_uring_setup", "io_uring_enter", "io_uring_register"}
 	for _, n := range landlock.DeniedSyscalls() {
-		if !slices.Contains(out, n) && !slices.Contains(messageAllowed, n) {
+		if !slices.Contains(out, n) {
 			out = append(out, n)
 		}
 	}

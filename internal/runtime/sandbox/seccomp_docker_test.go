@@ -2,9 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,54 +13,12 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
-// uringProbe calls io_uring_setup (425 on amd64 and arm64 alike) and exits
-// 0 when it worked, 13 on EPERM or EACCES, 38 on ENOSYS, 1 otherwise. A
-// static program of its own: the test binary is linked with libc.
-const uringProbe = `package main
-
-import (
-	"os"
-	"syscall"
-	"unsafe"
-)
-
-func main() {
-	var params [120]byte // struct io_uring_params
-	fd, _, e := syscall.Syscall(425, 1, uintptr(unsafe.Pointer(&params[0])), 0)
-	os.Stdout.WriteString("io_uring_setup: " + e.Error() + "\n")
-	switch e {
-	case 0:
-		syscall.Close(int(fd))
-		os.Exit(0)
-	case syscall.EPERM, syscall.EACCES:
-		os.Exit(13)
-	case syscall.ENOSYS:
-		os.Exit(38)
-	}
-	os.Exit(1)
-}
-`
-
-// uringImage is the busybox test image with the probe at /uring-probe.
+// uringImage is the busybox test image with testutil.URingProbe at
+// /uring-probe.
 func uringImage(t *testing.T) string {
 	t.Helper()
 	cli := testutil.Docker(t)
-	dir := t.TempDir()
-	for name, body := range map[string]string{"go.mod": "module uringprobe\n\ngo 1.22\n", "main.go": uringProbe} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cmd := exec.Command("go", "build", "-o", "uring-probe", ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOFLAGS=-mod=mod")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the io_uring probe: %v\n%s", err, out)
-	}
-	bin, err := os.ReadFile(filepath.Join(dir, "uring-probe"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := testutil.URingProbe(t)
 	tag := "meepa-test/uring-probe:" + runToken
 	testutil.BuildImage(t, cli, tag, "FROM "+testutil.EnsureBusybox(t, cli)+"\nCOPY uring-probe /uring-probe\n", map[string][]byte{"uring-probe": bin})
 	testutil.Cleanup(t, "remove "+tag, func() error {

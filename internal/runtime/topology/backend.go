@@ -65,9 +65,9 @@ func (b *Backend) refusals(s topospec.Spec) topospec.Problems {
 	var ps topospec.Problems
 	if s.Docker.Firewall.Enabled && !b.o.Local {
 		ps.Add("firewall", "enabled", -1, "Host Firewall Needs A Local Docker Daemon",
-			"docker_host is %s: the daemon runs on another machine, but the host firewall (iptables chains and the "+
-				"guard that restores them) is written on the machine that runs terraform, so the topology's containers would run "+
-				"there without it. Run terraform on the Docker host (docker_host unset or its unix:// socket), or set "+
+			"docker_host is %s: a daemon reached over TCP may run on another machine (even on a loopback address it "+
+				"can be a forwarded port), but the host firewall (iptables chains and the guard that restores them) is written on "+
+				"the machine that runs terraform, so the topology's containers could run without it. Run terraform on the Docker host (docker_host unset or its unix:// socket), or set "+
 				"firewall = { enabled = false } and enforce the topology on that host yourself (see iptables_restore).", b.o.Host)
 	}
 	return ps

@@ -5,6 +5,7 @@ package landlock
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"unsafe"
 
@@ -92,7 +93,33 @@ const (
 //
 // It needs no_new_privs (which Restrict sets) or CAP_SYS_ADMIN.
 func InstallSocketFilter(denyNet bool) error {
-	prog := socketFilter(denyNet)
+	return install(socketFilter(denyNet))
+}
+
+// InstallMessageFilter sets no_new_privs and installs, on every thread of
+// the process, the refusals every per-message sandbox gets whatever runs
+// it (agent-run calls it before it reads its request): DeniedSyscalls with
+// EPERM, clone with a namespace flag with EPERM, clone3 with ENOSYS, any
+// other ABI with EPERM. It is the deny part of InstallSocketFilter, without
+// the socket rules and the session refusal, which only the host backend
+// needs; a pod or container keeps its runtime's own profile beneath it.
+// Why in the process and not only in the runtime's profile: a cluster's
+// RuntimeDefault is the node's container runtime's (containerd 1.6 still
+// allows io_uring), and a Localhost profile would need a file on every
+// node. Filters stack, so under a stricter profile (Docker's, the host
+// child's) it changes nothing.
+func InstallMessageFilter() error {
+	// no_new_privs is per thread: set it on the thread that installs; TSYNC
+	// then gives it, and the filter, to every other thread.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	return install(messageFilter())
+}
+
+func install(prog []unix.SockFilter) error {
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	if _, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog))); errno != 0 {
 		return fmt.Errorf("seccomp: %w", errno)
@@ -107,9 +134,10 @@ type namedSyscall struct {
 	nr   uint32
 }
 
-// DeniedSyscalls names what the host backend's filter refuses outright (the
-// deny list below and the architecture's own), so that the per-message
-// container's seccomp profile can refuse the same (sandbox.MessageSeccompProfile).
+// DeniedSyscalls names what every per-message sandbox is refused outright
+// (the deny list below and the architecture's own): the host backend's
+// filter, InstallMessageFilter and the per-message container's seccomp
+// profile (sandbox.MessageSeccompProfile) all refuse these.
 func DeniedSyscalls() []string {
 	var out []string
 	for _, sc := range append(slices.Clone(deniedSyscalls), archDenied...) {
@@ -148,9 +176,13 @@ var deniedSyscalls = []namedSyscall{
 	{"sethostname", unix.SYS_SETHOSTNAME}, {"setdomainname", unix.SYS_SETDOMAINNAME},
 	{"settimeofday", unix.SYS_SETTIMEOFDAY}, {"clock_settime", unix.SYS_CLOCK_SETTIME},
 	{"get_mempolicy", unix.SYS_GET_MEMPOLICY}, {"set_mempolicy", unix.SYS_SET_MEMPOLICY}, {"mbind", unix.SYS_MBIND}, {"set_mempolicy_home_node", unix.SYS_SET_MEMPOLICY_HOME_NODE},
-	// The session the backend kills at the end of the message.
-	{"setsid", unix.SYS_SETSID},
 }
+
+// sessionSyscalls are refused by the host backend's filter only: every
+// process of the agent stays in the session the backend kills at the end of
+// the message. A container's or pod's processes all die with it, whatever
+// their session.
+var sessionSyscalls = []namedSyscall{{"setsid", unix.SYS_SETSID}}
 
 // cloneNamespaces are the clone(2) flags that make a new namespace
 // (CLONE_NEWNS … CLONE_NEWNET), refused as Docker does.
@@ -203,7 +235,13 @@ func (a *asm) assemble() []unix.SockFilter {
 	return a.ins
 }
 
-func socketFilter(denyNet bool) []unix.SockFilter {
+func socketFilter(denyNet bool) []unix.SockFilter { return filter(true, denyNet) }
+
+func messageFilter() []unix.SockFilter { return filter(false, false) }
+
+// filter is the BPF program: host adds the session refusal and the socket
+// rules (denyNet as InstallSocketFilter says) to what every sandbox gets.
+func filter(host, denyNet bool) []unix.SockFilter {
 	allow := uint32(unix.SECCOMP_RET_ALLOW)
 	eperm := uint32(unix.SECCOMP_RET_ERRNO) | uint32(unix.EPERM)
 	eacces := uint32(unix.SECCOMP_RET_ERRNO) | uint32(unix.EACCES)
@@ -216,13 +254,21 @@ func socketFilter(denyNet bool) []unix.SockFilter {
 	if x32Bit != 0 {
 		a.jmp(unix.BPF_JGE, x32Bit, "eperm", "")
 	}
-	for _, sc := range append(slices.Clone(deniedSyscalls), archDenied...) {
+	denied := append(slices.Clone(deniedSyscalls), archDenied...)
+	if host {
+		denied = append(denied, sessionSyscalls...)
+	}
+	for _, sc := range denied {
 		a.jmp(unix.BPF_JEQ, sc.nr, "eperm", "")
 	}
 	a.jmp(unix.BPF_JEQ, unix.SYS_CLONE3, "enosys", "")
-	a.jmp(unix.BPF_JEQ, unix.SYS_CLONE, "clone", "")
-	a.jmp(unix.BPF_JEQ, unix.SYS_SOCKETPAIR, "socketpair", "")
-	a.jmp(unix.BPF_JEQ, unix.SYS_SOCKET, "socket", "allow")
+	if !host {
+		a.jmp(unix.BPF_JEQ, unix.SYS_CLONE, "clone", "allow")
+	} else {
+		a.jmp(unix.BPF_JEQ, unix.SYS_CLONE, "clone", "")
+		a.jmp(unix.BPF_JEQ, unix.SYS_SOCKETPAIR, "socketpair", "")
+		a.jmp(unix.BPF_JEQ, unix.SYS_SOCKET, "socket", "allow")
+	}
 
 	// clone(flags, …) on amd64 and arm64: flags is the first argument.
 	a.label("clone")
@@ -230,33 +276,35 @@ func socketFilter(denyNet bool) []unix.SockFilter {
 	a.and(cloneNamespaces)
 	a.jmp(unix.BPF_JEQ, 0, "allow", "eperm")
 
-	a.label("socketpair")
-	a.ld(offArg1)
-	a.and(0xf) // SOCK_TYPE_MASK: without SOCK_NONBLOCK / SOCK_CLOEXEC
-	a.jmp(unix.BPF_JEQ, unix.SOCK_STREAM, "allow", "eacces")
-
-	a.label("socket")
-	if denyNet {
-		// No family at all: AF_UNIX is refused always, AF_INET/AF_INET6
-		// without network, every other family always.
-		a.ret(eacces)
-	} else {
-		a.ld(offArg0)
-		a.jmp(unix.BPF_JEQ, unix.AF_INET, "inet", "")
-		a.jmp(unix.BPF_JEQ, unix.AF_INET6, "inet", "eacces")
-		a.label("inet")
+	if host {
+		a.label("socketpair")
 		a.ld(offArg1)
-		a.and(0xf)
-		a.jmp(unix.BPF_JEQ, unix.SOCK_STREAM, "stream", "")
-		a.jmp(unix.BPF_JEQ, unix.SOCK_DGRAM, "dgram", "eacces")
-		a.label("stream")
-		a.ld(offArg2)
-		a.jmp(unix.BPF_JEQ, 0, "allow", "")
-		a.jmp(unix.BPF_JEQ, unix.IPPROTO_TCP, "allow", "eacces")
-		a.label("dgram")
-		a.ld(offArg2)
-		a.jmp(unix.BPF_JEQ, 0, "allow", "")
-		a.jmp(unix.BPF_JEQ, unix.IPPROTO_UDP, "allow", "eacces")
+		a.and(0xf) // SOCK_TYPE_MASK: without SOCK_NONBLOCK / SOCK_CLOEXEC
+		a.jmp(unix.BPF_JEQ, unix.SOCK_STREAM, "allow", "eacces")
+
+		a.label("socket")
+		if denyNet {
+			// No family at all: AF_UNIX is refused always, AF_INET/AF_INET6
+			// without network, every other family always.
+			a.ret(eacces)
+		} else {
+			a.ld(offArg0)
+			a.jmp(unix.BPF_JEQ, unix.AF_INET, "inet", "")
+			a.jmp(unix.BPF_JEQ, unix.AF_INET6, "inet", "eacces")
+			a.label("inet")
+			a.ld(offArg1)
+			a.and(0xf)
+			a.jmp(unix.BPF_JEQ, unix.SOCK_STREAM, "stream", "")
+			a.jmp(unix.BPF_JEQ, unix.SOCK_DGRAM, "dgram", "eacces")
+			a.label("stream")
+			a.ld(offArg2)
+			a.jmp(unix.BPF_JEQ, 0, "allow", "")
+			a.jmp(unix.BPF_JEQ, unix.IPPROTO_TCP, "allow", "eacces")
+			a.label("dgram")
+			a.ld(offArg2)
+			a.jmp(unix.BPF_JEQ, 0, "allow", "")
+			a.jmp(unix.BPF_JEQ, unix.IPPROTO_UDP, "allow", "eacces")
+		}
 	}
 	a.label("allow")
 	a.ret(allow)

@@ -104,3 +104,48 @@ func TestSocketFilter(t *testing.T) {
 		}
 	}
 }
+
+// The filter agent-run installs on itself refuses what every sandbox is
+// refused and leaves the host backend's session and socket rules out.
+func TestMessageFilter(t *testing.T) {
+	allow := uint32(unix.SECCOMP_RET_ALLOW)
+	eperm := uint32(unix.SECCOMP_RET_ERRNO) | uint32(unix.EPERM)
+	enosys := uint32(unix.SECCOMP_RET_ERRNO) | uint32(unix.ENOSYS)
+	prog := messageFilter()
+	for _, tc := range []struct {
+		name string
+		arch uint32
+		nr   uint32
+		args []uint32
+		want uint32
+	}{
+		{"read allowed", auditArch, unix.SYS_READ, nil, allow},
+		{"io_uring_setup refused", auditArch, unix.SYS_IO_URING_SETUP, nil, eperm},
+		{"io_uring_enter refused", auditArch, unix.SYS_IO_URING_ENTER, nil, eperm},
+		{"io_uring_register refused", auditArch, unix.SYS_IO_URING_REGISTER, nil, eperm},
+		{"ptrace refused", auditArch, unix.SYS_PTRACE, nil, eperm},
+		{"bpf refused", auditArch, unix.SYS_BPF, nil, eperm},
+		{"unshare refused", auditArch, unix.SYS_UNSHARE, nil, eperm},
+		{"clone with CLONE_NEWUSER refused", auditArch, unix.SYS_CLONE, []uint32{unix.CLONE_NEWUSER | uint32(unix.SIGCHLD)}, eperm},
+		{"fork allowed", auditArch, unix.SYS_CLONE, []uint32{uint32(unix.SIGCHLD)}, allow},
+		{"clone3 is ENOSYS", auditArch, unix.SYS_CLONE3, nil, enosys},
+		{"setsid allowed", auditArch, unix.SYS_SETSID, nil, allow},
+		{"unix socket allowed", auditArch, unix.SYS_SOCKET, []uint32{unix.AF_UNIX, unix.SOCK_STREAM, 0}, allow},
+		{"datagram socketpair allowed", auditArch, unix.SYS_SOCKETPAIR, []uint32{unix.AF_UNIX, unix.SOCK_DGRAM}, allow},
+		{"another arch refused", auditArch ^ 1, unix.SYS_READ, nil, eperm},
+	} {
+		if got := run(t, prog, tc.arch, tc.nr, tc.args...); got != tc.want {
+			t.Errorf("%s: %#x, want %#x", tc.name, got, tc.want)
+		}
+	}
+	for _, sc := range append(append([]namedSyscall(nil), deniedSyscalls...), archDenied...) {
+		if got := run(t, prog, auditArch, sc.nr); got != eperm {
+			t.Errorf("%s: %#x, want EPERM", sc.name, got)
+		}
+	}
+	if x32Bit != 0 {
+		if got := run(t, prog, auditArch, x32Bit|unix.SYS_IO_URING_SETUP); got != eperm {
+			t.Errorf("x32 io_uring_setup = %#x, want EPERM", got)
+		}
+	}
+}

@@ -16,6 +16,12 @@ func InstallSocketFilter(denyNet bool) error {
 	return fmt.Errorf("%w: host mode supports linux/amd64 and linux/arm64", ErrUnsupported)
 }
 
+// InstallMessageFilter fails closed where there is no filter to install:
+// agent-run then answers no message.
+func InstallMessageFilter() error {
+	return fmt.Errorf("%w: the per-message syscall filter exists for linux/amd64 and linux/arm64 only", ErrUnsupported)
+}
+
 // DeniedSyscalls is empty where the host backend has no filter; the
 // per-message container's profile is made on Linux only.
 func DeniedSyscalls() []string { return nil }

@@ -1,0 +1,54 @@
+package testutil
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// uringProbe calls io_uring_setup (425 on amd64 and arm64 alike) and exits
+// 0 when it worked, 13 on EPERM or EACCES, 38 on ENOSYS, 1 otherwise.
+const uringProbe = `package main
+
+import (
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+func main() {
+	var params [120]byte // struct io_uring_params
+	fd, _, e := syscall.Syscall(425, 1, uintptr(unsafe.Pointer(&params[0])), 0)
+	os.Stdout.WriteString("io_uring_setup: " + e.Error() + "\n")
+	switch e {
+	case 0:
+		syscall.Close(int(fd))
+		os.Exit(0)
+	case syscall.EPERM, syscall.EACCES:
+		os.Exit(13)
+	case syscall.ENOSYS:
+		os.Exit(38)
+	}
+	os.Exit(1)
+}
+`
+
+// URingProbe builds the io_uring probe as a static Linux program (a
+// program of its own: test binaries are linked with libc) and returns it.
+func URingProbe(t testing.TB) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range map[string]string{"go.mod": "module uringprobe\n\ngo 1.22\n", "main.go": uringProbe} {
+		Must(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644))
+	}
+	cmd := exec.Command("go", "build", "-o", "uring-probe", ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOFLAGS=-mod=mod")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the io_uring probe: %v\n%s", err, out)
+	}
+	bin, err := os.ReadFile(filepath.Join(dir, "uring-probe"))
+	Must(t, err)
+	return bin
+}
