@@ -25,54 +25,36 @@ import (
 )
 
 type roleProbe struct {
-	role     string
+	topospec.ProbeRows
 	name     string   // the probe container's name
 	networks []string // network names; empty = network none
 	dns      []string // HostConfig.DNS, as the role's members get it
 	env      []string
-	rows     []topospec.Probe
-	checks   []probe.Check
 }
 
 func newRoleProbe(s topospec.Spec, role string, r topospec.Role) *roleProbe {
 	name := fmt.Sprintf("%s-probe-%s-%d", s.Name, strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(role)), time.Now().UnixNano()%1e6)
-	return &roleProbe{role: role, name: name, networks: r.Networks, dns: r.DNS}
+	return &roleProbe{ProbeRows: topospec.ProbeRows{Role: role}, name: name, networks: r.Networks, dns: r.DNS}
 }
 
 // addDNS adds the role's DNS rows: an outside name must not resolve, and
 // (on the role's networks) the probe's own name, which the engine's
 // resolver answers, must.
 func (rp *roleProbe) addDNS(outside string) {
-	rp.add("DNS outside name", topospec.ExpectNoDNS, probe.Check{Kind: probe.DNS, Target: outside})
+	rp.Add("DNS outside name", topospec.ExpectNoDNS, probe.Check{Kind: probe.DNS, Target: outside})
 	if len(rp.networks) > 0 {
-		rp.add("DNS topology name", topospec.ExpectDNS, probe.Check{Kind: probe.DNS, Target: rp.name})
+		rp.Add("DNS topology name", topospec.ExpectDNS, probe.Check{Kind: probe.DNS, Target: rp.name})
 	}
-}
-
-func (rp *roleProbe) add(what, expected string, c probe.Check) {
-	rp.rows = append(rp.rows, topospec.Probe{Role: rp.role, What: what, Check: c.String(), Expected: expected})
-	rp.checks = append(rp.checks, c)
 }
 
 // Verify runs short-lived probe containers in each role and compares what
 // they reach with what the spec allows; it also checks every container
 // attached to the topology's networks against the membership rules.
 func (sv *Service) Verify(ctx context.Context, s topospec.Spec, o topospec.VerifyOptions) (topospec.Report, error) {
-	if o.Image == "" {
-		o.Image = s.Proxy.Image
-	}
-	if o.HostPort == 0 {
-		o.HostPort = topospec.DefaultVerifyHostPort
-	}
-	if o.Timeout == 0 {
-		o.Timeout = topospec.DefaultVerifyTimeoutSeconds * time.Second
-	}
+	o, named := o.WithDefaults(s)
 	// The direct asks of the proxy's DNS server send packets towards it
 	// (the firewall must stop them): only for a name the operator gave.
-	askProxyDNS := o.DNSName != "" && len(s.Proxy.DNS) > 0
-	if o.DNSName == "" {
-		o.DNSName = topospec.DefaultVerifyDNSName
-	}
+	askProxyDNS := named && len(s.Proxy.DNS) > 0
 	sv.log.Debug("verifying threegate topology", "topology", s.Name, "image", o.Image)
 	llm, fetch := s.Network(topospec.LLMNet), s.Network(topospec.FetchNet)
 	proxyAddr := netip.AddrPortFrom(s.Docker.ProxyIP, uint16(s.Proxy.Port)).String()
@@ -80,14 +62,14 @@ func (sv *Service) Verify(ctx context.Context, s topospec.Spec, o topospec.Verif
 	roles := Roles(s)
 
 	core := newRoleProbe(s, topospec.RoleCore, roles[topospec.RoleCore])
-	core.add("proxy", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
-	core.add("host via llmnet gateway", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(llm)})
+	core.Add("proxy", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
+	core.Add("host via llmnet gateway", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(llm)})
 	if o.OutsideAddress != "" {
-		core.add("outside address", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
+		core.Add("outside address", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
 	}
 	direct := allowedDirect(o.AllowedTarget)
 	if direct != "" {
-		core.add("allowed host directly", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: direct})
+		core.Add("allowed host directly", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: direct})
 	}
 	core.addDNS(o.DNSName)
 	dnsDirect := func(rp *roleProbe) {
@@ -95,8 +77,8 @@ func (sv *Service) Verify(ctx context.Context, s topospec.Spec, o topospec.Verif
 			return
 		}
 		srv := netip.AddrPortFrom(s.Proxy.DNS[0], 53).String()
-		rp.add("proxy's DNS server udp/53", topospec.ExpectBlocked, probe.Check{Kind: probe.DNSAt, Via: srv, Target: o.DNSName})
-		rp.add("proxy's DNS server tcp/53", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: srv})
+		rp.Add("proxy's DNS server udp/53", topospec.ExpectBlocked, probe.Check{Kind: probe.DNSAt, Via: srv, Target: o.DNSName})
+		rp.Add("proxy's DNS server tcp/53", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: srv})
 	}
 	dnsDirect(core)
 
@@ -104,32 +86,32 @@ func (sv *Service) Verify(ctx context.Context, s topospec.Spec, o topospec.Verif
 	for k, v := range roles[topospec.RoleFetch].Env {
 		fe.env = append(fe.env, k+"="+v)
 	}
-	fe.add("proxy", topospec.ExpectOpen, probe.Check{Kind: probe.TCP, Target: proxyAddr})
+	fe.Add("proxy", topospec.ExpectOpen, probe.Check{Kind: probe.TCP, Target: proxyAddr})
 	if o.AllowedTarget != "" {
-		fe.add("allowed host via proxy", topospec.ExpectAllowed, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.AllowedTarget})
+		fe.Add("allowed host via proxy", topospec.ExpectAllowed, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.AllowedTarget})
 	}
 	if direct != "" {
-		fe.add("allowed host directly", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: direct})
+		fe.Add("allowed host directly", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: direct})
 	}
 	if o.DeniedTarget != "" {
-		fe.add("disallowed host via proxy", topospec.ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.DeniedTarget})
+		fe.Add("disallowed host via proxy", topospec.ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.DeniedTarget})
 	}
 	if o.OutsideAddress != "" {
-		fe.add("outside address directly", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
-		fe.add("outside address via proxy", topospec.ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.OutsideAddress})
+		fe.Add("outside address directly", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
+		fe.Add("outside address via proxy", topospec.ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.OutsideAddress})
 	}
-	fe.add("host via fetchnet gateway", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(fetch)})
+	fe.Add("host via fetchnet gateway", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(fetch)})
 	fe.addDNS(o.DNSName)
 	dnsDirect(fe)
 
 	te := newRoleProbe(s, topospec.RoleToolExec, roles[topospec.RoleToolExec])
-	te.add("proxy", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
-	te.add("host via llmnet gateway", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(llm)})
+	te.Add("proxy", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
+	te.Add("host via llmnet gateway", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(llm)})
 	te.addDNS(o.DNSName)
 	sb := newRoleProbe(s, topospec.RoleToolExec+"/sandbox", topospec.Role{}) // network none: no resolver at all
-	sb.add("proxy", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
+	sb.Add("proxy", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
 	if o.OutsideAddress != "" {
-		sb.add("outside address", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
+		sb.Add("outside address", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
 	}
 	sb.addDNS(o.DNSName)
 
@@ -149,7 +131,7 @@ func (sv *Service) Verify(ctx context.Context, s topospec.Spec, o topospec.Verif
 	}
 	var rep topospec.Report
 	for _, rp := range all {
-		rep.Probes = append(rep.Probes, rp.rows...)
+		rep.Probes = append(rep.Probes, rp.Rows...)
 	}
 	v, err := Violations(ctx, sv.docker, s)
 	if err != nil {
@@ -194,7 +176,7 @@ func pass(expected, observed string) bool {
 func (sv *Service) runRole(ctx context.Context, s topospec.Spec, o topospec.VerifyOptions, rp *roleProbe) error {
 	cli := sv.docker
 	args := []string{"probe", "--timeout", o.Timeout.String()}
-	for _, c := range rp.checks {
+	for _, c := range rp.Checks {
 		args = append(args, c.String())
 	}
 	mode := "none"
@@ -209,17 +191,17 @@ func (sv *Service) runRole(ctx context.Context, s topospec.Spec, o topospec.Veri
 	}
 	resp, err := cli.ContainerCreate(ctx, &container.Config{
 		Image: o.Image, Entrypoint: []string{"/usr/local/bin/agent-runner"}, Cmd: args, Env: rp.env, User: ProxyUser,
-		Labels: engine.Labels("probe", map[string]string{"threegate": s.Name, "threegate.role": rp.role}),
+		Labels: engine.Labels("probe", map[string]string{"threegate": s.Name, "threegate.role": rp.Role}),
 	}, &container.HostConfig{
 		NetworkMode: container.NetworkMode(mode), ReadonlyRootfs: true, CapDrop: []string{"ALL"}, DNS: rp.dns, DNSSearch: search,
 		SecurityOpt: []string{"no-new-privileges"},
 		Resources:   container.Resources{Memory: 64 << 20, MemorySwap: 64 << 20, PidsLimit: &pids},
 	}, nil, nil, name)
 	if err != nil {
-		return fmt.Errorf("probe %s: container create: %w", rp.role, err)
+		return fmt.Errorf("probe %s: container create: %w", rp.Role, err)
 	}
-	sv.log.Debug("probe container created", "topology", s.Name, "container", name, "id", resp.ID, "role", rp.role,
-		"networks", strings.Join(rp.networks, ","), "checks", len(rp.checks))
+	sv.log.Debug("probe container created", "topology", s.Name, "container", name, "id", resp.ID, "role", rp.Role,
+		"networks", strings.Join(rp.networks, ","), "checks", len(rp.Checks))
 	defer func() {
 		// A fresh context: the probe must go even when ctx was cancelled.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -228,28 +210,28 @@ func (sv *Service) runRole(ctx context.Context, s topospec.Spec, o topospec.Veri
 	}()
 	for _, n := range rp.networks[min(1, len(rp.networks)):] {
 		if err := cli.NetworkConnect(ctx, n, resp.ID, &network.EndpointSettings{}); err != nil {
-			return fmt.Errorf("probe %s: network connect %s: %w", rp.role, n, err)
+			return fmt.Errorf("probe %s: network connect %s: %w", rp.Role, n, err)
 		}
 	}
 	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
-		return fmt.Errorf("probe %s: container start: %w", rp.role, err)
+		return fmt.Errorf("probe %s: container start: %w", rp.Role, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, time.Duration(len(rp.checks)+5)*o.Timeout+10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, time.Duration(len(rp.Checks)+5)*o.Timeout+10*time.Second)
 	defer cancel()
 	waitC, errC := cli.ContainerWait(wctx, resp.ID, container.WaitConditionNotRunning)
 	select {
 	case <-waitC:
 	case err := <-errC:
-		return fmt.Errorf("probe %s: wait: %w", rp.role, err)
+		return fmt.Errorf("probe %s: wait: %w", rp.Role, err)
 	}
 	rc, err := cli.ContainerLogs(ctx, resp.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
 	if err != nil {
-		return fmt.Errorf("probe %s: logs: %w", rp.role, err)
+		return fmt.Errorf("probe %s: logs: %w", rp.Role, err)
 	}
 	defer func() { _ = rc.Close() }() // read-only stream
 	var stdout, stderr bytes.Buffer
 	if _, err := stdcopy.StdCopy(&stdout, &stderr, rc); err != nil {
-		return fmt.Errorf("probe %s: logs: %w", rp.role, err)
+		return fmt.Errorf("probe %s: logs: %w", rp.Role, err)
 	}
 	var results []probe.Result
 	sc := bufio.NewScanner(&stdout)
@@ -259,13 +241,13 @@ func (sv *Service) runRole(ctx context.Context, s topospec.Spec, o topospec.Veri
 			results = append(results, r)
 		}
 	}
-	if len(results) != len(rp.rows) {
+	if len(results) != len(rp.Rows) {
 		return fmt.Errorf("probe %s: %d results for %d checks (does %s contain agent-runner with the probe command?): %s",
-			rp.role, len(results), len(rp.rows), o.Image, strings.TrimSpace(stderr.String()))
+			rp.Role, len(results), len(rp.Rows), o.Image, strings.TrimSpace(stderr.String()))
 	}
 	for i, r := range results {
-		rp.rows[i].Observed, rp.rows[i].Detail = r.Observed, r.Detail
-		rp.rows[i].Pass = pass(rp.rows[i].Expected, r.Observed)
+		rp.Rows[i].Observed, rp.Rows[i].Detail = r.Observed, r.Detail
+		rp.Rows[i].Pass = pass(rp.Rows[i].Expected, r.Observed)
 	}
 	return nil
 }

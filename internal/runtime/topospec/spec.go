@@ -12,7 +12,7 @@
 // cluster backend imports the contract and none of the Docker backend
 // (its client, iptables, the guard), and neither backend imports the
 // other. It imports nothing of the runtime but proxy, whose Pattern is the
-// allow list's type.
+// allow list's type, and probe, whose checks fill a Report's rows.
 package topospec
 
 import (

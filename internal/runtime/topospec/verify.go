@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/probe"
 )
 
 // VerifyOptions say what to probe. Targets left empty are not probed: the
@@ -103,4 +105,39 @@ func (r Report) Table() string {
 		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
 	}
 	return b.String()
+}
+
+// WithDefaults fills what o leaves out: the proxy's image for the probes,
+// DefaultVerifyHostPort, DefaultVerifyTimeoutSeconds and
+// DefaultVerifyDNSName. named says whether the operator named DNSName
+// (only then are the proxy's own DNS servers asked directly).
+func (o VerifyOptions) WithDefaults(s Spec) (out VerifyOptions, named bool) {
+	named = o.DNSName != ""
+	if o.Image == "" {
+		o.Image = s.Proxy.Image
+	}
+	if o.HostPort == 0 {
+		o.HostPort = DefaultVerifyHostPort
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultVerifyTimeoutSeconds * time.Second
+	}
+	if o.DNSName == "" {
+		o.DNSName = DefaultVerifyDNSName
+	}
+	return o, named
+}
+
+// ProbeRows are one probe's rows of the report and the checks that fill them,
+// in the same order.
+type ProbeRows struct {
+	Role   string
+	Rows   []Probe
+	Checks []probe.Check
+}
+
+// Add appends a row and its check.
+func (r *ProbeRows) Add(what, expected string, c probe.Check) {
+	r.Rows = append(r.Rows, Probe{Role: r.Role, What: what, Check: c.String(), Expected: expected})
+	r.Checks = append(r.Checks, c)
 }
