@@ -233,7 +233,7 @@ func dnsPod(t *testing.T, c *kube.Client, p *corev1.Pod, checks []probe.Check) d
 func summary(rs []probe.Result) string {
 	var b strings.Builder
 	for _, r := range rs {
-		fmt.Fprintf(&b, "%s=%s ", r.Check.String(), r.Observed)
+		fmt.Fprintf(&b, "%s=%s ", r.String(), r.Observed)
 	}
 	return b.String()
 }

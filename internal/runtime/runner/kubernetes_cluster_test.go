@@ -3,10 +3,12 @@ package runner
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -176,4 +178,25 @@ func podExit(t *testing.T, c *kube.Client, spec kube.PodSpec) (int, string) {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// TestPodKeyNeverInWorkspace is TestKeyNeverInWorkspace's offline case in
+// a message pod: the key a tool builds at run time comes back redacted in
+// the reply, and no spelling of it reaches memory.db or any other file of
+// the pod's workspace claim, since the loop's writes pass the relay's scrub
+// route there too.
+func TestPodKeyNeverInWorkspace(t *testing.T) {
+	c := testkube.Cluster(t, "tf-acc-runner")
+	cfg, dir := kubeAgentConfig(t, c, "keyscrub")
+	a := startAgentWith(t, cfg, podBackend(c))
+	a.waitReady(t)
+	ans := a.send(t, "!sh "+keyFromPieces)
+	if ans.status != 200 || !strings.Contains(ans.reply, "plain "+agent.Redacted) {
+		t.Fatalf("reply: %d %s", ans.status, ans.raw)
+	}
+	noKeySpelling(t, "the reply", string(ans.raw))
+	if ans := a.send(t, "remember this: "+base64.StdEncoding.EncodeToString([]byte(testAPIKey))); ans.status != 200 {
+		t.Fatalf("message with the key: %d %s", ans.status, ans.raw)
+	}
+	workspaceHoldsNoKey(t, dir)
 }
