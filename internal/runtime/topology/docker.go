@@ -428,7 +428,7 @@ func Conflicts(ctx context.Context, cli client.APIClient, s topospec.Spec, hostR
 			}
 			for _, n := range s.Docker.Networks {
 				if n.Subnet.Overlaps(p) {
-					ps.Add(n.Kind+"_subnet", "", -1, "Subnet Overlaps A Docker topospec.Network",
+					ps.Add(n.Kind+"_subnet", "", -1, "Subnet Overlaps A Docker Network",
 						"%s subnet %s overlaps Docker network %q (%s); choose a free range.", n.Kind, n.Subnet, dn.Name, p)
 				}
 			}
