@@ -121,6 +121,7 @@ func (p *meepaProvider) Configure(ctx context.Context, req provider.ConfigureReq
 		kube:         kubeCfg,
 		registry:     registry,
 	}
+	data.topologies = newTopologyBackends(data)
 	resp.ResourceData = data
 	resp.DataSourceData = data
 }

@@ -25,6 +25,8 @@ type providerData struct {
 	// where built images go for its nodes.
 	kube     *kubeSettings
 	registry *kube.RegistryConfig
+	// topologies is the topology backend Configure picked.
+	topologies topologyBackends
 }
 
 // lazyDocker connects on first use, so that validate and plan of

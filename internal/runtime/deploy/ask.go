@@ -11,6 +11,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // ErrAskTargetNotDeployed: an ask target has no runner config yet (it is
@@ -24,7 +25,7 @@ var ErrAskTargetNotDeployed = errors.New("not deployed yet")
 // and token come from there. A target without a config yet fails with
 // ErrAskTargetNotDeployed (wrapped), which a plan may let pass.
 func ResolveAsk(stateDir, topologyID string, ids []string) ([]runner.AskTarget, error) {
-	llmnet := topology.NetworkName(topologyID, topology.LLMNet)
+	llmnet := topology.NetworkName(topologyID, topospec.LLMNet)
 	var out []runner.AskTarget
 	var errs []error
 	for _, id := range ids {

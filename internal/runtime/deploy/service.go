@@ -13,6 +13,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
@@ -207,20 +208,20 @@ func CheckRuntime(ctx context.Context, cli client.APIClient, name string) error 
 
 // threegateRoleNames maps the agent's role names onto the topology's.
 var threegateRoleNames = map[string]string{
-	"core": topology.RoleCore, "fetch": topology.RoleFetch, "tool_exec": topology.RoleToolExec,
+	"core": topospec.RoleCore, "fetch": topospec.RoleFetch, "tool_exec": topospec.RoleToolExec,
 }
 
 // resolveThreegate returns the networks a role's members join, the env and
 // the DNS upstream they get, from the live topology whose id (its name) is
 // given.
-func resolveThreegate(ctx context.Context, cli client.APIClient, networkID, role string) (topology.Role, error) {
+func resolveThreegate(ctx context.Context, cli client.APIClient, networkID, role string) (topospec.Role, error) {
 	name, ok := threegateRoleNames[role]
 	if !ok {
-		return topology.Role{}, fmt.Errorf("unknown role %q", role)
+		return topospec.Role{}, fmt.Errorf("unknown role %q", role)
 	}
 	r, err := topology.ResolveRole(ctx, cli, networkID, name)
 	if err != nil {
-		return topology.Role{}, fmt.Errorf("%w (apply the threegate_network first, and give its id)", err)
+		return topospec.Role{}, fmt.Errorf("%w (apply the threegate_network first, and give its id)", err)
 	}
 	return r, nil
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // ModeKubernetes is the /healthz mode of a runner whose messages run in
@@ -146,7 +146,7 @@ func policyProbe() []string {
 // name it ("tool_exec" is TOOL_EXEC); "" stays "".
 func ThreeGateRole(role string) string {
 	return map[string]string{
-		agent.RoleCore: topology.RoleCore, agent.RoleFetch: topology.RoleFetch, agent.RoleToolExec: topology.RoleToolExec,
+		agent.RoleCore: topospec.RoleCore, agent.RoleFetch: topospec.RoleFetch, agent.RoleToolExec: topospec.RoleToolExec,
 	}[role]
 }
 
