@@ -27,6 +27,8 @@ type providerData struct {
 	registry *kube.RegistryConfig
 	// topologies is the topology backend Configure picked.
 	topologies topologyBackends
+	// run is what this run has planned so far (pairs that clash).
+	run *planRun
 }
 
 // lazyDocker connects on first use, so that validate and plan of

@@ -156,6 +156,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	r.refuseOnBackend(ctx, plan, &resp.Diagnostics)
 	warnExpandedDenies(ctx, plan, &resp.Diagnostics)
 	planThreegateAsk(ctx, r.askResolver(), plan, &resp.Diagnostics)
+	planRunAsk(ctx, r.data.run, plan, &resp.Diagnostics)
 	if state == nil {
 		plan.Token = types.StringUnknown()
 		plan.ConfigHash = types.StringUnknown()

@@ -242,6 +242,7 @@ func (r *threegateNetworkResource) ModifyPlan(ctx context.Context, req resource.
 	if r.data == nil {
 		return // unconfigured: nothing to ask
 	}
+	addProblems(&resp.Diagnostics, r.data.run.topology(spec))
 	ps, err := b.Preflight(ctx, spec)
 	addProblems(&resp.Diagnostics, ps)
 	if err != nil {

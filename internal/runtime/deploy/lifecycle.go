@@ -170,7 +170,9 @@ func (s *Service) resolve(ctx context.Context, a *Agent) (client.APIClient, erro
 		// sandbox; a core agent gets the runners it may ask.
 		a.Config.Role = a.Meta.ThreegateRole
 		if len(a.Meta.ThreegateAsk) > 0 {
-			targets, err := ResolveAsk(s.o.StateDir, a.Meta.ThreegateNetwork, a.Meta.ThreegateAsk)
+			targets, err := WaitForAsk(ctx, AskWait, func() ([]runner.AskTarget, error) {
+				return ResolveAsk(s.o.StateDir, a.Meta.ThreegateNetwork, a.Meta.ThreegateAsk)
+			})
 			if err != nil {
 				return nil, stepErr(StepAsk, "threegate.ask", "resolving the agents to ask", err)
 			}

@@ -131,7 +131,7 @@ func Build(in topospec.Input) (topospec.Spec, topospec.Problems) {
 	for i := range nets {
 		for j := i + 1; j < len(nets); j++ {
 			a, b := nets[i], nets[j]
-			if a.Subnet.Overlaps(b.Subnet) {
+			if overlap(a, b) {
 				ps.Add(b.Kind+"_subnet", "", -1, "Overlapping Subnets",
 					"%s subnet %s overlaps %s subnet %s; each ThreeGate network needs its own address range.", b.Kind, b.Subnet, a.Kind, a.Subnet)
 			}
@@ -320,3 +320,24 @@ func FirewallParams(s topospec.Spec) firewall.Params {
 
 // Rules is the topology's firewall rule set.
 func Rules(s topospec.Spec) firewall.Set { return firewall.Build(FirewallParams(s)) }
+
+func overlap(a, b topospec.Network) bool {
+	return a.Subnet.IsValid() && b.Subnet.IsValid() && a.Subnet.Overlaps(b.Subnet)
+}
+
+// Overlaps reports the subnets of s that overlap a subnet of other, a
+// topology planned in the same run on the same daemon: apply would create
+// one and fail on the other, so the plan refuses the pair.
+func Overlaps(s, other topospec.Spec) topospec.Problems {
+	var ps topospec.Problems
+	for _, a := range s.Docker.Networks {
+		for _, b := range other.Docker.Networks {
+			if overlap(a, b) {
+				ps.Add(a.Kind+"_subnet", "", -1, "Subnet Overlaps Another Topology",
+					"%s subnet %s overlaps the %s subnet %s of threegate_network %q in this configuration; each topology needs its own address ranges.",
+					a.Kind, a.Subnet, b.Kind, b.Subnet, other.Name)
+			}
+		}
+	}
+	return ps
+}
