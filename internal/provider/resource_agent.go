@@ -212,6 +212,9 @@ func warnExpandedDenies(ctx context.Context, m agentModel, diags *diag.Diagnosti
 	for _, w := range a.DenyWarnings() {
 		diags.AddAttributeWarning(path.Root("file_access").AtName("deny"), "Deny Inside Allow Is Expanded", w)
 	}
+	if w := a.HostNetworkWarning(); w != "" {
+		diags.AddAttributeWarning(path.Root("file_access").AtName("allow_network"), "Host-Mode Network Not Contained", w)
+	}
 }
 
 // planDerived fills what the service derives before apply (id, workspace,

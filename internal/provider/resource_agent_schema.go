@@ -238,7 +238,9 @@ func agentSchema() schema.Schema {
 					},
 					"allow_network": schema.BoolAttribute{
 						Optional: true, Computed: true, Default: booldefault.StaticBool(true),
-						MarkdownDescription: "Allow outbound network access (TCP, enforced with Landlock ABI 4+). Default `true`.",
+						MarkdownDescription: "Allow outbound network access (TCP, enforced with Landlock ABI 4+). Default `true`. " +
+							"With it, a runner in a container joins the managed `meepa-bridge` network, which reaches the internet " +
+							"only (no private, link-local or host addresses), as `container_mode.network = \"bridge\"` does.",
 					},
 				},
 			},
