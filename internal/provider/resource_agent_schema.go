@@ -165,7 +165,7 @@ func agentSchema() schema.Schema {
 					"memory_limit": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(deploy.DefaultMemoryLimit),
 						MarkdownDescription: "Memory cap per message (swap equal to it; exceeding it is reported as OOM): " +
-							"a positive size with an optional unit b, k, m or g (e.g. `512m`, `1g`), at least `" + deploy.MinMemoryLimit + "`, and at least `" +
+							"a positive size with an optional unit b, k, m or g, either case (e.g. `512m`, `1g`, `1G`), at least `" + deploy.MinMemoryLimit + "`, and at least `" +
 							deploy.MinHostMemoryLimit + "` in host mode (the limit also bounds the runner's agent child). Default `" + deploy.DefaultMemoryLimit + "`.",
 						Validators: []validator.String{scoped(notEmpty())},
 					},
