@@ -11,6 +11,9 @@
 #      h1: checksum equal to the one the mirror publishes, `providers lock
 #      -fs-mirror` (what the README says to run for "Incomplete lock file
 #      information"), and a plan of a small config that uses the provider.
+#   4. The guide's air-gapped base image: a root file system tarball
+#      imported with `docker import`, an isolation image applied on it with
+#      pull = "never", its runner run, all destroyed again.
 #
 # Needs the snapshot in dist/ that mirror-host built (`make mirror-host`
 # first when there is none). OpenTofu comes from scripts/tools.sh; with
@@ -30,8 +33,11 @@ trap 'rm -rf "$WORK"' EXIT
 say() { printf '\n==> install-test: %s\n' "$*"; }
 fail() { echo "install-test: FAIL: $*" >&2; exit 1; }
 
-if ! ls dist/terraform-provider-meepa_*_SHA256SUMS >/dev/null 2>&1 || [ ! -s bin/snapshot-key.fpr ]; then
-  say "no snapshot made here in dist/: make mirror-host"
+commit=$(git rev-parse --short HEAD)
+# A snapshot's version names its commit (checked below); one from an
+# earlier commit is rebuilt, as is a dist/ not made here.
+if ! ls dist/terraform-provider-meepa_*.g"${commit}"_SHA256SUMS >/dev/null 2>&1 || [ ! -s bin/snapshot-key.fpr ]; then
+  say "no snapshot of $commit made here in dist/: make mirror-host"
   make --no-print-directory mirror-host
 fi
 
@@ -49,7 +55,6 @@ make --no-print-directory install-mirror MEEPA_TRUST_SNAPSHOT_KEY=1 2>&1 | tee "
 version=$(cat bin/mirror.version)
 
 say "the snapshot's version names its commit: $version"
-commit=$(git rev-parse --short HEAD)
 case $version in
   *-dev.*.g"$commit") ;;
   *) fail "the snapshot is version $version, which does not name commit $commit: a rebuild at another commit would reuse it" ;;
@@ -119,7 +124,63 @@ EOF
   grep -F "Plan: 1 to add, 0 to change, 0 to destroy." "$dir/plan.log" >/dev/null || fail "$name plan is not 1 to add"
 }
 
+# offline_base CLI: the guide's air-gapped base image (docs/guides/installing.md,
+# "A base image with no registry", way 2) made with its commands, then an
+# isolation image applied on it with pull = "never" by the provider from the
+# mirror, its runner run, and destroyed.
+offline_base() {
+  local cli=$1 dir=$WORK/offline base=meepa-install-check/busybox:offline rc=0
+  mkdir -p "$dir/state"
+  say "an air-gapped base image: a busybox root file system imported with docker import"
+  (
+    cd "$dir"
+    mkdir -p rootfs/bin rootfs/etc rootfs/tmp && cp /bin/busybox rootfs/bin/
+    for a in $(rootfs/bin/busybox --list); do [ "$a" = busybox ] || ln -s busybox "rootfs/bin/$a"; done
+    printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n' >rootfs/etc/passwd
+    chmod 1777 rootfs/tmp
+    tar --numeric-owner -C rootfs -cf base.tar .
+    docker import --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' base.tar "$base"
+  ) || fail "the guide's docker import of a rootfs tarball failed"
+  cat >"$dir/main.tf" <<EOF
+terraform {
+  required_providers {
+    meepa = {
+      source  = "bogpad/meepa"
+      version = "$version"
+    }
+  }
+}
+
+provider "meepa" {
+  state_dir = "$dir/state"
+}
+
+resource "meepa_isolation_image" "offline" {
+  base_image      = "$base"
+  pull            = "never"
+  package_manager = "none"
+  env_vars        = { LANG = "C.UTF-8" }
+}
+
+output "isolated_image" {
+  value = meepa_isolation_image.offline.isolated_image
+}
+EOF
+  TF_CLI_CONFIG_FILE=$ROOT/bin/mirror.tfrc "$cli" -chdir="$dir" init -input=false -no-color >"$dir/init.log" 2>&1 ||
+    { cat "$dir/init.log"; docker rmi "$base" >/dev/null; fail "init for the offline base failed"; }
+  "$cli" -chdir="$dir" apply -auto-approve -input=false -no-color 2>&1 | tail -5 || rc=$?
+  if [ "$rc" -eq 0 ]; then
+    local img
+    img=$("$cli" -chdir="$dir" output -raw isolated_image)
+    docker run --rm --network none "$img" agent-runner version || rc=$?
+  fi
+  "$cli" -chdir="$dir" destroy -auto-approve -input=false -no-color 2>&1 | tail -1 || rc=$?
+  docker rmi "$base" >/dev/null || true
+  [ "$rc" -eq 0 ] || fail "an isolation image on the imported base did not apply, run or destroy (exit $rc)"
+}
+
 check "$(command -v terraform)" registry.terraform.io
+offline_base "$(command -v terraform)"
 
 tofu=""
 if tofu=$(scripts/tools.sh cached tofu); then

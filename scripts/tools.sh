@@ -55,8 +55,11 @@ build_tofu() {
   chmod -R u+w "$1"
   (cd "$1" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath \
     -ldflags "-s -w -X github.com/opentofu/opentofu/version.dev=no" -o "$2" ./cmd/tofu)
-  "$2" version | head -1 | grep -qx "OpenTofu $TOOL_VERSION" ||
-    { echo "tools.sh: the built tofu reports '$("$2" version | head -1)', not OpenTofu $TOOL_VERSION" >&2; exit 1; }
+  # (A CLI configuration that is not there makes it print warnings first.)
+  local out
+  out=$(env -u TF_CLI_CONFIG_FILE "$2" version 2>&1)
+  grep -qx "OpenTofu $TOOL_VERSION" <<<"$out" ||
+    { echo "tools.sh: the built tofu reports '$out', not OpenTofu $TOOL_VERSION" >&2; exit 1; }
 }
 
 # ensure NAME: builds NAME unless it is cached.
