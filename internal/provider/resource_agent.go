@@ -183,6 +183,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	warnSoulSeedOnly(plan, *state, &resp.Diagnostics)
 	if deployment != deploy.ModeExternal {
 		// A workspace made again is a new directory: containers the runner
 		// prestarted still hold the old one's bind mount, so it is replaced.
@@ -191,6 +192,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 			plan.RunnerContainerID = types.StringUnknown()
 			plan.LandlockABI = types.Int64Unknown()
 			plan.AgentUID = types.Int64Unknown()
+			r.warnRunnerReplaced(ctx, plan, *state, &resp.Diagnostics)
 		} else {
 			plan.RunnerContainerID = state.RunnerContainerID
 			plan.LandlockABI = state.LandlockABI
