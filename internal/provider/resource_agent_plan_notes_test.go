@@ -125,8 +125,10 @@ func TestAgentPlan_soulSeedOnly(t *testing.T) {
 		t.Fatalf("want one warning on soul naming manage_soul and the workspace, got %v", d)
 	}
 	for name, edit := range map[string]func(*agentModel){
-		"manage_soul": func(m *agentModel) { m.Soul, m.ManageSoul = types.StringValue("You are the second soul."), types.BoolValue(true) },
-		"same soul":   func(m *agentModel) { m.ForceDestroyWorkspace = types.BoolValue(true) },
+		"manage_soul": func(m *agentModel) {
+			m.Soul, m.ManageSoul = types.StringValue("You are the second soul."), types.BoolValue(true)
+		},
+		"same soul": func(m *agentModel) { m.ForceDestroyWorkspace = types.BoolValue(true) },
 	} {
 		if _, d := f.plan(t, edit); len(planWarnings(d, "Soul Only Seeds A New Workspace")) != 0 {
 			t.Errorf("%s: %v", name, d)

@@ -26,6 +26,9 @@ import (
 // docs nor the plan can drift from the runner.
 func agentSchema() schema.Schema {
 	return schema.Schema{
+		// Version 1: file_access is null for a container-mode agent that
+		// does not set it (upgradeAgentStateV0).
+		Version: 1,
 		MarkdownDescription: "One agent: its persistent workspace (`<state_dir>/agents/<agent_id>/`), its isolation policy " +
 			"(container mode, Landlock file access, or unrestricted), its LLM settings and secrets, and a running " +
 			"`agent-runner serve` that answers its messages — one fresh hardened container per message in container mode.\n\n" +
@@ -211,10 +214,14 @@ func agentSchema() schema.Schema {
 					},
 				},
 			},
+			// No schema default: the defaults are host mode's, and a
+			// container-mode agent would show them in every plan though they
+			// govern nothing there. ModifyPlan fills them in host mode.
 			"file_access": schema.SingleNestedAttribute{
-				Optional: true, Computed: true, Default: objectdefault.StaticValue(defaultFileAccess()),
+				Optional: true, Computed: true,
 				MarkdownDescription: "Host-mode file access (container mode off), enforced with Landlock on each message's agent " +
-					"process: `deny` beats `allow_read_write` beats `allow_read`; writes are denied unless allowed. The spec's fields and defaults.",
+					"process: `deny` beats `allow_read_write` beats `allow_read`; writes are denied unless allowed. The spec's fields and defaults. " +
+					"Unset, a host-mode agent gets those defaults and a container-mode agent has none (null: it does not apply there).",
 				Attributes: map[string]schema.Attribute{
 					"unrestricted": schema.BoolAttribute{
 						Optional: true, Computed: true, Default: booldefault.StaticBool(false),
