@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -55,6 +56,11 @@ func (r *agentResource) warnRunnerReplaced(ctx context.Context, plan, state agen
 			why = append(why, "a write-only input of its config changed (llm.api_key or a secrets value, which no plan can show)")
 		} else {
 			why = append(why, "these settings of its config changed: "+strings.Join(changed, ", "))
+		}
+		if slices.Contains(changed, "container_mode.image") && new.Config.Container.Enabled && new.RunnerImage() == new.Config.Container.Image {
+			why = append(why, "the runner runs from container_mode.image itself, and a runner kept on the old image would hold it on the "+
+				"daemon. With an image of its own (runner.image), a new container_mode.image reaches the runner by a reload, "+
+				"and its next message runs in the new image without a restart")
 		}
 	}
 	if len(why) == 0 {

@@ -173,3 +173,29 @@ func TestAgentPlan_runnerReplacedWarns(t *testing.T) {
 		t.Errorf("force_destroy_workspace keeps the runner, silently: %s %v", p.RunnerContainerID, d)
 	}
 }
+
+// TestAgentPlan_newImageKeepsOwnRunner: a new container_mode.image keeps
+// a runner that has an image of its own (it reloads), silently; a runner
+// that runs from container_mode.image is replaced, and the plan says so
+// and how to avoid it.
+func TestAgentPlan_newImageKeepsOwnRunner(t *testing.T) {
+	newImage := func(m *agentModel) {
+		attrs := m.ContainerMode.Attributes()
+		attrs["image"] = types.StringValue("meepagateway-isolated:2")
+		m.ContainerMode = types.ObjectValueMust(containerModeAttrTypes, attrs)
+	}
+	own := newPlanFixture(t, func(a *deploy.Agent) { a.Meta.RunnerImage = "meepa-runner:1" })
+	p, d := own.plan(t, newImage)
+	if d.HasError() {
+		t.Fatal(d)
+	}
+	if !p.RunnerContainerID.Equal(own.state.RunnerContainerID) || !p.ConfigHash.Equal(own.state.ConfigHash) || len(planWarnings(d, "Runner Will Be Replaced")) != 0 {
+		t.Errorf("own runner image: runner %s hash %s (was %s), %v; want it kept, silently", p.RunnerContainerID, p.ConfigHash, own.state.ConfigHash, d)
+	}
+	shared := newPlanFixture(t, nil)
+	p, d = shared.plan(t, newImage)
+	w := planWarnings(d, "Runner Will Be Replaced")
+	if !p.RunnerContainerID.IsUnknown() || len(w) != 1 || !strings.Contains(w[0], "container_mode.image") || !strings.Contains(w[0], "runner.image") {
+		t.Errorf("runner on container_mode.image: runner %s, %v; want it replaced with a warning naming container_mode.image and runner.image", p.RunnerContainerID, d)
+	}
+}
