@@ -57,7 +57,7 @@ func (r *agentResource) warnRunnerReplaced(ctx context.Context, plan, state agen
 		} else {
 			why = append(why, "these settings of its config changed: "+strings.Join(changed, ", "))
 		}
-		if slices.Contains(changed, "container_mode.image") && new.Config.Container.Enabled && new.RunnerImage() == new.Config.Container.Image {
+		if slices.Contains(changed, "container_mode.image") && new.Config.Container.Enabled && new.Meta.RunnerImage == "" {
 			why = append(why, "the runner runs from container_mode.image itself, and a runner kept on the old image would hold it on the "+
 				"daemon. With an image of its own (runner.image), a new container_mode.image reaches the runner by a reload, "+
 				"and its next message runs in the new image without a restart")

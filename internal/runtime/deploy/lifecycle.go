@@ -402,9 +402,9 @@ func (s *Service) hashOnDisk(a Agent) string {
 		cfg.Listen = HostListen(cfg.Listen)
 	}
 	// The runner image is the one last applied, whatever the file says.
-	a.Meta.RunnerImage = a.RunnerImage()
+	runnerImage := a.RunnerImage()
 	a.Config = *cfg
-	return s.hash(a, key)
+	return s.hashRunning(a, runnerImage, key)
 }
 
 // Remove takes an agent down: its runner container (unless an operator runs

@@ -14,10 +14,10 @@ const TopicImageDrift = "runner image drift"
 
 // reloadsImage says a new container_mode.image reaches this agent's
 // runner by a reload rather than a new runner (see Service.hash): a
-// container-mode agent whose runner the provider runs from an image other
-// than the per-message one.
+// container-mode agent whose runner the provider runs from an image of its
+// own (runner.image, even one equal to the per-message image today).
 func reloadsImage(a Agent) bool {
-	return a.Config.Container.Enabled && a.Deployment() == ModeContainer && a.RunnerImage() != a.Config.Container.Image
+	return a.Config.Container.Enabled && a.Deployment() == ModeContainer && a.Meta.RunnerImage != ""
 }
 
 // servedImage is the per-message image the runner on l says it serves;

@@ -27,6 +27,7 @@ func TestHashLeavesOutReloadedImage(t *testing.T) {
 		same                bool
 	}{
 		{"own runner image", true, "runner:1", ModeContainer, true},
+		{"own runner image, the per-message one at first", true, "img:1", ModeContainer, true},
 		{"runner runs container_mode.image", true, "", ModeContainer, false},
 		{"host mode", false, "runner:1", ModeContainer, false},
 		{"external", true, "runner:1", ModeExternal, false},

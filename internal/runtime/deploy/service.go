@@ -172,9 +172,12 @@ func (s *Service) complete(a *Agent, l Listener) {
 // replaced, and a runner kept on it would pin the old image (its removal
 // fails while a container uses it). In host mode the image is the agent's
 // whole environment.
-func (s *Service) hash(a Agent, key []byte) string {
+func (s *Service) hash(a Agent, key []byte) string { return s.hashRunning(a, a.RunnerImage(), key) }
+
+// hashRunning is hash for a runner that runs runnerImage.
+func (s *Service) hashRunning(a Agent, runnerImage string, key []byte) string {
 	c := a.Config
-	set := Settings{Mode: a.Deployment(), Image: a.RunnerImage(), Version: s.o.Version}
+	set := Settings{Mode: a.Deployment(), Image: runnerImage, Version: s.o.Version}
 	if reloadsImage(a) {
 		c.Container.Image = ""
 	}

@@ -1,0 +1,134 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/image"
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+	"github.com/hashicorp/terraform-plugin-testing/tfversion"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// TestAccAgent_imageReload: a new container_mode.image for an agent whose
+// runner has an image of its own keeps the runner (the plan knows its
+// container id, the daemon shows the same container) and the very next
+// message runs in the new image, not in the container prestarted from the
+// old one. A change of the agent's own settings (memory_limit) still
+// replaces it. The step times are logged: reload against replacement.
+func TestAccAgent_imageReload(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	runnerImage := testutil.EnsureRunnerImage(t, cli)
+	// The per-message image of the change: the runner image and a marker.
+	newImage := "meepa-test/runner-marked:" + runID
+	testutil.BuildImage(t, cli, newImage, "FROM "+runnerImage+"\nCOPY marker /marker\n", map[string][]byte{"marker": []byte("marker-of-the-new-image\n")})
+	testutil.Cleanup(t, "remove image "+newImage, func() error {
+		_, err := cli.ImageRemove(context.Background(), newImage, image.RemoveOptions{Force: true})
+		return testutil.Gone(err)
+	})
+
+	stateDir := t.TempDir()
+	id := "tf-acc-agent-reload-" + runID
+	layout := deploy.LayoutFor(stateDir, id)
+	cleanupAgent(t, cli, id)
+	config := func(perMessage, memory string) string {
+		return fmt.Sprintf(`
+provider "meepa" {
+  state_dir = %q
+}
+
+resource "meepa_agent" "t" {
+  agent_id = %q
+  llm      = { provider = "offline" }
+  container_mode = {
+    enabled      = true
+    image        = %q
+    memory_limit = %q
+    network      = "none"
+  }
+  runner = { image = %q }
+}
+`, stateDir, id, perMessage, memory, runnerImage)
+	}
+	var runnerID string
+	var stepDone time.Time
+	// marker sends a message and checks what the per-message container
+	// has at /marker.
+	marker := func(want string) resource.TestCheckFunc {
+		return func(s *terraform.State) error {
+			tok := s.RootModule().Resources["meepa_agent.t"].Primary.Attributes["token"]
+			reply, code, err := sendMessage(layout.Socket, tok, "!sh cat /marker 2>/dev/null || echo no-marker")
+			if err != nil || code != 200 {
+				return fmt.Errorf("message: %d %v", code, err)
+			}
+			if !strings.Contains(reply.Reply, want) {
+				return fmt.Errorf("reply %q, want %q", reply.Reply, want)
+			}
+			return nil
+		}
+	}
+	runner := func(same bool) resource.TestCheckFunc {
+		return func(s *terraform.State) error {
+			st, err := deploy.Inspect(context.Background(), cli, id)
+			if err != nil || st.State != deploy.StatusRunning {
+				return fmt.Errorf("runner: %+v %v", st, err)
+			}
+			if (st.ID == runnerID) != same {
+				return fmt.Errorf("runner container %s, before %s: want same=%t", st.ID, runnerID, same)
+			}
+			runnerID = st.ID
+			return nil
+		}
+	}
+	elapsed := func(what string) resource.TestCheckFunc {
+		return func(*terraform.State) error {
+			t.Logf("%s: %s from the previous step's end (plan, apply, refresh)", what, time.Since(stepDone).Round(time.Millisecond))
+			return nil
+		}
+	}
+	done := func(*terraform.State) error { stepDone = time.Now(); return nil }
+
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{
+			{
+				// The first message leaves a container prestarted from the
+				// old image.
+				Config: config(runnerImage, "512m"),
+				Check:  resource.ComposeTestCheckFunc(runner(false), marker("no-marker"), done),
+			},
+			{
+				Config: config(newImage, "512m"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("meepa_agent.t", plancheck.ResourceActionUpdate),
+					plancheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("runner_container_id"), knownvalue.NotNull()),
+				}},
+				Check: resource.ComposeTestCheckFunc(elapsed("new per-message image, runner reloaded"), runner(true),
+					marker("marker-of-the-new-image"), done),
+			},
+			{
+				Config: config(newImage, "256m"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectUnknownValue("meepa_agent.t", tfjsonpath.New("runner_container_id")),
+				}},
+				Check: resource.ComposeTestCheckFunc(elapsed("new memory_limit, runner replaced"), runner(false), marker("marker-of-the-new-image")),
+			},
+			{
+				Config:           config(newImage, "256m"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+			},
+		},
+	})
+}
