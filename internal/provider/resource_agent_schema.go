@@ -115,7 +115,8 @@ func agentSchema() schema.Schema {
 			"soul": schema.StringAttribute{
 				Optional: true, Computed: true, Default: stringdefault.StaticString(""),
 				MarkdownDescription: "Initial `SOUL.md` (the agent's system prompt). Written when the workspace is made and never " +
-					"over the agent's own edits, unless `manage_soul`.",
+					"over the agent's own edits, unless `manage_soul`: without it, a changed `soul` is kept only as the seed of a " +
+					"workspace made again, and the plan warns that `SOUL.md` keeps its text.",
 			},
 			"memory": schema.StringAttribute{
 				Optional: true, Computed: true, Default: stringdefault.StaticString(""),
@@ -162,7 +163,9 @@ func agentSchema() schema.Schema {
 						Optional: true, Computed: true, Default: stringdefault.StaticString(""),
 						MarkdownDescription: "Image of the per-message containers, and of the runner unless `runner.image` is set. " +
 							"Use an isolation image: `meepa_isolation_image.<name>.isolated_image`. Required when `enabled` or " +
-							"when the provider runs the runner (`runner.deployment = \"container\"`) and `runner.image` is empty.",
+							"when the provider runs the runner (`runner.deployment = \"container\"`) and `runner.image` is empty. " +
+							"A new image replaces a runner that runs from it (`runner.image` empty); with `runner.image` set, a container-mode " +
+							"runner is kept: it reloads its config and the next message runs in the new image.",
 						Validators: []validator.String{scoped(optionalImageReference())},
 					},
 					"memory_limit": schema.StringAttribute{
@@ -291,8 +294,9 @@ func agentSchema() schema.Schema {
 					},
 					"image": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(""),
-						MarkdownDescription: "Image the runner service runs from (it needs `agent-runner` on its PATH). Empty: `container_mode.image`.",
-						Validators:          []validator.String{scoped(optionalImageReference())},
+						MarkdownDescription: "Image the runner service runs from (it needs `agent-runner` on its PATH). Empty: `container_mode.image`, " +
+							"and then a new `container_mode.image` replaces the runner; set, a container-mode runner outlives such a change.",
+						Validators: []validator.String{scoped(optionalImageReference())},
 					},
 				},
 			},
@@ -332,7 +336,8 @@ func agentSchema() schema.Schema {
 				Computed: true,
 				MarkdownDescription: "SHA-256 over the runner's non-secret config and deployment, and a keyed hash of its secrets " +
 					"(token, API key, `secrets`; the key stays in a 0600 file beside the config). It changes when any of them does, " +
-					"including the write-only API key.",
+					"including the write-only API key, and a change replaces the runner (the plan warns, naming the settings). " +
+					"`container_mode.image` is left out for a container-mode runner with a `runner.image` of its own, which reloads it instead.",
 			},
 			"landlock_abi": schema.Int64Attribute{
 				Computed:            true,
