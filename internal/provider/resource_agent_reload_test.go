@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfversion"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -24,7 +25,8 @@ import (
 // container id, the daemon shows the same container) and the very next
 // message runs in the new image, not in the container prestarted from the
 // old one. A change of the agent's own settings (memory_limit) still
-// replaces it. The step times are logged: reload against replacement.
+// replaces it, and so does a runner made to serve another image out of
+// band. The step times are logged: reload against replacement.
 func TestAccAgent_imageReload(t *testing.T) {
 	testutil.RequireDocker(t)
 	cli := testutil.Docker(t)
@@ -77,7 +79,7 @@ resource "meepa_agent" "t" {
 			return nil
 		}
 	}
-	runner := func(same bool) resource.TestCheckFunc {
+	sameRunner := func(same bool) resource.TestCheckFunc {
 		return func(s *terraform.State) error {
 			st, err := deploy.Inspect(context.Background(), cli, id)
 			if err != nil || st.State != deploy.StatusRunning {
@@ -107,7 +109,7 @@ resource "meepa_agent" "t" {
 				// The first message leaves a container prestarted from the
 				// old image.
 				Config: config(runnerImage, "512m"),
-				Check:  resource.ComposeTestCheckFunc(runner(false), marker("no-marker"), done),
+				Check:  resource.ComposeTestCheckFunc(sameRunner(false), marker("no-marker"), done),
 			},
 			{
 				Config: config(newImage, "512m"),
@@ -115,15 +117,44 @@ resource "meepa_agent" "t" {
 					plancheck.ExpectResourceAction("meepa_agent.t", plancheck.ResourceActionUpdate),
 					plancheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("runner_container_id"), knownvalue.NotNull()),
 				}},
-				Check: resource.ComposeTestCheckFunc(elapsed("new per-message image, runner reloaded"), runner(true),
+				Check: resource.ComposeTestCheckFunc(elapsed("new per-message image, runner reloaded"), sameRunner(true),
 					marker("marker-of-the-new-image"), done),
+			},
+			{
+				// Out of band, the runner is made to serve another image
+				// (its config edited and reloaded): its hash leaves the
+				// image out, so Read asks the runner, and the plan replaces
+				// it.
+				PreConfig: func() {
+					cfg, err := runner.LoadConfig(layout.ConfigFile)
+					if err == nil {
+						cfg.Container.Image = runnerImage
+						err = deploy.WriteConfig(layout, cfg)
+					}
+					if err == nil {
+						err = cli.ContainerKill(context.Background(), deploy.ContainerName(id), "HUP")
+					}
+					for i := 0; err == nil && i < 100; i++ {
+						h, herr := deploy.CheckHealth(context.Background(), deploy.Listener{Unix: layout.Socket})
+						if herr == nil && h["image"] == runnerImage {
+							return
+						}
+						time.Sleep(100 * time.Millisecond)
+					}
+					t.Fatalf("out-of-band reload: %v", err)
+				},
+				Config: config(newImage, "512m"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectUnknownValue("meepa_agent.t", tfjsonpath.New("runner_container_id")),
+				}},
+				Check: resource.ComposeTestCheckFunc(sameRunner(false), marker("marker-of-the-new-image"), done),
 			},
 			{
 				Config: config(newImage, "256m"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectUnknownValue("meepa_agent.t", tfjsonpath.New("runner_container_id")),
 				}},
-				Check: resource.ComposeTestCheckFunc(elapsed("new memory_limit, runner replaced"), runner(false), marker("marker-of-the-new-image")),
+				Check: resource.ComposeTestCheckFunc(elapsed("new memory_limit, runner replaced"), sameRunner(false), marker("marker-of-the-new-image")),
 			},
 			{
 				Config:           config(newImage, "256m"),
