@@ -18,15 +18,25 @@ import (
 // change"; and writing SOUL.md without manage_soul would overwrite what
 // the agent wrote there, which soul promises never to do. What is left is
 // to say it plainly where the operator looks: on soul, in the plan.
+// memory is the same: MEMORY.md is the agent's once made, with no manage_
+// switch, so its change only seeds.
 func warnSoulSeedOnly(plan, state agentModel, diags *diag.Diagnostics) {
-	if state.WorkspacePath.IsNull() || state.WorkspacePath.ValueString() == "" || plan.ManageSoul.IsUnknown() || plan.ManageSoul.ValueBool() ||
-		plan.Soul.IsUnknown() || plan.Soul.Equal(state.Soul) {
+	ws := state.WorkspacePath.ValueString()
+	if state.WorkspacePath.IsNull() || ws == "" {
 		return
 	}
-	diags.AddAttributeWarning(path.Root("soul"), "Soul Only Seeds A New Workspace",
-		fmt.Sprintf("soul changes, but manage_soul is false and the workspace %s exists, so apply will not write SOUL.md: the agent keeps "+
-			"the text it has (and its own edits). The new text is kept as the seed for a workspace made again. To write it now, "+
-			"and keep SOUL.md equal to soul from then on, set manage_soul = true.", state.WorkspacePath.ValueString()))
+	if !plan.ManageSoul.IsUnknown() && !plan.ManageSoul.ValueBool() && !plan.Soul.IsUnknown() && !plan.Soul.Equal(state.Soul) {
+		diags.AddAttributeWarning(path.Root("soul"), "Soul Only Seeds A New Workspace",
+			fmt.Sprintf("soul changes, but manage_soul is false and the workspace %s exists, so apply will not write SOUL.md: the agent keeps "+
+				"the text it has (and its own edits). The new text is kept as the seed for a workspace made again. To write it now, "+
+				"and keep SOUL.md equal to soul from then on, set manage_soul = true.", ws))
+	}
+	if !plan.Memory.IsUnknown() && !plan.Memory.Equal(state.Memory) {
+		diags.AddAttributeWarning(path.Root("memory"), "Memory Only Seeds A New Workspace",
+			fmt.Sprintf("memory changes, but the workspace %s exists, so apply will not write MEMORY.md: it belongs to the agent once "+
+				"made. The new text is kept as the seed for a workspace made again; to change the agent's memory now, edit MEMORY.md "+
+				"in the workspace.", ws))
+	}
 }
 
 // warnRunnerReplaced says at plan that apply replaces the agent's runner,

@@ -112,8 +112,8 @@ func planWarnings(d diag.Diagnostics, summary string) []string {
 
 // TestAgentPlan_soulSeedOnly: a changed soul without manage_soul is not
 // written to an existing workspace, and the plan says so on soul, naming
-// manage_soul. With manage_soul, or for a workspace that is gone, it is
-// written, and the plan says nothing.
+// manage_soul (a changed memory likewise, on memory). With manage_soul, or
+// for a workspace that is gone, it is written, and the plan says nothing.
 func TestAgentPlan_soulSeedOnly(t *testing.T) {
 	f := newPlanFixture(t, nil)
 	_, d := f.plan(t, func(m *agentModel) { m.Soul = types.StringValue("You are the second soul.") })
@@ -133,6 +133,10 @@ func TestAgentPlan_soulSeedOnly(t *testing.T) {
 		if _, d := f.plan(t, edit); len(planWarnings(d, "Soul Only Seeds A New Workspace")) != 0 {
 			t.Errorf("%s: %v", name, d)
 		}
+	}
+	_, d = f.plan(t, func(m *agentModel) { m.Memory = types.StringValue("Something new.") })
+	if w := planWarnings(d, "Memory Only Seeds A New Workspace"); len(w) != 1 || !strings.Contains(w[0], "MEMORY.md") {
+		t.Errorf("memory: %v", d)
 	}
 	f.state.WorkspacePath = types.StringValue("") // Read found it gone
 	if _, d := f.plan(t, func(m *agentModel) { m.Soul = types.StringValue("You are the second soul.") }); len(planWarnings(d, "Soul Only Seeds A New Workspace")) != 0 {

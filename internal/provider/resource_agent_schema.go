@@ -120,7 +120,8 @@ func agentSchema() schema.Schema {
 			},
 			"memory": schema.StringAttribute{
 				Optional: true, Computed: true, Default: stringdefault.StaticString(""),
-				MarkdownDescription: "Initial `MEMORY.md`. Written when the workspace is made; afterwards it belongs to the agent.",
+				MarkdownDescription: "Initial `MEMORY.md`. Written when the workspace is made; afterwards it belongs to the agent " +
+					"(a changed `memory` only seeds a workspace made again, and the plan warns).",
 			},
 			"manage_soul": schema.BoolAttribute{
 				Optional: true, Computed: true, Default: booldefault.StaticBool(false),
