@@ -99,6 +99,43 @@ resource "meepa_agent" "t" {
 		}
 	}
 	done := func(*terraform.State) error { stepDone = time.Now(); return nil }
+	// A client that keeps sending messages while terraform applies: how
+	// many were answered, and how many refused or failed.
+	var stopProbe func() (ok, failed int)
+	probe := func(s *terraform.State) error {
+		tok := s.RootModule().Resources["meepa_agent.t"].Primary.Attributes["token"]
+		stop := make(chan struct{})
+		counts := make(chan [2]int, 1)
+		go func() {
+			var ok, failed int
+			for {
+				select {
+				case <-stop:
+					counts <- [2]int{ok, failed}
+					return
+				default:
+				}
+				if _, code, err := sendMessage(layout.Socket, tok, "hello"); err == nil && code == 200 {
+					ok++
+				} else {
+					failed++
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+		stopProbe = func() (int, int) { close(stop); c := <-counts; return c[0], c[1] }
+		return nil
+	}
+	probed := func(what string, wantNoFailure bool) resource.TestCheckFunc {
+		return func(*terraform.State) error {
+			ok, failed := stopProbe()
+			t.Logf("%s: during the apply %d messages answered, %d refused or failed", what, ok, failed)
+			if wantNoFailure && (failed > 0 || ok == 0) {
+				return fmt.Errorf("%s: %d messages answered, %d refused or failed; want every one answered", what, ok, failed)
+			}
+			return nil
+		}
+	}
 
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
@@ -109,7 +146,7 @@ resource "meepa_agent" "t" {
 				// The first message leaves a container prestarted from the
 				// old image.
 				Config: config(runnerImage, "512m"),
-				Check:  resource.ComposeTestCheckFunc(sameRunner(false), marker("no-marker"), done),
+				Check:  resource.ComposeTestCheckFunc(sameRunner(false), marker("no-marker"), done, probe),
 			},
 			{
 				Config: config(newImage, "512m"),
@@ -117,7 +154,7 @@ resource "meepa_agent" "t" {
 					plancheck.ExpectResourceAction("meepa_agent.t", plancheck.ResourceActionUpdate),
 					plancheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("runner_container_id"), knownvalue.NotNull()),
 				}},
-				Check: resource.ComposeTestCheckFunc(elapsed("new per-message image, runner reloaded"), sameRunner(true),
+				Check: resource.ComposeTestCheckFunc(probed("reload", true), elapsed("new per-message image, runner reloaded"), sameRunner(true),
 					marker("marker-of-the-new-image"), done),
 			},
 			{
@@ -147,14 +184,15 @@ resource "meepa_agent" "t" {
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectUnknownValue("meepa_agent.t", tfjsonpath.New("runner_container_id")),
 				}},
-				Check: resource.ComposeTestCheckFunc(sameRunner(false), marker("marker-of-the-new-image"), done),
+				Check: resource.ComposeTestCheckFunc(sameRunner(false), marker("marker-of-the-new-image"), done, probe),
 			},
 			{
 				Config: config(newImage, "256m"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectUnknownValue("meepa_agent.t", tfjsonpath.New("runner_container_id")),
 				}},
-				Check: resource.ComposeTestCheckFunc(elapsed("new memory_limit, runner replaced"), sameRunner(false), marker("marker-of-the-new-image")),
+				Check: resource.ComposeTestCheckFunc(probed("replacement", false), elapsed("new memory_limit, runner replaced"), sameRunner(false),
+					marker("marker-of-the-new-image")),
 			},
 			{
 				Config:           config(newImage, "256m"),
