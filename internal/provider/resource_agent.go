@@ -19,6 +19,7 @@ var (
 	_ resource.ResourceWithConfigure      = (*agentResource)(nil)
 	_ resource.ResourceWithImportState    = (*agentResource)(nil)
 	_ resource.ResourceWithModifyPlan     = (*agentResource)(nil)
+	_ resource.ResourceWithUpgradeState   = (*agentResource)(nil)
 	_ resource.ResourceWithValidateConfig = (*agentResource)(nil)
 )
 
@@ -134,11 +135,21 @@ func validateListenReach(ctx context.Context, m agentModel, cm containerModeMode
 // (including through the write-only API key, which only the configuration
 // holds) or Read found the runner missing, stopped or stale.
 func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.Plan.Raw.IsNull() || r.data == nil {
+	if req.Plan.Raw.IsNull() {
 		return
 	}
 	var plan agentModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	// Before anything that needs the provider's configuration: a plan
+	// of an unconfigured provider must not keep a stale file_access.
+	plan.FileAccess = plannedFileAccess(ctx, req.Config, plan.FileAccess, plan.ContainerMode, &resp.Diagnostics)
+	if r.data == nil {
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("file_access"), plan.FileAccess)...)
+		return
+	}
 	var state *agentModel
 	if !req.State.Raw.IsNull() {
 		state = &agentModel{}
@@ -184,6 +195,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	warnSoulSeedOnly(plan, *state, &resp.Diagnostics)
 	if deployment != deploy.ModeExternal {
 		// A workspace made again is a new directory: containers the runner
 		// prestarted still hold the old one's bind mount, so it is replaced.
@@ -192,6 +204,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 			plan.RunnerContainerID = types.StringUnknown()
 			plan.LandlockABI = types.Int64Unknown()
 			plan.AgentUID = types.Int64Unknown()
+			r.warnRunnerReplaced(ctx, plan, *state, &resp.Diagnostics)
 		} else {
 			plan.RunnerContainerID = state.RunnerContainerID
 			plan.LandlockABI = state.LandlockABI
@@ -342,6 +355,8 @@ func (r *agentResource) Update(ctx context.Context, req resource.UpdateRequest, 
 // apply runs the service's Apply for plan and fills plan's computed values
 // from its result.
 func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan, prior *agentModel, redeploy bool, diags *diag.Diagnostics) {
+	// Unknown at plan while container_mode was.
+	plan.FileAccess = plannedFileAccess(ctx, config, plan.FileAccess, plan.ContainerMode, diags)
 	apiKey, secrets := writeOnlyValues(ctx, config, diags)
 	m := *plan
 	m.Secrets = secrets

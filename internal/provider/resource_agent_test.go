@@ -71,7 +71,8 @@ func TestAccAgent_lifecycle(t *testing.T) {
 					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("config_hash"), knownvalue.StringRegexp(hex64)),
 					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("llm").AtMapKey("api_key"), knownvalue.Null()),
 					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("container_mode").AtMapKey("timeout_seconds"), knownvalue.Int64Exact(300)),
-					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("file_access").AtMapKey("allow_network"), knownvalue.Bool(true)),
+					// A container-mode agent has no file_access (host mode only).
+					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("file_access"), knownvalue.Null()),
 				},
 				Check: func(s *terraform.State) error {
 					a := s.RootModule().Resources["meepa_agent.t"].Primary.Attributes

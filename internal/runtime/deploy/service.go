@@ -163,9 +163,25 @@ func (s *Service) complete(a *Agent, l Listener) {
 // hash is ConfigHash over what a plan can know: a threegate role's networks,
 // DNS and env are resolved at apply, so the hash covers the threegate network
 // and role in their place.
-func (s *Service) hash(a Agent, key []byte) string {
+//
+// A container-mode runner with an image of its own (runner.image) is not
+// replaced for a new per-message image: it re-reads its config on SIGHUP
+// (Server.Reload: a new backend, the prestarted container of the old image
+// discarded), so container_mode.image is left out of its hash and Apply
+// reloads it instead (reloadImage). A runner that runs from
+// container_mode.image itself is replaced: its own image is the one
+// replaced, and a runner kept on it would pin the old image (its removal
+// fails while a container uses it). In host mode the image is the agent's
+// whole environment.
+func (s *Service) hash(a Agent, key []byte) string { return s.hashRunning(a, a.RunnerImage(), key) }
+
+// hashRunning is hash for a runner that runs runnerImage.
+func (s *Service) hashRunning(a Agent, runnerImage string, key []byte) string {
 	c := a.Config
-	set := Settings{Mode: a.Deployment(), Image: a.RunnerImage(), Version: s.o.Version}
+	set := Settings{Mode: a.Deployment(), Image: runnerImage, Version: s.o.Version}
+	if reloadsImage(a) {
+		c.Container.Image = ""
+	}
 	if a.Meta.ThreegateNetwork != "" {
 		c.Container.Network, c.Container.Networks, c.Container.DNS, c.Env = "", nil, nil, nil
 		set.ThreegateNetwork, set.ThreegateRole = a.Meta.ThreegateNetwork, a.Meta.ThreegateRole
