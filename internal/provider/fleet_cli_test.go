@@ -60,44 +60,21 @@ func TestAccFleetModuleThroughTheCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir, stateDir := t.TempDir(), t.TempDir()
-	write := func(soul, allow, img string) {
+	write := func(soul, img string, allow ...string) {
 		t.Helper()
-		cfg := fmt.Sprintf(`
-terraform {
-  required_providers {
-    meepa = { source = "bogpad/meepa" }
-  }
-}
-
-provider "meepa" {
-  state_dir = %[1]q
-}
-
-resource "threegate_network" "tg" {
-  provider         = meepa
-  name             = %[2]q
-  llmnet_subnet    = %[3]q
-  fetchnet_subnet  = %[4]q
-  egressnet_subnet = %[5]q
-  firewall = { enabled = false }
-  proxy = {
-    image = %[6]q
-    allow = ["example.com"%[7]s]
-  }
-}
-
+		cfg := topologyHCL(stateDir, tg, image, llm, fetch, egress, allow...) + fmt.Sprintf(`
 module "fleet" {
-  source   = %[8]q
+  source   = %[1]q
   topology = threegate_network.tg.id
-  image    = %[9]q
-  prefix   = %[10]q
+  image    = %[2]q
+  prefix   = %[3]q
   agents = {
     web  = { role = "fetch" }
     exec = { role = "tool_exec" }
-    lead = { role = "core", soul = %[11]q, ask = ["exec", "web"] }
+    lead = { role = "core", soul = %[4]q, ask = ["exec", "web"] }
   }
 }
-`, stateDir, tg, llm, fetch, egress, image, allow, module, img, prefix, soul)
+`, module, img, prefix, soul)
 		if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +151,7 @@ module "fleet" {
 		}
 	}
 
-	write("You lead.", "", image)
+	write("You lead.", image)
 	// Modules only: with dev_overrides the provider needs no init (and
 	// init would ask the registry for it).
 	must("get", "-no-color")
@@ -189,13 +166,13 @@ module "fleet" {
 		t.Fatalf("lead asks exec: %d %v %q", code, err, reply.Reply)
 	}
 
-	write("You lead, briefly.", "", image)
+	write("You lead, briefly.", image)
 	step("soul", map[string]int{"update": 1}, "Soul Only Seeds A New Workspace")
 
-	write("You lead, briefly.", `, "pypi.org"`, image)
+	write("You lead, briefly.", image, "pypi.org")
 	step("allow entry", map[string]int{"update": 1})
 
-	write("You lead, briefly.", `, "pypi.org"`, image2)
+	write("You lead, briefly.", image2, "pypi.org")
 	// Terraform folds the like warnings of the other two into one line.
 	step("image", map[string]int{"update": 3}, "Runner Will Be Replaced", "meepa-runner-"+prefix+"-", "2 more similar warnings")
 

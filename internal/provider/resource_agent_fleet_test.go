@@ -30,31 +30,6 @@ func TestAccAgent_fleetOneApply(t *testing.T) {
 	for _, k := range []string{"web", "exec", "lead"} {
 		cleanupAgent(t, cli, prefix+"-"+k)
 	}
-	topoHead := `
-terraform {
-  required_providers {
-    meepa = { source = "bogpad/meepa" }
-  }
-}
-`
-	topo := fmt.Sprintf(`
-provider "meepa" {
-  state_dir = %[1]q
-}
-
-resource "threegate_network" "tg" {
-  provider         = meepa
-  name             = %[2]q
-  llmnet_subnet    = %[4]q
-  fetchnet_subnet  = %[5]q
-  egressnet_subnet = %[6]q
-  firewall = { enabled = false }
-  proxy = {
-    image = %[3]q
-    allow = ["example.com"]
-  }
-}
-`, stateDir, tg, image, llm, fetch, egress)
 	// The fleet's core agent, and the agents it asks, which nothing in the
 	// configuration makes it wait for. To have the core agent applied first
 	// every time, the agents it asks wait for a 5 s provisioner; the
@@ -121,7 +96,7 @@ resource "meepa_agent" "asked" {
 		ProtoV6ProviderFactories: testAccProviders,
 		Steps: []resource.TestStep{
 			// The fleet, its core agent asking the others, in one apply.
-			{Config: topoHead + topo + fleet, Check: ask},
+			{Config: topologyHCL(stateDir, tg, image, llm, fetch, egress) + fleet, Check: ask},
 		},
 	})
 }

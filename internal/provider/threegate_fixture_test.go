@@ -285,3 +285,37 @@ func (f *tgFixture) plantForeignRules(t *testing.T) {
 		})
 	}
 }
+
+// topologyHCL is a test's root: the provider block with its state under
+// stateDir and a threegate_network "tg" on the given subnets, host
+// firewall off, allowing example.com and allow.
+func topologyHCL(stateDir, name, image, llm, fetch, egress string, allow ...string) string {
+	q := `"example.com"`
+	for _, a := range allow {
+		q += fmt.Sprintf(", %q", a)
+	}
+	return fmt.Sprintf(`
+terraform {
+  required_providers {
+    meepa = { source = "bogpad/meepa" }
+  }
+}
+
+provider "meepa" {
+  state_dir = %q
+}
+
+resource "threegate_network" "tg" {
+  provider         = meepa
+  name             = %q
+  llmnet_subnet    = %q
+  fetchnet_subnet  = %q
+  egressnet_subnet = %q
+  firewall = { enabled = false }
+  proxy = {
+    image = %q
+    allow = [%s]
+  }
+}
+`, stateDir, name, llm, fetch, egress, image, q)
+}
