@@ -205,11 +205,9 @@ func (p *Pool[S]) discardSlot(sl *slot[S]) {
 	}
 }
 
-func (p *Pool[S]) discard(s S) {
-	if err := p.f.Discard(s); err != nil {
-		p.f.Log.Warn("discard prestarted "+p.f.Noun, p.f.IDKey, p.f.ID(s), "error", err)
-	}
-}
+// discard drops a sandbox nobody waits for; the backend logs its own
+// failure to remove it, and the next start-up's sweep finds what is left.
+func (p *Pool[S]) discard(s S) { _ = p.f.Discard(s) }
 
 // Close stops refills, discards the waiting sandbox (one still starting is
 // discarded by its start) and waits for the starts and discards under way.
