@@ -53,17 +53,35 @@ tf() {
   fi
 }
 
+# The quickstart asks for the version install-mirror put in the mirror last,
+# in an override file beside it (git ignores it): a snapshot is a
+# pre-release (0.1.0-dev.<commits>.g<commit>), which Terraform installs only
+# when asked for exactly, and the mirror keeps earlier builds too.
+PIN="$QS/snapshot_override.tf"
+
 require_mirror() {
-  if [ ! -f "$TF_CLI_CONFIG_FILE" ] || [ ! -f "$MIRROR/index.json" ]; then
+  if [ ! -f "$TF_CLI_CONFIG_FILE" ] || [ ! -f "$MIRROR/index.json" ] || [ ! -s "$ROOT/bin/mirror.version" ]; then
     echo "demo: no provider mirror in bin/; run \`make mirror-host\` first (or \`make demo\`)" >&2
     exit 1
   fi
+  VERSION=$(cat "$ROOT/bin/mirror.version")
+  cat >"$PIN" <<EOF
+# Written by scripts/demo.sh: the build make mirror-host installed last.
+terraform {
+  required_providers {
+    meepa = {
+      source  = "bogpad/meepa"
+      version = "$VERSION"
+    }
+  }
+}
+EOF
 }
 
 # stage: the provider, installed by `terraform init` from the mirror, as an
-# operator would. A snapshot keeps its version number across commits, so the
-# lock file and the unpacked copy of an earlier build are dropped first: the
-# lock file recorded that build's checksums, which this one does not match.
+# operator would. The lock file and the unpacked copy of an earlier build are
+# dropped first: the lock file pins the build it recorded, and a work tree
+# with uncommitted changes rebuilds under its commit's version.
 init() {
   rm -rf "$QS/.terraform/providers/registry.terraform.io/bogpad/meepa" "$QS/.terraform.lock.hcl"
   say "terraform init (bogpad/meepa from $ROOT/bin/mirror)"
@@ -72,9 +90,8 @@ init() {
   cat "$QS/.terraform.lock.hcl"
   # The checksum Terraform computed from the archive it unpacked must be
   # the one the mirror's index publishes for this platform.
-  local platform version lock_h1 index_h1
+  local platform version=$VERSION lock_h1 index_h1
   platform="$(go env GOOS)_$(go env GOARCH)"
-  version=$(jq -r '.versions | keys[0]' "$MIRROR/index.json")
   lock_h1=$(grep -o '"h1:[^"]*"' "$QS/.terraform.lock.hcl" | tr -d '"')
   index_h1=$(jq -r --arg p "$platform" '.archives[$p].hashes[] | select(startswith("h1:"))' "$MIRROR/$version.json")
   if [ -z "$lock_h1" ] || [ "$lock_h1" != "$index_h1" ]; then

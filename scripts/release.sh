@@ -16,11 +16,17 @@
 #       which must be the release key pinned in releasekey/release-key.asc
 #       (its secret half in the keyring, GNUPGHOME). Published as a GitHub
 #       release when GITHUB_TOKEN is set; otherwise dist/ is left to upload.
-#   scripts/release.sh mirror DIR RUNNERS
+#   scripts/release.sh mirror DIR [RUNNERS]
 #       checks dist/ (the signature against the pinned release key, sums,
 #       archives, the runners for RUNNERS, e.g. "amd64,arm64") and installs
-#       it into the mirror DIR. With MEEPA_TRUST_SNAPSHOT_KEY=1 the throwaway
-#       key of the last snapshot made here is trusted too, and it says so.
+#       it into the mirror DIR, for the version dist/ holds (a snapshot's is
+#       not VERSION: the GNUmakefile builds it as SNAPSHOT_VERSION). Without
+#       RUNNERS: the runners the last snapshot made here was built with, when
+#       dist/ is that snapshot (its SHA256SUMS recorded in
+#       bin/snapshot-runners), else amd64,arm64. With
+#       MEEPA_TRUST_SNAPSHOT_KEY=1 the throwaway key of the last snapshot
+#       made here is trusted too, and it says so. Writes the installed
+#       version to bin/mirror.version.
 #
 # Every run leaves dist/signing-key.asc, the public half of the key that
 # signed, for whoever looks at the release by hand. Nothing trusts it for
@@ -42,6 +48,11 @@ RELEASE_KEY="$ROOT/releasekey/release-key.asc"
 # The throwaway key of the last snapshot made in this work tree: outside
 # dist/, so that a dist/ brought from elsewhere cannot name its own key.
 SNAPSHOT_KEY_RECORD="$ROOT/bin/snapshot-key.fpr"
+# What the last snapshot made here built: "<sha256 of its SHA256SUMS> <runners>".
+# Outside dist/ too: a dist/ from elsewhere is checked for every runner.
+SNAPSHOT_RUNNERS_RECORD="$ROOT/bin/snapshot-runners"
+# Every runner a full release carries.
+ALL_RUNNERS=amd64,arm64
 
 ensure_gpg() {
   command -v gpg >/dev/null && command -v gpgv >/dev/null && return
@@ -115,14 +126,16 @@ host_config() {
 
 snapshot() {
   ensure_gpg
-  rm -f "$SNAPSHOT_KEY_RECORD"
+  rm -f "$SNAPSHOT_KEY_RECORD" "$SNAPSHOT_RUNNERS_RECORD"
   THROWAWAY=
   if [ -z "${GPG_FINGERPRINT:-}" ]; then throwaway_key; fi
   local -a cfg=()
+  local runners=$ALL_RUNNERS
   if [ "${1:-}" = --single-target ]; then
     CFG_TMP=$(mktemp --suffix=.yaml)
     host_config "$CFG_TMP"
     cfg=(--config "$CFG_TMP")
+    runners=$(go env GOARCH)
   fi
   # The version comes from VERSION, not from git tags (there may be none).
   local rc=0
@@ -130,8 +143,9 @@ snapshot() {
   rm -f "${CFG_TMP:-}"
   [ "$rc" -eq 0 ] || exit "$rc"
   finish
+  mkdir -p "$(dirname "$SNAPSHOT_KEY_RECORD")"
+  echo "$(sha256sum <"$DIST/${PREFIX}_SHA256SUMS" | cut -d' ' -f1) $runners" >"$SNAPSHOT_RUNNERS_RECORD"
   if [ -n "$THROWAWAY" ]; then
-    mkdir -p "$(dirname "$SNAPSHOT_KEY_RECORD")"
     echo "$GPG_FINGERPRINT" >"$SNAPSHOT_KEY_RECORD"
   fi
 }
@@ -148,10 +162,37 @@ release() {
   go run ./cmd/meepa-mirror -dist "$DIST" -version "$VERSION" -check-only
 }
 
+# dist_version: the version of the one release in dist/ (GoReleaser's
+# --clean leaves one). Taken from a file name, but only as a name: the
+# signature, the sums and the binary names are all checked against it.
+dist_version() {
+  local -a found
+  local v
+  shopt -s nullglob
+  found=("$DIST"/terraform-provider-meepa_*_SHA256SUMS)
+  shopt -u nullglob
+  case ${#found[@]} in
+    1) v=${found[0]##*/terraform-provider-meepa_}; echo "${v%_SHA256SUMS}" ;;
+    0) echo "release: no $DIST/terraform-provider-meepa_<version>_SHA256SUMS; run make release-snapshot first" >&2; exit 1 ;;
+    *) echo "release: $DIST holds more than one release (${found[*]##*/}); make one afresh" >&2; exit 1 ;;
+  esac
+}
+
 mirror() {
-  local dir=${1:?mirror DIR RUNNERS} runners=${2:?mirror DIR RUNNERS}
+  local dir=${1:?mirror DIR [RUNNERS]} runners=${2:-}
+  VERSION=$(dist_version)
+  PREFIX="terraform-provider-meepa_${VERSION}"
   local sums="$DIST/${PREFIX}_SHA256SUMS"
-  [ -f "$sums" ] || { echo "release: no $sums; run make release-snapshot first" >&2; exit 1; }
+  if [ -z "$runners" ]; then
+    local rec_sum="" rec_runners=""
+    [ -s "$SNAPSHOT_RUNNERS_RECORD" ] && read -r rec_sum rec_runners <"$SNAPSHOT_RUNNERS_RECORD"
+    if [ -n "$rec_runners" ] && [ "$rec_sum" = "$(sha256sum <"$sums" | cut -d' ' -f1)" ]; then
+      runners=$rec_runners
+      echo "release: dist/ is the snapshot made here, built with the runners for $runners" >&2
+    else
+      runners=$ALL_RUNNERS
+    fi
+  fi
   # meepa-mirror checks the signature against the pinned release key; the
   # opt-in adds the throwaway key recorded by the last snapshot made here,
   # never one that dist/ names.
@@ -167,11 +208,16 @@ mirror() {
       ;;
   esac
   go run ./cmd/meepa-mirror -dist "$DIST" -version "$VERSION" -runners "$runners" -dir "$dir" "${trust[@]}"
+  mkdir -p "$ROOT/bin"
+  echo "$VERSION" >"$ROOT/bin/mirror.version"
+  case $VERSION in
+    *-*) echo "release: $VERSION is a pre-release: Terraform and OpenTofu install it only when required_providers asks for it exactly: version = \"$VERSION\"" ;;
+  esac
 }
 
 case "${1:-}" in
   snapshot) shift; snapshot "$@" ;;
   release) release ;;
   mirror) shift; mirror "$@" ;;
-  *) echo "usage: $0 snapshot [--single-target] | release | mirror DIR RUNNERS" >&2; exit 2 ;;
+  *) echo "usage: $0 snapshot [--single-target] | release | mirror DIR [RUNNERS]" >&2; exit 2 ;;
 esac

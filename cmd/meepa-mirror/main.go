@@ -1,7 +1,8 @@
 // Command meepa-mirror checks a release in dist/ (what `make release-snapshot`
 // or `make release` wrote) and installs it into a Terraform provider mirror
 // (`make install-mirror`): packed zips for a filesystem_mirror, and the
-// index.json / <version>.json a network mirror serves, in one folder.
+// index.json / <version>.json a network mirror serves, in one folder, under
+// both registry.terraform.io/ and registry.opentofu.org/ (-host).
 //
 //	meepa-mirror -dist dist -version 0.1.0 -runners amd64,arm64 -dir bin/mirror
 //	meepa-mirror -dist dist -version 0.1.0 -check-only
@@ -26,15 +27,18 @@ import (
 )
 
 func main() {
-	r := mirror.Release{Type: "meepa", Namespace: "bogpad", Host: "registry.terraform.io"}
-	var dir, runners string
+	r := mirror.Release{Type: "meepa", Namespace: "bogpad"}
+	var dir, runners, hosts string
 	var trust mirror.Trust
 	var checkOnly bool
 	flag.StringVar(&r.Dist, "dist", "dist", "the folder with the release's artifacts")
 	flag.StringVar(&r.Version, "version", "", "the release's version, e.g. 0.1.0 (required)")
 	flag.StringVar(&runners, "runners", "amd64,arm64", "comma-separated Linux architectures whose agent-runner every archive must carry")
 	flag.StringVar(&dir, "dir", "", "the mirror's root folder (required)")
-	flag.StringVar(&r.Host, "host", r.Host, "the provider source's hostname")
+	// "bogpad/meepa" means registry.terraform.io/bogpad/meepa to Terraform
+	// and registry.opentofu.org/bogpad/meepa to OpenTofu, and a mirror only
+	// serves a provider under the hostname its folder names: both, by default.
+	flag.StringVar(&hosts, "host", "registry.terraform.io,registry.opentofu.org", "comma-separated hostnames of the provider's source address to serve it under")
 	flag.StringVar(&trust.SnapshotKey, "trust-snapshot-key", "", "fingerprint of a throwaway snapshot key to accept besides the pinned release key (its public half from dist/signing-key.asc); for a snapshot built on this machine only")
 	flag.BoolVar(&checkOnly, "check-only", false, "check dist/ and install nothing (make release's last step)")
 	flag.Parse()
@@ -67,10 +71,21 @@ func main() {
 		}
 		return
 	}
-	dst, err := r.Install(dir, archives)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "meepa-mirror:", err)
-		os.Exit(1)
+	var dsts []string
+	for _, h := range strings.Split(hosts, ",") {
+		if r.Host = strings.TrimSpace(h); r.Host == "" {
+			continue
+		}
+		dst, err := r.Install(dir, archives)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "meepa-mirror:", err)
+			os.Exit(1)
+		}
+		dsts = append(dsts, dst)
+	}
+	if len(dsts) == 0 {
+		fmt.Fprintln(os.Stderr, "meepa-mirror: -host names no hostname")
+		os.Exit(2)
 	}
 	for _, a := range archives {
 		size := int64(-1)
@@ -79,7 +94,9 @@ func main() {
 		}
 		fmt.Printf("%-12s %9d bytes  %s  zh:%s\n", a.Platform, size, a.H1, a.SHA256)
 	}
-	fmt.Printf("mirror: %s (%s, %s)\n", dst, filepath.Join(dst, "index.json"), filepath.Join(dst, r.Version+".json"))
+	for _, dst := range dsts {
+		fmt.Printf("mirror: %s (%s, %s)\n", dst, filepath.Join(dst, "index.json"), filepath.Join(dst, r.Version+".json"))
+	}
 }
 
 // pinnedFingerprint names the release key in messages; Check has already

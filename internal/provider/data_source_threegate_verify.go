@@ -17,8 +17,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubetopology"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 var _ datasource.DataSourceWithConfigure = (*threegateVerifyDataSource)(nil)
@@ -79,7 +78,7 @@ func (d *threegateVerifyDataSource) Schema(_ context.Context, _ datasource.Schem
 				MarkdownDescription: "An `ip:port` outside the topology, not in the allowlist: no member may reach it directly, and the proxy must refuse it."},
 			"dns_name": schema.StringAttribute{Optional: true,
 				MarkdownDescription: "A name outside the topology that every role must fail to resolve (its `DNS outside name` row; each role also " +
-					"resolves its probe's own name, which must work). Defaults to `" + topology.DefaultVerifyDNSName + "`. The probes get their role's " +
+					"resolves its probe's own name, which must work). Defaults to `" + topospec.DefaultVerifyDNSName + "`. The probes get their role's " +
 					"DNS settings, so the query goes only to the topology's DNS sink on llmnet and never leaves the host, on every engine version. " +
 					"When it is set and the topology's proxy has `dns` servers, CORE and FETCH also ask the first of them for this name directly, " +
 					"over UDP and TCP port 53, which must fail: port 53 is open for the proxy only. On a cluster every probe pod has no " +
@@ -87,10 +86,10 @@ func (d *threegateVerifyDataSource) Schema(_ context.Context, _ datasource.Schem
 					"also asks the cluster's DNS Service (kube-system/kube-dns) directly over UDP and TCP port 53, which must fail."},
 			"host_port": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, 65535)},
 				MarkdownDescription: "Port tried on each bridge gateway (the host), 1 to 65535; any answer, even a reset, counts as reachable. Defaults to " +
-					strconv.Itoa(topology.DefaultVerifyHostPort) + "."},
-			"timeout_seconds": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, topology.MaxVerifyTimeoutSeconds)},
+					strconv.Itoa(topospec.DefaultVerifyHostPort) + "."},
+			"timeout_seconds": schema.Int64Attribute{Optional: true, Validators: []validator.Int64{int64validator.Between(1, topospec.MaxVerifyTimeoutSeconds)},
 				MarkdownDescription: fmt.Sprintf("Seconds allowed per check, 1 to %d; a check that times out counts as blocked. Defaults to %d.",
-					topology.MaxVerifyTimeoutSeconds, topology.DefaultVerifyTimeoutSeconds)},
+					topospec.MaxVerifyTimeoutSeconds, topospec.DefaultVerifyTimeoutSeconds)},
 
 			"id": schema.StringAttribute{Computed: true, MarkdownDescription: "The topology name."},
 			"probes": schema.ListAttribute{Computed: true, ElementType: probeObjectType,
@@ -119,7 +118,7 @@ func (d *threegateVerifyDataSource) Read(ctx context.Context, req datasource.Rea
 		return
 	}
 	name := m.Name.ValueString()
-	opts := topology.VerifyOptions{
+	opts := topospec.VerifyOptions{
 		Image: m.ProbeImage.ValueString(), AllowedTarget: m.AllowedTarget.ValueString(), DeniedTarget: m.DeniedTarget.ValueString(),
 		OutsideAddress: m.OutsideAddress.ValueString(), DNSName: m.DNSName.ValueString(), HostPort: int(m.HostPort.ValueInt64()),
 		Timeout: time.Duration(m.TimeoutSeconds.ValueInt64()) * time.Second,
@@ -160,44 +159,21 @@ func (d *threegateVerifyDataSource) Read(ctx context.Context, req datasource.Rea
 
 // verify finds the topology on the provider's backend and runs its probes
 // there: containers on a Docker host, pods on a cluster.
-func (d *threegateVerifyDataSource) verify(ctx context.Context, name string, opts topology.VerifyOptions, diags *diag.Diagnostics) (topology.Report, error) {
-	notFound := func(where string, err error) {
-		diags.AddAttributeError(path.Root("name"), "ThreeGate Topology Not Found",
-			fmt.Sprintf("Reading topology %q from %s: %v\n\nName a threegate_network that exists, and give this data source "+
-				"depends_on = [threegate_network.<name>] so that it is read after the topology is made.", name, where, err))
-	}
-	if d.data.kube != nil {
-		svc := kubeTopologyService(ctx, d.data, diags)
-		if svc == nil {
-			return topology.Report{}, nil
-		}
-		spec, err := svc.Import(ctx, name)
-		var nf *kubetopology.NotFoundError
-		switch {
-		case errors.As(err, &nf):
-			notFound("the cluster", nf.Err)
-			return topology.Report{}, nil
-		case err != nil:
-			diags.AddError("ThreeGate Topology Invalid", err.Error())
-			return topology.Report{}, nil
-		}
-		return svc.Verify(ctx, spec, opts)
-	}
-	svc := topologyService(ctx, d.data, "threegate_verify", diags)
-	if svc == nil {
-		return topology.Report{}, nil
-	}
-	_, spec, err := svc.Import(ctx, name)
-	var nf *topology.NotFoundError
+func (d *threegateVerifyDataSource) verify(ctx context.Context, name string, opts topospec.VerifyOptions, diags *diag.Diagnostics) (topospec.Report, error) {
+	b := topologyBackend(ctx, d.data)
+	spec, err := b.Import(ctx, name)
+	var nf *topospec.NotFoundError
 	switch {
 	case errors.As(err, &nf):
-		notFound("Docker", nf.Err)
-		return topology.Report{}, nil
+		diags.AddAttributeError(path.Root("name"), "ThreeGate Topology Not Found",
+			fmt.Sprintf("Reading topology %q from %s: %v\n\nName a threegate_network that exists, and give this data source "+
+				"depends_on = [threegate_network.<name>] so that it is read after the topology is made.", name, nf.Where, nf.Err))
+		return topospec.Report{}, nil
 	case err != nil:
-		diags.AddError("ThreeGate Topology Invalid", err.Error())
-		return topology.Report{}, nil
+		addFailure(diags, err, "ThreeGate Topology Invalid", "reading topology "+name)
+		return topospec.Report{}, nil
 	}
-	return svc.Verify(ctx, spec, opts)
+	return b.Verify(ctx, spec, opts)
 }
 
 // hostPort checks a probe target: a host name or IP and a TCP port.

@@ -120,7 +120,9 @@ func (p *meepaProvider) Configure(ctx context.Context, req provider.ConfigureReq
 		runnerBinary: cfg.RunnerBinary.ValueString(),
 		kube:         kubeCfg,
 		registry:     registry,
+		run:          newPlanRun(),
 	}
+	data.topologies = newTopologyBackends(data)
 	resp.ResourceData = data
 	resp.DataSourceData = data
 }

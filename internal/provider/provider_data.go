@@ -25,6 +25,10 @@ type providerData struct {
 	// where built images go for its nodes.
 	kube     *kubeSettings
 	registry *kube.RegistryConfig
+	// topologies is the topology backend Configure picked.
+	topologies topologyBackends
+	// run is what this run has planned so far (pairs that clash).
+	run *planRun
 }
 
 // lazyDocker connects on first use, so that validate and plan of

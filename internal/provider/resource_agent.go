@@ -21,6 +21,7 @@ var (
 	_ resource.ResourceWithConfigure      = (*agentResource)(nil)
 	_ resource.ResourceWithImportState    = (*agentResource)(nil)
 	_ resource.ResourceWithModifyPlan     = (*agentResource)(nil)
+	_ resource.ResourceWithUpgradeState   = (*agentResource)(nil)
 	_ resource.ResourceWithValidateConfig = (*agentResource)(nil)
 )
 
@@ -136,11 +137,21 @@ func validateListenReach(ctx context.Context, m agentModel, cm containerModeMode
 // (including through the write-only API key, which only the configuration
 // holds) or Read found the runner missing, stopped or stale.
 func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.Plan.Raw.IsNull() || r.data == nil {
+	if req.Plan.Raw.IsNull() {
 		return
 	}
 	var plan agentModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	// Before anything that needs the provider's configuration: a plan
+	// of an unconfigured provider must not keep a stale file_access.
+	plan.FileAccess = plannedFileAccess(ctx, req.Config, plan.FileAccess, plan.ContainerMode, &resp.Diagnostics)
+	if r.data == nil {
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("file_access"), plan.FileAccess)...)
+		return
+	}
 	var state *agentModel
 	if !req.State.Raw.IsNull() {
 		state = &agentModel{}
@@ -158,6 +169,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	r.refuseOnBackend(ctx, plan, &resp.Diagnostics)
 	warnExpandedDenies(ctx, plan, &resp.Diagnostics)
 	planThreegateAsk(ctx, r.askResolver(), plan, &resp.Diagnostics)
+	planRunAsk(ctx, r.data.run, plan, &resp.Diagnostics)
 	if state == nil {
 		plan.Token = types.StringUnknown()
 		plan.ConfigHash = types.StringUnknown()
@@ -185,6 +197,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	warnSoulSeedOnly(plan, *state, &resp.Diagnostics)
 	if deployment != agentspec.ModeExternal {
 		// A workspace made again is a new directory: containers the runner
 		// prestarted still hold the old one's bind mount, so it is replaced.
@@ -193,6 +206,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 			plan.RunnerContainerID = types.StringUnknown()
 			plan.LandlockABI = types.Int64Unknown()
 			plan.AgentUID = types.Int64Unknown()
+			r.warnRunnerReplaced(ctx, plan, *state, &resp.Diagnostics)
 		} else {
 			plan.RunnerContainerID = state.RunnerContainerID
 			plan.LandlockABI = state.LandlockABI
@@ -212,6 +226,9 @@ func warnExpandedDenies(ctx context.Context, m agentModel, diags *diag.Diagnosti
 	}
 	for _, w := range a.DenyWarnings() {
 		diags.AddAttributeWarning(path.Root("file_access").AtName("deny"), "Deny Inside Allow Is Expanded", w)
+	}
+	if w := a.HostNetworkWarning(); w != "" {
+		diags.AddAttributeWarning(path.Root("file_access").AtName("allow_network"), "Host-Mode Network Not Contained", w)
 	}
 }
 
@@ -340,6 +357,8 @@ func (r *agentResource) Update(ctx context.Context, req resource.UpdateRequest, 
 // apply runs the service's Apply for plan and fills plan's computed values
 // from its result.
 func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan, prior *agentModel, redeploy bool, diags *diag.Diagnostics) {
+	// Unknown at plan while container_mode was.
+	plan.FileAccess = plannedFileAccess(ctx, config, plan.FileAccess, plan.ContainerMode, diags)
 	apiKey, secrets := writeOnlyValues(ctx, config, diags)
 	m := *plan
 	m.Secrets = secrets

@@ -3,6 +3,7 @@ package provider
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -80,5 +81,27 @@ func planThreegateAsk(ctx context.Context, resolve askResolver, m agentModel, di
 	}
 	if len(hard) > 0 {
 		diags.AddAttributeError(path.Root("threegate").AtName("ask"), "ThreeGate Ask Target Invalid", errors.Join(hard...).Error())
+	}
+}
+
+// planRunAsk checks the asks between this agent and the agents planned
+// before it in the same run (planRun.agent), which the targets' runner
+// files cannot show yet.
+func planRunAsk(ctx context.Context, run *planRun, m agentModel, diags *diag.Diagnostics) {
+	if m.AgentID.IsUnknown() || m.Threegate.IsNull() || m.Threegate.IsUnknown() {
+		return
+	}
+	var tg threegateModel
+	diags.Append(m.Threegate.As(ctx, &tg, objectAsOpts)...)
+	if diags.HasError() || tg.Network.IsUnknown() || tg.Role.IsUnknown() {
+		return
+	}
+	_, ids, _ := threegateAsk(ctx, m, diags)
+	asks, askedBy := run.agent(m.AgentID.ValueString(), plannedAgent{topology: tg.Network.ValueString(), role: tg.Role.ValueString(), ask: ids})
+	if len(asks) > 0 {
+		diags.AddAttributeError(path.Root("threegate").AtName("ask"), "ThreeGate Ask Target Invalid", strings.Join(asks, "; "))
+	}
+	if len(askedBy) > 0 {
+		diags.AddAttributeError(path.Root("threegate"), "ThreeGate Ask Target Invalid", "threegate: "+strings.Join(askedBy, "; "))
 	}
 }

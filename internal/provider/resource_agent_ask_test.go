@@ -12,6 +12,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // A core agent may ask only the fetch and tool_exec agents of its own
@@ -28,7 +29,7 @@ func TestAgent_askRefusedAtPlan(t *testing.T) {
 			Workspace: stateDir + "/agents/" + id}
 		c.LLM.Provider = "offline"
 		c.Container.Enabled, c.Container.Image = true, "img:1"
-		c.Container.Networks = []string{topology.NetworkName(topo, topology.LLMNet)}
+		c.Container.Networks = []string{topology.NetworkName(topo, topospec.LLMNet)}
 		if err := deploy.WriteConfig(l, c); err != nil {
 			t.Fatal(err)
 		}

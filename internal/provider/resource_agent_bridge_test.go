@@ -19,13 +19,26 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
-// TestAccAgent_bridgeNetwork: an agent with network = "bridge", through
-// terraform, the runner and the real daemon and iptables. Its messages
-// reach an outside server and not the host's services or 169.254.169.254
-// (on today's main they reach both: Docker's default bridge). With the
-// guard gone the plan is not empty (drift), and the next apply restores it.
+// TestAccAgent_bridgeNetwork: an agent whose tools have network, through
+// terraform, the runner and the real daemon and iptables: a container-mode
+// agent with network = "bridge", and a host-mode agent with the default
+// file_access (allow_network = true), whose tools run in the runner
+// container. Their messages reach an outside server and not the host's
+// services or a link-local address (before, the container-mode agent's
+// reached both on Docker's default bridge, and the host-mode agent's on
+// meepa-runners). With the guard gone the plan is not empty (drift), and
+// the next apply restores it.
 func TestAccAgent_bridgeNetwork(t *testing.T) {
 	testutil.RequireDocker(t)
+	for name, mode := range map[string]string{
+		"container mode": "enabled = true\n    network = \"bridge\"",
+		"host mode":      "enabled = false",
+	} {
+		t.Run(name, func(t *testing.T) { testBridgeNetwork(t, mode) })
+	}
+}
+
+func testBridgeNetwork(t *testing.T, mode string) {
 	cli := testutil.Docker(t)
 	image := testutil.EnsureRunnerImage(t, cli)
 	hostPort := testutil.HostService(t)
@@ -59,12 +72,11 @@ resource "meepa_agent" "t" {
   soul     = "You are a test agent."
   llm = { provider = "offline" }
   container_mode = {
-    enabled = true
     image   = %q
-    network = "bridge"
+    %s
   }
 }
-`, stateDir, id, image)
+`, stateDir, id, image, mode)
 	probe := func(s *terraform.State) error {
 		in, err := cli.NetworkInspect(context.Background(), bridge.Name, network.InspectOptions{})
 		if err != nil {

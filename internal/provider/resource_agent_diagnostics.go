@@ -50,6 +50,7 @@ var warningSummaries = map[string]string{
 	"workspace ownership":       "Workspace Ownership",
 	"workspace recreated":       "Workspace Recreated",
 	deploy.TopicVersionDrift:    "Runner Version Drift",
+	deploy.TopicImageDrift:      "Runner Image Drift",
 	deploy.TopicBridgeDrift:     "Managed Bridge Network Drift",
 	kubedeploy.TopicObjectDrift: "Kubernetes Object Drift",
 	kubedeploy.TopicPodSecurity: "Namespace Without Restricted Pod Security",

@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfversion"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -103,7 +103,7 @@ resource "threegate_network" "tg" {
 	// there on all addresses) and the proxy; each try must find no route
 	// at all, not a refusal that a reachable peer would also give.
 	hostPort := testutil.HostService(t)
-	llmGateway := spec.Network(topology.LLMNet).Gateway
+	llmGateway := spec.Network(topospec.LLMNet).Gateway
 	reach := func(proxyURL string) string {
 		proxy := strings.Replace(strings.TrimPrefix(proxyURL, "http://"), ":", " ", 1)
 		return fmt.Sprintf(`!sh for a in "%s %d" "%s"; do nc -w 3 $a </dev/null 2>&1; echo "== $a $?"; done`, llmGateway, hostPort, proxy)

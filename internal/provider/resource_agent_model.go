@@ -175,7 +175,9 @@ func listOf(ss []string) types.List {
 func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagnostics) (a deploy.Agent, known bool) {
 	llm, ok1 := objectAs[llmModel](ctx, m.LLM, diags)
 	cm, ok2 := objectAs[containerModeModel](ctx, m.ContainerMode, diags)
-	fa, ok3 := objectAs[fileAccessModel](ctx, m.FileAccess, diags)
+	// A container-mode agent's null file_access is the defaults in the
+	// runner's config, as it always was: the config and its hash stay.
+	fa, ok3 := objectAs[fileAccessModel](ctx, orDefaultFileAccess(m.FileAccess), diags)
 	rn, ok4 := objectAs[runnerModel](ctx, m.Runner, diags)
 	if !ok1 || !ok2 || !ok3 || !ok4 || diags.HasError() || m.Secrets.IsUnknown() {
 		return a, false
@@ -284,6 +286,9 @@ func modelOf(m *agentModel, a deploy.Agent) {
 		"allow_read_write": listOf(c.FileAccess.AllowReadWrite), "deny": listOf(c.FileAccess.Deny),
 		"allow_home_dotfiles": types.BoolValue(c.FileAccess.AllowHomeDotfiles), "allow_network": types.BoolValue(c.FileAccess.AllowNetwork),
 	})
+	if c.Container.Enabled && m.FileAccess.Equal(defaultFileAccess()) {
+		m.FileAccess = types.ObjectNull(fileAccessAttrTypes)
+	}
 	m.Runner = types.ObjectValueMust(runnerAttrTypes, map[string]attr.Value{
 		"listen": types.StringValue(c.Listen), "deployment": types.StringValue(meta.Deployment),
 		"image": types.StringValue(meta.RunnerImage),

@@ -27,6 +27,9 @@ import (
 // docs nor the plan can drift from the runner.
 func agentSchema() schema.Schema {
 	return schema.Schema{
+		// Version 1: file_access is null for a container-mode agent that
+		// does not set it (upgradeAgentStateV0).
+		Version: 1,
 		MarkdownDescription: "One agent: its persistent workspace (`<state_dir>/agents/<agent_id>/`), its isolation policy " +
 			"(container mode, Landlock file access, or unrestricted), its LLM settings and secrets, and a running " +
 			"`agent-runner serve` that answers its messages — one fresh hardened container per message in container mode.\n\n" +
@@ -113,11 +116,13 @@ func agentSchema() schema.Schema {
 			"soul": schema.StringAttribute{
 				Optional: true, Computed: true, Default: stringdefault.StaticString(""),
 				MarkdownDescription: "Initial `SOUL.md` (the agent's system prompt). Written when the workspace is made and never " +
-					"over the agent's own edits, unless `manage_soul`.",
+					"over the agent's own edits, unless `manage_soul`: without it, a changed `soul` is kept only as the seed of a " +
+					"workspace made again, and the plan warns that `SOUL.md` keeps its text.",
 			},
 			"memory": schema.StringAttribute{
 				Optional: true, Computed: true, Default: stringdefault.StaticString(""),
-				MarkdownDescription: "Initial `MEMORY.md`. Written when the workspace is made; afterwards it belongs to the agent.",
+				MarkdownDescription: "Initial `MEMORY.md`. Written when the workspace is made; afterwards it belongs to the agent " +
+					"(a changed `memory` only seeds a workspace made again, and the plan warns).",
 			},
 			"manage_soul": schema.BoolAttribute{
 				Optional: true, Computed: true, Default: booldefault.StaticBool(false),
@@ -160,13 +165,15 @@ func agentSchema() schema.Schema {
 						Optional: true, Computed: true, Default: stringdefault.StaticString(""),
 						MarkdownDescription: "Image of the per-message containers, and of the runner unless `runner.image` is set. " +
 							"Use an isolation image: `meepa_isolation_image.<name>.isolated_image`. Required when `enabled` or " +
-							"when the provider runs the runner (`runner.deployment = \"container\"`) and `runner.image` is empty.",
+							"when the provider runs the runner (`runner.deployment = \"container\"`) and `runner.image` is empty. " +
+							"A new image replaces a runner that runs from it (`runner.image` empty); with `runner.image` set, a container-mode " +
+							"runner is kept: it reloads its config and the next message runs in the new image.",
 						Validators: []validator.String{scoped(optionalImageReference())},
 					},
 					"memory_limit": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(agentspec.DefaultMemoryLimit),
 						MarkdownDescription: "Memory cap per message (swap equal to it; exceeding it is reported as OOM): " +
-							"a positive size with an optional unit b, k, m or g (e.g. `512m`, `1g`), at least `" + agentspec.MinMemoryLimitText + "`, and at least `" +
+							"a positive size with an optional unit b, k, m or g, either case (e.g. `512m`, `1g`, `1G`), at least `" + agentspec.MinMemoryLimitText + "`, and at least `" +
 							agentspec.MinHostMemoryText + "` in host mode (the limit also bounds the runner's agent child). Default `" + agentspec.DefaultMemoryLimit + "`.",
 						Validators: []validator.String{scoped(notEmpty())},
 					},
@@ -212,10 +219,14 @@ func agentSchema() schema.Schema {
 					},
 				},
 			},
+			// No schema default: the defaults are host mode's, and a
+			// container-mode agent would show them in every plan though they
+			// govern nothing there. ModifyPlan fills them in host mode.
 			"file_access": schema.SingleNestedAttribute{
-				Optional: true, Computed: true, Default: objectdefault.StaticValue(defaultFileAccess()),
+				Optional: true, Computed: true,
 				MarkdownDescription: "Host-mode file access (container mode off), enforced with Landlock on each message's agent " +
-					"process: `deny` beats `allow_read_write` beats `allow_read`; writes are denied unless allowed. The spec's fields and defaults.",
+					"process: `deny` beats `allow_read_write` beats `allow_read`; writes are denied unless allowed. The spec's fields and defaults. " +
+					"Unset, a host-mode agent gets those defaults and a container-mode agent has none (null: it does not apply there).",
 				Attributes: map[string]schema.Attribute{
 					"unrestricted": schema.BoolAttribute{
 						Optional: true, Computed: true, Default: booldefault.StaticBool(false),
@@ -239,7 +250,9 @@ func agentSchema() schema.Schema {
 					},
 					"allow_network": schema.BoolAttribute{
 						Optional: true, Computed: true, Default: booldefault.StaticBool(true),
-						MarkdownDescription: "Allow outbound network access (TCP, enforced with Landlock ABI 4+). Default `true`.",
+						MarkdownDescription: "Allow outbound network access (TCP, enforced with Landlock ABI 4+). Default `true`. " +
+							"With it, a runner in a container joins the managed `meepa-bridge` network, which reaches the internet " +
+							"only (no private, link-local or host addresses), as `container_mode.network = \"bridge\"` does.",
 					},
 				},
 			},
@@ -285,8 +298,9 @@ func agentSchema() schema.Schema {
 					},
 					"image": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(""),
-						MarkdownDescription: "Image the runner service runs from (it needs `agent-runner` on its PATH). Empty: `container_mode.image`.",
-						Validators:          []validator.String{scoped(optionalImageReference())},
+						MarkdownDescription: "Image the runner service runs from (it needs `agent-runner` on its PATH). Empty: `container_mode.image`, " +
+							"and then a new `container_mode.image` replaces the runner; set, a container-mode runner outlives such a change.",
+						Validators: []validator.String{scoped(optionalImageReference())},
 					},
 				},
 			},
@@ -326,7 +340,8 @@ func agentSchema() schema.Schema {
 				Computed: true,
 				MarkdownDescription: "SHA-256 over the runner's non-secret config and deployment, and a keyed hash of its secrets " +
 					"(token, API key, `secrets`; the key stays in a 0600 file beside the config). It changes when any of them does, " +
-					"including the write-only API key.",
+					"including the write-only API key, and a change replaces the runner (the plan warns, naming the settings). " +
+					"`container_mode.image` is left out for a container-mode runner with a `runner.image` of its own, which reloads it instead.",
 			},
 			"landlock_abi": schema.Int64Attribute{
 				Computed:            true,

@@ -24,6 +24,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -71,7 +72,8 @@ func TestAccAgent_lifecycle(t *testing.T) {
 					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("config_hash"), knownvalue.StringRegexp(hex64)),
 					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("llm").AtMapKey("api_key"), knownvalue.Null()),
 					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("container_mode").AtMapKey("timeout_seconds"), knownvalue.Int64Exact(300)),
-					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("file_access").AtMapKey("allow_network"), knownvalue.Bool(true)),
+					// A container-mode agent has no file_access (host mode only).
+					statecheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("file_access"), knownvalue.Null()),
 				},
 				Check: func(s *terraform.State) error {
 					a := s.RootModule().Resources["meepa_agent.t"].Primary.Attributes
@@ -338,8 +340,21 @@ func checkMessageContainer(t *testing.T, cli client.APIClient, sock, token, id, 
 		case string(hc.NetworkMode) != "none":
 			return fmt.Errorf("network %q", hc.NetworkMode)
 		}
-		if len(ci.Mounts) != 1 || ci.Mounts[0].Source != ws || ci.Mounts[0].Destination != "/workspace" || !ci.Mounts[0].RW {
-			return fmt.Errorf("mounts %+v, want only %s at /workspace", ci.Mounts, ws)
+		// The workspace, and the relay's socket directory read-only: an
+		// agent that holds a key has a relay (its scrub route) even offline.
+		var wsMounts, relay int
+		for _, m := range ci.Mounts {
+			switch {
+			case m.Source == ws && m.Destination == "/workspace" && m.RW:
+				wsMounts++
+			case m.Destination == sandbox.RelayMountDir && !m.RW:
+				relay++
+			default:
+				return fmt.Errorf("mount %+v: want only %s at /workspace and the relay at %s", m, ws, sandbox.RelayMountDir)
+			}
+		}
+		if wsMounts != 1 || relay > 1 {
+			return fmt.Errorf("mounts %+v, want %s at /workspace once and at most the relay beside it", ci.Mounts, ws)
 		}
 		if bytes.Contains(raw, []byte(testAPIKey)) || bytes.Contains(raw, []byte(testSecret)) {
 			return fmt.Errorf("a secret is in docker inspect of the message container")

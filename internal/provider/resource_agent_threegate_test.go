@@ -25,6 +25,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -106,10 +107,10 @@ resource "meepa_agent" "core" {
 					if err := withPrestarted(cli, agentID, func(ci container.InspectResponse) error {
 						// The engine's resolver forwards names it does not
 						// know only to the topology's DNS sink.
-						if got := strings.Join(ci.HostConfig.DNS, ","); got != spec.DNSSink().String() ||
+						if got := strings.Join(ci.HostConfig.DNS, ","); got != topology.DNSSink(spec).String() ||
 							strings.Join(ci.HostConfig.DNSSearch, ",") != "." {
 							return fmt.Errorf("message container DNS %q search %q, want the sink %s and no search domain",
-								got, ci.HostConfig.DNSSearch, spec.DNSSink())
+								got, ci.HostConfig.DNSSearch, topology.DNSSink(spec))
 						}
 						return nil
 					}); err != nil {

@@ -33,6 +33,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/guard"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -63,7 +64,7 @@ func TestAccThreegateNetwork_failClosed(t *testing.T) {
 	stateDir := t.TempDir()
 	id := "tf-acc-agent-fc-" + runID
 	cleanupAgent(t, cli, id)
-	set := f.spec(t).Rules()
+	set := topology.Rules(f.spec(t))
 	cfg := fmt.Sprintf(`
 terraform {
   required_providers {

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -16,9 +17,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
-	"github.com/hashicorp/terraform-plugin-log/tflog"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 var (
@@ -67,7 +67,7 @@ func (r *threegateNetworkResource) Schema(_ context.Context, _ resource.SchemaRe
 			"name": schema.StringAttribute{
 				Required: true,
 				MarkdownDescription: fmt.Sprintf("Topology name: 1 to %d lower-case letters, digits or `-`. Prefixes the networks, "+
-					"the proxy container (`<name>-proxy`) and the chains. Changing it replaces the topology.", topology.MaxNameLen),
+					"the proxy container (`<name>-proxy`) and the chains. Changing it replaces the topology.", topospec.MaxNameLen),
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
 			"llmnet_subnet":     subnet("llmnet", "internal"),
@@ -107,7 +107,7 @@ func (r *threegateNetworkResource) Schema(_ context.Context, _ resource.SchemaRe
 					},
 					"port": schema.Int64Attribute{
 						Optional: true, Computed: true,
-						MarkdownDescription: fmt.Sprintf("Port the proxy listens on (on its `fetchnet` address only). Defaults to %d.", topology.DefaultProxyPort),
+						MarkdownDescription: fmt.Sprintf("Port the proxy listens on (on its `fetchnet` address only). Defaults to %d.", topospec.DefaultProxyPort),
 					},
 					"dns": schema.ListAttribute{
 						Optional: true, ElementType: types.StringType,
@@ -188,10 +188,14 @@ func (r *threegateNetworkResource) ValidateConfig(ctx context.Context, req resou
 	if !known {
 		return // checked again at plan, when the values are known
 	}
-	_, ps := topology.Build(in)
+	_, ps := topologyBackend(ctx, r.data).Plan(in)
 	addProblems(&resp.Diagnostics, ps)
 }
 
+// ModifyPlan plans the configuration on the provider's backend, fills
+// every value the spec decides, keeps what the move from the state keeps,
+// warns of what it widens, and adds what the backend can tell before
+// apply.
 func (r *threegateNetworkResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
 	if req.Plan.Raw.IsNull() {
 		return // destroy
@@ -210,27 +214,23 @@ func (r *threegateNetworkResource) ModifyPlan(ctx context.Context, req resource.
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if r.data != nil && r.data.kube != nil {
-		if planned, ok := r.kubeModifyPlan(ctx, plan, cfg, state, &resp.Diagnostics); ok {
-			resp.Diagnostics.Append(resp.Plan.Set(ctx, &planned)...)
-		}
-		return
-	}
-	spec, known := cfg.buildSpec(ctx, &resp.Diagnostics)
+	b := topologyBackend(ctx, r.data)
+	spec, known := cfg.plan(ctx, b, &resp.Diagnostics)
 	if !known || resp.Diagnostics.HasError() {
 		return
 	}
-	// Fill every value the spec decides, so the plan shows it; networks and
-	// the proxy keep their ids unless they change or drifted.
-	resp.Diagnostics.Append(plan.setPlanned(ctx, spec)...)
-	plan.Networks, plan.ProxyContainerID = types.MapUnknown(networkObjectType), types.StringUnknown()
-	if old, ok := state.priorSpec(ctx); ok {
-		change := topology.Compare(old, spec, len(state.Drift.Elements()) > 0)
-		if change.KeepNetworks {
+	resp.Diagnostics.Append(plan.setPlanned(ctx, spec, b.Planned(spec))...)
+	if old, ok := state.priorSpec(ctx, b); ok {
+		change := b.Compare(old, spec, len(state.Drift.Elements()) > 0)
+		if change.KeepNetworks && plan.Networks.IsUnknown() {
 			plan.Networks = state.Networks
 		}
 		if change.KeepProxy && spec.Proxy.Image != unknownImage {
-			plan.ProxyContainerID = state.ProxyContainerID
+			keepUnknown(&plan.ProxyContainerID, state.ProxyContainerID)
+			keepUnknown(&plan.ProxyURL, state.ProxyURL)
+			if plan.FirewallRules.IsUnknown() {
+				plan.FirewallRules = state.FirewallRules
+			}
 		}
 		if len(change.Opens) > 0 {
 			resp.Diagnostics.AddWarning("ThreeGate Connectivity Widens",
@@ -239,50 +239,21 @@ func (r *threegateNetworkResource) ModifyPlan(ctx context.Context, req resource.
 		}
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
-	if r.data != nil && !refuseRemoteFirewall(r.data, spec, &resp.Diagnostics) {
-		checkHost(ctx, r.data, spec, &resp.Diagnostics)
+	if r.data == nil {
+		return // unconfigured: nothing to ask
+	}
+	addProblems(&resp.Diagnostics, r.data.run.topology(spec))
+	ps, err := b.Preflight(ctx, spec)
+	addProblems(&resp.Diagnostics, ps)
+	if err != nil {
+		addFailure(&resp.Diagnostics, err, "ThreeGate Plan Check Failed", "checking topology "+spec.Name+" before apply")
 	}
 }
 
-// checkHost adds what can be known about the host at plan time: the
-// daemon's networks, the host's routes, iptables, the engine version.
-func checkHost(ctx context.Context, d *providerData, spec topology.Spec, diags *diag.Diagnostics) {
-	cli := d.dockerClient(ctx, diags)
-	if cli == nil {
-		return
-	}
-	conflicts, err := topology.Conflicts(ctx, cli, spec, dockerIsLocal(d))
-	if err != nil {
-		addRuntimeError(diags, "Cannot Check Subnets", "listing Docker networks and host routes", err)
-		return
-	}
-	addProblems(diags, conflicts)
-	preflight(ctx, d, spec, diags)
-}
-
-// preflight checks iptables and DOCKER-USER (errors). CVE-2024-29018 (an
-// engine resolver forwarding internal networks' queries from the host's
-// namespace) needs no warning: every member's resolver upstream is the
-// topology's DNS sink on llmnet (topology.Spec.DNSSink), which no query
-// leaves from either namespace; the plan only logs that it applies.
-func preflight(ctx context.Context, d *providerData, spec topology.Spec, diags *diag.Diagnostics) {
-	if spec.Firewall.Enabled {
-		if err := topology.FirewallAvailable(ctx); err != nil {
-			diags.AddAttributeError(path.Root("firewall").AtName("enabled"), "Host Firewall Unavailable", err.Error())
-		}
-	}
-	cli := d.dockerClient(ctx, diags)
-	if cli == nil {
-		return
-	}
-	v, err := cli.ServerVersion(ctx)
-	if err != nil {
-		addRuntimeError(diags, "Cannot Read Docker Version", "asking the daemon for its version", err)
-		return
-	}
-	if topology.EngineLeaksDNS(v.Version) {
-		tflog.Debug(ctx, "engine affected by CVE-2024-29018; members forward unknown names only to the topology's DNS sink",
-			map[string]any{"engine": v.Version, "dns_sink": spec.DNSSink().String()})
+// keepUnknown takes the state's value for a planned value left unknown.
+func keepUnknown(planned *types.String, state types.String) {
+	if planned.IsUnknown() {
+		*planned = state
 	}
 }
 
@@ -305,44 +276,29 @@ func (r *threegateNetworkResource) Read(ctx context.Context, req resource.ReadRe
 	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "threegate_network", &resp.Diagnostics) {
 		return
 	}
-	if r.data.kube != nil {
-		if r.kubeRead(ctx, &m, &resp.Diagnostics) {
-			resp.State.RemoveResource(ctx)
-		} else if !resp.Diagnostics.HasError() {
-			resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
-		}
-		return
-	}
-	svc := topologyService(ctx, r.data, "threegate_network", &resp.Diagnostics)
-	if svc == nil {
-		return
-	}
+	b := topologyBackend(ctx, r.data)
 	if m.Proxy == nil { // importing: only the name is known
-		in, spec, err := svc.Import(ctx, m.Name.ValueString())
+		spec, err := b.Import(ctx, m.Name.ValueString())
 		if err != nil {
-			resp.Diagnostics.AddError("ThreeGate Import Failed", err.Error())
+			addFailure(&resp.Diagnostics, err, "ThreeGate Import Failed", "reading topology "+m.Name.ValueString())
 			return
 		}
-		resp.Diagnostics.Append(m.fromInput(ctx, in, spec)...)
+		resp.Diagnostics.Append(m.fromSpec(ctx, spec, b.Planned(spec))...)
 	}
-	spec, known := m.buildSpec(ctx, &resp.Diagnostics)
+	spec, known := m.plan(ctx, b, &resp.Diagnostics)
 	if !known || resp.Diagnostics.HasError() {
 		return
 	}
-	st, err := svc.Read(ctx, spec)
+	st, err := b.Read(ctx, spec)
 	if err != nil {
-		summary, what := "ThreeGate Read Failed", "inspecting topology "+spec.Name
-		if topology.FirewallOp(err) == topology.FirewallRead {
-			summary, what = "Firewall Read Failed", "reading the rules of "+spec.Name
-		}
-		addRuntimeError(&resp.Diagnostics, summary, what, err)
+		addFailure(&resp.Diagnostics, err, "ThreeGate Read Failed", "inspecting topology "+spec.Name)
 		return
 	}
-	if st.Gone() {
+	if st.Gone {
 		resp.State.RemoveResource(ctx)
 		return
 	}
-	resp.Diagnostics.Append(m.setObserved(ctx, spec, st)...)
+	resp.Diagnostics.Append(m.setObserved(ctx, st)...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
 
@@ -359,53 +315,44 @@ func (r *threegateNetworkResource) Update(ctx context.Context, req resource.Upda
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
 }
 
-// apply brings the host to the plan through the topology service and fills
-// the computed values that only apply knows. On error, m.ID stays unknown
-// when nothing was made.
+// apply brings the backend to the plan and fills the computed values that
+// only apply knows. On error, m.ID stays unknown when nothing was made (a
+// failure on an attribute: the backend touched nothing).
 func (r *threegateNetworkResource) apply(ctx context.Context, m *threegateNetworkModel, diags *diag.Diagnostics) {
 	if !requireProviderData(r.data, "threegate_network", diags) {
 		return
 	}
-	if r.data.kube != nil {
-		r.kubeApply(ctx, m, diags)
+	b := topologyBackend(ctx, r.data)
+	spec, known := m.plan(ctx, b, diags)
+	if diags.HasError() {
 		return
 	}
-	m.ID = types.StringUnknown()
-	diags.Append(m.setObserved(ctx, topology.Spec{}, topology.Status{})...)
-	spec, known := m.buildSpec(ctx, diags)
 	if !known || spec.Proxy.Image == unknownImage {
 		addUnknownAtApplyError(diags, "threegate_network")
 		return
 	}
-	if diags.HasError() {
-		return
-	}
-	svc := topologyService(ctx, r.data, "threegate_network", diags)
-	if svc == nil {
-		return
-	}
-	st, err := svc.Apply(ctx, spec)
-	switch topology.FirewallOp(err) {
-	case topology.FirewallOpen:
-		diags.AddAttributeError(path.Root("firewall").AtName("enabled"), "Host Firewall Unavailable", err.Error())
-		return
-	case topology.FirewallRead:
-		m.ID = types.StringValue(spec.Name)
-		addRuntimeError(diags, "Firewall Read Failed", "reading back the rules of "+spec.Name, err)
+	planned := b.Planned(spec)
+	diags.Append(m.setPlanned(ctx, spec, planned)...)
+	diags.Append(m.setObserved(ctx, topospec.Status{ProxyID: planned.ProxyID, ProxyURL: planned.ProxyURL, Rules: planned.Rules})...)
+	m.ID = types.StringUnknown()
+	st, err := b.Apply(ctx, spec)
+	var f *topospec.Failure
+	if errors.As(err, &f) && f.Field != "" {
+		addFailure(diags, err, "", "")
 		return
 	}
 	// From here on objects may exist, so the state must name them even if
 	// the apply failed (Terraform then taints the resource and destroys it).
 	m.ID = types.StringValue(spec.Name)
 	if err != nil {
-		addRuntimeError(diags, "ThreeGate Apply Failed", "bringing topology "+spec.Name+" to its configuration", err)
+		addFailure(diags, err, "ThreeGate Apply Failed", "bringing topology "+spec.Name+" to its configuration")
 		return
 	}
 	if len(st.Drift) > 0 {
-		diags.AddError("ThreeGate Apply Did Not Converge", "after apply, the host still differs:\n- "+strings.Join(st.Drift, "\n- "))
+		diags.AddError("ThreeGate Apply Did Not Converge", "after apply, the topology still differs:\n- "+strings.Join(st.Drift, "\n- "))
 		st.Drift = nil // the state shows what apply made; the next Read shows the drift
 	}
-	diags.Append(m.setObserved(ctx, spec, st)...)
+	diags.Append(m.setObserved(ctx, st)...)
 }
 
 func (r *threegateNetworkResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
@@ -414,35 +361,44 @@ func (r *threegateNetworkResource) Delete(ctx context.Context, req resource.Dele
 	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "threegate_network", &resp.Diagnostics) {
 		return
 	}
-	if r.data.kube != nil {
-		r.kubeDelete(ctx, m.Name.ValueString(), &resp.Diagnostics)
-		return
-	}
-	svc := topologyService(ctx, r.data, "threegate_network", &resp.Diagnostics)
-	if svc == nil {
-		return
-	}
 	name := m.Name.ValueString()
-	if err := svc.Teardown(ctx, name); err != nil {
-		what := "removing the proxy and networks of " + name
-		if topology.FirewallOp(err) != "" {
-			what = "removing the firewall rules of " + name
-		}
-		addRuntimeError(&resp.Diagnostics, "ThreeGate Destroy Failed", what, err)
+	if err := topologyBackend(ctx, r.data).Teardown(ctx, name); err != nil {
+		addFailure(&resp.Diagnostics, err, "ThreeGate Destroy Failed", "removing topology "+name)
 	}
 }
 
 func (r *threegateNetworkResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	if _, ps := topology.Build(topology.Input{Name: req.ID, Proxy: topology.ProxyInput{Image: "x"}}); len(ps) > 0 {
-		resp.Diagnostics.AddError("Invalid Import ID", "the import id is the topology name: "+ps[0].Detail)
-		return
+	_, ps := topologyBackend(ctx, r.data).Plan(topospec.Input{Name: req.ID, Proxy: topospec.ProxyInput{Image: "x"}})
+	for _, p := range ps {
+		if p.Field == "name" {
+			resp.Diagnostics.AddError("Invalid Import ID", "the import id is the topology name: "+p.Detail)
+			return
+		}
 	}
 	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("name"), req.ID)...)
 	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), req.ID)...)
 }
 
+// addFailure adds a backend's error: on its attribute when it names one,
+// under its own words when it has them, else under summary and what.
+func addFailure(diags *diag.Diagnostics, err error, summary, what string) {
+	var f *topospec.Failure
+	switch {
+	case errors.As(err, &f) && f.Field != "":
+		at := path.Root(f.Field)
+		if f.Sub != "" {
+			at = at.AtName(f.Sub)
+		}
+		diags.AddAttributeError(at, f.Summary, f.Err.Error())
+	case errors.As(err, &f):
+		addRuntimeError(diags, f.Summary, f.What, f.Err)
+	default:
+		addRuntimeError(diags, summary, what, err)
+	}
+}
+
 // addProblems turns topology problems into attribute errors.
-func addProblems(diags *diag.Diagnostics, ps topology.Problems) {
+func addProblems(diags *diag.Diagnostics, ps topospec.Problems) {
 	for _, p := range ps {
 		at := path.Root(p.Field)
 		detail := p.Detail

@@ -7,13 +7,14 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
-// The threegate_network model and its conversions: toInput (model to the
-// topology service's input) one way; setPlanned, setObserved and fromInput
-// (what the service decided, found or imported, back into the model) the
-// other.
+// The threegate_network model and its conversions, the same on every
+// backend: toInput (model to the backend's input) one way; setPlanned,
+// setObserved and fromSpec (what the backend planned, found or imported,
+// back into the model) the other. What a backend has not (networks on a
+// cluster) is null or empty because the spec and status say so.
 
 type threegateNetworkModel struct {
 	ID               types.String   `tfsdk:"id"`
@@ -63,39 +64,49 @@ var (
 )
 
 // toInput converts the model; ok is false while a value is unknown.
-func (m *threegateNetworkModel) toInput(ctx context.Context) (topology.Input, bool, diag.Diagnostics) {
+// Unset attributes stay unset ("" or nil), so a backend can tell what was
+// asked of it from its defaults.
+func (m *threegateNetworkModel) toInput(ctx context.Context) (topospec.Input, bool, diag.Diagnostics) {
 	var diags diag.Diagnostics
-	in := topology.Input{Name: m.Name.ValueString(), Subnets: map[string]string{}, Gateways: map[string]string{}}
+	in := topospec.Input{Name: m.Name.ValueString(), Docker: topospec.DockerInput{Subnets: map[string]string{}, Gateways: map[string]string{}}}
+	d := &in.Docker
 	known := !m.Name.IsUnknown()
-	for kind, v := range map[string]types.String{topology.LLMNet: m.LLMNetSubnet, topology.FetchNet: m.FetchNetSubnet, topology.EgressNet: m.EgressNetSubnet} {
+	for kind, v := range map[string]types.String{topospec.LLMNet: m.LLMNetSubnet, topospec.FetchNet: m.FetchNetSubnet, topospec.EgressNet: m.EgressNetSubnet} {
 		known = known && !v.IsUnknown()
-		in.Subnets[kind] = v.ValueString()
+		if v.ValueString() != "" {
+			d.Subnets[kind] = v.ValueString()
+		}
 	}
-	for kind, v := range map[string]types.String{topology.LLMNet: m.LLMNetGateway, topology.FetchNet: m.FetchNetGateway, topology.EgressNet: m.EgressNetGateway} {
+	for kind, v := range map[string]types.String{topospec.LLMNet: m.LLMNetGateway, topospec.FetchNet: m.FetchNetGateway, topospec.EgressNet: m.EgressNetGateway} {
 		known = known && !v.IsUnknown()
-		in.Gateways[kind] = v.ValueString()
+		if v.ValueString() != "" {
+			d.Gateways[kind] = v.ValueString()
+		}
 	}
-	in.Firewall = topology.Firewall{Enabled: true}
 	if m.Firewall != nil {
 		known = known && !m.Firewall.Enabled.IsUnknown() && !m.Firewall.LogDenied.IsUnknown()
-		in.Firewall = topology.Firewall{Enabled: m.Firewall.Enabled.ValueBool() || m.Firewall.Enabled.IsNull(), LogDenied: m.Firewall.LogDenied.ValueBool()}
+		d.Firewall = &topospec.Firewall{Enabled: m.Firewall.Enabled.ValueBool() || m.Firewall.Enabled.IsNull(), LogDenied: m.Firewall.LogDenied.ValueBool()}
 	}
 	if m.Proxy == nil {
 		return in, false, diags
 	}
 	p := m.Proxy
 	known = known && !p.IP.IsUnknown() && !p.EgressIP.IsUnknown() && !p.Port.IsUnknown()
-	in.Proxy = topology.ProxyInput{Image: p.Image.ValueString(), IP: p.IP.ValueString(), EgressIP: p.EgressIP.ValueString(), Port: int(p.Port.ValueInt64())}
+	in.Proxy = topospec.ProxyInput{Image: p.Image.ValueString(), Port: int(p.Port.ValueInt64())}
+	d.ProxyIP, d.EgressIP = p.IP.ValueString(), p.EgressIP.ValueString()
 	if p.Image.IsUnknown() {
 		// Often the tag of an image built in the same apply; it does not
 		// affect validation, so stand in a placeholder and let the caller
 		// check imageKnown where the real value matters.
 		in.Proxy.Image = unknownImage
 	}
+	if !p.AllowPrivate.IsNull() {
+		d.AllowPrivate = []string{}
+	}
 	for _, l := range []struct {
 		v   types.List
 		dst *[]string
-	}{{p.Allow, &in.Proxy.Allow}, {p.AllowPrivate, &in.Proxy.AllowPrivate}, {p.DNS, &in.Proxy.DNS}} {
+	}{{p.Allow, &in.Proxy.Allow}, {p.AllowPrivate, &d.AllowPrivate}, {p.DNS, &in.Proxy.DNS}} {
 		if l.v.IsUnknown() {
 			known = false
 			continue
@@ -112,107 +123,121 @@ func (m *threegateNetworkModel) toInput(ctx context.Context) (topology.Input, bo
 	return in, known, diags
 }
 
-// fromInput fills the configuration from a topology read back from the
-// host (import): the inputs as found, then every value the spec decides.
-func (m *threegateNetworkModel) fromInput(ctx context.Context, in topology.Input, spec topology.Spec) diag.Diagnostics {
+// fromSpec fills the configuration from a topology the backend read back
+// (import): the inputs as found, then every value the spec decides.
+func (m *threegateNetworkModel) fromSpec(ctx context.Context, spec topospec.Spec, planned topospec.Planned) diag.Diagnostics {
+	in := spec.Input()
 	p := &proxyModel{
-		Image: types.StringValue(in.Proxy.Image), AllowPrivate: listOrNull(ctx, in.Proxy.AllowPrivate), DNS: listOrNull(ctx, in.Proxy.DNS),
+		Image: types.StringValue(in.Proxy.Image), AllowPrivate: listOrNull(ctx, in.Docker.AllowPrivate), DNS: listOrNull(ctx, in.Proxy.DNS),
 	}
 	var diags diag.Diagnostics
 	p.Allow, diags = types.ListValueFrom(ctx, types.StringType, orEmpty(in.Proxy.Allow))
 	m.Proxy = p
-	m.Firewall = &firewallModel{Enabled: types.BoolValue(in.Firewall.Enabled), LogDenied: types.BoolValue(in.Firewall.LogDenied)}
-	diags.Append(m.setPlanned(ctx, spec)...)
+	if fw := in.Docker.Firewall; fw != nil {
+		m.Firewall = &firewallModel{Enabled: types.BoolValue(fw.Enabled), LogDenied: types.BoolValue(fw.LogDenied)}
+	}
+	diags.Append(m.setPlanned(ctx, spec, planned)...)
 	return diags
 }
 
 // setPlanned fills every value the spec decides: defaults of the optional
-// inputs (subnets, gateways, proxy addresses and port) and the computed
-// values known before apply.
-func (m *threegateNetworkModel) setPlanned(ctx context.Context, spec topology.Spec) diag.Diagnostics {
-	subnets := map[string]*types.String{topology.LLMNet: &m.LLMNetSubnet, topology.FetchNet: &m.FetchNetSubnet, topology.EgressNet: &m.EgressNetSubnet}
-	gateways := map[string]*types.String{topology.LLMNet: &m.LLMNetGateway, topology.FetchNet: &m.FetchNetGateway, topology.EgressNet: &m.EgressNetGateway}
-	for _, n := range spec.Networks {
-		*subnets[n.Kind], *gateways[n.Kind] = types.StringValue(n.Subnet.String()), types.StringValue(n.Gateway.String())
+// inputs (subnets, gateways, proxy addresses and port; null where the
+// backend has none) and the computed values known before apply; the rest
+// is unknown.
+func (m *threegateNetworkModel) setPlanned(ctx context.Context, spec topospec.Spec, p topospec.Planned) diag.Diagnostics {
+	subnets := map[string]*types.String{topospec.LLMNet: &m.LLMNetSubnet, topospec.FetchNet: &m.FetchNetSubnet, topospec.EgressNet: &m.EgressNetSubnet}
+	gateways := map[string]*types.String{topospec.LLMNet: &m.LLMNetGateway, topospec.FetchNet: &m.FetchNetGateway, topospec.EgressNet: &m.EgressNetGateway}
+	for _, k := range topospec.Kinds {
+		*subnets[k], *gateways[k] = types.StringNull(), types.StringNull()
+		if n := spec.Network(k); n.Subnet.IsValid() {
+			*subnets[k], *gateways[k] = types.StringValue(n.Subnet.String()), types.StringValue(n.Gateway.String())
+		}
+	}
+	if len(spec.Docker.Networks) == 0 {
+		m.Firewall = nil // no host firewall where there are no host networks
 	}
 	m.ID = types.StringValue(spec.Name)
-	m.Proxy.IP, m.Proxy.EgressIP = types.StringValue(spec.Proxy.IP.String()), types.StringValue(spec.Proxy.EgressIP.String())
+	m.Proxy.IP, m.Proxy.EgressIP = addrOrNull(spec.Docker.ProxyIP.String(), spec.Docker.ProxyIP.IsValid()), addrOrNull(spec.Docker.EgressIP.String(), spec.Docker.EgressIP.IsValid())
 	m.Proxy.Port = types.Int64Value(int64(spec.Proxy.Port))
-	m.ProxyURL = types.StringValue(spec.Proxy.URL())
-	rules, restore := firewallValues(spec)
-	m.FirewallRules, m.IptablesRestore = rules, types.StringValue(restore)
-	m.Drift = types.ListValueMust(types.StringType, []attr.Value{})
-	var diags diag.Diagnostics
-	m.Roles, diags = rolesValue(ctx, spec)
-	return diags
-}
-
-// setObserved fills what the host showed: the networks, the proxy
-// container and the drift.
-func (m *threegateNetworkModel) setObserved(ctx context.Context, spec topology.Spec, st topology.Status) diag.Diagnostics {
-	var d1, d2 diag.Diagnostics
-	m.Networks, d1 = networksValue(ctx, spec, st.Observed)
-	m.ProxyContainerID = types.StringValue("")
-	if st.Proxy != nil {
-		m.ProxyContainerID = types.StringValue(st.Proxy.ID)
+	m.ProxyURL, m.ProxyContainerID = stringOrUnknown(p.ProxyURL), stringOrUnknown(p.ProxyID)
+	m.FirewallRules, m.Networks = types.ListUnknown(types.StringType), types.MapUnknown(networkObjectType)
+	var d1, d2, d3 diag.Diagnostics
+	if p.Rules != nil {
+		m.FirewallRules, d1 = types.ListValueFrom(ctx, types.StringType, p.Rules)
 	}
-	m.Drift, d2 = types.ListValueFrom(ctx, types.StringType, orEmpty(st.Drift))
-	return append(d1, d2...)
+	if p.Networks != nil {
+		m.Networks, d2 = networksValue(ctx, p.Networks)
+	}
+	m.IptablesRestore = types.StringValue(p.Restore)
+	m.Drift = types.ListValueMust(types.StringType, []attr.Value{})
+	m.Roles, d3 = rolesValue(ctx, p.Roles)
+	return append(append(d1, d2...), d3...)
 }
 
-// buildSpec converts the model and builds its topology, adding any problem
-// as an attribute error. known is false while a value is unknown; then the
-// spec is not built. Callers go on only when known and diags has no error.
-func (m *threegateNetworkModel) buildSpec(ctx context.Context, diags *diag.Diagnostics) (spec topology.Spec, known bool) {
+// setObserved fills what the backend showed: the networks, the proxy, the
+// enforcement and the drift.
+func (m *threegateNetworkModel) setObserved(ctx context.Context, st topospec.Status) diag.Diagnostics {
+	var d1, d2, d3 diag.Diagnostics
+	m.Networks, d1 = networksValue(ctx, st.Networks)
+	m.ProxyContainerID, m.ProxyURL = types.StringValue(st.ProxyID), types.StringValue(st.ProxyURL)
+	m.FirewallRules, d2 = types.ListValueFrom(ctx, types.StringType, orEmpty(st.Rules))
+	m.Drift, d3 = types.ListValueFrom(ctx, types.StringType, orEmpty(st.Drift))
+	return append(append(d1, d2...), d3...)
+}
+
+// plan converts the model and plans it on the backend, adding any
+// problem as an attribute error. known is false while a value is unknown;
+// then nothing is planned. Callers go on only when known and diags has no
+// error.
+func (m *threegateNetworkModel) plan(ctx context.Context, b topospec.Backend, diags *diag.Diagnostics) (spec topospec.Spec, known bool) {
 	in, known, d := m.toInput(ctx)
 	diags.Append(d...)
 	if !known || diags.HasError() {
 		return spec, known
 	}
-	spec, ps := topology.Build(in)
+	spec, ps := b.Plan(in)
 	addProblems(diags, ps)
 	return spec, true
 }
 
 // priorSpec is the spec of the state, if there is one and it is valid.
-func (m *threegateNetworkModel) priorSpec(ctx context.Context) (topology.Spec, bool) {
+func (m *threegateNetworkModel) priorSpec(ctx context.Context, b topospec.Backend) (topospec.Spec, bool) {
 	if m == nil {
-		return topology.Spec{}, false
+		return topospec.Spec{}, false
 	}
-	in, ok, _ := m.toInput(ctx)
-	if !ok {
-		return topology.Spec{}, false
-	}
-	s, ps := topology.Build(in)
-	return s, len(ps) == 0
+	var d diag.Diagnostics
+	s, ok := m.plan(ctx, b, &d)
+	return s, ok && !d.HasError()
 }
 
-func firewallValues(spec topology.Spec) (types.List, string) {
-	if !spec.Firewall.Enabled {
-		return types.ListValueMust(types.StringType, []attr.Value{}), ""
+func stringOrUnknown(s string) types.String {
+	if s == "" {
+		return types.StringUnknown()
 	}
-	set := spec.Rules()
-	var vals []attr.Value
-	for _, l := range set.Lines() {
-		vals = append(vals, types.StringValue(l))
-	}
-	return types.ListValueMust(types.StringType, vals), set.RestoreText()
+	return types.StringValue(s)
 }
 
-func rolesValue(ctx context.Context, spec topology.Spec) (types.Map, diag.Diagnostics) {
+func addrOrNull(s string, valid bool) types.String {
+	if !valid {
+		return types.StringNull()
+	}
+	return types.StringValue(s)
+}
+
+func rolesValue(ctx context.Context, roles map[string]topospec.Role) (types.Map, diag.Diagnostics) {
 	type roleModel struct {
 		Networks       []string          `tfsdk:"networks"`
 		Env            map[string]string `tfsdk:"env"`
 		SandboxNetwork string            `tfsdk:"sandbox_network"`
 	}
 	out := map[string]roleModel{}
-	for name, r := range spec.Roles() {
-		out[name] = roleModel{Networks: r.Networks, Env: r.Env, SandboxNetwork: r.SandboxNetwork}
+	for name, r := range roles {
+		out[name] = roleModel{Networks: orEmpty(r.Networks), Env: r.Env, SandboxNetwork: r.SandboxNetwork}
 	}
 	return types.MapValueFrom(ctx, roleObjectType, out)
 }
 
-func networksValue(ctx context.Context, spec topology.Spec, o topology.Observed) (types.Map, diag.Diagnostics) {
+func networksValue(ctx context.Context, nets map[string]topospec.NetworkStatus) (types.Map, diag.Diagnostics) {
 	type netModel struct {
 		ID       string `tfsdk:"id"`
 		Name     string `tfsdk:"name"`
@@ -221,12 +246,8 @@ func networksValue(ctx context.Context, spec topology.Spec, o topology.Observed)
 		Internal bool   `tfsdk:"internal"`
 	}
 	out := map[string]netModel{}
-	for _, n := range spec.Networks {
-		on, ok := o.Networks[n.Kind]
-		if !ok {
-			continue
-		}
-		out[n.Kind] = netModel{ID: on.ID, Name: on.Name, Subnet: on.Subnet, Gateway: on.Gateway, Internal: on.Internal}
+	for kind, n := range nets {
+		out[kind] = netModel(n)
 	}
 	return types.MapValueFrom(ctx, networkObjectType, out)
 }

@@ -40,7 +40,7 @@ resource "threegate_network" "remote" {
 			Config:   cfg,
 			PlanOnly: true,
 			ExpectError: regexp.MustCompile(`(?s)Host Firewall Needs A Local Docker Daemon.*` +
-				`tcp://192\.0\.2\.10:2376.*another\s+machine.*Run terraform on the Docker host.*firewall = \{ enabled = false \}`),
+				`tcp://192\.0\.2\.10:2376.*another\s+machine.*Run terraform on the Docker\s+host.*firewall = \{ enabled\s+=\s+false \}`),
 		}},
 	})
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/firewall"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -25,7 +26,7 @@ func TestAccThreegateNetwork_lifecycle(t *testing.T) {
 	f := newTGFixture(t)
 	s := f.spec(t)
 	addr := "threegate_network.test"
-	set := s.Rules()
+	set := topology.Rules(s)
 	expectUpdate := resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)}}
 	var savedDockerUser []string
 
@@ -72,7 +73,7 @@ func TestAccThreegateNetwork_lifecycle(t *testing.T) {
 					plancheck.ExpectKnownValue(addr, tfjsonpath.New("networks"), knownvalue.NotNull()),
 				}},
 				Check: resource.ComposeTestCheckFunc(f.checkLive(t), func(*terraform.State) error {
-					c, err := testutil.Docker(t).ContainerInspect(context.Background(), s.Proxy.Name)
+					c, err := testutil.Docker(t).ContainerInspect(context.Background(), topospec.ProxyName(s.Name))
 					if err != nil {
 						return err
 					}
@@ -120,7 +121,7 @@ func TestAccThreegateNetwork_lifecycle(t *testing.T) {
 			},
 			{
 				PreConfig: func() {
-					if err := testutil.Docker(t).ContainerStop(context.Background(), s.Proxy.Name, container.StopOptions{}); err != nil {
+					if err := testutil.Docker(t).ContainerStop(context.Background(), topospec.ProxyName(s.Name), container.StopOptions{}); err != nil {
 						t.Fatal(err)
 					}
 				},
@@ -129,8 +130,8 @@ func TestAccThreegateNetwork_lifecycle(t *testing.T) {
 			{
 				PreConfig: func() {
 					cli := testutil.Docker(t)
-					n := s.Network(topology.FetchNet).Name
-					_ = cli.NetworkDisconnect(context.Background(), n, s.Proxy.Name, true)
+					n := s.Network(topospec.FetchNet).Name
+					_ = cli.NetworkDisconnect(context.Background(), n, topospec.ProxyName(s.Name), true)
 					if err := cli.NetworkRemove(context.Background(), n); err != nil {
 						t.Fatal(err)
 					}

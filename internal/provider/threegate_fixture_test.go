@@ -21,6 +21,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/firewall"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -47,9 +48,9 @@ func newTGFixture(t *testing.T) *tgFixture {
 		t.Logf("swept stale test topologies %v (err %v)", swept, err)
 	}
 	f := &tgFixture{image: testutil.EnsureRunnerImage(t, cli)}
-	var s topology.Spec
+	var s topospec.Spec
 	f.name, f.llm, f.fetch, f.egress, s = freeTopology(t, cli)
-	f.proxyIP, f.egressIP = s.Proxy.IP.String(), s.Proxy.EgressIP.String()
+	f.proxyIP, f.egressIP = s.Docker.ProxyIP.String(), s.Docker.EgressIP.String()
 	f.outside = testutil.StartOutside(t, 443, 8443)
 	f.allow = []string{f.outside.Addr(443)}
 	return f
@@ -58,14 +59,14 @@ func newTGFixture(t *testing.T) *tgFixture {
 // freeTopology picks a random tf-acc-tg- name (swept by the tests when
 // stale) and three /24s no network or route on this host uses, so that
 // concurrent runs on one daemon never share a topology.
-func freeTopology(t *testing.T, cli client.APIClient) (name, llm, fetch, egress string, spec topology.Spec) {
+func freeTopology(t *testing.T, cli client.APIClient) (name, llm, fetch, egress string, spec topospec.Spec) {
 	t.Helper()
 	for try := 0; try < 30; try++ {
 		a := 3 * rand.IntN(80)
 		name = fmt.Sprintf("tf-acc-tg-%04x", rand.IntN(0xffff))
 		llm, fetch, egress = fmt.Sprintf("10.213.%d.0/24", a), fmt.Sprintf("10.213.%d.0/24", a+1), fmt.Sprintf("10.213.%d.0/24", a+2)
-		s, ps := topology.Build(topology.Input{Name: name, Proxy: topology.ProxyInput{Image: "x"},
-			Subnets: map[string]string{topology.LLMNet: llm, topology.FetchNet: fetch, topology.EgressNet: egress}})
+		s, ps := topology.Build(topospec.Input{Name: name, Proxy: topospec.ProxyInput{Image: "x"},
+			Docker: topospec.DockerInput{Subnets: map[string]string{topospec.LLMNet: llm, topospec.FetchNet: fetch, topospec.EgressNet: egress}}})
 		if len(ps) > 0 {
 			t.Fatal(ps)
 		}
@@ -117,12 +118,12 @@ resource "threegate_network" "test" {
 %s`, f.name, f.llm, f.fetch, f.egress, f.image, strings.Join(q, ", "), f.outside.Prefix, inner, extra)
 }
 
-func (f *tgFixture) spec(t *testing.T) topology.Spec {
+func (f *tgFixture) spec(t *testing.T) topospec.Spec {
 	t.Helper()
-	s, ps := topology.Build(topology.Input{Name: f.name,
-		Subnets:  map[string]string{topology.LLMNet: f.llm, topology.FetchNet: f.fetch, topology.EgressNet: f.egress},
-		Proxy:    topology.ProxyInput{Image: f.image, Allow: f.allow, AllowPrivate: []string{f.outside.Prefix}},
-		Firewall: topology.Firewall{Enabled: true}})
+	s, ps := topology.Build(topospec.Input{Name: f.name,
+		Proxy: topospec.ProxyInput{Image: f.image, Allow: f.allow},
+		Docker: topospec.DockerInput{Subnets: map[string]string{topospec.LLMNet: f.llm, topospec.FetchNet: f.fetch, topospec.EgressNet: f.egress},
+			AllowPrivate: []string{f.outside.Prefix}, Firewall: &topospec.Firewall{Enabled: true}}})
 	if len(ps) > 0 {
 		t.Fatal(ps)
 	}
@@ -150,7 +151,7 @@ func (f *tgFixture) checkLive(t *testing.T) resource.TestCheckFunc {
 		ctx := context.Background()
 		cli := testutil.Docker(t)
 		s := f.spec(t)
-		for _, n := range s.Networks {
+		for _, n := range s.Docker.Networks {
 			in, err := cli.NetworkInspect(ctx, n.Name, network.InspectOptions{})
 			if err != nil {
 				return fmt.Errorf("network %s: %w", n.Name, err)
@@ -160,7 +161,7 @@ func (f *tgFixture) checkLive(t *testing.T) resource.TestCheckFunc {
 				return fmt.Errorf("network %s: internal=%t ipam=%+v labels=%v", n.Name, in.Internal, in.IPAM.Config, in.Labels)
 			}
 		}
-		c, err := cli.ContainerInspect(ctx, s.Proxy.Name)
+		c, err := cli.ContainerInspect(ctx, topospec.ProxyName(s.Name))
 		if err != nil {
 			return err
 		}
@@ -174,10 +175,10 @@ func (f *tgFixture) checkLive(t *testing.T) resource.TestCheckFunc {
 		for n, ep := range c.NetworkSettings.Networks {
 			ips[n] = ep.IPAddress
 		}
-		if len(ips) != 2 || ips[s.Network(topology.FetchNet).Name] != f.proxyIP || ips[s.Network(topology.EgressNet).Name] != f.egressIP {
+		if len(ips) != 2 || ips[s.Network(topospec.FetchNet).Name] != f.proxyIP || ips[s.Network(topospec.EgressNet).Name] != f.egressIP {
 			return fmt.Errorf("proxy addresses %v, want %s on fetchnet and %s on egressnet only", ips, f.proxyIP, f.egressIP)
 		}
-		set := s.Rules()
+		set := topology.Rules(s)
 		for _, ch := range set.Chains {
 			live, err := iptablesS(ch)
 			if err != nil {
@@ -283,4 +284,38 @@ func (f *tgFixture) plantForeignRules(t *testing.T) {
 			return nil
 		})
 	}
+}
+
+// topologyHCL is a test's root: the provider block with its state under
+// stateDir and a threegate_network "tg" on the given subnets, host
+// firewall off, allowing example.com and allow.
+func topologyHCL(stateDir, name, image, llm, fetch, egress string, allow ...string) string {
+	q := `"example.com"`
+	for _, a := range allow {
+		q += fmt.Sprintf(", %q", a)
+	}
+	return fmt.Sprintf(`
+terraform {
+  required_providers {
+    meepa = { source = "bogpad/meepa" }
+  }
+}
+
+provider "meepa" {
+  state_dir = %q
+}
+
+resource "threegate_network" "tg" {
+  provider         = meepa
+  name             = %q
+  llmnet_subnet    = %q
+  fetchnet_subnet  = %q
+  egressnet_subnet = %q
+  firewall = { enabled = false }
+  proxy = {
+    image = %q
+    allow = [%s]
+  }
+}
+`, stateDir, name, llm, fetch, egress, image, q)
 }

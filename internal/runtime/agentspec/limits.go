@@ -61,7 +61,7 @@ func MemoryBytes(s string) (int64, error) {
 		s = DefaultMemoryLimit
 	}
 	if !memoryPattern.MatchString(s) {
-		return 0, fmt.Errorf("%q is not a size: write a positive number with an optional unit b, k, m or g, e.g. \"512m\" or \"1g\"", s)
+		return 0, fmt.Errorf("%q is not a size: write a positive number with an optional unit b, k, m or g (either case), e.g. \"512m\" or \"1g\"", s)
 	}
 	n, err := units.RAMInBytes(s)
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -54,7 +55,7 @@ func TestThreegateMembersDNSStaysOnLLMNet(t *testing.T) {
 	if _, err := svc.Apply(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	llm := s.Network(topology.LLMNet).Name
+	llm := s.Network(topospec.LLMNet).Name
 	gateway := s.Name + "-llm-gateway"
 	startIdle(t, cli, testutil.EnsureBusybox(t, cli), gateway, llm)
 
@@ -63,13 +64,13 @@ func TestThreegateMembersDNSStaysOnLLMNet(t *testing.T) {
 	count := countDNS(t, label)
 
 	state := testutil.SharedTempDir(t)
-	roles := s.Roles()
+	roles := topology.Roles(s)
 	for _, tc := range []struct{ topoRole, role string }{
-		{topology.RoleCore, agentspec.RoleCore}, {topology.RoleFetch, agentspec.RoleFetch}, {topology.RoleToolExec, agentspec.RoleToolExec},
+		{topospec.RoleCore, agentspec.RoleCore}, {topospec.RoleFetch, agentspec.RoleFetch}, {topospec.RoleToolExec, agentspec.RoleToolExec},
 	} {
 		r := roles[tc.topoRole]
-		if len(r.DNS) != 1 || r.DNS[0] != s.DNSSink().String() {
-			t.Fatalf("%s: role DNS %v, want the sink %s", tc.topoRole, r.DNS, s.DNSSink())
+		if len(r.DNS) != 1 || r.DNS[0] != topology.DNSSink(s).String() {
+			t.Fatalf("%s: role DNS %v, want the sink %s", tc.topoRole, r.DNS, topology.DNSSink(s))
 		}
 		id := "dns-" + strings.ReplaceAll(tc.role, "_", "-")
 		ws := filepath.Join(state, id, "ws")
@@ -98,8 +99,8 @@ func TestThreegateMembersDNSStaysOnLLMNet(t *testing.T) {
 		rhc.RestartPolicy = container.RestartPolicy{}
 		checks := []string{"dns=" + outside, "dns=" + gateway}
 		want := []string{probe.NotResolved, probe.Resolved}
-		if tc.topoRole == topology.RoleFetch {
-			checks, want = append(checks, "dns="+s.Proxy.Name), append(want, probe.Resolved)
+		if tc.topoRole == topospec.RoleFetch {
+			checks, want = append(checks, "dns="+topospec.ProxyName(s.Name)), append(want, probe.Resolved)
 		}
 		res := runProbe(t, cli, rc, rhc, d.withDefaults().Networks, checks)
 		expect(t, tc.topoRole+" runner", res, want...)
@@ -110,7 +111,7 @@ func TestThreegateMembersDNSStaysOnLLMNet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tc.topoRole == topology.RoleToolExec {
+		if tc.topoRole == topospec.RoleToolExec {
 			// No network at all, so no resolver: neither name resolves.
 			res = runProbe(t, cli, mc, mhc, nil, []string{"dns=" + outside, "dns=" + gateway})
 			expect(t, tc.topoRole+" message container", res, probe.NotResolved, probe.NotResolved)
@@ -136,15 +137,16 @@ func expect(t *testing.T, who string, res []probe.Result, want ...string) {
 
 // freeTopology builds a topology on three free /24s of 10.214.0.0/16, with
 // the host firewall off.
-func freeTopology(t *testing.T, cli client.APIClient, image string) topology.Spec {
+func freeTopology(t *testing.T, cli client.APIClient, image string) topospec.Spec {
 	t.Helper()
 	for try := 0; try < 30; try++ {
 		a := 3 * rand.IntN(80)
-		s, ps := topology.Build(topology.Input{
+		s, ps := topology.Build(topospec.Input{
 			Name: fmt.Sprintf("meepa-test-tg-dns-%04x", rand.IntN(0xffff)),
-			Subnets: map[string]string{topology.LLMNet: fmt.Sprintf("10.214.%d.0/24", a),
-				topology.FetchNet: fmt.Sprintf("10.214.%d.0/24", a+1), topology.EgressNet: fmt.Sprintf("10.214.%d.0/24", a+2)},
-			Proxy: topology.ProxyInput{Image: image},
+			Docker: topospec.DockerInput{Subnets: map[string]string{topospec.LLMNet: fmt.Sprintf("10.214.%d.0/24", a),
+				topospec.FetchNet: fmt.Sprintf("10.214.%d.0/24", a+1), topospec.EgressNet: fmt.Sprintf("10.214.%d.0/24", a+2)},
+				Firewall: &topospec.Firewall{}},
+			Proxy: topospec.ProxyInput{Image: image},
 		})
 		if len(ps) > 0 {
 			t.Fatal(ps)
@@ -158,7 +160,7 @@ func freeTopology(t *testing.T, cli client.APIClient, image string) topology.Spe
 		}
 	}
 	t.Fatal("no free subnets in 10.214.0.0/16")
-	return topology.Spec{}
+	return topospec.Spec{}
 }
 
 func startIdle(t *testing.T, cli client.APIClient, image, name, net string) {

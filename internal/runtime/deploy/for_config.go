@@ -83,7 +83,11 @@ func ForConfig(c agentspec.Config, p Placement) (Deployment, error) {
 		// role's networks itself.
 		d.Networks = c.Container.Networks
 	case hostMode && (c.FileAccess.AllowNetwork || c.FileAccess.Unrestricted):
-		d.Network = RunnerNetwork
+		// The tools run in the runner's own network namespace, so its
+		// network is theirs: the managed bridge, whose rules keep them from
+		// private, link-local and host addresses as network = "bridge" does
+		// for a per-message container (usesBridge; ensureBridge makes it).
+		d.Network = sandbox.ManagedBridge
 	case p.Listener.Port != 0:
 		d.Network = RunnerNetwork
 	default:

@@ -87,10 +87,18 @@ func TestForConfigHostMode(t *testing.T) {
 	}
 
 	c.FileAccess.Unrestricted = true
-	if d, _ := ForConfig(c, p); d.SecurityOpt != nil || d.Network != RunnerNetwork {
-		t.Errorf("unrestricted: %v %q", d.SecurityOpt, d.Network)
+	if d, _ := ForConfig(c, p); d.SecurityOpt != nil || d.Network != sandbox.ManagedBridge {
+		t.Errorf("unrestricted: %v %q, want the managed bridge", d.SecurityOpt, d.Network)
 	}
 	c.FileAccess.Unrestricted = false
+	// Tools with network share the runner's: the managed bridge, never
+	// meepa-runners, from which the host's services and private and
+	// link-local addresses are open.
+	c.FileAccess.AllowNetwork = true
+	if d, _ := ForConfig(c, p); d.Network != sandbox.ManagedBridge {
+		t.Errorf("allow_network = true: network %q, want the managed bridge", d.Network)
+	}
+	c.FileAccess.AllowNetwork = false
 	c.Container.Networks = []string{"tg-llmnet", "tg-fetchnet"}
 	if d, _ := ForConfig(c, p); !slices.Equal(d.Networks, c.Container.Networks) || d.Network != "" {
 		t.Errorf("a host-mode role joins the role's networks itself: %v %q", d.Networks, d.Network)
@@ -175,5 +183,27 @@ func TestDenyWarnings(t *testing.T) {
 	a.Config.Container.Enabled = true
 	if w := a.DenyWarnings(); w != nil {
 		t.Errorf("container mode has no host file rules: %q", w)
+	}
+}
+
+// Only an external runner leaves host-mode tools' network uncontained; a
+// runner container joins the managed bridge (TestForConfigHostMode).
+func TestHostNetworkWarning(t *testing.T) {
+	a := Agent{Meta: Meta{Deployment: agentspec.ModeExternal}}
+	a.Config.FileAccess.AllowNetwork = true
+	if w := a.HostNetworkWarning(); !strings.Contains(w, "127.0.0.1") || !strings.Contains(w, "allow_network = false") {
+		t.Errorf("external, allow_network: %q", w)
+	}
+	for name, change := range map[string]func(*Agent){
+		"no network":            func(a *Agent) { a.Config.FileAccess.AllowNetwork = false },
+		"runner in a container": func(a *Agent) { a.Meta.Deployment = agentspec.ModeContainer },
+		"container mode":        func(a *Agent) { a.Config.Container.Enabled = true },
+		"threegate role":        func(a *Agent) { a.Meta.ThreegateNetwork = "tg" },
+	} {
+		b := a
+		change(&b)
+		if w := b.HostNetworkWarning(); w != "" {
+			t.Errorf("%s: %q", name, w)
+		}
 	}
 }

@@ -134,6 +134,9 @@ func (s *Service) Apply(ctx context.Context, a Agent, prior *Prior, redeploy boo
 	}
 	if !redeploy && prior != nil {
 		out.RunnerStatus, out.RunnerContainerID, out.Reported = prior.RunnerStatus, prior.RunnerContainerID, prior.Reported
+		if reloadsImage(a) {
+			return out, s.reloadImage(ctx, cli, a, listener)
+		}
 		return out, nil
 	}
 	err = s.deployRunner(ctx, cli, a, listener, out.ConfigHash, prior == nil, &out)
@@ -170,7 +173,9 @@ func (s *Service) resolve(ctx context.Context, a *Agent) (client.APIClient, erro
 		// sandbox; a core agent gets the runners it may ask.
 		a.Config.Role = a.Meta.ThreegateRole
 		if len(a.Meta.ThreegateAsk) > 0 {
-			targets, err := ResolveAsk(s.o.StateDir, a.Meta.ThreegateNetwork, a.Meta.ThreegateAsk)
+			targets, err := WaitForAsk(ctx, AskWait, func() ([]agentspec.AskTarget, error) {
+				return ResolveAsk(s.o.StateDir, a.Meta.ThreegateNetwork, a.Meta.ThreegateAsk)
+			})
 			if err != nil {
 				return nil, stepErr(StepAsk, "threegate.ask", "resolving the agents to ask", err)
 			}
@@ -367,6 +372,13 @@ func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
 			s.log.Warn("runner version drift", "agent_id", id, "runner", d.Runner.String(), "provider", d.Provider.String())
 			o.RunnerStatus = StatusStale
 			o.Warnings = append(o.Warnings, Warning{Topic: TopicVersionDrift, Detail: d.Error()})
+		} else if l, err := ParseListen(listen); err == nil {
+			// Its config hash leaves the per-message image out when a
+			// reload brings it (reloadsImage): ask the runner.
+			if d := imageDrift(ctx, a, l); d != "" {
+				o.RunnerStatus = StatusStale
+				o.Warnings = append(o.Warnings, Warning{Topic: TopicImageDrift, Detail: d})
+			}
 		}
 	}
 	if err := s.bridgeDrift(ctx, cli, a, &o); err != nil {
@@ -392,9 +404,9 @@ func (s *Service) hashOnDisk(a Agent) string {
 		cfg.Listen = HostListen(cfg.Listen)
 	}
 	// The runner image is the one last applied, whatever the file says.
-	a.Meta.RunnerImage = a.RunnerImage()
+	runnerImage := a.RunnerImage()
 	a.Config = *cfg
-	return s.hash(a, key)
+	return s.hashRunning(a, runnerImage, key)
 }
 
 // Remove takes an agent down: its runner container (unless an operator runs

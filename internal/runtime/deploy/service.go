@@ -13,6 +13,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
@@ -162,9 +163,25 @@ func (s *Service) complete(a *Agent, l Listener) {
 // hash is ConfigHash over what a plan can know: a threegate role's networks,
 // DNS and env are resolved at apply, so the hash covers the threegate network
 // and role in their place.
-func (s *Service) hash(a Agent, key []byte) string {
+//
+// A container-mode runner with an image of its own (runner.image) is not
+// replaced for a new per-message image: it re-reads its config on SIGHUP
+// (Server.Reload: a new backend, the prestarted container of the old image
+// discarded), so container_mode.image is left out of its hash and Apply
+// reloads it instead (reloadImage). A runner that runs from
+// container_mode.image itself is replaced: its own image is the one
+// replaced, and a runner kept on it would pin the old image (its removal
+// fails while a container uses it). In host mode the image is the agent's
+// whole environment.
+func (s *Service) hash(a Agent, key []byte) string { return s.hashRunning(a, a.RunnerImage(), key) }
+
+// hashRunning is hash for a runner that runs runnerImage.
+func (s *Service) hashRunning(a Agent, runnerImage string, key []byte) string {
 	c := a.Config
-	set := Settings{Mode: a.Deployment(), Image: a.RunnerImage(), Version: s.o.Version}
+	set := Settings{Mode: a.Deployment(), Image: runnerImage, Version: s.o.Version}
+	if reloadsImage(a) {
+		c.Container.Image = ""
+	}
 	if a.Meta.ThreegateNetwork != "" {
 		c.Container.Network, c.Container.Networks, c.Container.DNS, c.Env = "", nil, nil, nil
 		set.ThreegateNetwork, set.ThreegateRole = a.Meta.ThreegateNetwork, a.Meta.ThreegateRole
@@ -207,20 +224,20 @@ func CheckRuntime(ctx context.Context, cli client.APIClient, name string) error 
 
 // threegateRoleNames maps the agent's role names onto the topology's.
 var threegateRoleNames = map[string]string{
-	"core": topology.RoleCore, "fetch": topology.RoleFetch, "tool_exec": topology.RoleToolExec,
+	"core": topospec.RoleCore, "fetch": topospec.RoleFetch, "tool_exec": topospec.RoleToolExec,
 }
 
 // resolveThreegate returns the networks a role's members join, the env and
 // the DNS upstream they get, from the live topology whose id (its name) is
 // given.
-func resolveThreegate(ctx context.Context, cli client.APIClient, networkID, role string) (topology.Role, error) {
+func resolveThreegate(ctx context.Context, cli client.APIClient, networkID, role string) (topospec.Role, error) {
 	name, ok := threegateRoleNames[role]
 	if !ok {
-		return topology.Role{}, fmt.Errorf("unknown role %q", role)
+		return topospec.Role{}, fmt.Errorf("unknown role %q", role)
 	}
 	r, err := topology.ResolveRole(ctx, cli, networkID, name)
 	if err != nil {
-		return topology.Role{}, fmt.Errorf("%w (apply the threegate_network first, and give its id)", err)
+		return topospec.Role{}, fmt.Errorf("%w (apply the threegate_network first, and give its id)", err)
 	}
 	return r, nil
 }

@@ -19,7 +19,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/podio"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // podRun is a running pod with its container's stdin, stdout and stderr
@@ -98,7 +98,7 @@ func (k *Pods) startPod(ctx context.Context, messageID string) (_ *podRun, err e
 // now, so that it names the proxy pod that runs.
 func (k *Pods) podSpec(ctx context.Context) (PodSpec, error) {
 	s := k.opts.Spec
-	if s.Role != topology.RoleFetch || s.Topology == "" {
+	if s.Role != topospec.RoleFetch || s.Topology == "" {
 		return s, nil
 	}
 	env, err := ProxyEnv(ctx, k.c, s.Topology)

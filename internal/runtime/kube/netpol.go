@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // Labels of ThreeGate members and objects. The domain is engine.LabelPrefix
@@ -55,7 +55,7 @@ func ThreeGateExecutionLabels(name, role string) map[string]string {
 
 // ThreeGateProxyLabels are the labels of the topology's proxy pods.
 func ThreeGateProxyLabels(name string) map[string]string {
-	return map[string]string{ThreeGateLabelTopology: name, ThreeGateLabelRole: topology.RoleProxy}
+	return map[string]string{ThreeGateLabelTopology: name, ThreeGateLabelRole: topospec.RoleProxy}
 }
 
 // ThreeGateObjectLabels are the ownership labels of every object a
@@ -88,27 +88,27 @@ func ThreeGatePolicies(in PolicyInput) ([]netv1.NetworkPolicy, error) {
 	if err != nil {
 		return nil, err
 	}
-	asked := n.runners(topology.RoleFetch, topology.RoleToolExec)
+	asked := n.runners(topospec.RoleFetch, topospec.RoleToolExec)
 	pols := []netv1.NetworkPolicy{
 		n.policy("default-deny", n.members(), nil, nil),
 		n.policy("runner", n.runners(), []netv1.NetworkPolicyIngressRule{{
 			From:  hostPeers(n.Cluster.Nodes),
 			Ports: tcp(n.RunnerPort),
 		}}, apiServerEgress(n.Cluster.APIServer)),
-		n.policy("core-ask", n.runners(topology.RoleCore), nil, []netv1.NetworkPolicyEgressRule{{
+		n.policy("core-ask", n.runners(topospec.RoleCore), nil, []netv1.NetworkPolicyEgressRule{{
 			To:    []netv1.NetworkPolicyPeer{{PodSelector: asked}},
 			Ports: tcp(n.RunnerPort),
 		}}),
 		n.policy("asked", asked, []netv1.NetworkPolicyIngressRule{{
-			From:  []netv1.NetworkPolicyPeer{{PodSelector: n.runners(topology.RoleCore)}},
+			From:  []netv1.NetworkPolicyPeer{{PodSelector: n.runners(topospec.RoleCore)}},
 			Ports: tcp(n.RunnerPort),
 		}}, nil),
-		n.policy("fetch-proxy", n.executions(topology.RoleFetch), nil, []netv1.NetworkPolicyEgressRule{{
+		n.policy("fetch-proxy", n.executions(topospec.RoleFetch), nil, []netv1.NetworkPolicyEgressRule{{
 			To:    []netv1.NetworkPolicyPeer{{PodSelector: n.proxySelector()}},
 			Ports: tcp(n.ProxyPort),
 		}}),
 		n.policy("proxy", n.proxySelector(), []netv1.NetworkPolicyIngressRule{{
-			From:  []netv1.NetworkPolicyPeer{{PodSelector: n.executions(topology.RoleFetch)}},
+			From:  []netv1.NetworkPolicyPeer{{PodSelector: n.executions(topospec.RoleFetch)}},
 			Ports: tcp(n.ProxyPort),
 		}}, n.proxyEgress()),
 	}
@@ -222,7 +222,7 @@ func (n normalized) executions(roles ...string) *metav1.LabelSelector {
 // proxySelector selects the proxy pods: the PROXY role and any extra
 // labels the input names.
 func (n normalized) proxySelector() *metav1.LabelSelector {
-	sel := withRoles(n.members(), []string{topology.RoleProxy})
+	sel := withRoles(n.members(), []string{topospec.RoleProxy})
 	for k, v := range n.ProxyLabels {
 		sel.MatchLabels[k] = v
 	}

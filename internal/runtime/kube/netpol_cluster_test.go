@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -89,7 +89,7 @@ func TestThreeGatePoliciesOnCluster(t *testing.T) {
 	servers := map[string]map[string]string{
 		"llm":          {"app": "llm"},
 		"proxy":        ThreeGateProxyLabels("tg"),
-		"fetch-runner": merge(ThreeGateRunnerLabels("tg", topology.RoleFetch), agentLabels("a-fetch")),
+		"fetch-runner": merge(ThreeGateRunnerLabels("tg", topospec.RoleFetch), agentLabels("a-fetch")),
 		"outsider":     {"app": "outsider"},
 	}
 	waitServiceAccount(t, cs, ns)
@@ -136,11 +136,11 @@ func checkClusterTable(t *testing.T, cs kubernetes.Interface, ns string, ips map
 		"non-member":  {"llm:8080", "llm:22", "outsider:8080", "node-apiserver:6443", "veth-apiserver:6443"},
 	}
 	probes := map[string]map[string]string{
-		"core-runner": merge(ThreeGateRunnerLabels("tg", topology.RoleCore), agentLabels("a-core")),
-		"tool-runner": merge(ThreeGateRunnerLabels("tg", topology.RoleToolExec), agentLabels("a-tool")),
-		"core-exec":   ThreeGateExecutionLabels("tg", topology.RoleCore),
-		"fetch-exec":  ThreeGateExecutionLabels("tg", topology.RoleFetch),
-		"tool-exec":   ThreeGateExecutionLabels("tg", topology.RoleToolExec),
+		"core-runner": merge(ThreeGateRunnerLabels("tg", topospec.RoleCore), agentLabels("a-core")),
+		"tool-runner": merge(ThreeGateRunnerLabels("tg", topospec.RoleToolExec), agentLabels("a-tool")),
+		"core-exec":   ThreeGateExecutionLabels("tg", topospec.RoleCore),
+		"fetch-exec":  ThreeGateExecutionLabels("tg", topospec.RoleFetch),
+		"tool-exec":   ThreeGateExecutionLabels("tg", topospec.RoleToolExec),
 		"proxy":       ThreeGateProxyLabels("tg"),
 		"non-member":  {"app": "prober"},
 	}

@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // DefaultRunnerPort is where a runner pod serves its HTTP API when
@@ -25,7 +25,7 @@ type PolicyInput struct {
 	Namespace string
 	// RunnerPort is where runner pods serve their API; 0: DefaultRunnerPort.
 	RunnerPort int
-	// ProxyPort is where the proxy listens; 0: topology.DefaultProxyPort.
+	// ProxyPort is where the proxy listens; 0: topospec.DefaultProxyPort.
 	ProxyPort int
 	// ProxyLabels are labels the proxy pods carry besides the member
 	// labels, narrowing which PROXY pods FETCH may reach; nil: none.
@@ -114,7 +114,7 @@ type clusterSets struct {
 func (in PolicyInput) normalized() (normalized, error) {
 	n := normalized{PolicyInput: in}
 	if n.ProxyPort == 0 {
-		n.ProxyPort = topology.DefaultProxyPort
+		n.ProxyPort = topospec.DefaultProxyPort
 	}
 	if n.RunnerPort == 0 {
 		n.RunnerPort = DefaultRunnerPort
@@ -150,8 +150,8 @@ func (in PolicyInput) normalized() (normalized, error) {
 
 // checkTopology checks the names that become object names and labels.
 func checkTopology(name, namespace string, ps *problems) {
-	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 || len(name) > topology.MaxNameLen {
-		ps.bad("name", "%q is not a topology name (1 to %d lower-case letters, digits and '-')", name, topology.MaxNameLen)
+	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 || len(name) > topospec.MaxNameLen {
+		ps.bad("name", "%q is not a topology name (1 to %d lower-case letters, digits and '-')", name, topospec.MaxNameLen)
 	}
 	if msgs := validation.IsDNS1123Label(namespace); len(msgs) > 0 {
 		ps.bad("namespace", "%q: %s", namespace, strings.Join(msgs, "; "))

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 const tgNamespace = "agents"
@@ -95,14 +95,14 @@ var (
 	protoTCP  = corev1.ProtocolTCP
 	protoUDP  = corev1.ProtocolUDP
 	tgSources = map[string]policyEndpoint{
-		"core-runner":    tgRunner("10.244.0.10", topology.RoleCore, "a-core"),
-		"fetch-runner":   tgRunner("10.244.0.12", topology.RoleFetch, "a-fetch"),
-		"tool-runner":    tgRunner("10.244.0.14", topology.RoleToolExec, "a-tool"),
-		"core-exec":      tgExec("10.244.0.11", "tg1", topology.RoleCore),
-		"fetch-exec":     tgExec("10.244.0.13", "tg1", topology.RoleFetch),
-		"tool-exec":      tgExec("10.244.0.15", "tg1", topology.RoleToolExec),
+		"core-runner":    tgRunner("10.244.0.10", topospec.RoleCore, "a-core"),
+		"fetch-runner":   tgRunner("10.244.0.12", topospec.RoleFetch, "a-fetch"),
+		"tool-runner":    tgRunner("10.244.0.14", topospec.RoleToolExec, "a-tool"),
+		"core-exec":      tgExec("10.244.0.11", "tg1", topospec.RoleCore),
+		"fetch-exec":     tgExec("10.244.0.13", "tg1", topospec.RoleFetch),
+		"tool-exec":      tgExec("10.244.0.15", "tg1", topospec.RoleToolExec),
 		"proxy":          tgProxyPod("10.244.0.9", "tg1", map[string]string{"app": "egress-proxy"}),
-		"tg2-fetch-exec": tgExec("10.244.0.40", "tg2", topology.RoleFetch),
+		"tg2-fetch-exec": tgExec("10.244.0.40", "tg2", topospec.RoleFetch),
 		"node":           extAddr("10.250.0.1"),
 		"non-member":     tgPod("10.244.0.30", map[string]string{"app": "other"}),
 	}

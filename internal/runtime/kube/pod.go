@@ -9,11 +9,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+
 	"github.com/hashicorp/go-hclog"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/prestart"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
@@ -52,19 +54,12 @@ type Pods struct {
 	// instance labels this backend's pods.
 	instance string
 
-	mu     sync.Mutex
-	next   *pending // the prestarted pod, possibly still starting
-	closed bool
+	pool *prestart.Pool[*podRun] // the prestarted pod
+
+	mu sync.Mutex
 	// previous confirms the exit of the last pod answered early (nil: none).
 	previous *exitWatch
-	bg       sync.WaitGroup // prestarts and deletions under way
-}
-
-// pending is a prestarted pod; done closes when it is attached or failed.
-type pending struct {
-	done chan struct{}
-	r    *podRun
-	err  error
+	bg       sync.WaitGroup // deletions under way
 }
 
 // NewPods checks the spec, deletes this agent's pods left by an earlier
@@ -80,6 +75,19 @@ func NewPods(ctx context.Context, c *Client, o Options) (*Pods, error) {
 	var inst [8]byte
 	_, _ = rand.Read(inst[:])
 	k := &Pods{c: c, opts: o, log: log.Named("kube"), instance: hex.EncodeToString(inst[:])}
+	k.pool = prestart.New(prestart.Funcs[*podRun]{
+		Start: func(ctx context.Context) (*podRun, error) { return k.startPod(ctx, "") },
+		// Its attach ends only when the container does: a prestarted pod
+		// killed out of band (or by a node restart) never sees the message.
+		Alive:   (*podRun).alive,
+		Confirm: func(ctx context.Context, r *podRun) bool { return k.stillWaiting(ctx, r.name) },
+		Discard: func(r *podRun) error { r.cancel(); k.deleteAsync(r.name); return nil },
+		Timeout: prestartTimeout,
+		Noun:    "pod",
+		IDKey:   "pod",
+		ID:      func(r *podRun) string { return r.name },
+		Log:     k.log,
+	})
 	n, err := DeleteAgentPods(ctx, c, o.Spec.AgentID)
 	if err != nil {
 		return nil, err
@@ -88,9 +96,7 @@ func NewPods(ctx context.Context, c *Client, o Options) (*Pods, error) {
 		k.log.Info("deleted orphan pods", "count", n)
 	}
 	if o.Prestart {
-		k.mu.Lock()
-		k.refillLocked(context.WithoutCancel(ctx))
-		k.mu.Unlock()
+		k.pool.Refill(ctx)
 	}
 	return k, nil
 }
@@ -121,36 +127,14 @@ func deletePod(ctx context.Context, c *Client, name string) error {
 }
 
 // Ready reports whether a prestarted pod is waiting.
-func (k *Pods) Ready() bool {
-	k.mu.Lock()
-	p := k.next
-	k.mu.Unlock()
-	if p == nil {
-		return false
-	}
-	select {
-	case <-p.done:
-		return p.err == nil && p.r.alive()
-	default:
-		return false
-	}
-}
+func (k *Pods) Ready() bool { return k.pool.Ready() }
 
 // Close deletes the prestarted pod and waits for prestarts and deletions
 // under way.
 func (k *Pods) Close(ctx context.Context) error {
-	k.mu.Lock()
-	k.closed = true
-	p := k.next
-	k.next = nil
-	k.mu.Unlock()
-	if p != nil {
-		k.bg.Add(1)
-		go func() {
-			defer k.bg.Done()
-			<-p.done
-			k.discardPending(p)
-		}()
+	// The pool first: its discards are deletions waited for below.
+	if err := k.pool.Close(ctx); err != nil {
+		return err
 	}
 	done := make(chan struct{})
 	go func() { k.bg.Wait(); close(done) }()
@@ -162,64 +146,6 @@ func (k *Pods) Close(ctx context.Context) error {
 	}
 }
 
-// refillLocked starts the next prestarted pod in the background. k.mu held.
-func (k *Pods) refillLocked(ctx context.Context) {
-	if k.closed || k.next != nil {
-		return
-	}
-	p := &pending{done: make(chan struct{})}
-	k.next = p
-	k.bg.Add(1)
-	go func() {
-		defer k.bg.Done()
-		ctx, cancel := context.WithTimeout(ctx, prestartTimeout)
-		defer cancel()
-		p.r, p.err = k.startPod(ctx, "")
-		if p.err != nil {
-			k.log.Warn("prestart failed; the next message starts its own pod", "error", p.err)
-		}
-		close(p.done)
-	}()
-}
-
-// take returns the prestarted pod, waiting for one still starting; nil
-// when there is none, it failed, or it died while it waited.
-func (k *Pods) take(ctx context.Context) (*podRun, error) {
-	k.mu.Lock()
-	p := k.next
-	k.next = nil
-	k.mu.Unlock()
-	if p == nil {
-		return nil, nil
-	}
-	select {
-	case <-p.done:
-	case <-ctx.Done():
-		// Keep it for the next message rather than waste the start.
-		k.mu.Lock()
-		if k.next == nil && !k.closed {
-			k.next, p = p, nil
-		}
-		k.mu.Unlock()
-		if p != nil {
-			k.bg.Add(1)
-			go func() { defer k.bg.Done(); <-p.done; k.discardPending(p) }()
-		}
-		return nil, ctx.Err()
-	}
-	if p.err != nil {
-		return nil, nil
-	}
-	// Its attach ends only when the container does: a prestarted pod
-	// killed out of band (or by a node restart) never sees the message.
-	if !p.r.alive() || !k.stillWaiting(ctx, p.r.name) {
-		k.log.Warn("prestarted pod is gone; starting a fresh one", "pod", p.r.name)
-		k.discardPending(p)
-		return nil, nil
-	}
-	return p.r, nil
-}
-
 // stillWaiting asks the API whether a prestarted pod still runs: a pod
 // deleted a moment ago can keep its attach open until the kubelet kills it.
 func (k *Pods) stillWaiting(ctx context.Context, name string) bool {
@@ -229,13 +155,6 @@ func (k *Pods) stillWaiting(ctx context.Context, name string) bool {
 	}
 	ok, err := containerRunning(p)
 	return ok && err == nil
-}
-
-func (k *Pods) discardPending(p *pending) {
-	if p.r != nil {
-		p.r.cancel()
-		k.deleteAsync(p.r.name)
-	}
 }
 
 // deleteAsync deletes a pod off the reply's path; Close waits for it, and
@@ -264,17 +183,17 @@ func (k *Pods) Run(ctx context.Context, job sandbox.Job) (sandbox.Outcome, error
 	defer cancel()
 	timedOut := func() bool { return errors.Is(ctx.Err(), context.DeadlineExceeded) }
 	var r *podRun
+	var prestarted bool
 	if k.opts.Prestart {
 		var err error
-		if r, err = k.take(ctx); err != nil {
+		if r, prestarted, err = k.pool.Take(ctx); err != nil {
 			if timedOut() {
 				return sandbox.Outcome{TimedOut: true, StartLatency: time.Since(begin)}, nil
 			}
 			return sandbox.Outcome{}, fmt.Errorf("wait for prestarted pod: %w", err)
 		}
 	}
-	prestarted := r != nil
-	if r == nil {
+	if !prestarted {
 		var err error
 		if r, err = k.startPod(ctx, job.MessageID); err != nil {
 			if timedOut() {
@@ -310,16 +229,13 @@ func (k *Pods) Run(ctx context.Context, job sandbox.Job) (sandbox.Outcome, error
 		k.release(r)
 		return out, err
 	}
-	refill := sync.OnceFunc(func() {
-		k.mu.Lock()
-		k.refillLocked(context.WithoutCancel(ctx))
-		k.mu.Unlock()
-	})
-	timer := time.AfterFunc(refillHeadStart, refill)
+	stopRefill := k.pool.RefillSoon(ctx, refillHeadStart)
 	err := k.exchange(ctx, r, job, &out)
-	timer.Stop()
+	refill := stopRefill()
 	k.release(r)
-	refill()
+	if refill != nil {
+		refill()
+	}
 	return out, err
 }
 

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // ErrNoProxy is returned when a topology has no ready proxy pod: a FETCH
@@ -46,7 +46,7 @@ func proxyURL(p corev1.Pod) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	port := topology.DefaultProxyPort
+	port := topospec.DefaultProxyPort
 	if ps := p.Spec.Containers[0].Ports; len(ps) > 0 {
 		port = int(ps[0].ContainerPort)
 	}

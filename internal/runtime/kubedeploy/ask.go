@@ -47,8 +47,7 @@ func (s *Service) askTarget(ctx context.Context, topologyName, id string) (agent
 	case err != nil:
 		return t, err
 	case cfg == nil:
-		return t, fmt.Errorf("no meepa_agent with this agent_id is %w in namespace %s (reference it, e.g. meepa_agent.fetch.agent_id, so that it is applied first)",
-			deploy.ErrAskTargetNotDeployed, s.o.Client.Namespace)
+		return t, fmt.Errorf("%w: no meepa_agent with this agent_id has been applied in namespace %s", deploy.ErrAskTargetNotDeployed, s.o.Client.Namespace)
 	case cfg.Role != agentspec.RoleFetch && cfg.Role != agentspec.RoleToolExec:
 		return t, fmt.Errorf("a core agent asks only fetch and tool_exec agents; this one's role is %q", orNone(cfg.Role))
 	case cfg.Kubernetes == nil || cfg.Kubernetes.Topology != topologyName:

@@ -172,7 +172,9 @@ func (s *Service) complete(ctx context.Context, a *Agent) error {
 	c.Listen = fmt.Sprintf("0.0.0.0:%d", s.o.Port)
 	c.Ask = nil
 	if len(a.ThreegateAsk) > 0 {
-		targets, err := s.ResolveAsk(ctx, a.ThreegateNetwork, a.ThreegateAsk)
+		targets, err := deploy.WaitForAsk(ctx, deploy.AskWait, func() ([]agentspec.AskTarget, error) {
+			return s.ResolveAsk(ctx, a.ThreegateNetwork, a.ThreegateAsk)
+		})
 		if err != nil {
 			return stepErr(deploy.StepAsk, "threegate.ask", "resolving the agents to ask", err)
 		}

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testkube"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -36,7 +36,7 @@ func TestTopologyLifecycleOnCluster(t *testing.T) {
 	image := testkube.RunnerImage(t)
 	ctx := context.Background()
 	svc := NewService(c, Options{Logger: testLogger{t}, PullPolicy: corev1.PullNever, ReadyTimeout: 90 * time.Second})
-	s, ps := Build(Input{Name: "tg", Proxy: ProxyInput{Image: image, Allow: []string{"example.com", "203.0.113.9:443"}, DNS: []string{"9.9.9.9"}}})
+	s, ps := Build(topospec.Input{Name: "tg", Proxy: topospec.ProxyInput{Image: image, Allow: []string{"example.com", "203.0.113.9:443"}, DNS: []string{"9.9.9.9"}}})
 	if len(ps) > 0 {
 		t.Fatal(ps)
 	}
@@ -69,7 +69,7 @@ func TestTopologyLifecycleOnCluster(t *testing.T) {
 	_, err = pols.Update(ctx, p, metav1.UpdateOptions{})
 	testutil.Must(t, err)
 	deps := c.Clientset.AppsV1().Deployments(c.Namespace)
-	d, err := deps.Get(ctx, ProxyName("tg"), metav1.GetOptions{})
+	d, err := deps.Get(ctx, topospec.ProxyName("tg"), metav1.GetOptions{})
 	testutil.Must(t, err)
 	d.Spec.Template.Spec.Containers[0].Args = append([]string{d.Spec.Template.Spec.Containers[0].Args[0], "--allow", "evil.example:443"}, d.Spec.Template.Spec.Containers[0].Args[1:]...)
 	_, err = deps.Update(ctx, d, metav1.UpdateOptions{})
@@ -89,8 +89,34 @@ func TestTopologyLifecycleOnCluster(t *testing.T) {
 		t.Error("import of a topology that does not exist succeeded")
 	}
 
+	// A Deployment made by the release before records carries only its
+	// command line: Import falls back to it once, Read says the record is
+	// missing, and the next Apply writes it without rolling the pod.
+	d, err = deps.Get(ctx, topospec.ProxyName("tg"), metav1.GetOptions{})
+	testutil.Must(t, err)
+	if _, ok := d.Annotations[AnnotationSpec]; !ok {
+		t.Fatalf("the proxy deployment carries no record: %v", d.Annotations)
+	}
+	delete(d.Annotations, AnnotationSpec)
+	_, err = deps.Update(ctx, d, metav1.UpdateOptions{})
+	testutil.Must(t, err)
+	legacy, err := svc.Import(ctx, "tg")
+	testutil.Must(t, err)
+	if ConfigHash(legacy) != ConfigHash(s) {
+		t.Errorf("import from the command line: %+v, applied %+v", legacy, s)
+	}
+	expectDrift(t, svc, s, "carries no record of its topology")
+	pod, _, err := svc.proxyPod(ctx, s)
+	testutil.Must(t, err)
+	_, err = svc.Apply(ctx, s)
+	testutil.Must(t, err)
+	readClean(t, svc, s)
+	if after, _, err := svc.proxyPod(ctx, s); err != nil || pod == nil || after == nil || after.Name != pod.Name {
+		t.Errorf("writing the record rolled the proxy pod (%v -> %v, %v)", pod, after, err)
+	}
+
 	// Teardown refuses while a member runs, and names it.
-	member := startPod(t, c, "member", kube.ThreeGateExecutionLabels("tg", topology.RoleToolExec), image, "sleep 300")
+	member := startPod(t, c, "member", kube.ThreeGateExecutionLabels("tg", topospec.RoleToolExec), image, "sleep 300")
 	err = svc.Teardown(ctx, "tg")
 	if err == nil || !strings.Contains(err.Error(), member) {
 		t.Fatalf("teardown with a member: %v; want a refusal naming %s", err, member)
@@ -129,7 +155,7 @@ func TestProxyReachOnCluster(t *testing.T) {
 	image := testkube.RunnerImage(t)
 	ctx := context.Background()
 	svc := NewService(c, Options{Logger: testLogger{t}, PullPolicy: corev1.PullNever, ReadyTimeout: 90 * time.Second})
-	s, ps := Build(Input{Name: "tgr", Proxy: ProxyInput{Image: image, Allow: []string{"203.0.113.9:443"}}})
+	s, ps := Build(topospec.Input{Name: "tgr", Proxy: topospec.ProxyInput{Image: image, Allow: []string{"203.0.113.9:443"}}})
 	if len(ps) > 0 {
 		t.Fatal(ps)
 	}
@@ -158,14 +184,14 @@ func TestProxyReachOnCluster(t *testing.T) {
 	script := fmt.Sprintf("sleep 3; if nc -w 2 %[1]s %[2]d -e /bin/true 2>/dev/null; then echo open; "+
 		"printf 'CONNECT 198.51.100.1:443 HTTP/1.1\\r\\nHost: 198.51.100.1:443\\r\\n\\r\\n' | nc -w 3 %[1]s %[2]d 2>/dev/null | head -1; "+
 		"else echo blocked; fi", ap.Addr(), ap.Port())
-	want := map[string]string{topology.RoleFetch: "open", topology.RoleCore: "blocked", topology.RoleToolExec: "blocked"}
+	want := map[string]string{topospec.RoleFetch: "open", topospec.RoleCore: "blocked", topospec.RoleToolExec: "blocked"}
 	names := map[string]string{}
 	for role := range want {
 		names[role] = startPod(t, c, "probe-"+strings.ToLower(strings.ReplaceAll(role, "_", "-")), kube.ThreeGateExecutionLabels("tgr", role), image, script)
 	}
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-10s %-22s %-8s %-8s\n", "FROM", "TO", "EXPECTED", "OBSERVED")
-	for _, role := range []string{topology.RoleFetch, topology.RoleCore, topology.RoleToolExec} {
+	for _, role := range []string{topospec.RoleFetch, topospec.RoleCore, topospec.RoleToolExec} {
 		out := strings.SplitN(podOutput(t, c, names[role]), "\n", 2)
 		got := out[0]
 		if got == "open" {
@@ -186,7 +212,7 @@ func TestProxyReachOnCluster(t *testing.T) {
 	t.Log("observed:\n" + table.String())
 }
 
-func readClean(t *testing.T, svc *Service, s Spec) {
+func readClean(t *testing.T, svc *Service, s topospec.Spec) {
 	t.Helper()
 	st, err := svc.Read(context.Background(), s)
 	testutil.Must(t, err)
@@ -195,7 +221,7 @@ func readClean(t *testing.T, svc *Service, s Spec) {
 	}
 }
 
-func expectDrift(t *testing.T, svc *Service, s Spec, want string) {
+func expectDrift(t *testing.T, svc *Service, s topospec.Spec, want string) {
 	t.Helper()
 	st, err := svc.Read(context.Background(), s)
 	testutil.Must(t, err)
@@ -264,14 +290,14 @@ func TestVerifyOnCluster(t *testing.T) {
 	image := testkube.RunnerImage(t)
 	ctx := context.Background()
 	svc := NewService(c, Options{Logger: testLogger{t}, PullPolicy: corev1.PullNever, ReadyTimeout: 90 * time.Second})
-	s, ps := Build(Input{Name: "tgv", Proxy: ProxyInput{Image: image, Allow: []string{"203.0.113.9:443"}}})
+	s, ps := Build(topospec.Input{Name: "tgv", Proxy: topospec.ProxyInput{Image: image, Allow: []string{"203.0.113.9:443"}}})
 	if len(ps) > 0 {
 		t.Fatal(ps)
 	}
 	testutil.Cleanup(t, "teardown topology", func() error { return svc.Teardown(context.Background(), s.Name) })
 	_, err := svc.Apply(ctx, s)
 	testutil.Must(t, err)
-	rep, err := svc.Verify(ctx, s, topology.VerifyOptions{
+	rep, err := svc.Verify(ctx, s, topospec.VerifyOptions{
 		DeniedTarget: "198.51.100.1:443", OutsideAddress: "198.51.100.2:443", HostPort: 10250, DNSName: "example.com",
 	})
 	testutil.Must(t, err)

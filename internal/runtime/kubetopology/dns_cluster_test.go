@@ -22,7 +22,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/probe"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testkube"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -66,7 +66,7 @@ func TestMemberDNSReachesNothingOnCluster(t *testing.T) {
 	queries := func() int64 { return clusterDNS.Queries.Load() + upstream.Queries.Load() }
 
 	svc := NewService(c, Options{Logger: testLogger{t}, PullPolicy: corev1.PullNever, ReadyTimeout: 90 * time.Second})
-	s, ps := Build(Input{Name: "tgd", Proxy: ProxyInput{Image: image, Allow: []string{"203.0.113.9:443"}}})
+	s, ps := Build(topospec.Input{Name: "tgd", Proxy: topospec.ProxyInput{Image: image, Allow: []string{"203.0.113.9:443"}}})
 	if len(ps) > 0 {
 		t.Fatal(ps)
 	}
@@ -95,7 +95,7 @@ func TestMemberDNSReachesNothingOnCluster(t *testing.T) {
 		control.nameservers, control.results[0].Observed, control.results[1].Observed, control.results[2].Observed, before)
 
 	members := map[string]*corev1.Pod{}
-	for _, role := range []string{topology.RoleCore, topology.RoleFetch} {
+	for _, role := range []string{topospec.RoleCore, topospec.RoleFetch} {
 		id := "dns-" + strings.ToLower(role)
 		d, err := kubedeploy.RunnerDeployment(kubedeploy.NamesFor(id), c.Namespace, kubedeploy.RunnerPod{
 			AgentID: id, Image: image, PullPolicy: corev1.PullNever, Port: kubedeploy.DefaultPort, Topology: s.Name, Role: role,
@@ -109,7 +109,7 @@ func TestMemberDNSReachesNothingOnCluster(t *testing.T) {
 		spec.Containers[0].VolumeMounts, spec.Containers[0].ReadinessProbe = nil, nil
 		members[role+"/runner"] = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: id + "-runner", Labels: d.Spec.Template.Labels}, Spec: spec}
 	}
-	for _, role := range []string{topology.RoleCore, topology.RoleFetch, topology.RoleToolExec} {
+	for _, role := range []string{topospec.RoleCore, topospec.RoleFetch, topospec.RoleToolExec} {
 		p, err := kube.HardenedPod(kube.PodSpec{AgentID: "dns-" + strings.ToLower(strings.ReplaceAll(role, "_", "-")), Topology: s.Name, Role: role,
 			Image: image, ImagePullPolicy: corev1.PullNever, Command: []string{"/bin/true"}, WorkspaceClaim: "none"}, c.Namespace, "m1")
 		testutil.Must(t, err)
@@ -145,7 +145,7 @@ func TestMemberDNSReachesNothingOnCluster(t *testing.T) {
 		if r := o.results[1]; r.Observed == probe.Resolved || r.Observed == probe.NotResolved {
 			t.Errorf("%s: asked the cluster DNS Service at %s: %s (%s), want no answer", role, svcDNS, r.Observed, r.Detail)
 		}
-		if r := o.results[2]; !passes(topology.ExpectBlocked, r.Observed) {
+		if r := o.results[2]; !passes(topospec.ExpectBlocked, r.Observed) {
 			t.Errorf("%s: tcp to the cluster DNS Service at %s: %s, want blocked", role, svcDNS, r.Observed)
 		}
 		if len(o.results) > 3 {
@@ -156,14 +156,14 @@ func TestMemberDNSReachesNothingOnCluster(t *testing.T) {
 	}
 
 	// Verify's probe pods, and its DNS rows for every role.
-	rep, err := svc.Verify(ctx, s, topology.VerifyOptions{DNSName: dnsOutsideName, HostPort: 10250})
+	rep, err := svc.Verify(ctx, s, topospec.VerifyOptions{DNSName: dnsOutsideName, HostPort: 10250})
 	testutil.Must(t, err)
 	t.Log("verify:\n" + rep.Table())
 	want := []string{"DNS outside name", "DNS topology name", "cluster DNS udp/53", "cluster DNS tcp/53"}
-	rows := map[string]map[string]topology.Probe{}
+	rows := map[string]map[string]topospec.Probe{}
 	for _, p := range rep.Probes {
 		if rows[p.Role] == nil {
-			rows[p.Role] = map[string]topology.Probe{}
+			rows[p.Role] = map[string]topospec.Probe{}
 		}
 		rows[p.Role][p.What] = p
 		if !p.Pass {
@@ -194,7 +194,7 @@ type dnsOutcome struct {
 // under the policies, and returns what it printed.
 func dnsPod(t *testing.T, c *kube.Client, p *corev1.Pod, checks []probe.Check) dnsOutcome {
 	t.Helper()
-	args := []string{ProxyBinary, "probe", "--timeout", "2s"}
+	args := []string{topospec.ProxyBinary, "probe", "--timeout", "2s"}
 	for _, ch := range checks {
 		args = append(args, "'"+ch.String()+"'")
 	}

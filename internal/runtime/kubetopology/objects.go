@@ -3,6 +3,7 @@ package kubetopology
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -25,8 +26,12 @@ const (
 	// AnnotationConfig on the pod template is a hash of the proxy's image
 	// and command: a change rolls the pod.
 	AnnotationConfig = "meepa.io/threegate-config"
-	proxyContainer   = "proxy"
-	proxyPortName    = "proxy"
+	// AnnotationSpec on the Deployment is the topology's record
+	// (topospec.MarshalRecord), read back by Import; changing it does not
+	// roll the pod.
+	AnnotationSpec = "meepa.io/threegate-spec"
+	proxyContainer = "proxy"
+	proxyPortName  = "proxy"
 )
 
 // ProxyPodLabels are the labels of the proxy pods: the member labels of
@@ -44,8 +49,8 @@ func objectMeta(name, ns, objName string) metav1.ObjectMeta {
 }
 
 // ConfigHash identifies the proxy's image and command.
-func ConfigHash(s Spec) string {
-	h := sha256.Sum256([]byte("v1\x00" + s.Proxy.Image + "\x00" + strings.Join(ProxyCommand(s), "\x00")))
+func ConfigHash(s topospec.Spec) string {
+	h := sha256.Sum256([]byte("v1\x00" + s.Proxy.Image + "\x00" + strings.Join(topospec.ProxyCommand(s), "\x00")))
 	return hex.EncodeToString(h[:8])
 }
 
@@ -55,16 +60,22 @@ func ConfigHash(s Spec) string {
 // capability dropped, no privilege escalation, RuntimeDefault seccomp, no
 // service-account token (it never calls the API), no service links,
 // memory and CPU limits.
-func ProxyDeployment(s Spec, ns string, pull corev1.PullPolicy) *appsv1.Deployment {
+func ProxyDeployment(s topospec.Spec, ns string, pull corev1.PullPolicy) (*appsv1.Deployment, error) {
+	rec, err := topospec.MarshalRecord(s)
+	if err != nil {
+		return nil, err
+	}
+	meta := objectMeta(s.Name, ns, topospec.ProxyName(s.Name))
+	meta.Annotations = map[string]string{AnnotationSpec: rec}
 	uid, gid := ProxyUID, ProxyGID
 	one, grace := int32(1), int64(5)
 	no, yes := false, true
 	limits := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(ProxyMemory), corev1.ResourceCPU: resource.MustParse(ProxyCPU)}
 	requests := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(ProxyMemory), corev1.ResourceCPU: resource.MustParse("50m")}
 	labels := ProxyPodLabels(s.Name)
-	cmd := ProxyCommand(s)
+	cmd := topospec.ProxyCommand(s)
 	return &appsv1.Deployment{
-		ObjectMeta: objectMeta(s.Name, ns, ProxyName(s.Name)),
+		ObjectMeta: meta,
 		Spec: appsv1.DeploymentSpec{
 			Replicas:             &one,
 			Strategy:             appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
@@ -106,15 +117,15 @@ func ProxyDeployment(s Spec, ns string, pull corev1.PullPolicy) *appsv1.Deployme
 				},
 			},
 		},
-	}
+	}, nil
 }
 
 // ProxyService is the proxy's ClusterIP Service: a stable name and
 // address where the cluster has a Service data plane (kube-proxy or its
 // like). See Status.ProxyURL for why members are given the pod's address.
-func ProxyService(s Spec, ns string) *corev1.Service {
+func ProxyService(s topospec.Spec, ns string) *corev1.Service {
 	return &corev1.Service{
-		ObjectMeta: objectMeta(s.Name, ns, ProxyName(s.Name)),
+		ObjectMeta: objectMeta(s.Name, ns, topospec.ProxyName(s.Name)),
 		Spec: corev1.ServiceSpec{
 			Type:     corev1.ServiceTypeClusterIP,
 			Selector: kube.ThreeGateProxyLabels(s.Name),

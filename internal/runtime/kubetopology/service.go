@@ -22,7 +22,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // DefaultReadyTimeout bounds Apply's wait for the proxy, and Teardown's
@@ -106,17 +106,6 @@ func (st Status) Gone() bool {
 	return len(st.Policies) == 0 && !st.ProxyDeployment && !st.ProxyService
 }
 
-// NotFoundError says a topology cannot be read back from the cluster.
-type NotFoundError struct {
-	Name string
-	Err  error
-}
-
-func (e *NotFoundError) Error() string {
-	return fmt.Sprintf("topology %q cannot be read from the cluster: %v", e.Name, e.Err)
-}
-func (e *NotFoundError) Unwrap() error { return e.Err }
-
 // wanted is the whole set of objects of a spec.
 type wanted struct {
 	policies   []netv1.NetworkPolicy
@@ -125,8 +114,8 @@ type wanted struct {
 }
 
 // desired validates s and builds its objects for this cluster.
-func (sv *Service) desired(ctx context.Context, s Spec) (wanted, error) {
-	if _, ps := Build(s.Input()); len(ps) > 0 {
+func (sv *Service) desired(ctx context.Context, s topospec.Spec) (wanted, error) {
+	if ps := Check(s); len(ps) > 0 {
 		return wanted{}, fmt.Errorf("topology %q: %w", s.Name, ps[0])
 	}
 	cluster, err := kube.DiscoverCluster(ctx, sv.c)
@@ -140,14 +129,18 @@ func (sv *Service) desired(ctx context.Context, s Spec) (wanted, error) {
 	if err != nil {
 		return wanted{}, fmt.Errorf("topology %q cannot be enforced on this cluster: %w", s.Name, err)
 	}
-	return wanted{pols, ProxyDeployment(s, sv.c.Namespace, sv.o.PullPolicy), ProxyService(s, sv.c.Namespace)}, nil
+	d, err := ProxyDeployment(s, sv.c.Namespace, sv.o.PullPolicy)
+	if err != nil {
+		return wanted{}, err
+	}
+	return wanted{pols, d, ProxyService(s, sv.c.Namespace)}, nil
 }
 
 // Apply brings the cluster to s and reads it back: the policies, then the
 // proxy's Deployment and Service, then it waits for the proxy to listen.
 // Only what differs is changed. A Status with Drift means the cluster
 // still differs after apply.
-func (sv *Service) Apply(ctx context.Context, s Spec) (Status, error) {
+func (sv *Service) Apply(ctx context.Context, s topospec.Spec) (Status, error) {
 	w, err := sv.desired(ctx, s)
 	if err != nil {
 		return Status{}, err
@@ -176,7 +169,7 @@ func (sv *Service) Apply(ctx context.Context, s Spec) (Status, error) {
 }
 
 // Read observes the topology's objects and lists their drift.
-func (sv *Service) Read(ctx context.Context, s Spec) (Status, error) {
+func (sv *Service) Read(ctx context.Context, s topospec.Spec) (Status, error) {
 	w, err := sv.desired(ctx, s)
 	if err != nil {
 		return Status{}, err
@@ -298,6 +291,7 @@ func (sv *Service) ensureDeployment(ctx context.Context, name string, want *apps
 	if d := deploymentDrift(want, live); len(d) > 0 {
 		live.Spec = want.Spec
 		live.Labels = mergeLabels(live.Labels, want.Labels)
+		live.Annotations = mergeLabels(live.Annotations, want.Annotations)
 		if _, err := api.Update(ctx, live, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("update proxy deployment %s: %w", want.Name, err)
 		}
@@ -310,6 +304,12 @@ func (sv *Service) ensureDeployment(ctx context.Context, name string, want *apps
 func deploymentDrift(want, live *appsv1.Deployment) []string {
 	var out []string
 	n := want.Name
+	switch rec, ok := live.Annotations[AnnotationSpec]; {
+	case !ok:
+		out = append(out, fmt.Sprintf("proxy deployment %s carries no record of its topology (made by an earlier release); the next apply writes it", n))
+	case rec != want.Annotations[AnnotationSpec]:
+		out = append(out, fmt.Sprintf("proxy deployment %s records another configuration than this one", n))
+	}
 	if live.Spec.Replicas == nil || *live.Spec.Replicas != 1 {
 		out = append(out, fmt.Sprintf("proxy deployment %s does not run exactly one replica", n))
 	}
@@ -325,7 +325,7 @@ func deploymentDrift(want, live *appsv1.Deployment) []string {
 	if lc.Image != wc.Image {
 		out = append(out, fmt.Sprintf("proxy image is %s, want %s", lc.Image, wc.Image))
 	}
-	if la, wa := flagValues(lc.Args, "--allow"), flagValues(wc.Args, "--allow"); strings.Join(la, ",") != strings.Join(wa, ",") {
+	if la, wa := topospec.ReadLegacyArgs(lc.Args).Allow, topospec.ReadLegacyArgs(wc.Args).Allow; strings.Join(la, ",") != strings.Join(wa, ",") {
 		out = append(out, fmt.Sprintf("proxy allow list is [%s], want [%s]", strings.Join(la, ", "), strings.Join(wa, ", ")))
 	} else if strings.Join(append(lc.Command, lc.Args...), " ") != strings.Join(append(wc.Command, wc.Args...), " ") {
 		out = append(out, fmt.Sprintf("proxy command is %q, want %q", append(lc.Command, lc.Args...), append(wc.Command, wc.Args...)))
@@ -346,18 +346,6 @@ func container(d *appsv1.Deployment) *corev1.Container {
 		}
 	}
 	return nil
-}
-
-// flagValues are the values of flag in args ("--flag value" pairs).
-func flagValues(args []string, flag string) []string {
-	var out []string
-	for i := 0; i+1 < len(args); i++ {
-		if args[i] == flag {
-			out = append(out, args[i+1])
-			i++
-		}
-	}
-	return out
 }
 
 func (sv *Service) ensureService(ctx context.Context, name string, want *corev1.Service) error {
@@ -418,7 +406,7 @@ func mergeLabels(live, want map[string]string) map[string]string {
 }
 
 // status reads the topology's objects and compares them with w.
-func (sv *Service) status(ctx context.Context, s Spec, w wanted) (Status, error) {
+func (sv *Service) status(ctx context.Context, s topospec.Spec, w wanted) (Status, error) {
 	var st Status
 	live, err := sv.topologyPolicies(ctx, s.Name)
 	if err != nil {
@@ -499,7 +487,7 @@ func (sv *Service) Teardown(ctx context.Context, name string) error {
 	}
 	var members []string
 	for _, p := range pods.Items {
-		if p.Labels[kube.ThreeGateLabelRole] != topology.RoleProxy && p.DeletionTimestamp == nil {
+		if p.Labels[kube.ThreeGateLabelRole] != topospec.RoleProxy && p.DeletionTimestamp == nil {
 			members = append(members, fmt.Sprintf("%s (%s)", p.Name, p.Labels[kube.ThreeGateLabelRole]))
 		}
 	}
@@ -509,7 +497,7 @@ func (sv *Service) Teardown(ctx context.Context, name string) error {
 	}
 	sv.log.Debug("removing threegate topology", "topology", name, "namespace", sv.c.Namespace)
 	fg := metav1.DeletePropagationForeground
-	pn := ProxyName(name)
+	pn := topospec.ProxyName(name)
 	err = sv.c.Clientset.AppsV1().Deployments(sv.c.Namespace).Delete(ctx, pn, metav1.DeleteOptions{PropagationPolicy: &fg})
 	switch {
 	case err == nil:
@@ -540,26 +528,41 @@ func (sv *Service) Teardown(ctx context.Context, name string) error {
 
 // Import reads the topology called name back from its proxy Deployment.
 // A *NotFoundError means there is none of the provider's.
-func (sv *Service) Import(ctx context.Context, name string) (Spec, error) {
-	d, err := sv.c.Clientset.AppsV1().Deployments(sv.c.Namespace).Get(ctx, ProxyName(name), metav1.GetOptions{})
+func (sv *Service) Import(ctx context.Context, name string) (topospec.Spec, error) {
+	d, err := sv.c.Clientset.AppsV1().Deployments(sv.c.Namespace).Get(ctx, topospec.ProxyName(name), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return Spec{}, &NotFoundError{Name: name, Err: fmt.Errorf("no deployment %s in namespace %s", ProxyName(name), sv.c.Namespace)}
+		return topospec.Spec{}, &topospec.NotFoundError{Name: name, Where: "the cluster", Err: fmt.Errorf("no deployment %s in namespace %s", topospec.ProxyName(name), sv.c.Namespace)}
 	}
 	if err != nil {
-		return Spec{}, fmt.Errorf("get proxy deployment %s: %w", ProxyName(name), err)
+		return topospec.Spec{}, fmt.Errorf("get proxy deployment %s: %w", topospec.ProxyName(name), err)
 	}
 	if err := owned(d.Labels, name, "deployment "+d.Name); err != nil {
-		return Spec{}, &NotFoundError{Name: name, Err: err}
+		return topospec.Spec{}, &topospec.NotFoundError{Name: name, Where: "the cluster", Err: err}
 	}
 	c := container(d)
 	if c == nil {
-		return Spec{}, &NotFoundError{Name: name, Err: fmt.Errorf("deployment %s has no %s container", d.Name, proxyContainer)}
+		return topospec.Spec{}, &topospec.NotFoundError{Name: name, Where: "the cluster", Err: fmt.Errorf("deployment %s has no %s container", d.Name, proxyContainer)}
 	}
-	in := Input{Name: name, Proxy: ProxyInput{Image: c.Image, Allow: flagValues(c.Args, "--allow"), DNS: flagValues(c.Args, "--dns")}}
-	if l := flagValues(c.Args, "--listen"); len(l) == 1 {
-		if i := strings.LastIndex(l[0], ":"); i >= 0 {
-			in.Proxy.Port, _ = strconv.Atoi(l[0][i+1:])
+	if text, ok := d.Annotations[AnnotationSpec]; ok {
+		s, err := topospec.ParseRecord(text)
+		if err != nil {
+			return s, fmt.Errorf("topology %q: the record on deployment %s: %w", name, d.Name, err)
 		}
+		if s.Name != name {
+			return s, fmt.Errorf("topology %q: the record on deployment %s is topology %q's", name, d.Name, s.Name)
+		}
+		if ps := Check(s); len(ps) > 0 {
+			return s, fmt.Errorf("topology %q as recorded is not valid: %w", name, ps[0])
+		}
+		sv.log.Debug("threegate topology read from its record", "topology", name, "allow_entries", len(s.Proxy.Allow))
+		return s, nil
+	}
+	// Made by a release before records: rebuilt, once, from the command
+	// line; the next apply writes the record.
+	l := topospec.ReadLegacyArgs(c.Args)
+	in := topospec.Input{Name: name, Proxy: topospec.ProxyInput{Image: c.Image, Allow: l.Allow, DNS: l.DNS}}
+	if i := strings.LastIndex(l.Listen, ":"); i >= 0 {
+		in.Proxy.Port, _ = strconv.Atoi(l.Listen[i+1:])
 	}
 	for i, dns := range in.Proxy.DNS {
 		in.Proxy.DNS[i] = strings.TrimSuffix(dns, ":53")
@@ -568,6 +571,6 @@ func (sv *Service) Import(ctx context.Context, name string) (Spec, error) {
 	if len(ps) > 0 {
 		return s, fmt.Errorf("topology %q as found is not valid: %w", name, ps[0])
 	}
-	sv.log.Debug("threegate topology read from its objects", "topology", name, "allow_entries", len(s.Proxy.Allow))
+	sv.log.Debug("threegate topology read from its command line (no record)", "topology", name, "allow_entries", len(s.Proxy.Allow))
 	return s, nil
 }

@@ -1,137 +1,101 @@
 // Package kubetopology is the ThreeGate topology on Kubernetes: the
 // topology's NetworkPolicies (kube.ThreeGatePolicies) and its egress proxy
 // as a Deployment and a Service, applied, read back for drift, imported
-// and torn down. It is the cluster counterpart of package topology, which
-// does the same with Docker networks and iptables; it shares that
-// package's roles, allowlist grammar and proxy defaults.
+// and torn down. Backend is the cluster's topospec.Backend, the
+// counterpart of package topology's Docker one: the same Spec (its
+// neutral part; the Docker part is refused), roles, allow list and proxy
+// command line, from package topospec.
 package kubetopology
 
 import (
-	"fmt"
-	"net/netip"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
-// Input is what a user writes for a topology on a cluster. There are no
-// networks, subnets or pinned addresses to choose: the pod network is the
-// cluster's, and the policies replace the networks.
-type Input struct {
-	Name  string
-	Proxy ProxyInput
+// Build validates in and plans the topology: the neutral proxy settings
+// (topospec.BuildProxy) and what a cluster adds and refuses (check).
+// Problems carry the attribute path, as on Docker, so the provider maps
+// them the same way.
+func Build(in topospec.Input) (topospec.Spec, topospec.Problems) {
+	var ps topospec.Problems
+	s := topospec.Spec{Name: in.Name, Proxy: topospec.BuildProxy(in.Proxy, &ps)}
+	return s, append(ps, check(s, in.Docker, len(in.Proxy.DNS) > 0)...)
 }
 
-// ProxyInput is the user's proxy block.
-type ProxyInput struct {
-	// Image contains /usr/local/bin/agent-runner (an isolation image).
-	Image string
-	// Allow is the allowlist, in topology.ParseAllow's grammar.
-	Allow []string
-	// Port the proxy listens on; 0: topology.DefaultProxyPort.
-	Port int
-	// DNS are the public resolvers the proxy asks (IPv4). The cluster's
-	// DNS is not among the proxy's destinations, so an allowlist that
-	// names hosts needs at least one.
-	DNS []string
-}
-
-// Spec is a validated topology.
-type Spec struct {
-	Name  string
-	Proxy Proxy
-}
-
-// Proxy is the planned proxy.
-type Proxy struct {
-	Image string
-	Allow []topology.AllowEntry
-	Port  int
-	DNS   []netip.Addr
-}
-
-// Build validates in and plans the topology. Problems carry the attribute
-// path (Field "name" or "proxy", Sub the proxy attribute), as topology's
-// do, so the provider maps them the same way.
-func Build(in Input) (Spec, topology.Problems) {
-	var ps topology.Problems
-	add := func(field, sub string, index int, summary, format string, args ...any) {
-		ps = append(ps, topology.Problem{Field: field, Sub: sub, Index: index, Summary: summary, Detail: fmt.Sprintf(format, args...)})
-	}
-	s := Spec{Name: in.Name, Proxy: Proxy{Image: in.Proxy.Image, Port: in.Proxy.Port}}
-	if msgs := validation.IsDNS1123Label(in.Name); len(msgs) > 0 || len(in.Name) > topology.MaxNameLen {
-		add("name", "", -1, "Invalid Topology Name",
-			"%q: use 1 to %d lower-case letters, digits and '-', starting and ending with a letter or digit.", in.Name, topology.MaxNameLen)
-	}
+// Check is what Apply refuses in a spec it is handed: the same check
+// Build runs, on the typed values (nothing is parsed), including every
+// Docker setting the spec carries.
+func Check(s topospec.Spec) topospec.Problems {
+	var ps topospec.Problems
 	if s.Proxy.Image == "" {
-		add("proxy", "image", -1, "Missing Proxy Image", "proxy.image must name an isolation image that contains agent-runner.")
-	}
-	if s.Proxy.Port == 0 {
-		s.Proxy.Port = topology.DefaultProxyPort
+		ps.Add("proxy", "image", -1, "Missing Proxy Image", "proxy.image must name an isolation image that contains agent-runner.")
 	}
 	if s.Proxy.Port < 1 || s.Proxy.Port > 65535 {
-		add("proxy", "port", -1, "Invalid Proxy Port", "%d is not a TCP port; use 1 to 65535.", in.Proxy.Port)
+		ps.Add("proxy", "port", -1, "Invalid Proxy Port", "%d is not a TCP port; use 1 to 65535.", s.Proxy.Port)
+	}
+	return append(ps, check(s, s.Input().Docker, len(s.Proxy.DNS) > 0)...)
+}
+
+// check: a name the cluster takes as a label value and object name, a
+// DNS server when the allow list names hosts (the proxy may not ask the
+// cluster's DNS), and none of what only a Docker host has.
+func check(s topospec.Spec, d topospec.DockerInput, haveDNS bool) topospec.Problems {
+	var ps topospec.Problems
+	if msgs := validation.IsDNS1123Label(s.Name); len(msgs) > 0 || len(s.Name) > topospec.MaxNameLen {
+		ps.Add("name", "", -1, "Invalid Topology Name",
+			"%q: use 1 to %d lower-case letters, digits and '-', starting and ending with a letter or digit.", s.Name, topospec.MaxNameLen)
 	}
 	var hosts []string
-	for i, raw := range in.Proxy.Allow {
-		e, err := topology.ParseAllow(raw)
-		if err != nil {
-			add("proxy", "allow", i, "Invalid Allow Pattern", "%v", err)
-			continue
-		}
-		s.Proxy.Allow = append(s.Proxy.Allow, e)
-		if _, err := netip.ParseAddr(strings.Trim(e.Host, "[]")); err != nil {
+	for _, e := range s.Proxy.Allow {
+		switch {
+		case e.IP.IsValid():
+		case e.Wildcard:
+			hosts = append(hosts, "*."+e.Host)
+		default:
 			hosts = append(hosts, e.Host)
 		}
 	}
-	for i, raw := range in.Proxy.DNS {
-		a, err := netip.ParseAddr(raw)
-		if err != nil || !a.Is4() {
-			add("proxy", "dns", i, "Invalid DNS Server", "%q is not an IPv4 address.", raw)
-			continue
-		}
-		s.Proxy.DNS = append(s.Proxy.DNS, a)
-	}
-	if len(hosts) > 0 && len(in.Proxy.DNS) == 0 {
-		add("proxy", "dns", -1, "Missing DNS Server",
+	if len(hosts) > 0 && !haveDNS {
+		ps.Add("proxy", "dns", -1, "Missing DNS Server",
 			"the allow list names hosts (%s) but proxy.dns is empty: on a cluster the proxy may not ask the cluster's DNS, "+
 				"only public resolvers; name one or more (e.g. 9.9.9.9).", strings.Join(hosts, ", "))
 	}
-	return s, ps
+	return append(ps, refusals(d)...)
 }
 
-// Input turns the spec back into what a user writes (for import).
-func (s Spec) Input() Input {
-	in := Input{Name: s.Name, Proxy: ProxyInput{Image: s.Proxy.Image, Port: s.Proxy.Port}}
-	for _, e := range s.Proxy.Allow {
-		in.Proxy.Allow = append(in.Proxy.Allow, e.String())
+// refusals are the Docker settings set in d, which a cluster cannot
+// honour, each on its attribute.
+func refusals(d topospec.DockerInput) topospec.Problems {
+	var ps topospec.Problems
+	refuse := func(field, sub, why string) {
+		at := ""
+		if sub == "" {
+			at = field + ": " // the provider names nested attributes itself
+		}
+		ps.Add(field, sub, -1, "Not On Kubernetes", "%s%s", at, why)
 	}
-	for _, d := range s.Proxy.DNS {
-		in.Proxy.DNS = append(in.Proxy.DNS, d.String())
+	const noNetworks = "a cluster has no Docker networks; the topology's NetworkPolicies take their place. Remove it."
+	for _, k := range topospec.Kinds {
+		if d.Subnets[k] != "" {
+			refuse(k+"_subnet", "", noNetworks)
+		}
 	}
-	return in
-}
-
-// ProxyName names the proxy's Deployment and Service.
-func ProxyName(name string) string { return name + "-proxy" }
-
-// ProxyBinary is where the proxy's image holds agent-runner.
-const ProxyBinary = "/usr/local/bin/agent-runner"
-
-// ProxyCommand is the proxy container's command line. The proxy listens on
-// all of the pod's addresses: the pod has one interface, and the policies,
-// not the listen address, decide who reaches it. The audit log goes to
-// stdout, where the cluster's log collection finds it.
-func ProxyCommand(s Spec) []string {
-	set := proxy.Settings{Port: s.Proxy.Port, Audit: "-"}
-	for _, a := range s.Proxy.Allow {
-		set.Allow = append(set.Allow, a.String())
+	for _, k := range topospec.Kinds {
+		if d.Gateways[k] != "" {
+			refuse(k+"_gateway", "", noNetworks)
+		}
 	}
-	for _, d := range s.Proxy.DNS {
-		set.DNS = append(set.DNS, d.String())
+	if d.ProxyIP != "" || d.EgressIP != "" {
+		refuse("proxy", "ip", "the proxy is a pod; the cluster gives its address. Remove proxy.ip and proxy.egress_ip.")
 	}
-	return append([]string{ProxyBinary}, proxy.Args(set)...)
+	if d.AllowPrivate != nil {
+		refuse("proxy", "allow_private", "on a cluster the proxy never reaches private addresses (its policy allows public ones only). Remove it.")
+	}
+	if d.Firewall != nil {
+		refuse("firewall", "", "a cluster enforces the topology with NetworkPolicies, always; there is no host firewall to turn on or off. Remove it.")
+	}
+	return ps
 }

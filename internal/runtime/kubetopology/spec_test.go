@@ -4,16 +4,17 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
-func testSpec(t *testing.T) Spec {
+func testSpec(t *testing.T) topospec.Spec {
 	t.Helper()
-	s, ps := Build(Input{Name: "tg1", Proxy: ProxyInput{Image: "img:1", Allow: []string{"Example.COM", "*.pypi.org:8443", "1.2.3.4:443"}, DNS: []string{"9.9.9.9"}}})
+	s, ps := Build(topospec.Input{Name: "tg1", Proxy: topospec.ProxyInput{Image: "img:1", Allow: []string{"Example.COM", "*.pypi.org:8443", "1.2.3.4:443"}, DNS: []string{"9.9.9.9"}}})
 	if len(ps) > 0 {
 		t.Fatal(ps)
 	}
@@ -28,7 +29,7 @@ func TestRunnerPortIsKubedeploys(t *testing.T) {
 
 func TestBuild(t *testing.T) {
 	s := testSpec(t)
-	if s.Proxy.Port != topology.DefaultProxyPort || len(s.Proxy.Allow) != 3 || s.Proxy.Allow[0].String() != "example.com:443" {
+	if s.Proxy.Port != topospec.DefaultProxyPort || len(s.Proxy.Allow) != 3 || s.Proxy.Allow[0].String() != "example.com:443" {
 		t.Errorf("spec %+v: want the default port and the allow list in canonical form", s)
 	}
 	// Import reads back what Build made.
@@ -37,16 +38,16 @@ func TestBuild(t *testing.T) {
 		t.Errorf("round trip through Input: %+v, %v", back, ps)
 	}
 	cases := map[string]struct {
-		in  Input
+		in  topospec.Input
 		sub string
 	}{
-		"bad name":          {Input{Name: "TG_1", Proxy: ProxyInput{Image: "i"}}, ""},
-		"long name":         {Input{Name: strings.Repeat("a", topology.MaxNameLen+1), Proxy: ProxyInput{Image: "i"}}, ""},
-		"no image":          {Input{Name: "tg"}, "image"},
-		"bad port":          {Input{Name: "tg", Proxy: ProxyInput{Image: "i", Port: 70000}}, "port"},
-		"bad pattern":       {Input{Name: "tg", Proxy: ProxyInput{Image: "i", Allow: []string{"https://x.com/path"}}}, "allow"},
-		"bad dns":           {Input{Name: "tg", Proxy: ProxyInput{Image: "i", DNS: []string{"dns.google"}}}, "dns"},
-		"hosts without dns": {Input{Name: "tg", Proxy: ProxyInput{Image: "i", Allow: []string{"example.com"}}}, "dns"},
+		"bad name":          {topospec.Input{Name: "TG_1", Proxy: topospec.ProxyInput{Image: "i"}}, ""},
+		"long name":         {topospec.Input{Name: strings.Repeat("a", topospec.MaxNameLen+1), Proxy: topospec.ProxyInput{Image: "i"}}, ""},
+		"no image":          {topospec.Input{Name: "tg"}, "image"},
+		"bad port":          {topospec.Input{Name: "tg", Proxy: topospec.ProxyInput{Image: "i", Port: 70000}}, "port"},
+		"bad pattern":       {topospec.Input{Name: "tg", Proxy: topospec.ProxyInput{Image: "i", Allow: []string{"https://x.com/path"}}}, "allow"},
+		"bad dns":           {topospec.Input{Name: "tg", Proxy: topospec.ProxyInput{Image: "i", DNS: []string{"dns.google"}}}, "dns"},
+		"hosts without dns": {topospec.Input{Name: "tg", Proxy: topospec.ProxyInput{Image: "i", Allow: []string{"example.com"}}}, "dns"},
 	}
 	for name, c := range cases {
 		_, ps := Build(c.in)
@@ -54,13 +55,13 @@ func TestBuild(t *testing.T) {
 			t.Errorf("%s: problems %v; want one on proxy.%s", name, ps, c.sub)
 		}
 	}
-	if _, ps := Build(Input{Name: "tg", Proxy: ProxyInput{Image: "i", Allow: []string{"1.2.3.4:443"}}}); len(ps) > 0 {
+	if _, ps := Build(topospec.Input{Name: "tg", Proxy: topospec.ProxyInput{Image: "i", Allow: []string{"1.2.3.4:443"}}}); len(ps) > 0 {
 		t.Errorf("an allow list of addresses needs no DNS: %v", ps)
 	}
 }
 
 func TestProxyCommand(t *testing.T) {
-	got := strings.Join(ProxyCommand(testSpec(t)), " ")
+	got := strings.Join(topospec.ProxyCommand(testSpec(t)), " ")
 	want := "/usr/local/bin/agent-runner proxy --listen :3128 --allow example.com:443 --allow *.pypi.org:8443 --allow 1.2.3.4:443 --dns 9.9.9.9 --audit -"
 	if got != want {
 		t.Errorf("command\n got %s\nwant %s", got, want)
@@ -71,7 +72,7 @@ func TestProxyCommand(t *testing.T) {
 // the hardening every pod of the project gets.
 func TestProxyDeploymentHardened(t *testing.T) {
 	s := testSpec(t)
-	d := ProxyDeployment(s, "ns", corev1.PullNever)
+	d := mustDeployment(t, s)
 	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != "Recreate" || d.Namespace != "ns" || d.Name != "tg1-proxy" {
 		t.Errorf("deployment %s/%s: %d replicas, strategy %s", d.Namespace, d.Name, *d.Spec.Replicas, d.Spec.Strategy.Type)
 	}
@@ -116,7 +117,7 @@ func TestProxyDeploymentHardened(t *testing.T) {
 	if c.Resources.Limits.Memory().String() != ProxyMemory || c.Resources.Limits.Cpu().IsZero() {
 		t.Errorf("limits %v", c.Resources.Limits)
 	}
-	if c.Image != "img:1" || c.ImagePullPolicy != corev1.PullNever || strings.Join(append(c.Command, c.Args...), " ") != strings.Join(ProxyCommand(s), " ") {
+	if c.Image != "img:1" || c.ImagePullPolicy != corev1.PullNever || strings.Join(append(c.Command, c.Args...), " ") != strings.Join(topospec.ProxyCommand(s), " ") {
 		t.Errorf("container %s %s %v %v", c.Image, c.ImagePullPolicy, c.Command, c.Args)
 	}
 	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 3128 {
@@ -131,8 +132,8 @@ func TestProxyDeploymentHardened(t *testing.T) {
 // in words; the planned object has none.
 func TestDeploymentDrift(t *testing.T) {
 	s := testSpec(t)
-	want := ProxyDeployment(s, "ns", corev1.PullNever)
-	if d := deploymentDrift(want, ProxyDeployment(s, "ns", corev1.PullNever)); len(d) != 0 {
+	want := mustDeployment(t, s)
+	if d := deploymentDrift(want, mustDeployment(t, s)); len(d) != 0 {
 		t.Errorf("drift of the planned object: %v", d)
 	}
 	for name, c := range map[string]struct {
@@ -146,7 +147,7 @@ func TestDeploymentDrift(t *testing.T) {
 		"token":  {func(p *corev1.PodSpec) { p.AutomountServiceAccountToken = nil }, "hardened"},
 		"labels": {func(p *corev1.PodSpec) {}, "label"},
 	} {
-		live := ProxyDeployment(s, "ns", corev1.PullNever)
+		live := mustDeployment(t, s)
 		c.edit(&live.Spec.Template.Spec)
 		if name == "labels" {
 			delete(live.Spec.Template.Labels, kube.ThreeGateLabelRole)
@@ -155,5 +156,43 @@ func TestDeploymentDrift(t *testing.T) {
 		if len(d) != 1 || !strings.Contains(d[0], c.word) {
 			t.Errorf("%s: drift %v; want one entry about %s", name, d, c.word)
 		}
+	}
+}
+
+func mustDeployment(t *testing.T, s topospec.Spec) *appsv1.Deployment {
+	t.Helper()
+	d, err := ProxyDeployment(s, "ns", corev1.PullNever)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestDockerSettingsRefused: what only a Docker host has is a problem on
+// its attribute, from Build at plan and from Check on a spec Apply is
+// handed (a Docker spec), the same check.
+func TestDockerSettingsRefused(t *testing.T) {
+	fw := topospec.Firewall{Enabled: true}
+	_, ps := Build(topospec.Input{Name: "tg", Proxy: topospec.ProxyInput{Image: "i"}, Docker: topospec.DockerInput{
+		Subnets: map[string]string{topospec.FetchNet: "10.1.0.0/24"}, Gateways: map[string]string{topospec.LLMNet: "10.2.0.1"},
+		ProxyIP: "10.1.0.2", AllowPrivate: []string{}, Firewall: &fw,
+	}})
+	var got []string
+	for _, p := range ps {
+		if p.Summary != "Not On Kubernetes" {
+			t.Errorf("unexpected problem %v", p)
+		}
+		got = append(got, p.Field+"."+p.Sub)
+	}
+	if strings.Join(got, " ") != "fetchnet_subnet. llmnet_gateway. proxy.ip proxy.allow_private firewall." {
+		t.Errorf("refused %v", got)
+	}
+	docker := testSpec(t)
+	docker.Docker.Firewall = fw
+	if ps := Check(docker); len(ps) != 1 || ps[0].Field != "firewall" {
+		t.Errorf("Check of a spec with a firewall: %v", ps)
+	}
+	if ps := Check(testSpec(t)); len(ps) > 0 {
+		t.Errorf("Check of a cluster spec: %v", ps)
 	}
 }

@@ -18,7 +18,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/probe"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // DefaultProbeSettle is how long a probe pod waits before its checks: a
@@ -32,15 +32,8 @@ const LabelProbe = "meepa.io/threegate-probe"
 
 // kubeProbe is one probe pod: the member labels it wears and its rows.
 type kubeProbe struct {
-	role   string // the Report's role column, e.g. "CORE/runner"
-	labels map[string]string
-	rows   []topology.Probe
-	checks []probe.Check
-}
-
-func (kp *kubeProbe) add(what, expected string, c probe.Check) {
-	kp.rows = append(kp.rows, topology.Probe{Role: kp.role, What: what, Check: c.String(), Expected: expected})
-	kp.checks = append(kp.checks, c)
+	topospec.ProbeRows // Role is the Report's role column, e.g. "CORE/runner"
+	labels             map[string]string
 }
 
 // Verify runs short-lived probe pods that wear the member labels of each
@@ -59,33 +52,22 @@ func (kp *kubeProbe) add(what, expected string, c probe.Check) {
 //
 // The probe pods run `sh -c "sleep …; exec agent-runner probe …"`, so the
 // image needs a shell and sleep unless Options.ProbeSettle is negative.
-func (sv *Service) Verify(ctx context.Context, s Spec, o topology.VerifyOptions) (topology.Report, error) {
-	if o.Image == "" {
-		o.Image = s.Proxy.Image
-	}
-	if o.HostPort == 0 {
-		o.HostPort = topology.DefaultVerifyHostPort
-	}
-	if o.Timeout == 0 {
-		o.Timeout = topology.DefaultVerifyTimeoutSeconds * time.Second
-	}
+func (sv *Service) Verify(ctx context.Context, s topospec.Spec, o topospec.VerifyOptions) (topospec.Report, error) {
+	o, _ = o.WithDefaults(s)
 	st, err := sv.Read(ctx, s)
 	if err != nil {
-		return topology.Report{}, err
+		return topospec.Report{}, err
 	}
 	if !st.ProxyReady {
-		return topology.Report{}, fmt.Errorf("topology %q: the proxy is not ready (%s); apply the topology before verifying it", s.Name, strings.Join(st.Drift, "; "))
+		return topospec.Report{}, fmt.Errorf("topology %q: the proxy is not ready (%s); apply the topology before verifying it", s.Name, strings.Join(st.Drift, "; "))
 	}
 	cluster, err := kube.DiscoverCluster(ctx, sv.c)
 	if err != nil {
-		return topology.Report{}, err
-	}
-	if o.DNSName == "" {
-		o.DNSName = topology.DefaultVerifyDNSName
+		return topospec.Report{}, err
 	}
 	clusterDNS, _, err := kube.ClusterDNS(ctx, sv.c) // invalid when there is none
 	if err != nil {
-		return topology.Report{}, err
+		return topospec.Report{}, err
 	}
 	proxyAddr := netip.AddrPortFrom(st.ProxyPodIP, uint16(s.Proxy.Port)).String()
 	api := apiEndpoint(cluster)
@@ -96,46 +78,46 @@ func (sv *Service) Verify(ctx context.Context, s Spec, o topology.VerifyOptions)
 		direct = ap.String()
 	}
 	blockedOutside := func(kp *kubeProbe) {
-		kp.add("node", topology.ExpectBlocked, tcp(node))
+		kp.Add("node", topospec.ExpectBlocked, tcp(node))
 		if o.OutsideAddress != "" {
-			kp.add("outside address", topology.ExpectBlocked, tcp(o.OutsideAddress))
+			kp.Add("outside address", topospec.ExpectBlocked, tcp(o.OutsideAddress))
 		}
 		if direct != "" {
-			kp.add("allowed host directly", topology.ExpectBlocked, tcp(direct))
+			kp.Add("allowed host directly", topospec.ExpectBlocked, tcp(direct))
 		}
 	}
 
-	coreRunner := &kubeProbe{role: topology.RoleCore + "/runner", labels: kube.ThreeGateRunnerLabels(s.Name, topology.RoleCore)}
-	coreRunner.add("API server", topology.ExpectOpen, tcp(api))
-	coreRunner.add("proxy", topology.ExpectBlocked, tcp(proxyAddr))
+	coreRunner := &kubeProbe{ProbeRows: topospec.ProbeRows{Role: topospec.RoleCore + "/runner"}, labels: kube.ThreeGateRunnerLabels(s.Name, topospec.RoleCore)}
+	coreRunner.Add("API server", topospec.ExpectOpen, tcp(api))
+	coreRunner.Add("proxy", topospec.ExpectBlocked, tcp(proxyAddr))
 	blockedOutside(coreRunner)
 
-	core := &kubeProbe{role: topology.RoleCore + "/execution", labels: kube.ThreeGateExecutionLabels(s.Name, topology.RoleCore)}
-	core.add("proxy", topology.ExpectBlocked, tcp(proxyAddr))
-	core.add("API server", topology.ExpectBlocked, tcp(api))
+	core := &kubeProbe{ProbeRows: topospec.ProbeRows{Role: topospec.RoleCore + "/execution"}, labels: kube.ThreeGateExecutionLabels(s.Name, topospec.RoleCore)}
+	core.Add("proxy", topospec.ExpectBlocked, tcp(proxyAddr))
+	core.Add("API server", topospec.ExpectBlocked, tcp(api))
 	blockedOutside(core)
 
-	fetchRunner := &kubeProbe{role: topology.RoleFetch + "/runner", labels: kube.ThreeGateRunnerLabels(s.Name, topology.RoleFetch)}
-	fetchRunner.add("API server", topology.ExpectOpen, tcp(api))
-	fetchRunner.add("proxy", topology.ExpectBlocked, tcp(proxyAddr))
+	fetchRunner := &kubeProbe{ProbeRows: topospec.ProbeRows{Role: topospec.RoleFetch + "/runner"}, labels: kube.ThreeGateRunnerLabels(s.Name, topospec.RoleFetch)}
+	fetchRunner.Add("API server", topospec.ExpectOpen, tcp(api))
+	fetchRunner.Add("proxy", topospec.ExpectBlocked, tcp(proxyAddr))
 
-	fetch := &kubeProbe{role: topology.RoleFetch + "/execution", labels: kube.ThreeGateExecutionLabels(s.Name, topology.RoleFetch)}
-	fetch.add("proxy", topology.ExpectOpen, tcp(proxyAddr))
+	fetch := &kubeProbe{ProbeRows: topospec.ProbeRows{Role: topospec.RoleFetch + "/execution"}, labels: kube.ThreeGateExecutionLabels(s.Name, topospec.RoleFetch)}
+	fetch.Add("proxy", topospec.ExpectOpen, tcp(proxyAddr))
 	if o.AllowedTarget != "" {
-		fetch.add("allowed host via proxy", topology.ExpectAllowed, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.AllowedTarget})
+		fetch.Add("allowed host via proxy", topospec.ExpectAllowed, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.AllowedTarget})
 	}
 	if o.DeniedTarget != "" {
-		fetch.add("disallowed host via proxy", topology.ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.DeniedTarget})
+		fetch.Add("disallowed host via proxy", topospec.ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.DeniedTarget})
 	}
 	if o.OutsideAddress != "" {
-		fetch.add("outside address via proxy", topology.ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.OutsideAddress})
+		fetch.Add("outside address via proxy", topospec.ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.OutsideAddress})
 	}
-	fetch.add("API server", topology.ExpectBlocked, tcp(api))
+	fetch.Add("API server", topospec.ExpectBlocked, tcp(api))
 	blockedOutside(fetch)
 
-	tool := &kubeProbe{role: topology.RoleToolExec + "/execution", labels: kube.ThreeGateExecutionLabels(s.Name, topology.RoleToolExec)}
-	tool.add("proxy", topology.ExpectBlocked, tcp(proxyAddr))
-	tool.add("API server", topology.ExpectBlocked, tcp(api))
+	tool := &kubeProbe{ProbeRows: topospec.ProbeRows{Role: topospec.RoleToolExec + "/execution"}, labels: kube.ThreeGateExecutionLabels(s.Name, topospec.RoleToolExec)}
+	tool.Add("proxy", topospec.ExpectBlocked, tcp(proxyAddr))
+	tool.Add("API server", topospec.ExpectBlocked, tcp(api))
 	blockedOutside(tool)
 
 	all := []*kubeProbe{coreRunner, core, fetchRunner, fetch, tool}
@@ -153,11 +135,11 @@ func (sv *Service) Verify(ctx context.Context, s Spec, o topology.VerifyOptions)
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return topology.Report{}, err
+		return topospec.Report{}, err
 	}
-	var rep topology.Report
+	var rep topospec.Report
 	for _, kp := range all {
-		rep.Probes = append(rep.Probes, kp.rows...)
+		rep.Probes = append(rep.Probes, kp.Rows...)
 	}
 	rep.Violations, err = sv.violations(ctx, s)
 	return rep, err
@@ -175,12 +157,12 @@ const probeHostname = "probe"
 // cluster has a DNS Service, the probe also asks it directly, over UDP
 // and TCP port 53, which must fail: the policies give members no port 53.
 func addDNS(kp *kubeProbe, outside string, clusterDNS netip.Addr) {
-	kp.add("DNS outside name", topology.ExpectNoDNS, probe.Check{Kind: probe.DNS, Target: outside})
-	kp.add("DNS topology name", topology.ExpectDNS, probe.Check{Kind: probe.DNS, Target: probeHostname})
+	kp.Add("DNS outside name", topospec.ExpectNoDNS, probe.Check{Kind: probe.DNS, Target: outside})
+	kp.Add("DNS topology name", topospec.ExpectDNS, probe.Check{Kind: probe.DNS, Target: probeHostname})
 	if clusterDNS.IsValid() {
 		srv := netip.AddrPortFrom(clusterDNS, 53).String()
-		kp.add("cluster DNS udp/53", topology.ExpectBlocked, probe.Check{Kind: probe.DNSAt, Via: srv, Target: outside})
-		kp.add("cluster DNS tcp/53", topology.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: srv})
+		kp.Add("cluster DNS udp/53", topospec.ExpectBlocked, probe.Check{Kind: probe.DNSAt, Via: srv, Target: outside})
+		kp.Add("cluster DNS tcp/53", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: srv})
 	}
 }
 
@@ -202,17 +184,17 @@ func apiEndpoint(cn kube.ClusterNetwork) string {
 // passes is topology's rule for a row, but for the reject (see Verify).
 func passes(expected, observed string) bool {
 	switch expected {
-	case topology.ExpectBlocked:
+	case topospec.ExpectBlocked:
 		return probe.Blocked(observed) || observed == probe.Refused
-	case topology.ExpectOpen:
+	case topospec.ExpectOpen:
 		return observed == probe.Open
-	case topology.ExpectAllowed:
+	case topospec.ExpectAllowed:
 		return observed == probe.Allowed
-	case topology.ExpectDenied:
+	case topospec.ExpectDenied:
 		return observed == probe.Denied
-	case topology.ExpectNoDNS:
+	case topospec.ExpectNoDNS:
 		return observed == probe.NotResolved
-	case topology.ExpectDNS:
+	case topospec.ExpectDNS:
 		return observed == probe.Resolved
 	}
 	return false
@@ -220,9 +202,9 @@ func passes(expected, observed string) bool {
 
 // runProbe runs one probe pod, always removes it, and fills the rows'
 // observed column.
-func (sv *Service) runProbe(ctx context.Context, s Spec, o topology.VerifyOptions, i int, kp *kubeProbe) error {
-	args := []string{ProxyBinary, "probe", "--timeout", o.Timeout.String()}
-	for _, c := range kp.checks {
+func (sv *Service) runProbe(ctx context.Context, s topospec.Spec, o topospec.VerifyOptions, i int, kp *kubeProbe) error {
+	args := []string{topospec.ProxyBinary, "probe", "--timeout", o.Timeout.String()}
+	for _, c := range kp.Checks {
 		args = append(args, c.String())
 	}
 	settle := sv.o.ProbeSettle
@@ -259,9 +241,9 @@ func (sv *Service) runProbe(ctx context.Context, s Spec, o topology.VerifyOption
 	kube.MemberDNS(&pod.Spec) // as the members it stands for
 	pods := sv.c.Clientset.CoreV1().Pods(sv.c.Namespace)
 	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("probe %s: create pod: %w", kp.role, err)
+		return fmt.Errorf("probe %s: create pod: %w", kp.Role, err)
 	}
-	sv.log.Debug("probe pod created", "topology", s.Name, "pod", pod.Name, "role", kp.role, "checks", len(kp.checks))
+	sv.log.Debug("probe pod created", "topology", s.Name, "pod", pod.Name, "role", kp.Role, "checks", len(kp.Checks))
 	defer func() {
 		// A fresh context: the probe must go even when ctx was cancelled.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -271,28 +253,28 @@ func (sv *Service) runProbe(ctx context.Context, s Spec, o topology.VerifyOption
 			sv.log.Debug("probe pod removed", "topology", s.Name, "pod", pod.Name)
 		}
 	}()
-	wctx, cancel := context.WithTimeout(ctx, time.Duration(len(kp.checks)+5)*o.Timeout+settle+sv.o.ReadyTimeout)
+	wctx, cancel := context.WithTimeout(ctx, time.Duration(len(kp.Checks)+5)*o.Timeout+settle+sv.o.ReadyTimeout)
 	defer cancel()
 	for {
 		p, err := pods.Get(wctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("probe %s: %w", kp.role, err)
+			return fmt.Errorf("probe %s: %w", kp.Role, err)
 		}
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			break
 		}
 		if err := kube.PodFailed(p); err != nil {
-			return fmt.Errorf("probe %s: %w", kp.role, err)
+			return fmt.Errorf("probe %s: %w", kp.Role, err)
 		}
 		select {
 		case <-wctx.Done():
-			return fmt.Errorf("probe %s: pod %s did not finish: %s", kp.role, pod.Name, kube.PodState(p))
+			return fmt.Errorf("probe %s: pod %s did not finish: %s", kp.Role, pod.Name, kube.PodState(p))
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
 	raw, err := pods.GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil {
-		return fmt.Errorf("probe %s: logs: %w", kp.role, err)
+		return fmt.Errorf("probe %s: logs: %w", kp.Role, err)
 	}
 	var results []probe.Result
 	sc := bufio.NewScanner(strings.NewReader(string(raw)))
@@ -302,13 +284,13 @@ func (sv *Service) runProbe(ctx context.Context, s Spec, o topology.VerifyOption
 			results = append(results, r)
 		}
 	}
-	if len(results) != len(kp.rows) {
+	if len(results) != len(kp.Rows) {
 		return fmt.Errorf("probe %s: %d results for %d checks (does %s contain %s with the probe command, and /bin/sh?): %s",
-			kp.role, len(results), len(kp.rows), o.Image, ProxyBinary, strings.TrimSpace(string(raw)))
+			kp.Role, len(results), len(kp.Rows), o.Image, topospec.ProxyBinary, strings.TrimSpace(string(raw)))
 	}
 	for j, r := range results {
-		kp.rows[j].Observed, kp.rows[j].Detail = r.Observed, r.Detail
-		kp.rows[j].Pass = passes(kp.rows[j].Expected, r.Observed)
+		kp.Rows[j].Observed, kp.Rows[j].Detail = r.Observed, r.Detail
+		kp.Rows[j].Pass = passes(kp.Rows[j].Expected, r.Observed)
 	}
 	return nil
 }
@@ -317,7 +299,7 @@ func (sv *Service) runProbe(ctx context.Context, s Spec, o topology.VerifyOption
 // member should: a PROXY pod that is not the topology's proxy (the FETCH
 // policy would let FETCH reach it), and a pod that is both a runner and
 // an execution pod.
-func (sv *Service) violations(ctx context.Context, s Spec) ([]string, error) {
+func (sv *Service) violations(ctx context.Context, s topospec.Spec) ([]string, error) {
 	list, err := sv.c.Clientset.CoreV1().Pods(sv.c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: kube.ThreeGateLabelTopology + "=" + s.Name})
 	if err != nil {
 		return nil, fmt.Errorf("list members: %w", err)
@@ -327,7 +309,7 @@ func (sv *Service) violations(ctx context.Context, s Spec) ([]string, error) {
 		l := p.Labels
 		switch {
 		case l[LabelProbe] == "true":
-		case l[kube.ThreeGateLabelRole] == topology.RoleProxy && (p.Annotations[AnnotationConfig] == "" || !ownedByReplicaSet(p)):
+		case l[kube.ThreeGateLabelRole] == topospec.RoleProxy && (p.Annotations[AnnotationConfig] == "" || !ownedByReplicaSet(p)):
 			out = append(out, fmt.Sprintf("pod %s claims the PROXY role but is not the topology's proxy", p.Name))
 		case l[kube.ThreeGateLabelRunner] == "true" && l[kube.ThreeGateLabelExecution] == "true":
 			out = append(out, fmt.Sprintf("pod %s is labelled both as a runner and as an execution pod", p.Name))
@@ -338,7 +320,7 @@ func (sv *Service) violations(ctx context.Context, s Spec) ([]string, error) {
 
 func ownedByReplicaSet(p corev1.Pod) bool {
 	for _, r := range p.OwnerReferences {
-		if r.Kind == "ReplicaSet" && strings.HasPrefix(r.Name, ProxyName(p.Labels[kube.ThreeGateLabelTopology])+"-") {
+		if r.Kind == "ReplicaSet" && strings.HasPrefix(r.Name, topospec.ProxyName(p.Labels[kube.ThreeGateLabelTopology])+"-") {
 			return true
 		}
 	}

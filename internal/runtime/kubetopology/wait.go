@@ -3,6 +3,7 @@ package kubetopology
 import (
 	"context"
 	"fmt"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"strings"
 	"time"
 
@@ -31,7 +32,7 @@ func (sv *Service) proxyPods(ctx context.Context, name string) ([]corev1.Pod, er
 
 // proxyPod returns the running proxy pod of s's configuration, or why
 // there is none; err only for a failed read.
-func (sv *Service) proxyPod(ctx context.Context, s Spec) (*corev1.Pod, string, error) {
+func (sv *Service) proxyPod(ctx context.Context, s topospec.Spec) (*corev1.Pod, string, error) {
 	pods, err := sv.proxyPods(ctx, s.Name)
 	if err != nil {
 		return nil, "", err
@@ -57,7 +58,7 @@ func (sv *Service) proxyPod(ctx context.Context, s Spec) (*corev1.Pod, string, e
 // waitProxy waits until a proxy pod of s's configuration runs, is the
 // only one, and has logged that it listens. On failure the error says
 // what the pods, their events and their output show.
-func (sv *Service) waitProxy(ctx context.Context, s Spec) (*corev1.Pod, error) {
+func (sv *Service) waitProxy(ctx context.Context, s topospec.Spec) (*corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, sv.o.ReadyTimeout)
 	defer cancel()
 	why := ""
@@ -100,7 +101,7 @@ func (sv *Service) waitProxy(ctx context.Context, s Spec) (*corev1.Pod, error) {
 // rolledOut reports whether the proxy's Deployment runs its current
 // template.
 func (sv *Service) rolledOut(ctx context.Context, name string) bool {
-	d, err := sv.c.Clientset.AppsV1().Deployments(sv.c.Namespace).Get(ctx, ProxyName(name), metav1.GetOptions{})
+	d, err := sv.c.Clientset.AppsV1().Deployments(sv.c.Namespace).Get(ctx, topospec.ProxyName(name), metav1.GetOptions{})
 	return err == nil && kube.RolledOut(d)
 }
 
@@ -124,7 +125,7 @@ func (sv *Service) waitProxyGone(ctx context.Context, name string) error {
 
 // describe says what the proxy's pods show.
 func (sv *Service) describe(ctx context.Context, name string) string {
-	return kube.Describe(ctx, sv.c, ProxyName(name), proxySelector(name), proxyContainer)
+	return kube.Describe(ctx, sv.c, topospec.ProxyName(name), proxySelector(name), proxyContainer)
 }
 
 // listens reports whether the proxy has logged that it listens. The line

@@ -32,7 +32,7 @@ func TestProxyInHardenedContainer(t *testing.T) {
 	bin := testutil.RunnerBinary(t)
 
 	name := fmt.Sprintf("meepa-test-proxy-%08x", rand.Uint32())
-	cmd := append([]string{"/usr/local/bin/agent-runner"}, Args(Settings{Allow: []string{"127.0.0.1:8080"}})...)
+	cmd := append([]string{"/usr/local/bin/agent-runner"}, Args(Settings{Allow: mustAllow(t, "127.0.0.1:8080")})...)
 	pids := int64(64)
 	created, err := cli.ContainerCreate(ctx, &container.Config{
 		Image:  image,

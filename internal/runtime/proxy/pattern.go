@@ -46,6 +46,26 @@ func (p Pattern) String() string {
 	return host + ":" + strconv.Itoa(int(p.Port))
 }
 
+// MarshalText writes the canonical form, so a Pattern travels (in JSON, a
+// record, a flag) as the text ParsePattern reads.
+func (p Pattern) MarshalText() ([]byte, error) {
+	if p.Port == 0 || (!p.IP.IsValid() && p.Host == "") {
+		return nil, errors.New("allow pattern: empty pattern")
+	}
+	return []byte(p.String()), nil
+}
+
+// UnmarshalText parses with ParsePattern: an entry that does not parse is
+// an error, never kept as it was.
+func (p *Pattern) UnmarshalText(b []byte) error {
+	q, err := ParsePattern(string(b))
+	if err != nil {
+		return err
+	}
+	*p = q
+	return nil
+}
+
 // Match reports whether the pattern allows the target. host must be
 // normalized the way Target does it (lowercase, no trailing dot) and ip is
 // set when the target is an IP literal.

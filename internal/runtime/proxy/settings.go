@@ -21,8 +21,9 @@ type Settings struct {
 	ListenIP string
 	// Port to listen on; default DefaultPort.
 	Port int
-	// Allow is the allowlist, in ParsePattern's grammar.
-	Allow []string
+	// Allow is the allowlist, parsed: an entry that does not parse cannot
+	// be here, so none can be passed on unchecked.
+	Allow Allowlist
 	// DNS servers ("ip" or "ip:port"); default the container's resolv.conf.
 	DNS []string
 	// AllowPrivate exempts CIDRs from the special-range refusal.
@@ -54,16 +55,16 @@ func (s Settings) ListenAddr() string {
 // Args returns the agent-runner arguments that run the proxy with these
 // settings, starting with the subcommand: a container's command is
 // append([]string{"/usr/local/bin/agent-runner"}, Args(s)...). The allowlist
-// is passed in canonical form when it parses, so equal lists give equal
-// commands.
+// is written in canonical form, once per distinct pattern, so equal lists
+// give equal commands.
 func Args(s Settings) []string {
 	args := []string{"proxy", "--listen", s.ListenAddr()}
-	allow := s.Allow
-	if list, err := ParseAllowlist(s.Allow); err == nil {
-		allow = list.Strings()
-	}
-	for _, a := range allow {
-		args = append(args, "--allow", a)
+	seen := map[Pattern]bool{}
+	for _, p := range s.Allow {
+		if !seen[p] {
+			seen[p] = true
+			args = append(args, "--allow", p.String())
+		}
 	}
 	for _, d := range s.DNS {
 		args = append(args, "--dns", d)

@@ -1,16 +1,26 @@
 package proxy
 
 import (
+	"encoding/json"
 	"reflect"
 	"testing"
 	"time"
 )
 
+func mustAllow(t *testing.T, entries ...string) Allowlist {
+	t.Helper()
+	l, err := ParseAllowlist(entries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 func TestArgs(t *testing.T) {
 	got := Args(Settings{
 		ListenIP:     "172.30.1.2",
 		Port:         3129,
-		Allow:        []string{"Example.COM", "*.api.example:8443"},
+		Allow:        append(mustAllow(t, "Example.COM", "*.api.example:8443"), mustAllow(t, "example.com:443")...),
 		DNS:          []string{"172.30.2.1"},
 		AllowPrivate: []string{"10.9.0.0/16"},
 		MaxConns:     64,
@@ -50,5 +60,28 @@ func TestParseDNSServer(t *testing.T) {
 		if got, err := ParseDNSServer(bad); err == nil {
 			t.Errorf("ParseDNSServer(%q) = %v, want an error", bad, got)
 		}
+	}
+}
+
+// TestPatternText: a pattern travels as its canonical text, and text that
+// does not parse is an error when read, not an entry kept as it was (Args
+// used to pass an entry it could not parse on to the proxy's argv).
+func TestPatternText(t *testing.T) {
+	var got struct{ Allow Allowlist }
+	if err := json.Unmarshal([]byte(`{"Allow":["Example.COM","*.api.example:8443","[::1]:80"]}`), &got); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(got)
+	if err != nil || string(b) != `{"Allow":["example.com:443","*.api.example:8443","[::1]:80"]}` {
+		t.Errorf("round trip = %s, %v", b, err)
+	}
+	for _, bad := range []string{`"https://evil/x"`, `"*"`, `"a.example:0"`, `""`} {
+		var p Pattern
+		if err := json.Unmarshal([]byte(bad), &p); err == nil {
+			t.Errorf("unmarshal %s = %v, want an error", bad, p)
+		}
+	}
+	if _, err := (Pattern{}).MarshalText(); err == nil {
+		t.Error("the zero pattern marshalled")
 	}
 }

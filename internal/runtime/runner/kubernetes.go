@@ -15,7 +15,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // ModeKubernetes is the /healthz mode of a runner whose messages run in
@@ -103,7 +103,7 @@ func policyProbe() []string {
 // name it ("tool_exec" is TOOL_EXEC); "" stays "".
 func ThreeGateRole(role string) string {
 	return map[string]string{
-		agentspec.RoleCore: topology.RoleCore, agentspec.RoleFetch: topology.RoleFetch, agentspec.RoleToolExec: topology.RoleToolExec,
+		agentspec.RoleCore: topospec.RoleCore, agentspec.RoleFetch: topospec.RoleFetch, agentspec.RoleToolExec: topospec.RoleToolExec,
 	}[role]
 }
 

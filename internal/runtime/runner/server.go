@@ -160,11 +160,15 @@ type Health struct {
 	Version string `json:"version"`
 	Commit  string `json:"commit"`
 	// Ready says the next message will not wait for a sandbox to start.
-	Ready    bool           `json:"ready"`
-	Prestart bool           `json:"prestart"`
-	Queued   int64          `json:"queued"`
-	Busy     bool           `json:"busy"`
-	Extra    map[string]any `json:"-"`
+	Ready    bool `json:"ready"`
+	Prestart bool `json:"prestart"`
+	// Image is the per-message containers' image the runner serves now
+	// (container mode), so that whoever rewrote the config and sent
+	// SIGHUP can see the reload land.
+	Image  string         `json:"image,omitempty"`
+	Queued int64          `json:"queued"`
+	Busy   bool           `json:"busy"`
+	Extra  map[string]any `json:"-"`
 }
 
 // HealthReporter is implemented by backends with more to say in /healthz
@@ -817,6 +821,9 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		Busy:     s.metrics.inFlight.Load() > 0,
 		Version:  version.Version,
 		Commit:   version.Commit,
+	}
+	if cfg.Container.Enabled {
+		h.Image = cfg.Container.Image
 	}
 	if hr, ok := b.(HealthReporter); ok {
 		h.Extra = hr.Health()

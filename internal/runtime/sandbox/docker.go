@@ -21,6 +21,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/prestart"
 )
 
 // Limits on what a container may send back. The reply is one JSON document;
@@ -71,15 +72,16 @@ type Docker struct {
 	instance string
 	stop     chan struct{} // ends the janitor
 
+	pool *prestart.Pool[*attached] // the prestarted container
+
 	mu     sync.Mutex
-	next   *pending // the prestarted container, possibly still starting
 	closed bool
 	// removing closes when the last cold-started container is removed.
 	removing <-chan struct{}
 	// prev is the end of the last message's container: a prestarted
 	// container gets its message only after it.
 	prev *ending
-	bg   sync.WaitGroup // replacements being started, containers being removed
+	bg   sync.WaitGroup // containers being removed, image ids being asked
 }
 
 // LabelInstance names the backend instance (one runner process) that made
@@ -94,13 +96,6 @@ const janitorEvery = 30 * time.Second
 // refillHeadStart is how long a message runs before its replacement
 // container starts, unless it finishes sooner.
 const refillHeadStart = 250 * time.Millisecond
-
-// pending is a prestarted container; done closes when it is ready or failed.
-type pending struct {
-	done chan struct{}
-	c    *attached
-	err  error
-}
 
 // attached is a created container with its stdin/stdout attached.
 type attached struct {
@@ -137,6 +132,19 @@ func NewDocker(ctx context.Context, cli client.APIClient, o DockerOptions) (*Doc
 	var inst [8]byte
 	_, _ = rand.Read(inst[:])
 	d := &Docker{cli: cli, opts: o, log: log.Named("docker"), instance: hex.EncodeToString(inst[:]), stop: make(chan struct{})}
+	d.pool = prestart.New(prestart.Funcs[*attached]{
+		Start: func(ctx context.Context) (*attached, error) { return d.startContainer(ctx, "") },
+		// The output stream of a container that died (killed by an
+		// operator, the daemon restarted) has ended: no call to the
+		// daemon needed.
+		Alive:   func(c *attached) bool { return !c.out.ended() },
+		Discard: d.discard,
+		Timeout: 2 * time.Minute,
+		Noun:    "container",
+		IDKey:   "container_id",
+		ID:      func(c *attached) string { return short(c.id) },
+		Log:     d.log,
+	})
 	// Orphans go first: one still running could swap a directory of the
 	// workspace for a symlink while the walk below chowns its entries, and
 	// make a root runner chown a host file to the sandbox user.
@@ -153,9 +161,7 @@ func NewDocker(ctx context.Context, cli client.APIClient, o DockerOptions) (*Doc
 		}
 	}
 	if o.Prestart {
-		d.mu.Lock()
-		d.refillLocked(context.WithoutCancel(ctx))
-		d.mu.Unlock()
+		d.pool.Refill(ctx)
 	}
 	d.bg.Add(1)
 	go d.janitor()
@@ -247,20 +253,7 @@ func RemoveOrphans(ctx context.Context, cli client.APIClient, agentID string) (i
 }
 
 // Ready reports whether a prestarted container is waiting.
-func (d *Docker) Ready() bool {
-	d.mu.Lock()
-	p := d.next
-	d.mu.Unlock()
-	if p == nil {
-		return false
-	}
-	select {
-	case <-p.done:
-		return p.err == nil && !p.c.out.ended()
-	default:
-		return false
-	}
-}
+func (d *Docker) Ready() bool { return d.pool.Ready() }
 
 // Close discards the prestarted container and waits for background starts
 // and removals to finish.
@@ -270,88 +263,20 @@ func (d *Docker) Close(ctx context.Context) error {
 		close(d.stop)
 	}
 	d.closed = true
-	p := d.next
-	d.next = nil
 	d.mu.Unlock()
 	defer d.sweepForeign()
-	var err error
-	if p != nil {
-		select {
-		case <-p.done:
-			if p.c != nil {
-				err = d.discard(p.c)
-			}
-		case <-ctx.Done():
-			// Still starting: remove it once it is up rather than leave a
-			// container waiting on stdin until the next runner's sweep.
-			go func() { <-p.done; d.discardPending(p) }()
-			return ctx.Err()
-		}
+	// The pool first: a removal that ends after it asks for no refill.
+	err := d.pool.Close(ctx)
+	if ctx.Err() != nil {
+		return err // the pool's error holds ctx's
 	}
 	done := make(chan struct{})
 	go func() { d.bg.Wait(); close(done) }()
 	select {
 	case <-done:
+		return err
 	case <-ctx.Done():
 		return errors.Join(err, ctx.Err())
-	}
-	return err
-}
-
-// refillLocked starts a replacement container in the background. d.mu held.
-func (d *Docker) refillLocked(ctx context.Context) {
-	if d.closed || d.next != nil {
-		return
-	}
-	p := &pending{done: make(chan struct{})}
-	d.next = p
-	d.bg.Add(1)
-	go func() {
-		defer d.bg.Done()
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		defer cancel()
-		p.c, p.err = d.startContainer(ctx, "")
-		if p.err != nil {
-			d.log.Warn("prestart failed; next message starts its own container", "error", p.err)
-		}
-		close(p.done)
-	}()
-}
-
-// take returns the prestarted container (waiting for one that is still
-// starting), or nil when there is none or it failed.
-func (d *Docker) take(ctx context.Context) (*attached, error) {
-	d.mu.Lock()
-	p := d.next
-	d.next = nil
-	d.mu.Unlock()
-	if p == nil {
-		return nil, nil
-	}
-	select {
-	case <-p.done:
-	case <-ctx.Done():
-		// Keep it for the next message rather than waste the start.
-		d.mu.Lock()
-		if d.next == nil && !d.closed {
-			d.next = p
-			p = nil
-		}
-		d.mu.Unlock()
-		if p != nil {
-			go func() { <-p.done; d.discardPending(p) }()
-		}
-		return nil, ctx.Err()
-	}
-	if p.err != nil {
-		return nil, nil
-	}
-	return p.c, nil
-}
-
-func (d *Docker) discardPending(p *pending) {
-	if p.c != nil {
-		_ = d.discard(p.c)
 	}
 }
 
@@ -383,27 +308,15 @@ func (d *Docker) Run(ctx context.Context, job Job) (Outcome, error) {
 	} else {
 		out.StartLatency = time.Since(begin)
 	}
-	var refill func()
-	var timer *time.Timer
+	stopRefill := func() func() { return nil }
 	if d.opts.Prestart {
 		// The replacement starts once the message has had a head start or
-		// its container is gone, whichever comes first: starting a
-		// container is CPU work for the daemon, and on a small host it
-		// would otherwise slow a short message's own reply and exit. A
-		// long message (an LLM conversation) still leaves the next one a
-		// ready container.
-		refill = sync.OnceFunc(func() {
-			d.mu.Lock()
-			d.refillLocked(context.WithoutCancel(ctx))
-			d.mu.Unlock()
-		})
-		timer = time.AfterFunc(refillHeadStart, refill)
+		// its container is gone, whichever comes first: on a small host
+		// a start beside a short message slows its reply and exit.
+		stopRefill = d.pool.RefillSoon(ctx, refillHeadStart)
 	}
 	awaitExit, err := d.exchange(ctx, c, job, &out)
-	if timer == nil || !timer.Stop() {
-		refill = nil // started already, or no prestart
-	}
-	d.retire(c, awaitExit, refill)
+	d.retire(c, awaitExit, stopRefill())
 	return out, err
 }
 
@@ -412,19 +325,11 @@ func (d *Docker) Run(ctx context.Context, job Job) (Outcome, error) {
 // lets the message through.
 func (d *Docker) acquire(ctx context.Context, job Job) (*attached, bool, error) {
 	if d.opts.Prestart {
-		c, err := d.take(ctx)
+		c, ok, err := d.pool.Take(ctx)
 		if err != nil {
 			return nil, false, fmt.Errorf("wait for prestarted container: %w", err)
 		}
-		// A container that waited a long time may have died meanwhile
-		// (killed by an operator, the daemon restarted): its output
-		// stream has ended then, which needs no call to the daemon.
-		if c != nil && c.out.ended() {
-			d.log.Warn("prestarted container is gone; starting a fresh one", "container_id", short(c.id))
-			_ = d.discard(c)
-			c = nil
-		}
-		if c != nil {
+		if ok {
 			// It may have been started while the rules were in force and
 			// they have gone since: it must not see the message then.
 			if err := d.gate(ctx, true); err != nil {

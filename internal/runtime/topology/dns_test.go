@@ -1,6 +1,7 @@
 package topology
 
 import (
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"slices"
 	"testing"
 )
@@ -13,15 +14,15 @@ func TestRolesDNSSink(t *testing.T) {
 	if len(ps) > 0 {
 		t.Fatal(ps)
 	}
-	sink := s.DNSSink()
-	llm := s.Network(LLMNet)
+	sink := DNSSink(s)
+	llm := s.Network(topospec.LLMNet)
 	if sink.String() != "10.213.1.127" || !llm.Subnet.Contains(sink) || llm.IPRange.Contains(sink) {
 		t.Fatalf("sink %s: want the last address of %s below %s", sink, llm.Subnet, llm.IPRange)
 	}
-	if sink == llm.Gateway || sink == s.Proxy.IP || sink == s.Proxy.EgressIP {
-		t.Fatalf("sink %s is taken (gateway %s, proxy %s/%s)", sink, llm.Gateway, s.Proxy.IP, s.Proxy.EgressIP)
+	if sink == llm.Gateway || sink == s.Docker.ProxyIP || sink == s.Docker.EgressIP {
+		t.Fatalf("sink %s is taken (gateway %s, proxy %s/%s)", sink, llm.Gateway, s.Docker.ProxyIP, s.Docker.EgressIP)
 	}
-	for name, r := range s.Roles() {
+	for name, r := range Roles(s) {
 		if !slices.Equal(r.DNS, []string{sink.String()}) {
 			t.Errorf("%s: DNS %v, want [%s]", name, r.DNS, sink)
 		}
@@ -33,12 +34,12 @@ func TestRolesDNSSink(t *testing.T) {
 
 func TestGatewayMayNotBeTheSink(t *testing.T) {
 	in := validInput()
-	in.Gateways[LLMNet] = "10.213.1.127"
+	in.Docker.Gateways[topospec.LLMNet] = "10.213.1.127"
 	_, ps := Build(in)
 	if len(ps) != 1 || ps[0].Field != "llmnet_gateway" || ps[0].Summary != "Gateway Is The DNS Sink" {
 		t.Fatalf("problems %v, want one on llmnet_gateway", ps)
 	}
-	in.Gateways[LLMNet] = "10.213.1.126"
+	in.Docker.Gateways[topospec.LLMNet] = "10.213.1.126"
 	if _, ps := Build(in); len(ps) > 0 {
 		t.Fatalf("another lower-half gateway refused: %v", ps)
 	}

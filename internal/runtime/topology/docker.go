@@ -22,7 +22,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // Label keys (under engine.LabelPrefix) on every object of a topology.
@@ -35,7 +35,7 @@ const (
 	LabelRole = engine.LabelPrefix + "threegate.role"
 )
 
-// Proxy container limits. The proxy holds one goroutine and two sockets per
+// topospec.Proxy container limits. The proxy holds one goroutine and two sockets per
 // connection; these leave room for hundreds of concurrent fetches.
 const (
 	ProxyMemory = 128 << 20
@@ -70,13 +70,14 @@ type ObservedProxy struct {
 	Running bool
 	Status  string
 	Config  string            // LabelConfig value
+	Record  string            // LabelSpec value; "" on a proxy made before records
 	IPs     map[string]string // network name -> address
 }
 
 // Observe inspects the networks and the proxy container of spec.
-func Observe(ctx context.Context, cli client.APIClient, s Spec) (Observed, error) {
+func Observe(ctx context.Context, cli client.APIClient, s topospec.Spec) (Observed, error) {
 	o := Observed{Networks: map[string]ObservedNetwork{}}
-	for _, n := range s.Networks {
+	for _, n := range s.Docker.Networks {
 		in, err := cli.NetworkInspect(ctx, n.Name, network.InspectOptions{})
 		if errdefs.IsNotFound(err) {
 			continue
@@ -100,19 +101,19 @@ func Observe(ctx context.Context, cli client.APIClient, s Spec) (Observed, error
 		}
 		o.Networks[n.Kind] = on
 	}
-	c, err := cli.ContainerInspect(ctx, s.Proxy.Name)
+	c, err := cli.ContainerInspect(ctx, topospec.ProxyName(s.Name))
 	if errdefs.IsNotFound(err) {
 		return o, nil
 	}
 	if err != nil {
-		return o, fmt.Errorf("container inspect %s: %w", s.Proxy.Name, err)
+		return o, fmt.Errorf("container inspect %s: %w", topospec.ProxyName(s.Name), err)
 	}
 	p := &ObservedProxy{ID: c.ID, IPs: map[string]string{}}
 	if c.State != nil {
 		p.Running, p.Status = c.State.Running, c.State.Status
 	}
 	if c.Config != nil {
-		p.Config = c.Config.Labels[LabelConfig]
+		p.Config, p.Record = c.Config.Labels[LabelConfig], c.Config.Labels[LabelSpec]
 	}
 	if c.NetworkSettings != nil {
 		for name, ep := range c.NetworkSettings.Networks {
@@ -126,19 +127,19 @@ func Observe(ctx context.Context, cli client.APIClient, s Spec) (Observed, error
 }
 
 // networkMatches reports whether a live network is the planned one.
-func networkMatches(n Network, o ObservedNetwork) bool {
+func networkMatches(n topospec.Network, o ObservedNetwork) bool {
 	return o.Owned && !o.IPv6 && o.Internal == n.Internal && o.Subnet == n.Subnet.String() &&
 		o.Gateway == n.Gateway.String() && o.IPRange == n.IPRange.String()
 }
 
 // ProxyConfigHash identifies the proxy container's configuration; a live
 // container with another hash is replaced.
-func ProxyConfigHash(s Spec) string {
+func ProxyConfigHash(s topospec.Spec) string {
 	h := sha256.New()
 	// A hash.Hash's Write never returns an error.
-	_, _ = fmt.Fprintf(h, "v1\n%s\n%s\n%s\n%s\n%d\n%d\n%s\n", s.Proxy.Image, strings.Join(ProxyCommand(s), "\x00"),
-		s.Proxy.IP, s.Proxy.EgressIP, ProxyMemory, ProxyPids, ProxyUser)
-	for _, n := range s.Networks {
+	_, _ = fmt.Fprintf(h, "v1\n%s\n%s\n%s\n%s\n%d\n%d\n%s\n", s.Proxy.Image, strings.Join(topospec.ProxyCommand(s), "\x00"),
+		s.Docker.ProxyIP, s.Docker.EgressIP, ProxyMemory, ProxyPids, ProxyUser)
+	for _, n := range s.Docker.Networks {
 		_, _ = fmt.Fprintf(h, "%s %s\n", n.Name, n.Subnet) // as above
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
@@ -148,29 +149,32 @@ func ProxyConfigHash(s Spec) string {
 // configuration and attachments; a stopped container can have them (the
 // daemon keeps a stopped container's endpoints configuration but reports
 // no address), so addresses are only compared while it runs.
-func proxyConfigured(s Spec, p *ObservedProxy) bool {
+func proxyConfigured(s topospec.Spec, p *ObservedProxy) bool {
 	if p == nil || p.Config != ProxyConfigHash(s) || len(p.IPs) != 2 {
 		return false
 	}
-	fetch, egress := s.Network(FetchNet).Name, s.Network(EgressNet).Name
+	if rec, err := record(s); err != nil || p.Record != rec {
+		return false
+	}
+	fetch, egress := s.Network(topospec.FetchNet).Name, s.Network(topospec.EgressNet).Name
 	if _, ok := p.IPs[fetch]; !ok {
 		return false
 	}
 	if _, ok := p.IPs[egress]; !ok {
 		return false
 	}
-	return !p.Running || (p.IPs[fetch] == s.Proxy.IP.String() && p.IPs[egress] == s.Proxy.EgressIP.String())
+	return !p.Running || (p.IPs[fetch] == s.Docker.ProxyIP.String() && p.IPs[egress] == s.Docker.EgressIP.String())
 }
 
 // proxyMatches reports whether the live proxy is the planned one and runs.
-func proxyMatches(s Spec, o Observed) bool {
+func proxyMatches(s topospec.Spec, o Observed) bool {
 	return o.Proxy != nil && o.Proxy.Running && proxyConfigured(s, o.Proxy)
 }
 
 // Drift lists, in words, how Docker differs from spec; empty means in sync.
-func Drift(s Spec, o Observed) []string {
+func Drift(s topospec.Spec, o Observed) []string {
 	var out []string
-	for _, n := range s.Networks {
+	for _, n := range s.Docker.Networks {
 		on, ok := o.Networks[n.Kind]
 		switch {
 		case !ok:
@@ -187,11 +191,14 @@ func Drift(s Spec, o Observed) []string {
 	p := o.Proxy
 	switch {
 	case p == nil:
-		out = append(out, fmt.Sprintf("proxy container %s is missing", s.Proxy.Name))
+		out = append(out, fmt.Sprintf("proxy container %s is missing", topospec.ProxyName(s.Name)))
 	case !p.Running:
-		out = append(out, fmt.Sprintf("proxy container %s is not running (%s)", s.Proxy.Name, p.Status))
+		out = append(out, fmt.Sprintf("proxy container %s is not running (%s)", topospec.ProxyName(s.Name), p.Status))
+	case p.Record == "":
+		out = append(out, fmt.Sprintf("proxy container %s carries no record of its topology (made by an earlier release); "+
+			"the next apply replaces it with one that does", topospec.ProxyName(s.Name)))
 	case !proxyMatches(s, o):
-		out = append(out, fmt.Sprintf("proxy container %s differs from the configuration (image, command, addresses or networks)", s.Proxy.Name))
+		out = append(out, fmt.Sprintf("proxy container %s differs from the configuration (image, command, addresses or networks)", topospec.ProxyName(s.Name)))
 	}
 	return out
 }
@@ -213,7 +220,7 @@ func foreignEndpoints(on ObservedNetwork, proxy *ObservedProxy) []string {
 // range), internal or not, IPv6 off said explicitly (the firewall is IPv4
 // only, and a daemon whose default network options turn IPv6 on would give
 // members a path no rule covers), and the topology's ownership labels.
-func networkCreateOptions(s Spec, n Network) network.CreateOptions {
+func networkCreateOptions(s topospec.Spec, n topospec.Network) network.CreateOptions {
 	ipv6 := false
 	return network.CreateOptions{
 		Driver:     "bridge",
@@ -226,7 +233,7 @@ func networkCreateOptions(s Spec, n Network) network.CreateOptions {
 	}
 }
 
-func (sv *Service) createNetwork(ctx context.Context, s Spec, n Network) error {
+func (sv *Service) createNetwork(ctx context.Context, s topospec.Spec, n topospec.Network) error {
 	resp, err := sv.docker.NetworkCreate(ctx, n.Name, networkCreateOptions(s, n))
 	if err != nil {
 		if strings.Contains(err.Error(), "overlaps") {
@@ -303,22 +310,6 @@ func (sv *Service) removeContainer(ctx context.Context, id, name string) error {
 	return nil
 }
 
-// ProxyCommand is the proxy container's command line; the proxy listens
-// only on its fetchnet address, so nothing on egressnet can use it.
-func ProxyCommand(s Spec) []string {
-	set := proxy.Settings{ListenIP: s.Proxy.IP.String(), Port: s.Proxy.Port, Audit: "-"}
-	for _, a := range s.Proxy.Allow {
-		set.Allow = append(set.Allow, a.String())
-	}
-	for _, d := range s.Proxy.DNS {
-		set.DNS = append(set.DNS, d.String())
-	}
-	for _, p := range s.Proxy.AllowPrivate {
-		set.AllowPrivate = append(set.AllowPrivate, p.String())
-	}
-	return append([]string{"/usr/local/bin/agent-runner"}, proxy.Args(set)...)
-}
-
 // ProxyHostConfig is the proxy's hardening: read-only rootfs, no
 // capabilities, no privilege escalation, memory (swap equal) and pids caps,
 // restarted by the daemon unless an operator stopped it.
@@ -336,7 +327,7 @@ func ProxyHostConfig(fetchnet string) *container.HostConfig {
 	}
 }
 
-func (sv *Service) createProxy(ctx context.Context, s Spec) error {
+func (sv *Service) createProxy(ctx context.Context, s topospec.Spec) error {
 	cli := sv.docker
 	if _, err := cli.ImageInspect(ctx, s.Proxy.Image); err != nil {
 		if errdefs.IsNotFound(err) {
@@ -345,30 +336,34 @@ func (sv *Service) createProxy(ctx context.Context, s Spec) error {
 		}
 		return fmt.Errorf("image inspect %s: %w", s.Proxy.Image, err)
 	}
-	fetch, egress := s.Network(FetchNet), s.Network(EgressNet)
+	rec, err := record(s)
+	if err != nil {
+		return err
+	}
+	fetch, egress := s.Network(topospec.FetchNet), s.Network(topospec.EgressNet)
 	resp, err := cli.ContainerCreate(ctx, &container.Config{
 		Image:      s.Proxy.Image,
-		Entrypoint: ProxyCommand(s)[:1],
-		Cmd:        ProxyCommand(s)[1:],
+		Entrypoint: topospec.ProxyCommand(s)[:1],
+		Cmd:        topospec.ProxyCommand(s)[1:],
 		User:       ProxyUser,
-		Labels:     engine.Labels("proxy", map[string]string{"threegate": s.Name, "threegate.config": ProxyConfigHash(s)}),
+		Labels:     engine.Labels("proxy", map[string]string{"threegate": s.Name, "threegate.config": ProxyConfigHash(s), "threegate.spec": rec}),
 	}, ProxyHostConfig(fetch.Name), &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
-		fetch.Name: {IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: s.Proxy.IP.String()}},
-	}}, nil, s.Proxy.Name)
+		fetch.Name: {IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: s.Docker.ProxyIP.String()}},
+	}}, nil, topospec.ProxyName(s.Name))
 	if err != nil {
-		return fmt.Errorf("container create %s: %w", s.Proxy.Name, err)
+		return fmt.Errorf("container create %s: %w", topospec.ProxyName(s.Name), err)
 	}
 	// API 1.41 takes one network at create; the second is connected before start.
 	if err := cli.NetworkConnect(ctx, egress.Name, resp.ID, &network.EndpointSettings{
-		IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: s.Proxy.EgressIP.String()},
+		IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: s.Docker.EgressIP.String()},
 	}); err != nil {
-		_ = sv.removeContainer(ctx, resp.ID, s.Proxy.Name)
-		return fmt.Errorf("network connect %s to %s: %w", s.Proxy.Name, egress.Name, err)
+		_ = sv.removeContainer(ctx, resp.ID, topospec.ProxyName(s.Name))
+		return fmt.Errorf("network connect %s to %s: %w", topospec.ProxyName(s.Name), egress.Name, err)
 	}
-	sv.log.Debug("proxy container created", "topology", s.Name, "container", s.Proxy.Name, "id", resp.ID,
-		"image", s.Proxy.Image, "config", ProxyConfigHash(s), "ip", s.Proxy.IP.String(), "egress_ip", s.Proxy.EgressIP.String(),
+	sv.log.Debug("proxy container created", "topology", s.Name, "container", topospec.ProxyName(s.Name), "id", resp.ID,
+		"image", s.Proxy.Image, "config", ProxyConfigHash(s), "ip", s.Docker.ProxyIP.String(), "egress_ip", s.Docker.EgressIP.String(),
 		"port", s.Proxy.Port, "allow_entries", len(s.Proxy.Allow))
-	return sv.startProxy(ctx, resp.ID, s.Proxy.Name)
+	return sv.startProxy(ctx, resp.ID, topospec.ProxyName(s.Name))
 }
 
 // startProxy starts the proxy and checks, for a bounded moment, that it
@@ -412,8 +407,8 @@ func tailLogs(ctx context.Context, cli client.APIClient, id string) string {
 // Conflicts reports planned subnets that overlap a Docker network that is
 // not part of this topology, or (when hostRoutes is set, i.e. the daemon
 // runs on this machine) a route of this host that Docker did not make.
-func Conflicts(ctx context.Context, cli client.APIClient, s Spec, hostRoutes bool) (Problems, error) {
-	var ps Problems
+func Conflicts(ctx context.Context, cli client.APIClient, s topospec.Spec, hostRoutes bool) (topospec.Problems, error) {
+	var ps topospec.Problems
 	nets, err := cli.NetworkList(ctx, network.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("network list: %w", err)
@@ -431,9 +426,9 @@ func Conflicts(ctx context.Context, cli client.APIClient, s Spec, hostRoutes boo
 			if err != nil {
 				continue
 			}
-			for _, n := range s.Networks {
+			for _, n := range s.Docker.Networks {
 				if n.Subnet.Overlaps(p) {
-					ps.add(n.Kind+"_subnet", "", -1, "Subnet Overlaps A Docker Network",
+					ps.Add(n.Kind+"_subnet", "", -1, "Subnet Overlaps A Docker Network",
 						"%s subnet %s overlaps Docker network %q (%s); choose a free range.", n.Kind, n.Subnet, dn.Name, p)
 				}
 			}
@@ -450,9 +445,9 @@ func Conflicts(ctx context.Context, cli client.APIClient, s Spec, hostRoutes boo
 		if dockerDevs[r.Dev] || r.Prefix.Bits() == 0 {
 			continue
 		}
-		for _, n := range s.Networks {
+		for _, n := range s.Docker.Networks {
 			if n.Subnet.Overlaps(r.Prefix) {
-				ps.add(n.Kind+"_subnet", "", -1, "Subnet Overlaps A Host Route",
+				ps.Add(n.Kind+"_subnet", "", -1, "Subnet Overlaps A Host Route",
 					"%s subnet %s overlaps the host route %s on %s; traffic to it would be ambiguous. Choose a free range.",
 					n.Kind, n.Subnet, r.Prefix, r.Dev)
 			}
@@ -534,10 +529,10 @@ func EngineLeaksDNS(version string) bool {
 
 // Members lists containers attached to any network of the topology, with
 // the networks each is on, for the membership check.
-func Members(ctx context.Context, cli client.APIClient, s Spec) ([]container.Summary, error) {
+func Members(ctx context.Context, cli client.APIClient, s topospec.Spec) ([]container.Summary, error) {
 	var out []container.Summary
 	seen := map[string]bool{}
-	for _, n := range s.Networks {
+	for _, n := range s.Docker.Networks {
 		cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("network", n.Name))})
 		if err != nil {
 			return nil, fmt.Errorf("container list on %s: %w", n.Name, err)

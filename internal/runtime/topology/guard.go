@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/guard"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // GuardHealthyWait bounds how long Apply waits for a new guard to confirm
@@ -21,10 +22,10 @@ var ErrRemoteDaemon = errors.New("the host firewall needs the Docker daemon on t
 
 // GuardWant is the firewall guard a spec asks for (see package guard):
 // enforcing its rule set, or only marking that the firewall is off.
-func GuardWant(s Spec) guard.Want {
+func GuardWant(s topospec.Spec) guard.Want {
 	w := guard.Want{Topology: s.Name, Image: s.Proxy.Image}
-	if s.Firewall.Enabled {
-		p := s.FirewallParams()
+	if s.Docker.Firewall.Enabled {
+		p := FirewallParams(s)
 		w.Params = &p
 	}
 	return w
@@ -32,8 +33,8 @@ func GuardWant(s Spec) guard.Want {
 
 // checkLocal refuses, before anything is touched, a daemon whose bridge
 // gateways are not addresses of this machine (a forwarded socket).
-func (sv *Service) checkLocal(ctx context.Context, s Spec) error {
-	if !s.Firewall.Enabled {
+func (sv *Service) checkLocal(ctx context.Context, s topospec.Spec) error {
+	if !s.Docker.Firewall.Enabled {
 		return nil
 	}
 	local, why, err := guard.DaemonIsLocal(ctx, sv.docker)
@@ -50,7 +51,7 @@ func (sv *Service) checkLocal(ctx context.Context, s Spec) error {
 // withGuard wraps the firewall step of ensure: a guard holding another rule
 // set goes first (it would put the old rules back), then the rules are
 // applied, then the guard is started and Apply waits until it confirms them.
-func (sv *Service) withGuard(s Spec, applyRules func(context.Context) error) func(context.Context) error {
+func (sv *Service) withGuard(s topospec.Spec, applyRules func(context.Context) error) func(context.Context) error {
 	return func(ctx context.Context) error {
 		want := GuardWant(s)
 		drift, _, err := guard.Drift(ctx, sv.docker, want)

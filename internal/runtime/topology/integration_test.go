@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"math/rand/v2"
 	"net/netip"
 	"os/exec"
@@ -25,7 +26,7 @@ import (
 )
 
 // freeInput picks a unique name and three free /24s in 10.213.0.0/16.
-func freeInput(t *testing.T, cli client.APIClient, prefix string) Input {
+func freeInput(t *testing.T, cli client.APIClient, prefix string) topospec.Input {
 	t.Helper()
 	if swept, err := testutil.SweepTopologies(context.Background(), cli, LabelTopology, "meepa-test-tg", time.Hour,
 		NewService(cli, nil).Teardown); err != nil || len(swept) > 0 {
@@ -33,11 +34,12 @@ func freeInput(t *testing.T, cli client.APIClient, prefix string) Input {
 	}
 	for try := 0; try < 30; try++ {
 		a := 3 * rand.IntN(80)
-		in := Input{
+		in := topospec.Input{
 			Name: fmt.Sprintf("%s-%04x", prefix, rand.IntN(0xffff)),
-			Subnets: map[string]string{LLMNet: fmt.Sprintf("10.213.%d.0/24", a), FetchNet: fmt.Sprintf("10.213.%d.0/24", a+1),
-				EgressNet: fmt.Sprintf("10.213.%d.0/24", a+2)},
-			Proxy: ProxyInput{Image: "x"},
+			Docker: topospec.DockerInput{Subnets: map[string]string{topospec.LLMNet: fmt.Sprintf("10.213.%d.0/24", a),
+				topospec.FetchNet: fmt.Sprintf("10.213.%d.0/24", a+1), topospec.EgressNet: fmt.Sprintf("10.213.%d.0/24", a+2)},
+				Firewall: &topospec.Firewall{}},
+			Proxy: topospec.ProxyInput{Image: "x"},
 		}
 		s, ps := Build(in)
 		if len(ps) > 0 {
@@ -52,7 +54,7 @@ func freeInput(t *testing.T, cli client.APIClient, prefix string) Input {
 		}
 	}
 	t.Fatal("no free subnets in 10.213.0.0/16")
-	return Input{}
+	return topospec.Input{}
 }
 
 // TestThreeGateIsolation builds a real topology and proves, with probe
@@ -71,9 +73,10 @@ func TestThreeGateIsolation(t *testing.T) {
 	hostPort := testutil.HostService(t)
 
 	in := freeInput(t, cli, "meepa-test-tg")
-	in.Proxy = ProxyInput{Image: image, Allow: []string{out.Addr(443), "localhost:443", "allowed.test:443"},
-		AllowPrivate: []string{out.Prefix}, DNS: []string{out.IP}}
-	in.Firewall = Firewall{Enabled: true}
+	in.Proxy = topospec.ProxyInput{Image: image, Allow: []string{out.Addr(443), "localhost:443", "allowed.test:443"},
+		DNS: []string{out.IP}}
+	in.Docker.AllowPrivate = []string{out.Prefix}
+	in.Docker.Firewall = &topospec.Firewall{Enabled: true}
 	s, ps := Build(in)
 	if len(ps) > 0 {
 		t.Fatal(ps)
@@ -91,22 +94,22 @@ func TestThreeGateIsolation(t *testing.T) {
 
 	// 1. Docker's topology alone.
 	dockerOnly := s
-	dockerOnly.Firewall.Enabled = false
+	dockerOnly.Docker.Firewall.Enabled = false
 	if _, err := svc.Apply(ctx, dockerOnly); err != nil {
 		t.Fatal(err)
 	}
-	opts := VerifyOptions{Image: image, AllowedTarget: out.Addr(443), DeniedTarget: out.Addr(8443),
+	opts := topospec.VerifyOptions{Image: image, AllowedTarget: out.Addr(443), DeniedTarget: out.Addr(8443),
 		OutsideAddress: out.Addr(8443), HostPort: hostPort, DNSName: name, Timeout: 2 * time.Second}
 	before, err := svc.Verify(ctx, s, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("without the host firewall:\n%s", before.Table())
-	if row := find(t, before, RoleCore, "host via llmnet gateway"); row.Observed != probe.Open {
+	if row := find(t, before, topospec.RoleCore, "host via llmnet gateway"); row.Observed != probe.Open {
 		t.Errorf("without the firewall CORE should reach the host service through its gateway (the hole this firewall closes); observed %s %s",
 			row.Observed, row.Detail)
 	}
-	rogue := runOn(t, cli, image, s.Network(EgressNet).Name, "tcp="+out.Addr(443))
+	rogue := runOn(t, cli, image, s.Network(topospec.EgressNet).Name, "tcp="+out.Addr(443))
 	if rogue.Observed != probe.Open {
 		t.Errorf("without the firewall a second container on egressnet should get out (Docker allows it); observed %s", rogue.Observed)
 	}
@@ -115,7 +118,7 @@ func TestThreeGateIsolation(t *testing.T) {
 	if _, err := svc.Apply(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	if drift, err := testutil.FirewallDrift(ctx, fw, s.Rules()); err != nil || len(drift) > 0 {
+	if drift, err := testutil.FirewallDrift(ctx, fw, Rules(s)); err != nil || len(drift) > 0 {
 		t.Fatalf("after apply: drift %v, err %v", drift, err)
 	}
 	queriedBefore := dns.Queries.Load()
@@ -132,12 +135,12 @@ func TestThreeGateIsolation(t *testing.T) {
 	if !after.OK() {
 		t.Errorf("verification failed:\n%s", after.Table())
 	}
-	if row := find(t, after, RoleFetch, "allowed host via proxy"); row.Detail != "outside-443" {
+	if row := find(t, after, topospec.RoleFetch, "allowed host via proxy"); row.Detail != "outside-443" {
 		t.Errorf("FETCH through the proxy should read the outside server's banner, got %q", row.Detail)
 	}
 	// Port 443 of the allowed host is open in the firewall for the proxy's
 	// egress only: CORE and FETCH dialling it directly must still fail.
-	for _, role := range []string{RoleCore, RoleFetch} {
+	for _, role := range []string{topospec.RoleCore, topospec.RoleFetch} {
 		if row := find(t, after, role, "allowed host directly"); row.Check != "tcp="+out.Addr(443) || !probe.Blocked(row.Observed) {
 			t.Errorf("%s -> %s directly should be dropped: %+v", role, out.Addr(443), row)
 		}
@@ -147,31 +150,31 @@ func TestThreeGateIsolation(t *testing.T) {
 	// server themselves, over UDP or TCP, nor resolve the name their own
 	// way; the proxy can ask it.
 	asked := dns.Queries.Load()
-	if r := runOn(t, cli, image, s.Network(FetchNet).Name, "connect="+s.Proxy.URL()[len("http://"):]+"/allowed.test:443", s.Network(LLMNet).Name); r.Observed != probe.Allowed || r.Detail != "outside-443" {
+	if r := runOn(t, cli, image, s.Network(topospec.FetchNet).Name, "connect="+ProxyURL(s)[len("http://"):]+"/allowed.test:443", s.Network(topospec.LLMNet).Name); r.Observed != probe.Allowed || r.Detail != "outside-443" {
 		t.Errorf("FETCH -> allowed.test:443 through the proxy: %s %q, want allowed with the outside-443 banner", r.Observed, r.Detail)
 	}
 	if dns.Queries.Load() == asked {
 		t.Error("the outside DNS server was never asked while the proxy resolved allowed.test")
 	}
-	for _, role := range []string{RoleCore, RoleFetch} {
+	for _, role := range []string{topospec.RoleCore, topospec.RoleFetch} {
 		for _, what := range []string{"proxy's DNS server udp/53", "proxy's DNS server tcp/53"} {
 			if row := find(t, after, role, what); !probe.Blocked(row.Observed) {
 				t.Errorf("%s -> %s should be dropped: %+v", role, what, row)
 			}
 		}
 	}
-	for _, role := range []string{RoleCore, RoleFetch, RoleToolExec, RoleToolExec + "/sandbox"} {
+	for _, role := range []string{topospec.RoleCore, topospec.RoleFetch, topospec.RoleToolExec, topospec.RoleToolExec + "/sandbox"} {
 		if row := find(t, after, role, "DNS outside name"); row.Check != "dns="+name || row.Observed != probe.NotResolved {
 			t.Errorf("%s resolved %s: %+v", role, name, row)
 		}
-		if role == RoleToolExec+"/sandbox" {
+		if role == topospec.RoleToolExec+"/sandbox" {
 			continue // no network, no resolver, no names
 		}
 		if row := find(t, after, role, "DNS topology name"); row.Observed != probe.Resolved {
 			t.Errorf("%s cannot resolve its own name: %+v", role, row)
 		}
 	}
-	pd := execProbe(t, cli, s.Proxy.Name, "dns-at="+dns.Addr+"/"+name, "tcp="+dns.Addr)
+	pd := execProbe(t, cli, topospec.ProxyName(s.Name), "dns-at="+dns.Addr+"/"+name, "tcp="+dns.Addr)
 	if pd[0].Observed != probe.Resolved || pd[0].Detail != out.IP {
 		t.Errorf("proxy -> DNS server udp/53: %s %q, want %s resolved to %s", pd[0].Observed, pd[0].Detail, name, out.IP)
 	}
@@ -182,12 +185,12 @@ func TestThreeGateIsolation(t *testing.T) {
 	t.Logf("PROXY      DNS server tcp/53                open     %s", pd[1].Observed)
 	// The proxy refuses a private-range target even when the allowlist
 	// names it (localhost resolves to loopback inside the proxy).
-	priv := runOn(t, cli, image, s.Network(FetchNet).Name, "connect="+s.Proxy.URL()[len("http://"):]+"/localhost:443", s.Network(LLMNet).Name)
+	priv := runOn(t, cli, image, s.Network(topospec.FetchNet).Name, "connect="+ProxyURL(s)[len("http://"):]+"/localhost:443", s.Network(topospec.LLMNet).Name)
 	if priv.Observed != probe.Denied {
 		t.Errorf("proxy should refuse the loopback target localhost:443: %s %s", priv.Observed, priv.Detail)
 	}
 	// The proxy itself: out on 443, not on another port.
-	res := execProbe(t, cli, s.Proxy.Name, "tcp="+out.Addr(443), "tcp="+out.Addr(8443))
+	res := execProbe(t, cli, topospec.ProxyName(s.Name), "tcp="+out.Addr(443), "tcp="+out.Addr(8443))
 	if res[0].Observed != probe.Open || res[0].Detail != "outside-443" {
 		t.Errorf("proxy -> outside:443: %+v", res[0])
 	}
@@ -200,11 +203,11 @@ func TestThreeGateIsolation(t *testing.T) {
 	// (egressnet gateway -> llmnet bridge): Docker isolates internal
 	// networks, and an ACCEPT in DOCKER-USER would skip that isolation. A
 	// refused connection would mean the member was reached.
-	member := startMember(t, cli, image, s.Network(LLMNet).Name, memberOpts{})
-	if r := execProbe(t, cli, s.Proxy.Name, "tcp="+member+":443")[0]; !probe.Blocked(r.Observed) {
+	member := startMember(t, cli, image, s.Network(topospec.LLMNet).Name, memberOpts{})
+	if r := execProbe(t, cli, topospec.ProxyName(s.Name), "tcp="+member+":443")[0]; !probe.Blocked(r.Observed) {
 		t.Errorf("proxy -> llmnet member %s:443 should be dropped; observed %s %s", member, r.Observed, r.Detail)
 	}
-	rogue = runOn(t, cli, image, s.Network(EgressNet).Name, "tcp="+out.Addr(443))
+	rogue = runOn(t, cli, image, s.Network(topospec.EgressNet).Name, "tcp="+out.Addr(443))
 	if !probe.Blocked(rogue.Observed) {
 		t.Errorf("a second container on egressnet must not get out: %+v", rogue)
 	}
@@ -212,8 +215,8 @@ func TestThreeGateIsolation(t *testing.T) {
 	// The proxy listens on its fetchnet address only: from egressnet its
 	// port answers with a reset (reachable, nothing listening), so it is
 	// no open proxy for whatever else lands there.
-	egressPort := netip.AddrPortFrom(s.Proxy.EgressIP, uint16(s.Proxy.Port)).String()
-	if r := runOn(t, cli, image, s.Network(EgressNet).Name, "tcp="+egressPort); r.Observed != probe.Refused {
+	egressPort := netip.AddrPortFrom(s.Docker.EgressIP, uint16(s.Proxy.Port)).String()
+	if r := runOn(t, cli, image, s.Network(topospec.EgressNet).Name, "tcp="+egressPort); r.Observed != probe.Refused {
 		t.Errorf("proxy port on its egressnet address %s: observed %s %s, want refused", egressPort, r.Observed, r.Detail)
 	}
 	if v, err := Violations(ctx, cli, s); err != nil || len(v) > 0 {
@@ -222,9 +225,9 @@ func TestThreeGateIsolation(t *testing.T) {
 	// A container on egressnet is a violation even when it wears the
 	// labels of a verification probe.
 	disguised := "meepa-test-tgprobe-" + s.Name[len(s.Name)-4:]
-	startMember(t, cli, image, s.Network(EgressNet).Name, memberOpts{name: disguised,
-		labels: engine.Labels("probe", map[string]string{"threegate": s.Name, "threegate.role": RoleFetch})})
-	if v, err := Violations(ctx, cli, s); err != nil || !strings.Contains(strings.Join(v, "\n"), disguised+" is on "+s.Network(EgressNet).Name) {
+	startMember(t, cli, image, s.Network(topospec.EgressNet).Name, memberOpts{name: disguised,
+		labels: engine.Labels("probe", map[string]string{"threegate": s.Name, "threegate.role": topospec.RoleFetch})})
+	if v, err := Violations(ctx, cli, s); err != nil || !strings.Contains(strings.Join(v, "\n"), disguised+" is on "+s.Network(topospec.EgressNet).Name) {
 		t.Errorf("a probe-labelled container on egressnet is not reported: violations %v, err %v", v, err)
 	}
 	removeMember(t, cli, disguised)
@@ -232,7 +235,7 @@ func TestThreeGateIsolation(t *testing.T) {
 	// networks without IPv6) reaches the host over the bridge's link-local
 	// address, a path the IPv4 firewall does not see: reported.
 	v6 := "meepa-test-tgv6-" + s.Name[len(s.Name)-4:]
-	startMember(t, cli, image, s.Network(LLMNet).Name, memberOpts{name: v6,
+	startMember(t, cli, image, s.Network(topospec.LLMNet).Name, memberOpts{name: v6,
 		sysctls: map[string]string{"net.ipv6.conf.all.disable_ipv6": "0"}})
 	if v, err := Violations(ctx, cli, s); err != nil || !strings.Contains(strings.Join(v, "\n"), v6+" enables IPv6") {
 		t.Errorf("a member with IPv6 enabled is not reported: violations %v, err %v", v, err)
@@ -245,7 +248,7 @@ func TestThreeGateIsolation(t *testing.T) {
 	if err := cli.ContainerStop(ctx, guard.Name(s.Name), container.StopOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	set := s.Rules()
+	set := Rules(s)
 	ipt := func(args ...string) {
 		t.Helper()
 		if b, err := exec.Command("iptables", args...).CombinedOutput(); err != nil {
@@ -294,22 +297,22 @@ func TestThreeGateIsolation(t *testing.T) {
 	}
 
 	// 4. Docker drift: a stopped proxy and a removed network come back.
-	if err := cli.ContainerStop(ctx, s.Proxy.Name, container.StopOptions{}); err != nil {
+	if err := cli.ContainerStop(ctx, topospec.ProxyName(s.Name), container.StopOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	o, _ := Observe(ctx, cli, s)
 	if d := Drift(s, o); len(d) != 1 || !strings.Contains(d[0], "not running") {
 		t.Errorf("stopped proxy drift = %v", d)
 	}
-	_ = cli.NetworkDisconnect(ctx, s.Network(EgressNet).Name, s.Proxy.Name, true)
-	if err := cli.NetworkRemove(ctx, s.Network(EgressNet).Name); err != nil {
+	_ = cli.NetworkDisconnect(ctx, s.Network(topospec.EgressNet).Name, topospec.ProxyName(s.Name), true)
+	if err := cli.NetworkRemove(ctx, s.Network(topospec.EgressNet).Name); err != nil {
 		t.Fatal(err)
 	}
 	o, _ = Observe(ctx, cli, s)
-	if d := strings.Join(Drift(s, o), "\n"); !strings.Contains(d, "network "+s.Network(EgressNet).Name+" is missing") {
+	if d := strings.Join(Drift(s, o), "\n"); !strings.Contains(d, "network "+s.Network(topospec.EgressNet).Name+" is missing") {
 		t.Errorf("removed network drift = %v", d)
 	}
-	st, err := svc.Apply(ctx, s)
+	st, err := svc.ApplyHost(ctx, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +321,7 @@ func TestThreeGateIsolation(t *testing.T) {
 	}
 }
 
-func find(t *testing.T, r Report, role, what string) Probe {
+func find(t *testing.T, r topospec.Report, role, what string) topospec.Probe {
 	t.Helper()
 	for _, p := range r.Probes {
 		if p.Role == role && p.What == what {
@@ -326,7 +329,7 @@ func find(t *testing.T, r Report, role, what string) Probe {
 		}
 	}
 	t.Fatalf("no probe %s/%s", role, what)
-	return Probe{}
+	return topospec.Probe{}
 }
 
 // runOn runs one probe check in a throwaway container on the given
@@ -463,7 +466,7 @@ func TestNetworkWithEndpoints(t *testing.T) {
 	cli := testutil.Docker(t)
 	image := testutil.EnsureRunnerImage(t, cli)
 	in := freeInput(t, cli, "meepa-test-tgep")
-	in.Proxy = ProxyInput{Image: image, Allow: []string{"example.com"}}
+	in.Proxy = topospec.ProxyInput{Image: image, Allow: []string{"example.com"}}
 	s, _ := Build(in)
 	svc := NewService(cli, nil)
 	testutil.Cleanup(t, "tear down topology", func() error { return svc.Teardown(context.WithoutCancel(ctx), s.Name) })
@@ -471,7 +474,7 @@ func TestNetworkWithEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	member := "meepa-test-tgep-member-" + s.Name[len(s.Name)-4:]
-	startMember(t, cli, image, s.Network(LLMNet).Name, memberOpts{name: member})
+	startMember(t, cli, image, s.Network(topospec.LLMNet).Name, memberOpts{name: member})
 	start := time.Now()
 	err := svc.Teardown(ctx, s.Name)
 	if err == nil || !strings.Contains(err.Error(), member) || !strings.Contains(err.Error(), "detach or destroy") {
@@ -484,7 +487,7 @@ func TestNetworkWithEndpoints(t *testing.T) {
 
 	// Changing the subnet of a network with a member: refused before
 	// anything is removed.
-	in.Subnets[LLMNet] = strings.Replace(in.Subnets[LLMNet], ".0/24", ".0/25", 1)
+	in.Docker.Subnets[topospec.LLMNet] = strings.Replace(in.Docker.Subnets[topospec.LLMNet], ".0/24", ".0/25", 1)
 	s2, ps := Build(in)
 	if len(ps) > 0 {
 		t.Fatal(ps)
@@ -502,8 +505,8 @@ func TestConflicts(t *testing.T) {
 	cli := testutil.Docker(t)
 	out := testutil.StartOutside(t) // a veth route 198.18.x.0/24, nothing listening
 	in := freeInput(t, cli, "meepa-test-tgcf")
-	in.Proxy = ProxyInput{Image: "x"}
-	in.Subnets[FetchNet] = out.Prefix
+	in.Proxy = topospec.ProxyInput{Image: "x"}
+	in.Docker.Subnets[topospec.FetchNet] = out.Prefix
 	s, _ := Build(in)
 	ps, err := Conflicts(ctx, cli, s, true)
 	if err != nil {
@@ -515,16 +518,16 @@ func TestConflicts(t *testing.T) {
 
 	// Another topology's network.
 	other := freeInput(t, cli, "meepa-test-tgcf")
-	other.Proxy = ProxyInput{Image: "x"}
+	other.Proxy = topospec.ProxyInput{Image: "x"}
 	os, _ := Build(other)
-	n := os.Network(LLMNet)
+	n := os.Network(topospec.LLMNet)
 	if err := NewService(cli, nil).createNetwork(ctx, os, n); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Cleanup(t, "remove network "+n.Name, func() error { return testutil.Gone(cli.NetworkRemove(context.WithoutCancel(ctx), n.Name)) })
 	in = freeInput(t, cli, "meepa-test-tgcf")
-	in.Proxy = ProxyInput{Image: "x"}
-	in.Subnets[EgressNet] = n.Subnet.String()
+	in.Proxy = topospec.ProxyInput{Image: "x"}
+	in.Docker.Subnets[topospec.EgressNet] = n.Subnet.String()
 	s, _ = Build(in)
 	if ps, err = Conflicts(ctx, cli, s, true); err != nil {
 		t.Fatal(err)
@@ -545,11 +548,11 @@ func TestSweepStale(t *testing.T) {
 	in := freeInput(t, cli, "meepa-test-tgsw")
 	s, _ := Build(in)
 	svc := NewService(cli, nil)
-	if err := svc.createNetwork(ctx, s, s.Network(LLMNet)); err != nil {
+	if err := svc.createNetwork(ctx, s, s.Network(topospec.LLMNet)); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Cleanup(t, "remove llmnet", func() error {
-		return testutil.Gone(cli.NetworkRemove(context.WithoutCancel(ctx), s.Network(LLMNet).Name))
+		return testutil.Gone(cli.NetworkRemove(context.WithoutCancel(ctx), s.Network(topospec.LLMNet).Name))
 	})
 	if swept, err := testutil.SweepTopologies(ctx, cli, LabelTopology, s.Name, time.Hour, svc.Teardown); err != nil || len(swept) != 0 {
 		t.Fatalf("a fresh topology was swept: %v %v", swept, err)

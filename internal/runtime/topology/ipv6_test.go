@@ -3,6 +3,7 @@ package topology
 import (
 	"context"
 	"encoding/json"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -66,12 +67,12 @@ func fakeClient(t *testing.T, h http.Handler) *client.Client {
 // an explicit false), and a daemon that enables it anyway gets the network
 // removed and a clear error.
 func TestCreateNetworkIPv6Off(t *testing.T) {
-	s, ps := Build(Input{Name: "v6", Proxy: ProxyInput{Image: "x"}})
+	s, ps := Build(topospec.Input{Name: "v6", Proxy: topospec.ProxyInput{Image: "x"}})
 	if len(ps) > 0 {
 		t.Fatal(ps)
 	}
 	f := &fakeNetworkDaemon{}
-	if err := NewService(fakeClient(t, f), nil).createNetwork(context.Background(), s, s.Networks[0]); err != nil {
+	if err := NewService(fakeClient(t, f), nil).createNetwork(context.Background(), s, s.Docker.Networks[0]); err != nil {
 		t.Fatal(err)
 	}
 	if v, ok := f.created["EnableIPv6"]; !ok || v != false {
@@ -79,7 +80,7 @@ func TestCreateNetworkIPv6Off(t *testing.T) {
 	}
 
 	f = &fakeNetworkDaemon{forceIPv6: true}
-	err := NewService(fakeClient(t, f), nil).createNetwork(context.Background(), s, s.Networks[0])
+	err := NewService(fakeClient(t, f), nil).createNetwork(context.Background(), s, s.Docker.Networks[0])
 	if err == nil || !strings.Contains(err.Error(), "enabled IPv6") || !strings.Contains(err.Error(), "daemon.json") {
 		t.Fatalf("a daemon forcing IPv6: err = %v, want a clear refusal", err)
 	}
@@ -96,7 +97,7 @@ func TestIPv6Drift(t *testing.T) {
 	ctx := context.Background()
 	cli := testutil.Docker(t)
 	in := freeInput(t, cli, "meepa-test-tgv6")
-	in.Proxy = ProxyInput{Image: testutil.EnsureRunnerImage(t, cli), Allow: []string{"example.com"}}
+	in.Proxy = topospec.ProxyInput{Image: testutil.EnsureRunnerImage(t, cli), Allow: []string{"example.com"}}
 	s, _ := Build(in)
 	svc := NewService(cli, nil)
 	t.Cleanup(func() {
@@ -104,7 +105,7 @@ func TestIPv6Drift(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	n := s.Network(LLMNet)
+	n := s.Network(topospec.LLMNet)
 	on := true
 	if _, err := cli.NetworkCreate(ctx, n.Name, network.CreateOptions{
 		Driver: "bridge", Internal: n.Internal, EnableIPv6: &on,
@@ -134,7 +135,7 @@ func TestIPv6Drift(t *testing.T) {
 	if got.EnableIPv6 {
 		t.Fatalf("after Ensure %s still has IPv6 on", n.Name)
 	}
-	for _, k := range Kinds {
+	for _, k := range topospec.Kinds {
 		v6, err := cli.NetworkInspect(ctx, s.Network(k).Name, network.InspectOptions{})
 		if err != nil || v6.EnableIPv6 {
 			t.Errorf("%s: IPv6 %t err %v", s.Network(k).Name, v6.EnableIPv6, err)

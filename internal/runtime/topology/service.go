@@ -11,6 +11,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/firewall"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/guard"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // Service brings ThreeGate topologies up and down on one Docker daemon and
@@ -32,8 +33,9 @@ func NewService(cli client.APIClient, log logging.Logger) *Service {
 	return &Service{docker: cli, log: logging.Or(log)}
 }
 
-// Status is what the host shows of a topology.
-type Status struct {
+// HostStatus is what the host shows of a topology in its own terms;
+// Apply and Read report it as a topospec.Status.
+type HostStatus struct {
 	Observed
 	// RulesPresent is set when a chain of the topology exists in iptables.
 	RulesPresent bool
@@ -46,11 +48,11 @@ type Status struct {
 }
 
 // Gone reports whether nothing of the topology is left on the host.
-func (st Status) Gone() bool {
+func (st HostStatus) Gone() bool {
 	return len(st.Networks) == 0 && st.Proxy == nil && !st.RulesPresent && !st.GuardPresent
 }
 
-// Firewall operations, as FirewallError.Op names them.
+// topospec.Firewall operations, as FirewallError.Op names them.
 const (
 	FirewallOpen   = "open"   // iptables or DOCKER-USER missing; nothing was changed
 	FirewallRead   = "read"   // the live rules could not be listed
@@ -78,18 +80,6 @@ func FirewallOp(err error) string {
 	return ""
 }
 
-// NotFoundError says a topology cannot be read back from its objects: its
-// proxy or a network is missing or belongs to something else.
-type NotFoundError struct {
-	Name string
-	Err  error
-}
-
-func (e *NotFoundError) Error() string {
-	return fmt.Sprintf("topology %q cannot be read from Docker: %v", e.Name, e.Err)
-}
-func (e *NotFoundError) Unwrap() error { return e.Err }
-
 // FirewallAvailable reports, as the error Apply would return, whether this
 // host can enforce a topology: iptables, iptables-restore and Docker's
 // DOCKER-USER chain.
@@ -103,28 +93,37 @@ func FirewallAvailable(ctx context.Context) error {
 // A *FirewallError with Op FirewallOpen means nothing was touched; after
 // any other error objects of the topology may exist. A Status with Drift
 // means the host still differs after apply.
-func (sv *Service) Apply(ctx context.Context, s Spec) (Status, error) {
+func (sv *Service) Apply(ctx context.Context, s topospec.Spec) (topospec.Status, error) {
+	st, err := sv.ApplyHost(ctx, s)
+	return st.neutral(s), err
+}
+
+// ApplyHost is Apply, reporting what the host shows in its own terms.
+func (sv *Service) ApplyHost(ctx context.Context, s topospec.Spec) (HostStatus, error) {
+	if err := checkSpec(s); err != nil {
+		return HostStatus{}, err
+	}
 	var fw *firewall.Host
-	if s.Firewall.Enabled {
+	if s.Docker.Firewall.Enabled {
 		h, err := firewall.Open(ctx, sv.log)
 		if err != nil {
-			return Status{}, &FirewallError{Op: FirewallOpen, Err: err}
+			return HostStatus{}, &FirewallError{Op: FirewallOpen, Err: err}
 		}
 		fw = h
 	}
 	if err := sv.checkLocal(ctx, s); err != nil {
-		return Status{}, err
+		return HostStatus{}, err
 	}
-	sv.log.Debug("applying threegate topology", "topology", s.Name, "firewall", s.Firewall.Enabled,
-		"log_denied", s.Firewall.LogDenied)
+	sv.log.Debug("applying threegate topology", "topology", s.Name, "firewall", s.Docker.Firewall.Enabled,
+		"log_denied", s.Docker.Firewall.LogDenied)
 	obs, err := sv.ensure(ctx, s, sv.withGuard(s, func(ctx context.Context) error {
 		if fw != nil {
-			return fw.Apply(ctx, s.Rules())
+			return fw.Apply(ctx, Rules(s))
 		}
 		return sv.removeRules(ctx, s.Name)
 	}))
 	if err != nil {
-		return Status{}, err
+		return HostStatus{}, err
 	}
 	return sv.status(ctx, s, obs)
 }
@@ -132,10 +131,19 @@ func (sv *Service) Apply(ctx context.Context, s Spec) (Status, error) {
 // Read observes the networks, the proxy and the firewall of spec and lists
 // their drift. A host without iptables is drift only when the firewall is
 // enabled.
-func (sv *Service) Read(ctx context.Context, s Spec) (Status, error) {
+func (sv *Service) Read(ctx context.Context, s topospec.Spec) (topospec.Status, error) {
+	st, err := sv.ReadHost(ctx, s)
+	return st.neutral(s), err
+}
+
+// ReadHost is Read, reporting what the host shows in its own terms.
+func (sv *Service) ReadHost(ctx context.Context, s topospec.Spec) (HostStatus, error) {
+	if err := checkSpec(s); err != nil {
+		return HostStatus{}, err
+	}
 	obs, err := Observe(ctx, sv.docker, s)
 	if err != nil {
-		return Status{}, err
+		return HostStatus{}, err
 	}
 	st, err := sv.status(ctx, s, obs)
 	switch {
@@ -149,8 +157,8 @@ func (sv *Service) Read(ctx context.Context, s Spec) (Status, error) {
 }
 
 // status adds the firewall's side to what Docker showed.
-func (sv *Service) status(ctx context.Context, s Spec, obs Observed) (Status, error) {
-	st := Status{Observed: obs, Drift: Drift(s, obs)}
+func (sv *Service) status(ctx context.Context, s topospec.Spec, obs Observed) (HostStatus, error) {
+	st := HostStatus{Observed: obs, Drift: Drift(s, obs)}
 	gd, present, err := guard.Drift(ctx, sv.docker, GuardWant(s))
 	if err != nil {
 		return st, err
@@ -158,18 +166,18 @@ func (sv *Service) status(ctx context.Context, s Spec, obs Observed) (Status, er
 	st.Drift, st.GuardPresent = append(st.Drift, gd...), present
 	h, err := firewall.Open(ctx, sv.log)
 	if err != nil {
-		if s.Firewall.Enabled {
+		if s.Docker.Firewall.Enabled {
 			st.Drift = append(st.Drift, "the host firewall cannot be read: "+err.Error())
 		}
 		return st, nil
 	}
-	set := s.Rules()
+	set := Rules(s)
 	live, err := h.Read(ctx, set)
 	if err != nil {
 		return st, &FirewallError{Op: FirewallRead, Err: err}
 	}
 	st.RulesPresent = len(live.Chains) > 0
-	if s.Firewall.Enabled {
+	if s.Docker.Firewall.Enabled {
 		st.Drift = append(st.Drift, firewall.Diff(set, live)...)
 	} else if st.RulesPresent {
 		st.Drift = append(st.Drift, "the firewall is disabled but chains of this topology are still present")
@@ -195,30 +203,25 @@ func (sv *Service) Teardown(ctx context.Context, name string) error {
 	return nil
 }
 
-// Import reads the topology called name back from its objects: the input
-// it was made from (subnets, gateways and proxy from Docker, the firewall
-// settings from its chains) and the spec built from it. A *NotFoundError
-// means its objects cannot be read.
-func (sv *Service) Import(ctx context.Context, name string) (Input, Spec, error) {
-	in, err := InputFromLive(ctx, sv.docker, name)
+// Import reads the topology called name back: the spec from the proxy's
+// record (LiveSpec), the firewall settings from its chains. A
+// *topospec.NotFoundError means its objects cannot be read.
+func (sv *Service) Import(ctx context.Context, name string) (topospec.Spec, error) {
+	s, err := LiveSpec(ctx, sv.docker, name)
 	if err != nil {
-		return in, Spec{}, &NotFoundError{Name: name, Err: err}
+		return s, err
 	}
-	in.Firewall = sv.liveFirewall(ctx, name)
-	s, ps := Build(in)
-	if len(ps) > 0 {
-		return in, s, fmt.Errorf("topology %q as found is not valid: %w", name, ps[0])
-	}
-	sv.log.Debug("threegate topology read from its objects", "topology", name, "allow_entries", len(in.Proxy.Allow),
-		"firewall", in.Firewall.Enabled, "log_denied", in.Firewall.LogDenied)
-	return in, s, nil
+	s.Docker.Firewall = sv.liveFirewall(ctx, name)
+	sv.log.Debug("threegate topology read from its objects", "topology", name, "allow_entries", len(s.Proxy.Allow),
+		"firewall", s.Docker.Firewall.Enabled, "log_denied", s.Docker.Firewall.LogDenied)
+	return s, nil
 }
 
 // liveFirewall infers the firewall settings from the chains: enabled when
 // the forward chain exists, logging when it has a LOG rule. A host whose
 // iptables cannot be read has no rules of ours.
-func (sv *Service) liveFirewall(ctx context.Context, name string) Firewall {
-	var f Firewall
+func (sv *Service) liveFirewall(ctx context.Context, name string) topospec.Firewall {
+	var f topospec.Firewall
 	h, err := firewall.Open(ctx, sv.log)
 	if err != nil {
 		return f
@@ -246,19 +249,19 @@ func (sv *Service) removeRules(ctx context.Context, name string) error {
 	return h.Remove(ctx, firewall.Build(firewall.Params{Name: name}))
 }
 
-// named is the part of a Spec that the name alone decides: the names of
+// named is the part of a topospec.Spec that the name alone decides: the names of
 // the networks and of the proxy, all that finding and removing them needs.
-func named(name string) Spec {
-	s := Spec{Name: name, Proxy: Proxy{Name: ProxyName(name)}}
-	for _, k := range Kinds {
-		s.Networks = append(s.Networks, Network{Kind: k, Name: NetworkName(name, k), Internal: k != EgressNet})
+func named(name string) topospec.Spec {
+	s := topospec.Spec{Name: name}
+	for _, k := range topospec.Kinds {
+		s.Docker.Networks = append(s.Docker.Networks, topospec.Network{Kind: k, Name: NetworkName(name, k), Internal: k != topospec.EgressNet})
 	}
 	return s
 }
 
 // ensure brings Docker to spec: networks first, then firewall, then the
 // proxy. Only what differs is replaced.
-func (sv *Service) ensure(ctx context.Context, s Spec, applyRules func(context.Context) error) (Observed, error) {
+func (sv *Service) ensure(ctx context.Context, s topospec.Spec, applyRules func(context.Context) error) (Observed, error) {
 	o, err := Observe(ctx, sv.docker, s)
 	if err != nil {
 		return o, err
@@ -268,9 +271,9 @@ func (sv *Service) ensure(ctx context.Context, s Spec, applyRules func(context.C
 		return o, err
 	}
 	if o.Proxy != nil && (len(replace) > 0 || !proxyConfigured(s, o.Proxy)) {
-		sv.log.Debug("proxy container differs; replacing", "topology", s.Name, "container", s.Proxy.Name, "id", o.Proxy.ID,
+		sv.log.Debug("proxy container differs; replacing", "topology", s.Name, "container", topospec.ProxyName(s.Name), "id", o.Proxy.ID,
 			"config", o.Proxy.Config, "want_config", ProxyConfigHash(s), "networks_replaced", len(replace))
-		if err := sv.removeContainer(ctx, o.Proxy.ID, s.Proxy.Name); err != nil {
+		if err := sv.removeContainer(ctx, o.Proxy.ID, topospec.ProxyName(s.Name)); err != nil {
 			return o, err
 		}
 		o.Proxy = nil
@@ -281,7 +284,7 @@ func (sv *Service) ensure(ctx context.Context, s Spec, applyRules func(context.C
 		}
 		delete(o.Networks, n.Kind)
 	}
-	for _, n := range s.Networks {
+	for _, n := range s.Docker.Networks {
 		if _, ok := o.Networks[n.Kind]; ok {
 			continue
 		}
@@ -294,7 +297,7 @@ func (sv *Service) ensure(ctx context.Context, s Spec, applyRules func(context.C
 	}
 	if o.Proxy != nil && !o.Proxy.Running {
 		// Same configuration, only stopped: start it again.
-		if err := sv.startProxy(ctx, o.Proxy.ID, s.Proxy.Name); err != nil {
+		if err := sv.startProxy(ctx, o.Proxy.ID, topospec.ProxyName(s.Name)); err != nil {
 			return o, err
 		}
 	} else if o.Proxy == nil {
@@ -308,9 +311,9 @@ func (sv *Service) ensure(ctx context.Context, s Spec, applyRules func(context.C
 // networksToReplace lists the live networks that differ from spec. A
 // network of that name that is not the topology's, or one that must be
 // recreated while containers other than the proxy are on it, is an error.
-func (sv *Service) networksToReplace(s Spec, o Observed) ([]Network, error) {
-	var replace []Network
-	for _, n := range s.Networks {
+func (sv *Service) networksToReplace(s topospec.Spec, o Observed) ([]topospec.Network, error) {
+	var replace []topospec.Network
+	for _, n := range s.Docker.Networks {
 		on, ok := o.Networks[n.Kind]
 		if !ok {
 			continue
@@ -337,7 +340,7 @@ func (sv *Service) networksToReplace(s Spec, o Observed) ([]Network, error) {
 // destroy removes the proxy and the networks of a topology, and nothing
 // else. Networks with containers still attached are an error that names
 // them. Missing objects are fine.
-func (sv *Service) destroy(ctx context.Context, s Spec) error {
+func (sv *Service) destroy(ctx context.Context, s topospec.Spec) error {
 	o, err := Observe(ctx, sv.docker, s)
 	if err != nil {
 		return err
@@ -345,7 +348,7 @@ func (sv *Service) destroy(ctx context.Context, s Spec) error {
 	// Refuse before removing anything, so a refused destroy leaves the
 	// topology (and its firewall) whole for the members still on it.
 	var attached []string
-	for _, n := range s.Networks {
+	for _, n := range s.Docker.Networks {
 		if on, ok := o.Networks[n.Kind]; ok && on.Owned {
 			for _, c := range foreignEndpoints(on, o.Proxy) {
 				attached = append(attached, c+" (on "+n.Name+")")
@@ -357,9 +360,9 @@ func (sv *Service) destroy(ctx context.Context, s Spec) error {
 	}
 	var errs []error
 	if o.Proxy != nil {
-		errs = append(errs, sv.removeContainer(ctx, o.Proxy.ID, s.Proxy.Name))
+		errs = append(errs, sv.removeContainer(ctx, o.Proxy.ID, topospec.ProxyName(s.Name)))
 	}
-	for _, n := range s.Networks {
+	for _, n := range s.Docker.Networks {
 		on, ok := o.Networks[n.Kind]
 		if !ok || !on.Owned {
 			continue

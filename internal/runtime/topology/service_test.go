@@ -3,6 +3,7 @@ package topology
 import (
 	"context"
 	"fmt"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"strings"
 	"sync"
 	"testing"
@@ -118,8 +119,8 @@ func TestServiceLogs(t *testing.T) {
 	cli := testutil.Docker(t)
 	image := testutil.EnsureRunnerImage(t, cli)
 	in := freeInput(t, cli, "meepa-test-tglog")
-	in.Proxy = ProxyInput{Image: image, Allow: []string{"example.com"}}
-	in.Firewall = Firewall{Enabled: true}
+	in.Proxy = topospec.ProxyInput{Image: image, Allow: []string{"example.com"}}
+	in.Docker.Firewall = &topospec.Firewall{Enabled: true}
 	s, ps := Build(in)
 	if len(ps) > 0 {
 		t.Fatal(ps)
@@ -131,8 +132,8 @@ func TestServiceLogs(t *testing.T) {
 			t.Errorf("teardown: %v", err)
 		}
 	})
-	set := s.Rules()
-	llm, fetch, egress := s.Network(LLMNet), s.Network(FetchNet), s.Network(EgressNet)
+	set := Rules(s)
+	llm, fetch, egress := s.Network(topospec.LLMNet), s.Network(topospec.FetchNet), s.Network(topospec.EgressNet)
 
 	// Create: networks, then the rule set, then the proxy.
 	if st, err := svc.Apply(ctx, s); err != nil || len(st.Drift) > 0 {
@@ -140,17 +141,17 @@ func TestServiceLogs(t *testing.T) {
 	}
 	got := rec.take()
 	expectInOrder(t, "create", got,
-		want{"network created", map[string]any{"network": llm.Name, "kind": LLMNet, "subnet": llm.Subnet, "internal": true}},
-		want{"network created", map[string]any{"network": fetch.Name, "kind": FetchNet, "subnet": fetch.Subnet, "internal": true}},
-		want{"network created", map[string]any{"network": egress.Name, "kind": EgressNet, "subnet": egress.Subnet, "internal": false}},
+		want{"network created", map[string]any{"network": llm.Name, "kind": topospec.LLMNet, "subnet": llm.Subnet, "internal": true}},
+		want{"network created", map[string]any{"network": fetch.Name, "kind": topospec.FetchNet, "subnet": fetch.Subnet, "internal": true}},
+		want{"network created", map[string]any{"network": egress.Name, "kind": topospec.EgressNet, "subnet": egress.Subnet, "internal": false}},
 		want{"firewall chain created", map[string]any{"chain": firewall.ForwardChain(s.Name), "owner": set.Owner}},
 		want{"firewall chain created", map[string]any{"chain": firewall.InputChain(s.Name), "owner": set.Owner}},
 		want{"firewall rules applied atomically", map[string]any{"owner": set.Owner, "rules": len(set.Rules)}},
 		want{"firewall jump inserted", map[string]any{"parent": firewall.DockerUser, "target": firewall.ForwardChain(s.Name)}},
 		want{"firewall jump inserted", map[string]any{"parent": firewall.Input, "target": firewall.InputChain(s.Name)}},
-		want{"proxy container created", map[string]any{"container": s.Proxy.Name, "image": image, "ip": s.Proxy.IP,
-			"egress_ip": s.Proxy.EgressIP, "config": ProxyConfigHash(s)}},
-		want{"proxy container started", map[string]any{"container": s.Proxy.Name}},
+		want{"proxy container created", map[string]any{"container": topospec.ProxyName(s.Name), "image": image, "ip": s.Docker.ProxyIP,
+			"egress_ip": s.Docker.EgressIP, "config": ProxyConfigHash(s)}},
+		want{"proxy container started", map[string]any{"container": topospec.ProxyName(s.Name)}},
 	)
 
 	// Change the allowlist: only the proxy is replaced; the rule set is
@@ -162,11 +163,11 @@ func TestServiceLogs(t *testing.T) {
 	}
 	got = rec.take()
 	expectInOrder(t, "allowlist change", got,
-		want{"proxy container differs; replacing", map[string]any{"container": s.Proxy.Name, "config": ProxyConfigHash(s),
+		want{"proxy container differs; replacing", map[string]any{"container": topospec.ProxyName(s.Name), "config": ProxyConfigHash(s),
 			"want_config": ProxyConfigHash(s2)}},
-		want{"container removed", map[string]any{"container": s.Proxy.Name}},
+		want{"container removed", map[string]any{"container": topospec.ProxyName(s.Name)}},
 		want{"firewall rules applied atomically", map[string]any{"owner": set.Owner, "rules": len(set.Rules), "drift_repaired": 0}},
-		want{"proxy container created", map[string]any{"container": s.Proxy.Name, "allow_entries": 2}},
+		want{"proxy container created", map[string]any{"container": topospec.ProxyName(s.Name), "allow_entries": 2}},
 	)
 	for _, msg := range []string{"network created", "network removed", "firewall chain created", "firewall jump inserted"} {
 		if n := count(got, msg); n != 0 {
@@ -175,7 +176,7 @@ func TestServiceLogs(t *testing.T) {
 	}
 
 	// Change a subnet: that network is replaced, and the proxy with it.
-	in.Subnets[LLMNet] = strings.Replace(in.Subnets[LLMNet], ".0/24", ".0/25", 1)
+	in.Docker.Subnets[topospec.LLMNet] = strings.Replace(in.Docker.Subnets[topospec.LLMNet], ".0/24", ".0/25", 1)
 	s3, ps := Build(in)
 	if len(ps) > 0 {
 		t.Fatal(ps)
@@ -185,12 +186,12 @@ func TestServiceLogs(t *testing.T) {
 	}
 	got = rec.take()
 	expectInOrder(t, "subnet change", got,
-		want{"network differs; replacing", map[string]any{"network": llm.Name, "subnet": llm.Subnet, "want_subnet": s3.Network(LLMNet).Subnet}},
-		want{"container removed", map[string]any{"container": s.Proxy.Name}},
+		want{"network differs; replacing", map[string]any{"network": llm.Name, "subnet": llm.Subnet, "want_subnet": s3.Network(topospec.LLMNet).Subnet}},
+		want{"container removed", map[string]any{"container": topospec.ProxyName(s.Name)}},
 		want{"network removed", map[string]any{"network": llm.Name}},
-		want{"network created", map[string]any{"network": llm.Name, "subnet": s3.Network(LLMNet).Subnet}},
-		want{"firewall rules applied atomically", map[string]any{"owner": set.Owner, "rules": len(s3.Rules().Rules)}},
-		want{"proxy container created", map[string]any{"container": s.Proxy.Name}},
+		want{"network created", map[string]any{"network": llm.Name, "subnet": s3.Network(topospec.LLMNet).Subnet}},
+		want{"firewall rules applied atomically", map[string]any{"owner": set.Owner, "rules": len(Rules(s3).Rules)}},
+		want{"proxy container created", map[string]any{"container": topospec.ProxyName(s.Name)}},
 	)
 	if n := count(got, "network created"); n != 1 {
 		t.Errorf("subnet change created %d networks, want 1", n)
@@ -202,13 +203,13 @@ func TestServiceLogs(t *testing.T) {
 	}
 	got = rec.take()
 	expectInOrder(t, "teardown", got,
-		want{"container removed", map[string]any{"container": s.Proxy.Name}},
+		want{"container removed", map[string]any{"container": topospec.ProxyName(s.Name)}},
 		want{"network removed", map[string]any{"network": llm.Name}},
 		want{"network removed", map[string]any{"network": fetch.Name}},
 		want{"network removed", map[string]any{"network": egress.Name}},
 		want{"firewall jump removed", map[string]any{"parent": firewall.DockerUser, "target": firewall.ForwardChain(s.Name), "count": 1}},
 		want{"firewall jump removed", map[string]any{"parent": firewall.Input, "target": firewall.InputChain(s.Name), "count": 1}},
-		want{"firewall chain removed", map[string]any{"chain": firewall.ForwardChain(s.Name), "rules": chainRules(s3.Rules(), firewall.ForwardChain(s.Name))}},
-		want{"firewall chain removed", map[string]any{"chain": firewall.InputChain(s.Name), "rules": chainRules(s3.Rules(), firewall.InputChain(s.Name))}},
+		want{"firewall chain removed", map[string]any{"chain": firewall.ForwardChain(s.Name), "rules": chainRules(Rules(s3), firewall.ForwardChain(s.Name))}},
+		want{"firewall chain removed", map[string]any{"chain": firewall.InputChain(s.Name), "rules": chainRules(Rules(s3), firewall.InputChain(s.Name))}},
 	)
 }

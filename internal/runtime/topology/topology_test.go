@@ -1,18 +1,21 @@
 package topology
 
 import (
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"net/netip"
 	"strings"
 	"testing"
 )
 
-func validInput() Input {
-	return Input{
-		Name:     "tg",
-		Subnets:  map[string]string{LLMNet: "10.213.1.0/24", FetchNet: "10.213.2.0/24", EgressNet: "10.213.3.0/24"},
-		Gateways: map[string]string{},
-		Proxy:    ProxyInput{Image: "img", Allow: []string{"example.com", "api.example.com:8443"}},
-		Firewall: Firewall{Enabled: true},
+func validInput() topospec.Input {
+	return topospec.Input{
+		Name: "tg",
+		Docker: topospec.DockerInput{
+			Subnets:  map[string]string{topospec.LLMNet: "10.213.1.0/24", topospec.FetchNet: "10.213.2.0/24", topospec.EgressNet: "10.213.3.0/24"},
+			Gateways: map[string]string{},
+			Firewall: &topospec.Firewall{Enabled: true},
+		},
+		Proxy: topospec.ProxyInput{Image: "img", Allow: []string{"example.com", "api.example.com:8443"}},
 	}
 }
 
@@ -21,47 +24,47 @@ func TestBuildDefaults(t *testing.T) {
 	if len(ps) > 0 {
 		t.Fatal(ps)
 	}
-	f, e := s.Network(FetchNet), s.Network(EgressNet)
-	if s.Network(LLMNet).Name != "tg-llmnet" || !s.Network(LLMNet).Internal || !f.Internal || e.Internal {
-		t.Errorf("networks: %+v", s.Networks)
+	f, e := s.Network(topospec.FetchNet), s.Network(topospec.EgressNet)
+	if s.Network(topospec.LLMNet).Name != "tg-llmnet" || !s.Network(topospec.LLMNet).Internal || !f.Internal || e.Internal {
+		t.Errorf("networks: %+v", s.Docker.Networks)
 	}
 	if f.Gateway.String() != "10.213.2.1" || f.IPRange.String() != "10.213.2.128/25" {
 		t.Errorf("fetchnet gateway %s range %s", f.Gateway, f.IPRange)
 	}
-	if s.Proxy.IP.String() != "10.213.2.2" || s.Proxy.EgressIP.String() != "10.213.3.2" || s.Proxy.Port != 3128 {
-		t.Errorf("proxy %s %s %d", s.Proxy.IP, s.Proxy.EgressIP, s.Proxy.Port)
+	if s.Docker.ProxyIP.String() != "10.213.2.2" || s.Docker.EgressIP.String() != "10.213.3.2" || s.Proxy.Port != 3128 {
+		t.Errorf("proxy %s %s %d", s.Docker.ProxyIP, s.Docker.EgressIP, s.Proxy.Port)
 	}
-	if s.Proxy.URL() != "http://10.213.2.2:3128" {
-		t.Errorf("url %s", s.Proxy.URL())
+	if ProxyURL(s) != "http://10.213.2.2:3128" {
+		t.Errorf("url %s", ProxyURL(s))
 	}
 	if got := s.Proxy.Allow[0].String(); got != "example.com:443" {
 		t.Errorf("bare host = %s, want port 443", got)
 	}
-	roles := s.Roles()
-	if got := strings.Join(roles[RoleFetch].Networks, ","); got != "tg-llmnet,tg-fetchnet" {
+	roles := Roles(s)
+	if got := strings.Join(roles[topospec.RoleFetch].Networks, ","); got != "tg-llmnet,tg-fetchnet" {
 		t.Errorf("FETCH networks %s", got)
 	}
-	if got := strings.Join(roles[RoleCore].Networks, ","); got != "tg-llmnet" {
+	if got := strings.Join(roles[topospec.RoleCore].Networks, ","); got != "tg-llmnet" {
 		t.Errorf("CORE networks %s", got)
 	}
-	if roles[RoleFetch].Env["https_proxy"] != "http://10.213.2.2:3128" || !strings.Contains(roles[RoleFetch].Env["no_proxy"], "10.213.1.0/24") {
-		t.Errorf("FETCH env %v", roles[RoleFetch].Env)
+	if roles[topospec.RoleFetch].Env["https_proxy"] != "http://10.213.2.2:3128" || !strings.Contains(roles[topospec.RoleFetch].Env["no_proxy"], "10.213.1.0/24") {
+		t.Errorf("FETCH env %v", roles[topospec.RoleFetch].Env)
 	}
-	if len(roles[RoleCore].Env) != 0 || roles[RoleToolExec].SandboxNetwork != "none" {
-		t.Errorf("CORE env %v, TOOL_EXEC sandbox %q", roles[RoleCore].Env, roles[RoleToolExec].SandboxNetwork)
+	if len(roles[topospec.RoleCore].Env) != 0 || roles[topospec.RoleToolExec].SandboxNetwork != "none" {
+		t.Errorf("CORE env %v, TOOL_EXEC sandbox %q", roles[topospec.RoleCore].Env, roles[topospec.RoleToolExec].SandboxNetwork)
 	}
 }
 
 func TestDefaultSubnetsDisjoint(t *testing.T) {
 	in := validInput()
-	in.Subnets = nil
+	in.Docker.Subnets = nil
 	for _, name := range []string{"a", "tg", "prod-agents", "tf-acc-tg-xyz"} {
 		in.Name = name
 		s, ps := Build(in)
 		if len(ps) > 0 {
 			t.Fatalf("%s: %v", name, ps)
 		}
-		for _, n := range s.Networks {
+		for _, n := range s.Docker.Networks {
 			if !netip.MustParsePrefix("10.192.0.0/10").Contains(n.Subnet.Addr()) {
 				t.Errorf("%s: default %s outside 10.192.0.0/10", name, n.Subnet)
 			}
@@ -72,31 +75,31 @@ func TestDefaultSubnetsDisjoint(t *testing.T) {
 func TestBuildProblems(t *testing.T) {
 	cases := []struct {
 		name   string
-		mutate func(*Input)
+		mutate func(*topospec.Input)
 		field  string // Field[.Sub][index]
 		want   string // in Summary or Detail
 	}{
-		{"empty name", func(in *Input) { in.Name = "" }, "name", "empty"},
-		{"upper-case name", func(in *Input) { in.Name = "Prod" }, "name", "lower-case"},
-		{"long name", func(in *Input) { in.Name = strings.Repeat("a", 25) }, "name", "24"},
-		{"the managed bridge's name", func(in *Input) { in.Name = "meepa-bridge" }, "name", "managed bridge"},
-		{"overlapping subnets", func(in *Input) { in.Subnets[FetchNet] = "10.213.1.128/25" }, "fetchnet_subnet", "overlaps llmnet"},
-		{"not a CIDR", func(in *Input) { in.Subnets[LLMNet] = "10.213.1.0" }, "llmnet_subnet", "not an IPv4 CIDR"},
-		{"host bits", func(in *Input) { in.Subnets[LLMNet] = "10.213.1.7/24" }, "llmnet_subnet", "10.213.1.0/24"},
-		{"too small", func(in *Input) { in.Subnets[LLMNet] = "10.213.1.0/30" }, "llmnet_subnet", "/28"},
-		{"ipv6", func(in *Input) { in.Subnets[LLMNet] = "fd00::/64" }, "llmnet_subnet", "only IPv4"},
-		{"gateway outside", func(in *Input) { in.Gateways[LLMNet] = "10.9.9.9" }, "llmnet_gateway", "lower half"},
-		{"pinned ip outside subnet", func(in *Input) { in.Proxy.IP = "10.213.1.5" }, "proxy.ip", "not inside the fetchnet subnet"},
-		{"pinned ip in dynamic half", func(in *Input) { in.Proxy.EgressIP = "10.213.3.200" }, "proxy.egress_ip", "upper half"},
-		{"pinned ip is gateway", func(in *Input) { in.Proxy.IP = "10.213.2.1" }, "proxy.ip", "gateway"},
-		{"allow with scheme", func(in *Input) { in.Proxy.Allow = []string{"ok.com", "https://example.com"} }, "proxy.allow[1]", "scheme"},
-		{"allow with path", func(in *Input) { in.Proxy.Allow = []string{"example.com/x"} }, "proxy.allow[0]", "path"},
-		{"allow port 0", func(in *Input) { in.Proxy.Allow = []string{"example.com:0"} }, "proxy.allow[0]", "65535"},
-		{"allow port 70000", func(in *Input) { in.Proxy.Allow = []string{"example.com:70000"} }, "proxy.allow[0]", "65535"},
-		{"proxy port 70000", func(in *Input) { in.Proxy.Port = 70000 }, "proxy.port", "1 to 65535"},
-		{"allow_private not CIDR", func(in *Input) { in.Proxy.AllowPrivate = []string{"nope"} }, "proxy.allow_private[0]", "CIDR"},
-		{"dns not ip", func(in *Input) { in.Proxy.DNS = []string{"dns.example"} }, "proxy.dns[0]", "IPv4"},
-		{"missing image", func(in *Input) { in.Proxy.Image = "" }, "proxy.image", "agent-runner"},
+		{"empty name", func(in *topospec.Input) { in.Name = "" }, "name", "empty"},
+		{"upper-case name", func(in *topospec.Input) { in.Name = "Prod" }, "name", "lower-case"},
+		{"long name", func(in *topospec.Input) { in.Name = strings.Repeat("a", 25) }, "name", "24"},
+		{"the managed bridge's name", func(in *topospec.Input) { in.Name = "meepa-bridge" }, "name", "managed bridge"},
+		{"overlapping subnets", func(in *topospec.Input) { in.Docker.Subnets[topospec.FetchNet] = "10.213.1.128/25" }, "fetchnet_subnet", "overlaps llmnet"},
+		{"not a CIDR", func(in *topospec.Input) { in.Docker.Subnets[topospec.LLMNet] = "10.213.1.0" }, "llmnet_subnet", "not an IPv4 CIDR"},
+		{"host bits", func(in *topospec.Input) { in.Docker.Subnets[topospec.LLMNet] = "10.213.1.7/24" }, "llmnet_subnet", "10.213.1.0/24"},
+		{"too small", func(in *topospec.Input) { in.Docker.Subnets[topospec.LLMNet] = "10.213.1.0/30" }, "llmnet_subnet", "/28"},
+		{"ipv6", func(in *topospec.Input) { in.Docker.Subnets[topospec.LLMNet] = "fd00::/64" }, "llmnet_subnet", "only IPv4"},
+		{"gateway outside", func(in *topospec.Input) { in.Docker.Gateways[topospec.LLMNet] = "10.9.9.9" }, "llmnet_gateway", "lower half"},
+		{"pinned ip outside subnet", func(in *topospec.Input) { in.Docker.ProxyIP = "10.213.1.5" }, "proxy.ip", "not inside the fetchnet subnet"},
+		{"pinned ip in dynamic half", func(in *topospec.Input) { in.Docker.EgressIP = "10.213.3.200" }, "proxy.egress_ip", "upper half"},
+		{"pinned ip is gateway", func(in *topospec.Input) { in.Docker.ProxyIP = "10.213.2.1" }, "proxy.ip", "gateway"},
+		{"allow with scheme", func(in *topospec.Input) { in.Proxy.Allow = []string{"ok.com", "https://example.com"} }, "proxy.allow[1]", "scheme"},
+		{"allow with path", func(in *topospec.Input) { in.Proxy.Allow = []string{"example.com/x"} }, "proxy.allow[0]", "path"},
+		{"allow port 0", func(in *topospec.Input) { in.Proxy.Allow = []string{"example.com:0"} }, "proxy.allow[0]", "65535"},
+		{"allow port 70000", func(in *topospec.Input) { in.Proxy.Allow = []string{"example.com:70000"} }, "proxy.allow[0]", "65535"},
+		{"proxy port 70000", func(in *topospec.Input) { in.Proxy.Port = 70000 }, "proxy.port", "1 to 65535"},
+		{"allow_private not CIDR", func(in *topospec.Input) { in.Docker.AllowPrivate = []string{"nope"} }, "proxy.allow_private[0]", "CIDR"},
+		{"dns not ip", func(in *topospec.Input) { in.Proxy.DNS = []string{"dns.example"} }, "proxy.dns[0]", "IPv4"},
+		{"missing image", func(in *topospec.Input) { in.Proxy.Image = "" }, "proxy.image", "agent-runner"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -124,7 +127,22 @@ func TestBuildProblems(t *testing.T) {
 	}
 }
 
+// TestParseAllow: the plan parses each allow entry once, with the proxy's
+// own grammar, into the spec's typed list; a bad one is a problem at its
+// index.
 func TestParseAllow(t *testing.T) {
+	parse := func(raw string) (string, error) {
+		in := validInput()
+		in.Proxy.Allow = []string{raw}
+		s, ps := Build(in)
+		if len(ps) > 0 {
+			if ps[0].Field != "proxy" || ps[0].Sub != "allow" || ps[0].Index != 0 {
+				t.Errorf("%q: problem at %s.%s[%d]", raw, ps[0].Field, ps[0].Sub, ps[0].Index)
+			}
+			return "", ps[0]
+		}
+		return s.Proxy.Allow[0].String(), nil
+	}
 	ok := map[string]string{
 		"Example.COM.":       "example.com:443",
 		"example.com:8443":   "example.com:8443",
@@ -134,13 +152,13 @@ func TestParseAllow(t *testing.T) {
 		"[2001:DB8::1]":      "[2001:db8::1]:443",
 	}
 	for in, want := range ok {
-		e, err := ParseAllow(in)
-		if err != nil || e.String() != want {
+		e, err := parse(in)
+		if err != nil || e != want {
 			t.Errorf("ParseAllow(%q) = %v, %v; want %s", in, e, err, want)
 		}
 	}
 	for _, bad := range []string{"", "http://x.com", "x.com/", "u@x.com", "x.com:", "x.com:abc", "2001:db8::1", "x..com", "*", "a b"} {
-		if _, err := ParseAllow(bad); err == nil {
+		if _, err := parse(bad); err == nil {
 			t.Errorf("ParseAllow(%q) accepted", bad)
 		}
 	}
@@ -150,7 +168,7 @@ func TestWidening(t *testing.T) {
 	old, _ := Build(validInput())
 	in := validInput()
 	in.Proxy.Allow = append(in.Proxy.Allow, "new.example.org:443")
-	in.Firewall.Enabled = false
+	in.Docker.Firewall.Enabled = false
 	nw, _ := Build(in)
 	got := strings.Join(Widening(old, nw), "\n")
 	for _, want := range []string{"allow connections to new.example.org:443", "host firewall will be removed"} {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,171 +21,55 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/probe"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
-
-// VerifyOptions say what to probe. Targets left empty are not probed: the
-// verification never invents a destination, so nothing is sent anywhere
-// the operator did not name.
-// VerifyOptions' defaults and bounds, also quoted by the verify data
-// source's schema and docs.
-const (
-	DefaultVerifyHostPort       = 22
-	DefaultVerifyTimeoutSeconds = 2
-	MaxVerifyTimeoutSeconds     = 300
-	// DefaultVerifyDNSName is the outside name every role must fail to
-	// resolve when DNSName is not set: under .invalid (RFC 6761), so no
-	// resolver anywhere has it, and it is asked only of the DNS sink.
-	DefaultVerifyDNSName = "outside.meepa-verify.invalid"
-)
-
-type VerifyOptions struct {
-	// Image runs the probes; it must contain /usr/local/bin/agent-runner.
-	// Default: the proxy's image.
-	Image string
-	// AllowedTarget is a host:port the allowlist admits; FETCH must reach
-	// it through the proxy. When its host is an IP literal, CORE and FETCH
-	// also dial it directly and must fail: the firewall opens its port for
-	// the proxy's egress only, and this row shows that opening is no wider.
-	AllowedTarget string
-	// DeniedTarget is a host:port the allowlist does not admit; the proxy
-	// must refuse it.
-	DeniedTarget string
-	// OutsideAddress is an ip:port outside the topology; no member may
-	// reach it directly.
-	OutsideAddress string
-	// HostPort is a port tried on each bridge gateway (the host). Any
-	// answer, even a reset, means the host is reachable. Default
-	// DefaultVerifyHostPort.
-	HostPort int
-	// DNSName is resolved in every role, which must fail; default
-	// DefaultVerifyDNSName (the direct asks below need it set). The probes get their role's DNS settings (the
-	// topology's DNS sink as the engine resolver's only upstream, see
-	// Spec.DNSSink), so the query stays on llmnet whatever the engine; each
-	// role also resolves its own probe container's name, which the engine
-	// answers itself and which must resolve. When the proxy has DNS
-	// servers, CORE and FETCH also ask the first of them for DNSName
-	// directly, over UDP and TCP, which must fail: port 53 is open for the
-	// proxy only.
-	DNSName string
-	// Timeout per check; default DefaultVerifyTimeoutSeconds.
-	Timeout time.Duration
-}
-
-// Expectations.
-const (
-	ExpectBlocked = "blocked"
-	ExpectOpen    = "open"
-	ExpectAllowed = "allowed"
-	ExpectDenied  = "denied"
-	ExpectNoDNS   = "not-resolved"
-	ExpectDNS     = "resolved"
-)
-
-// Probe is one row of the verification table.
-type Probe struct {
-	Role     string `json:"role"`
-	What     string `json:"what"`
-	Check    string `json:"check"`
-	Expected string `json:"expected"`
-	Observed string `json:"observed"`
-	Detail   string `json:"detail"`
-	Pass     bool   `json:"pass"`
-}
-
-// Report is the verification outcome.
-type Report struct {
-	Probes     []Probe
-	Violations []string // containers attached in a way the spec forbids
-}
-
-// OK reports whether every probe matched the spec and no attachment
-// violates it.
-func (r Report) OK() bool {
-	for _, p := range r.Probes {
-		if !p.Pass {
-			return false
-		}
-	}
-	return len(r.Violations) == 0
-}
-
-// Table renders the report for people.
-func (r Report) Table() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-17s %-27s %-12s %-12s %s\n", "ROLE", "WHAT", "EXPECTED", "OBSERVED", "PASS")
-	for _, p := range r.Probes {
-		fmt.Fprintf(&b, "%-17s %-27s %-12s %-12s %t\n", p.Role, p.What, p.Expected, p.Observed, p.Pass)
-	}
-	for _, v := range r.Violations {
-		fmt.Fprintf(&b, "VIOLATION: %s\n", v)
-	}
-	return b.String()
-}
 
 type roleProbe struct {
-	role     string
+	topospec.ProbeRows
 	name     string   // the probe container's name
 	networks []string // network names; empty = network none
 	dns      []string // HostConfig.DNS, as the role's members get it
 	env      []string
-	rows     []Probe
-	checks   []probe.Check
 }
 
-func newRoleProbe(s Spec, role string, r Role) *roleProbe {
+func newRoleProbe(s topospec.Spec, role string, r topospec.Role) *roleProbe {
 	name := fmt.Sprintf("%s-probe-%s-%d", s.Name, strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(role)), time.Now().UnixNano()%1e6)
-	return &roleProbe{role: role, name: name, networks: r.Networks, dns: r.DNS}
+	return &roleProbe{ProbeRows: topospec.ProbeRows{Role: role}, name: name, networks: r.Networks, dns: r.DNS}
 }
 
 // addDNS adds the role's DNS rows: an outside name must not resolve, and
 // (on the role's networks) the probe's own name, which the engine's
 // resolver answers, must.
 func (rp *roleProbe) addDNS(outside string) {
-	rp.add("DNS outside name", ExpectNoDNS, probe.Check{Kind: probe.DNS, Target: outside})
+	rp.Add("DNS outside name", topospec.ExpectNoDNS, probe.Check{Kind: probe.DNS, Target: outside})
 	if len(rp.networks) > 0 {
-		rp.add("DNS topology name", ExpectDNS, probe.Check{Kind: probe.DNS, Target: rp.name})
+		rp.Add("DNS topology name", topospec.ExpectDNS, probe.Check{Kind: probe.DNS, Target: rp.name})
 	}
-}
-
-func (rp *roleProbe) add(what, expected string, c probe.Check) {
-	rp.rows = append(rp.rows, Probe{Role: rp.role, What: what, Check: c.String(), Expected: expected})
-	rp.checks = append(rp.checks, c)
 }
 
 // Verify runs short-lived probe containers in each role and compares what
 // they reach with what the spec allows; it also checks every container
 // attached to the topology's networks against the membership rules.
-func (sv *Service) Verify(ctx context.Context, s Spec, o VerifyOptions) (Report, error) {
-	if o.Image == "" {
-		o.Image = s.Proxy.Image
-	}
-	if o.HostPort == 0 {
-		o.HostPort = DefaultVerifyHostPort
-	}
-	if o.Timeout == 0 {
-		o.Timeout = DefaultVerifyTimeoutSeconds * time.Second
-	}
+func (sv *Service) Verify(ctx context.Context, s topospec.Spec, o topospec.VerifyOptions) (topospec.Report, error) {
+	o, named := o.WithDefaults(s)
 	// The direct asks of the proxy's DNS server send packets towards it
 	// (the firewall must stop them): only for a name the operator gave.
-	askProxyDNS := o.DNSName != "" && len(s.Proxy.DNS) > 0
-	if o.DNSName == "" {
-		o.DNSName = DefaultVerifyDNSName
-	}
+	askProxyDNS := named && len(s.Proxy.DNS) > 0
 	sv.log.Debug("verifying threegate topology", "topology", s.Name, "image", o.Image)
-	llm, fetch := s.Network(LLMNet), s.Network(FetchNet)
-	proxyAddr := netip.AddrPortFrom(s.Proxy.IP, uint16(s.Proxy.Port)).String()
-	gw := func(n Network) string { return netip.AddrPortFrom(n.Gateway, uint16(o.HostPort)).String() }
-	roles := s.Roles()
+	llm, fetch := s.Network(topospec.LLMNet), s.Network(topospec.FetchNet)
+	proxyAddr := netip.AddrPortFrom(s.Docker.ProxyIP, uint16(s.Proxy.Port)).String()
+	gw := func(n topospec.Network) string { return netip.AddrPortFrom(n.Gateway, uint16(o.HostPort)).String() }
+	roles := Roles(s)
 
-	core := newRoleProbe(s, RoleCore, roles[RoleCore])
-	core.add("proxy", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
-	core.add("host via llmnet gateway", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(llm)})
+	core := newRoleProbe(s, topospec.RoleCore, roles[topospec.RoleCore])
+	core.Add("proxy", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
+	core.Add("host via llmnet gateway", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(llm)})
 	if o.OutsideAddress != "" {
-		core.add("outside address", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
+		core.Add("outside address", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
 	}
 	direct := allowedDirect(o.AllowedTarget)
 	if direct != "" {
-		core.add("allowed host directly", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: direct})
+		core.Add("allowed host directly", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: direct})
 	}
 	core.addDNS(o.DNSName)
 	dnsDirect := func(rp *roleProbe) {
@@ -194,41 +77,41 @@ func (sv *Service) Verify(ctx context.Context, s Spec, o VerifyOptions) (Report,
 			return
 		}
 		srv := netip.AddrPortFrom(s.Proxy.DNS[0], 53).String()
-		rp.add("proxy's DNS server udp/53", ExpectBlocked, probe.Check{Kind: probe.DNSAt, Via: srv, Target: o.DNSName})
-		rp.add("proxy's DNS server tcp/53", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: srv})
+		rp.Add("proxy's DNS server udp/53", topospec.ExpectBlocked, probe.Check{Kind: probe.DNSAt, Via: srv, Target: o.DNSName})
+		rp.Add("proxy's DNS server tcp/53", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: srv})
 	}
 	dnsDirect(core)
 
-	fe := newRoleProbe(s, RoleFetch, roles[RoleFetch])
-	for k, v := range roles[RoleFetch].Env {
+	fe := newRoleProbe(s, topospec.RoleFetch, roles[topospec.RoleFetch])
+	for k, v := range roles[topospec.RoleFetch].Env {
 		fe.env = append(fe.env, k+"="+v)
 	}
-	fe.add("proxy", ExpectOpen, probe.Check{Kind: probe.TCP, Target: proxyAddr})
+	fe.Add("proxy", topospec.ExpectOpen, probe.Check{Kind: probe.TCP, Target: proxyAddr})
 	if o.AllowedTarget != "" {
-		fe.add("allowed host via proxy", ExpectAllowed, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.AllowedTarget})
+		fe.Add("allowed host via proxy", topospec.ExpectAllowed, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.AllowedTarget})
 	}
 	if direct != "" {
-		fe.add("allowed host directly", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: direct})
+		fe.Add("allowed host directly", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: direct})
 	}
 	if o.DeniedTarget != "" {
-		fe.add("disallowed host via proxy", ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.DeniedTarget})
+		fe.Add("disallowed host via proxy", topospec.ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.DeniedTarget})
 	}
 	if o.OutsideAddress != "" {
-		fe.add("outside address directly", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
-		fe.add("outside address via proxy", ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.OutsideAddress})
+		fe.Add("outside address directly", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
+		fe.Add("outside address via proxy", topospec.ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.OutsideAddress})
 	}
-	fe.add("host via fetchnet gateway", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(fetch)})
+	fe.Add("host via fetchnet gateway", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(fetch)})
 	fe.addDNS(o.DNSName)
 	dnsDirect(fe)
 
-	te := newRoleProbe(s, RoleToolExec, roles[RoleToolExec])
-	te.add("proxy", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
-	te.add("host via llmnet gateway", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(llm)})
+	te := newRoleProbe(s, topospec.RoleToolExec, roles[topospec.RoleToolExec])
+	te.Add("proxy", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
+	te.Add("host via llmnet gateway", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: gw(llm)})
 	te.addDNS(o.DNSName)
-	sb := newRoleProbe(s, RoleToolExec+"/sandbox", Role{}) // network none: no resolver at all
-	sb.add("proxy", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
+	sb := newRoleProbe(s, topospec.RoleToolExec+"/sandbox", topospec.Role{}) // network none: no resolver at all
+	sb.Add("proxy", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: proxyAddr})
 	if o.OutsideAddress != "" {
-		sb.add("outside address", ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
+		sb.Add("outside address", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: o.OutsideAddress})
 	}
 	sb.addDNS(o.DNSName)
 
@@ -244,11 +127,11 @@ func (sv *Service) Verify(ctx context.Context, s Spec, o VerifyOptions) (Report,
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return Report{}, err
+		return topospec.Report{}, err
 	}
-	var rep Report
+	var rep topospec.Report
 	for _, rp := range all {
-		rep.Probes = append(rep.Probes, rp.rows...)
+		rep.Probes = append(rep.Probes, rp.Rows...)
 	}
 	v, err := Violations(ctx, sv.docker, s)
 	if err != nil {
@@ -272,17 +155,17 @@ func allowedDirect(target string) string {
 
 func pass(expected, observed string) bool {
 	switch expected {
-	case ExpectBlocked:
+	case topospec.ExpectBlocked:
 		return probe.Blocked(observed)
-	case ExpectOpen:
+	case topospec.ExpectOpen:
 		return observed == probe.Open
-	case ExpectAllowed:
+	case topospec.ExpectAllowed:
 		return observed == probe.Allowed
-	case ExpectDenied:
+	case topospec.ExpectDenied:
 		return observed == probe.Denied
-	case ExpectNoDNS:
+	case topospec.ExpectNoDNS:
 		return observed == probe.NotResolved
-	case ExpectDNS:
+	case topospec.ExpectDNS:
 		return observed == probe.Resolved
 	}
 	return false
@@ -290,10 +173,10 @@ func pass(expected, observed string) bool {
 
 // runRole runs one probe container with the role's networks and fills the
 // observed column.
-func (sv *Service) runRole(ctx context.Context, s Spec, o VerifyOptions, rp *roleProbe) error {
+func (sv *Service) runRole(ctx context.Context, s topospec.Spec, o topospec.VerifyOptions, rp *roleProbe) error {
 	cli := sv.docker
 	args := []string{"probe", "--timeout", o.Timeout.String()}
-	for _, c := range rp.checks {
+	for _, c := range rp.Checks {
 		args = append(args, c.String())
 	}
 	mode := "none"
@@ -308,17 +191,17 @@ func (sv *Service) runRole(ctx context.Context, s Spec, o VerifyOptions, rp *rol
 	}
 	resp, err := cli.ContainerCreate(ctx, &container.Config{
 		Image: o.Image, Entrypoint: []string{"/usr/local/bin/agent-runner"}, Cmd: args, Env: rp.env, User: ProxyUser,
-		Labels: engine.Labels("probe", map[string]string{"threegate": s.Name, "threegate.role": rp.role}),
+		Labels: engine.Labels("probe", map[string]string{"threegate": s.Name, "threegate.role": rp.Role}),
 	}, &container.HostConfig{
 		NetworkMode: container.NetworkMode(mode), ReadonlyRootfs: true, CapDrop: []string{"ALL"}, DNS: rp.dns, DNSSearch: search,
 		SecurityOpt: []string{"no-new-privileges"},
 		Resources:   container.Resources{Memory: 64 << 20, MemorySwap: 64 << 20, PidsLimit: &pids},
 	}, nil, nil, name)
 	if err != nil {
-		return fmt.Errorf("probe %s: container create: %w", rp.role, err)
+		return fmt.Errorf("probe %s: container create: %w", rp.Role, err)
 	}
-	sv.log.Debug("probe container created", "topology", s.Name, "container", name, "id", resp.ID, "role", rp.role,
-		"networks", strings.Join(rp.networks, ","), "checks", len(rp.checks))
+	sv.log.Debug("probe container created", "topology", s.Name, "container", name, "id", resp.ID, "role", rp.Role,
+		"networks", strings.Join(rp.networks, ","), "checks", len(rp.Checks))
 	defer func() {
 		// A fresh context: the probe must go even when ctx was cancelled.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -327,28 +210,28 @@ func (sv *Service) runRole(ctx context.Context, s Spec, o VerifyOptions, rp *rol
 	}()
 	for _, n := range rp.networks[min(1, len(rp.networks)):] {
 		if err := cli.NetworkConnect(ctx, n, resp.ID, &network.EndpointSettings{}); err != nil {
-			return fmt.Errorf("probe %s: network connect %s: %w", rp.role, n, err)
+			return fmt.Errorf("probe %s: network connect %s: %w", rp.Role, n, err)
 		}
 	}
 	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
-		return fmt.Errorf("probe %s: container start: %w", rp.role, err)
+		return fmt.Errorf("probe %s: container start: %w", rp.Role, err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, time.Duration(len(rp.checks)+5)*o.Timeout+10*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, time.Duration(len(rp.Checks)+5)*o.Timeout+10*time.Second)
 	defer cancel()
 	waitC, errC := cli.ContainerWait(wctx, resp.ID, container.WaitConditionNotRunning)
 	select {
 	case <-waitC:
 	case err := <-errC:
-		return fmt.Errorf("probe %s: wait: %w", rp.role, err)
+		return fmt.Errorf("probe %s: wait: %w", rp.Role, err)
 	}
 	rc, err := cli.ContainerLogs(ctx, resp.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
 	if err != nil {
-		return fmt.Errorf("probe %s: logs: %w", rp.role, err)
+		return fmt.Errorf("probe %s: logs: %w", rp.Role, err)
 	}
 	defer func() { _ = rc.Close() }() // read-only stream
 	var stdout, stderr bytes.Buffer
 	if _, err := stdcopy.StdCopy(&stdout, &stderr, rc); err != nil {
-		return fmt.Errorf("probe %s: logs: %w", rp.role, err)
+		return fmt.Errorf("probe %s: logs: %w", rp.Role, err)
 	}
 	var results []probe.Result
 	sc := bufio.NewScanner(&stdout)
@@ -358,13 +241,13 @@ func (sv *Service) runRole(ctx context.Context, s Spec, o VerifyOptions, rp *rol
 			results = append(results, r)
 		}
 	}
-	if len(results) != len(rp.rows) {
+	if len(results) != len(rp.Rows) {
 		return fmt.Errorf("probe %s: %d results for %d checks (does %s contain agent-runner with the probe command?): %s",
-			rp.role, len(results), len(rp.rows), o.Image, strings.TrimSpace(stderr.String()))
+			rp.Role, len(results), len(rp.Rows), o.Image, strings.TrimSpace(stderr.String()))
 	}
 	for i, r := range results {
-		rp.rows[i].Observed, rp.rows[i].Detail = r.Observed, r.Detail
-		rp.rows[i].Pass = pass(rp.rows[i].Expected, r.Observed)
+		rp.Rows[i].Observed, rp.Rows[i].Detail = r.Observed, r.Detail
+		rp.Rows[i].Pass = pass(rp.Rows[i].Expected, r.Observed)
 	}
 	return nil
 }
@@ -373,17 +256,17 @@ func (sv *Service) runRole(ctx context.Context, s Spec, o VerifyOptions, rp *rol
 // the spec forbids: anything but the proxy on egressnet, the proxy on
 // llmnet, a container on fetchnet without llmnet (no role has that), and a
 // container labelled with a role on a network its role must not join.
-func Violations(ctx context.Context, cli client.APIClient, s Spec) ([]string, error) {
+func Violations(ctx context.Context, cli client.APIClient, s topospec.Spec) ([]string, error) {
 	members, err := Members(ctx, cli, s)
 	if err != nil {
 		return nil, err
 	}
 	kindOf := map[string]string{}
-	for _, n := range s.Networks {
+	for _, n := range s.Docker.Networks {
 		kindOf[n.Name] = n.Kind
 	}
 	var out []string
-	// Probe containers are judged like any other: they keep to their role's
+	// topospec.Probe containers are judged like any other: they keep to their role's
 	// networks, and exempting a label anyone can set would let a container
 	// hide on egressnet by wearing it.
 	for _, c := range members {
@@ -396,13 +279,13 @@ func Violations(ctx context.Context, cli client.APIClient, s Spec) ([]string, er
 				}
 			}
 		}
-		isProxy := name == s.Proxy.Name && c.Labels[LabelTopology] == s.Name
+		isProxy := name == topospec.ProxyName(s.Name) && c.Labels[LabelTopology] == s.Name
 		switch {
-		case on[EgressNet] && !isProxy:
-			out = append(out, fmt.Sprintf("%s is on %s; only the proxy may be", name, NetworkName(s.Name, EgressNet)))
-		case isProxy && on[LLMNet]:
-			out = append(out, fmt.Sprintf("the proxy %s is on %s; it must only join fetchnet and egressnet", name, NetworkName(s.Name, LLMNet)))
-		case !isProxy && on[FetchNet] && !on[LLMNet]:
+		case on[topospec.EgressNet] && !isProxy:
+			out = append(out, fmt.Sprintf("%s is on %s; only the proxy may be", name, NetworkName(s.Name, topospec.EgressNet)))
+		case isProxy && on[topospec.LLMNet]:
+			out = append(out, fmt.Sprintf("the proxy %s is on %s; it must only join fetchnet and egressnet", name, NetworkName(s.Name, topospec.LLMNet)))
+		case !isProxy && on[topospec.FetchNet] && !on[topospec.LLMNet]:
 			out = append(out, fmt.Sprintf("%s is on fetchnet without llmnet, which no role allows", name))
 		}
 		v6, err := enablesIPv6(ctx, cli, c.ID)
@@ -464,56 +347,4 @@ func firstOr(s []string, def string) string {
 		return s[0]
 	}
 	return def
-}
-
-// InputFromLive reconstructs a topology's Input from its live objects: the
-// subnets and gateways from the networks, the proxy settings from the
-// proxy container's command and addresses. The firewall settings are the
-// caller's to fill (they live in iptables).
-func InputFromLive(ctx context.Context, cli client.APIClient, name string) (Input, error) {
-	in := Input{Name: name, Subnets: map[string]string{}, Gateways: map[string]string{}}
-	c, err := cli.ContainerInspect(ctx, ProxyName(name))
-	if err != nil {
-		return in, fmt.Errorf("proxy container %s: %w", ProxyName(name), err)
-	}
-	if c.Config == nil || c.Config.Labels[LabelTopology] != name {
-		return in, fmt.Errorf("container %s is not the proxy of topology %q (label %s)", ProxyName(name), name, LabelTopology)
-	}
-	for _, k := range Kinds {
-		n, err := cli.NetworkInspect(ctx, NetworkName(name, k), network.InspectOptions{})
-		if err != nil {
-			return in, fmt.Errorf("network %s: %w", NetworkName(name, k), err)
-		}
-		if len(n.IPAM.Config) == 0 || n.Labels[LabelTopology] != name {
-			return in, fmt.Errorf("network %s is not part of topology %q", n.Name, name)
-		}
-		in.Subnets[k], in.Gateways[k] = n.IPAM.Config[0].Subnet, n.IPAM.Config[0].Gateway
-	}
-	in.Proxy.Image = c.Config.Image
-	args := c.Config.Cmd
-	for i := 0; i+1 < len(args); i++ {
-		switch args[i] {
-		case "--listen":
-			if ap, err := netip.ParseAddrPort(args[i+1]); err == nil {
-				in.Proxy.IP, in.Proxy.Port = ap.Addr().String(), int(ap.Port())
-			} else if _, p, ok := strings.Cut(args[i+1], ":"); ok {
-				in.Proxy.Port, _ = strconv.Atoi(p)
-			}
-		case "--allow":
-			in.Proxy.Allow = append(in.Proxy.Allow, args[i+1])
-		case "--allow-private":
-			in.Proxy.AllowPrivate = append(in.Proxy.AllowPrivate, args[i+1])
-		case "--dns":
-			in.Proxy.DNS = append(in.Proxy.DNS, args[i+1])
-		}
-	}
-	if c.NetworkSettings != nil {
-		if ep := c.NetworkSettings.Networks[NetworkName(name, EgressNet)]; ep != nil && ep.IPAMConfig != nil {
-			in.Proxy.EgressIP = ep.IPAMConfig.IPv4Address
-		}
-		if ep := c.NetworkSettings.Networks[NetworkName(name, FetchNet)]; ep != nil && ep.IPAMConfig != nil && in.Proxy.IP == "" {
-			in.Proxy.IP = ep.IPAMConfig.IPv4Address
-		}
-	}
-	return in, nil
 }

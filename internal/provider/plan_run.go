@@ -1,0 +1,117 @@
+package provider
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
+)
+
+// planRun is what this provider instance has planned so far in the
+// current Terraform run. Terraform starts a provider process per plan or
+// apply walk and plans every resource of the configuration in it, so two
+// resources that are each valid alone but clash with each other meet
+// here, whichever order Terraform plans them in: the one planned second
+// sees the first. Without it such a pair passes plan and the second one
+// fails at apply, after the first was made.
+type planRun struct {
+	mu         sync.Mutex
+	topologies map[string]topospec.Spec // by topology name
+	agents     map[string]plannedAgent  // by agent_id
+}
+
+// plannedAgent is what another agent's plan needs of an agent: where it
+// stands in ThreeGate and whom it asks.
+type plannedAgent struct {
+	topology, role string
+	ask            []string
+}
+
+func newPlanRun() *planRun {
+	return &planRun{topologies: map[string]topospec.Spec{}, agents: map[string]plannedAgent{}}
+}
+
+// topology records the planned spec and returns the overlaps of its
+// subnets with the other topologies planned in this run.
+func (r *planRun) topology(s topospec.Spec) topospec.Problems {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.topologies[s.Name] = s
+	var ps topospec.Problems
+	for _, name := range sortedKeys(r.topologies) {
+		if name != s.Name {
+			ps = append(ps, topology.Overlaps(s, r.topologies[name])...)
+		}
+	}
+	return ps
+}
+
+// agent records a planned agent and checks the asks between it and the
+// agents planned before it, both ways: its own ask targets (attributed to
+// its threegate.ask) and the core agents that ask it (attributed to its
+// threegate). A target not planned in this run, nor deployed, is left to
+// apply, which waits for it.
+func (r *planRun) agent(id string, a plannedAgent) (asks, askedBy []string) {
+	if r == nil {
+		return nil, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.agents[id] = a
+	for _, target := range a.ask {
+		if t, ok := r.agents[target]; ok {
+			if why := askMismatch(a, t); why != "" {
+				asks = append(asks, fmt.Sprintf("ask %q: %s", target, why))
+			}
+		}
+	}
+	for _, other := range sortedKeys(r.agents) {
+		o := r.agents[other]
+		if other == id || !slices.Contains(o.ask, id) {
+			continue
+		}
+		if why := askMismatch(o, a); why != "" {
+			askedBy = append(askedBy, fmt.Sprintf("core agent %q asks this agent, but %s", other, why))
+		}
+	}
+	return asks, askedBy
+}
+
+// askMismatch says why the core agent c may not ask t, a target planned in
+// the same run, with the words ResolveAsk uses for a deployed target; ""
+// when it may.
+func askMismatch(c, t plannedAgent) string {
+	switch {
+	case t.role != "fetch" && t.role != "tool_exec": // threegate.role's values
+		role := t.role
+		if role == "" {
+			role = "none"
+		}
+		return fmt.Sprintf("a core agent asks only fetch and tool_exec agents; this one's role is %q", role)
+	case t.topology != c.topology:
+		return fmt.Sprintf("it is not in the threegate_network %q (it is planned in %q)", c.topology, orNoTopology(t.topology))
+	}
+	return ""
+}
+
+func orNoTopology(s string) string {
+	if s == "" {
+		return "no topology"
+	}
+	return s
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# tools.sh: Go-built tools the release and install path need, pinned, built
+# once per machine from the Go module proxy and cached by version, as
+# k8s-up.sh caches the test cluster's binaries.
+#
+#   scripts/tools.sh path NAME         prints the binary's path, building it first if needed
+#   scripts/tools.sh cached NAME       prints it only when already built; else says so, exits 1
+#   scripts/tools.sh exec NAME ARGS... runs it (building it first if needed)
+#
+# NAME is one of:
+#   goreleaser  github.com/goreleaser/goreleaser/v2, GORELEASER_VERSION (the
+#               GNUmakefile pins it). `go run pkg@version` keeps the binary in
+#               Go's build cache too, but that cache is trimmed and shared,
+#               and each run re-hashes the whole build graph (14 s on a busy
+#               2-core machine); a cached binary starts at once.
+#   tofu        OpenTofu's CLI, MEEPA_TOFU_VERSION (default below, the newest
+#               1.12 the proxy served when this was written). Its go.mod has
+#               a replace directive (its own fork of hcl), which
+#               `go install ...@version` refuses, so it is built from its
+#               module source (fetched into the module cache, read-only
+#               there) in a writable copy, with the release's -X flag so that
+#               it reports its version without "-dev".
+#
+# Binaries go to $MEEPA_TOOLS_DIR/<name>-<version>/<name> (default
+# /var/tmp/meepa-tools, beside the cluster's /var/tmp/meepa-k8s). A build is
+# written beside it and renamed into place, so a killed build (CI's time
+# budget) leaves nothing half-made; Go's build cache keeps what it compiled,
+# so the next attempt continues from there.
+set -euo pipefail
+TOOLS=${MEEPA_TOOLS_DIR:-/var/tmp/meepa-tools}
+
+log() { printf '[tools %s] %s\n' "$(date +%T)" "$*" >&2; }
+
+# tool NAME: sets TOOL_VERSION, TOOL_DIR, TOOL_BIN for NAME.
+tool() {
+  case $1 in
+    goreleaser) TOOL_VERSION=${GORELEASER_VERSION:-v2.15.1} ;;
+    tofu) TOOL_VERSION=${MEEPA_TOFU_VERSION:-v1.12.6} ;;
+    *) echo "tools.sh: unknown tool '$1' (goreleaser, tofu)" >&2; exit 2 ;;
+  esac
+  TOOL_DIR=$TOOLS/$1-$TOOL_VERSION
+  TOOL_BIN=$TOOL_DIR/$1
+}
+
+build_goreleaser() {
+  GOBIN=$1 CGO_ENABLED=0 go install "github.com/goreleaser/goreleaser/v2@$TOOL_VERSION"
+  mv "$1/goreleaser" "$2"
+}
+
+build_tofu() {
+  local src
+  src=$(go mod download -json "github.com/opentofu/opentofu@$TOOL_VERSION" | jq -r '.Dir // empty')
+  [ -n "$src" ] && [ -f "$src/go.mod" ] || { echo "tools.sh: go mod download github.com/opentofu/opentofu@$TOOL_VERSION gave no source" >&2; exit 1; }
+  cp -R "$src/." "$1/"
+  chmod -R u+w "$1"
+  (cd "$1" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath \
+    -ldflags "-s -w -X github.com/opentofu/opentofu/version.dev=no" -o "$2" ./cmd/tofu)
+  # (A CLI configuration that is not there makes it print warnings first.)
+  local out
+  out=$(env -u TF_CLI_CONFIG_FILE "$2" version 2>&1)
+  grep -qx "OpenTofu $TOOL_VERSION" <<<"$out" ||
+    { echo "tools.sh: the built tofu reports '$out', not OpenTofu $TOOL_VERSION" >&2; exit 1; }
+}
+
+# ensure NAME: builds NAME unless it is cached.
+ensure() {
+  [ -x "$TOOL_BIN" ] && return
+  mkdir -p "$TOOL_DIR"
+  # One build at a time; whoever waited finds it built.
+  exec 9>"$TOOL_DIR/.lock"
+  flock 9
+  if [ -x "$TOOL_BIN" ]; then exec 9>&-; return; fi
+  local t0=$SECONDS work
+  log "building $1 $TOOL_VERSION into $TOOL_DIR (first use on this machine; cold on 2 busy cores: many minutes)"
+  work=$(mktemp -d "$TOOL_DIR/.build.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+  "build_$1" "$work" "$work/$1.built"
+  mv "$work/$1.built" "$TOOL_BIN"
+  rm -rf "$work"
+  trap - EXIT
+  exec 9>&-
+  log "$1 $TOOL_VERSION built in $((SECONDS - t0)) s"
+}
+
+cmd=${1:-} name=${2:-}
+[ -n "$name" ] || { echo "usage: $0 path|cached|exec NAME [ARGS...]" >&2; exit 2; }
+tool "$name"
+case $cmd in
+  path) ensure "$name"; echo "$TOOL_BIN" ;;
+  cached)
+    if [ -x "$TOOL_BIN" ]; then echo "$TOOL_BIN"; exit 0; fi
+    log "$name $TOOL_VERSION is not built on this machine yet ($TOOL_BIN)"
+    exit 1
+    ;;
+  exec) shift 2; ensure "$name"; exec "$TOOL_BIN" "$@" ;;
+  *) echo "usage: $0 path|cached|exec NAME [ARGS...]" >&2; exit 2 ;;
+esac
