@@ -127,8 +127,11 @@ func TestKeptOutcomesWithinByteBudget(t *testing.T) {
 			if held > limit {
 				t.Errorf("%d bytes of outcomes held in memory, want at most %d", held, limit)
 			}
-			if heap > limit+8<<20 {
-				t.Errorf("the live heap grew by %d bytes, want at most %d", heap, limit+8<<20)
+			// The slack covers what earlier tests of this process left
+			// (cluster clients' buffers in CI measured 9 MiB over the held
+			// bytes); unbounded outcomes grew the heap by hundreds of MiB.
+			if heap > limit+16<<20 {
+				t.Errorf("the live heap grew by %d bytes, want at most %d", heap, limit+16<<20)
 			}
 			if withJournal {
 				// The budget, and the small records of what was evicted.
