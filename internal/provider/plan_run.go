@@ -2,10 +2,11 @@ package provider
 
 import (
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"sync"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
@@ -44,7 +45,7 @@ func (r *planRun) topology(s topospec.Spec) topospec.Problems {
 	defer r.mu.Unlock()
 	r.topologies[s.Name] = s
 	var ps topospec.Problems
-	for _, name := range sortedKeys(r.topologies) {
+	for _, name := range slices.Sorted(maps.Keys(r.topologies)) {
 		if name != s.Name {
 			ps = append(ps, topology.Overlaps(s, r.topologies[name])...)
 		}
@@ -71,7 +72,7 @@ func (r *planRun) agent(id string, a plannedAgent) (asks, askedBy []string) {
 			}
 		}
 	}
-	for _, other := range sortedKeys(r.agents) {
+	for _, other := range slices.Sorted(maps.Keys(r.agents)) {
 		o := r.agents[other]
 		if other == id || !slices.Contains(o.ask, id) {
 			continue
@@ -87,14 +88,10 @@ func (r *planRun) agent(id string, a plannedAgent) (asks, askedBy []string) {
 // the same run, with the words ResolveAsk uses for a deployed target; ""
 // when it may.
 func askMismatch(c, t plannedAgent) string {
-	switch {
-	case t.role != "fetch" && t.role != "tool_exec": // threegate.role's values
-		role := t.role
-		if role == "" {
-			role = "none"
-		}
-		return fmt.Sprintf("a core agent asks only fetch and tool_exec agents; this one's role is %q", role)
-	case t.topology != c.topology:
+	if err := agentspec.CheckAskRole(t.role); err != nil {
+		return err.Error()
+	}
+	if t.topology != c.topology {
 		return fmt.Sprintf("it is not in the threegate_network %q (it is planned in %q)", c.topology, orNoTopology(t.topology))
 	}
 	return ""
@@ -105,13 +102,4 @@ func orNoTopology(s string) string {
 		return "no topology"
 	}
 	return s
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }

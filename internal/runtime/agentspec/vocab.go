@@ -65,6 +65,19 @@ const (
 // Roles lists the accepted role values besides "".
 var Roles = []string{RoleCore, RoleFetch, RoleToolExec}
 
+// CheckAskRole says why a core agent may not ask an agent of this role,
+// or nil: it asks fetch and tool_exec agents only (depth one). One text
+// for a target deployed on Docker, in a cluster, or planned in the run.
+func CheckAskRole(role string) error {
+	if role == RoleFetch || role == RoleToolExec {
+		return nil
+	}
+	if role == "" {
+		role = "none"
+	}
+	return fmt.Errorf("a core agent asks only fetch and tool_exec agents; this one's role is %q", role)
+}
+
 // Seed is what a workspace starts with where the provider cannot write it
 // itself: on a cluster the workspace is a claim only the message pods
 // mount, so the runner sends its agent's soul and memory with every

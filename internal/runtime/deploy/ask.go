@@ -86,8 +86,8 @@ func ResolveAsk(stateDir, topologyID string, ids []string) ([]agentspec.AskTarge
 			errs = append(errs, fmt.Errorf("ask %q: %w", id, err))
 			continue
 		}
-		if cfg.Role != agentspec.RoleFetch && cfg.Role != agentspec.RoleToolExec {
-			errs = append(errs, fmt.Errorf("ask %q: a core agent asks only fetch and tool_exec agents; this one's role is %q", id, orNone(cfg.Role)))
+		if err := agentspec.CheckAskRole(cfg.Role); err != nil {
+			errs = append(errs, fmt.Errorf("ask %q: %w", id, err))
 			continue
 		}
 		if !slices.Contains(cfg.Container.Networks, llmnet) {
@@ -97,13 +97,6 @@ func ResolveAsk(stateDir, topologyID string, ids []string) ([]agentspec.AskTarge
 		out = append(out, agentspec.AskTarget{AgentID: cfg.AgentID, Role: cfg.Role, Listen: cfg.Listen, Token: cfg.Token})
 	}
 	return out, errors.Join(errs...)
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
 }
 
 // askHostPaths are the target runners' socket directories, mounted at the

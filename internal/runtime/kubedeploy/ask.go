@@ -48,8 +48,8 @@ func (s *Service) askTarget(ctx context.Context, topologyName, id string) (agent
 		return t, err
 	case cfg == nil:
 		return t, fmt.Errorf("%w: no meepa_agent with this agent_id has been applied in namespace %s", deploy.ErrAskTargetNotDeployed, s.o.Client.Namespace)
-	case cfg.Role != agentspec.RoleFetch && cfg.Role != agentspec.RoleToolExec:
-		return t, fmt.Errorf("a core agent asks only fetch and tool_exec agents; this one's role is %q", orNone(cfg.Role))
+	case agentspec.CheckAskRole(cfg.Role) != nil:
+		return t, agentspec.CheckAskRole(cfg.Role)
 	case cfg.Kubernetes == nil || cfg.Kubernetes.Topology != topologyName:
 		return t, fmt.Errorf("it is not in the threegate_network %q", topologyName)
 	}
@@ -59,11 +59,4 @@ func (s *Service) askTarget(ctx context.Context, topologyName, id string) (agent
 		return t, fmt.Errorf("its runner config has no port (listen %q) or no token", cfg.Listen)
 	}
 	return agentspec.AskTarget{AgentID: cfg.AgentID, Role: cfg.Role, Port: port, Token: cfg.Token}, nil
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
 }
