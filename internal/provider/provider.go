@@ -25,7 +25,10 @@ import (
 // Address is the provider's source address.
 const Address = "registry.terraform.io/bogpad/meepa"
 
-var _ provider.Provider = (*meepaProvider)(nil)
+var (
+	_ provider.Provider              = (*meepaProvider)(nil)
+	_ provider.ProviderWithFunctions = (*meepaProvider)(nil)
+)
 
 // New returns the provider factory for the given version.
 func New(version string) func() provider.Provider {
