@@ -39,6 +39,12 @@ resource "meepa_isolation_image" "agents" {
   }
 }
 
+variable "agent_prefix" {
+  description = "Prefix of the agent ids (<prefix>-helper, -exec, -core)."
+  type        = string
+  default     = "qs"
+}
+
 variable "topology_name" {
   description = "Prefix of the ThreeGate networks and proxy."
   type        = string
@@ -60,7 +66,7 @@ resource "threegate_network" "tg" {
 # An agent in container mode: every message runs in a fresh container with a
 # read-only rootfs, no capabilities, 256m of memory and no network.
 resource "meepa_agent" "helper" {
-  agent_id = "qs-helper"
+  agent_id = "${var.agent_prefix}-helper"
   # A demo cleans up after itself; real agents keep their workspace on
   # destroy (the default, false).
   force_destroy_workspace = true
@@ -78,7 +84,7 @@ resource "meepa_agent" "helper" {
 # TOOL-EXEC: shell and file tools; every message's container has no network
 # (its LLM calls, with a real provider, go through the runner's relay).
 resource "meepa_agent" "exec" {
-  agent_id                = "qs-exec"
+  agent_id                = "${var.agent_prefix}-exec"
   force_destroy_workspace = true
   soul                    = "You are TOOL-EXEC. You run what CORE asks, offline."
   llm                     = { provider = "offline" }
@@ -96,7 +102,7 @@ resource "meepa_agent" "exec" {
 # it has no route to the internet and cannot reach the proxy; an LLM gateway
 # on llmnet would answer it (here the offline provider stands in).
 resource "meepa_agent" "core" {
-  agent_id                = "qs-core"
+  agent_id                = "${var.agent_prefix}-core"
   force_destroy_workspace = true
   soul                    = "You are CORE. You never browse; FETCH does that."
   llm                     = { provider = "offline" }

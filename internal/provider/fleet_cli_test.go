@@ -27,10 +27,6 @@ import (
 func TestAccFleetModuleThroughTheCLI(t *testing.T) {
 	testutil.RequireDocker(t)
 	testAccPreCheck(t)
-	tfBin, err := exec.LookPath("terraform")
-	if err != nil {
-		t.Skip("no terraform on PATH")
-	}
 	cli := testutil.Docker(t)
 	image := testutil.EnsureRunnerImage(t, cli)
 	// A second tag of the same image: a new image reference, as a
@@ -46,16 +42,7 @@ func TestAccFleetModuleThroughTheCLI(t *testing.T) {
 		cleanupAgent(t, cli, prefix+"-"+k)
 	}
 
-	bin := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(bin, "terraform-provider-meepa"), ".")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	rc := filepath.Join(t.TempDir(), "dev.tfrc")
-	if err := os.WriteFile(rc, fmt.Appendf(nil, "provider_installation {\n  dev_overrides {\n    \"bogpad/meepa\" = %q\n  }\n  direct {}\n}\n", bin), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	tfBin, rc := devProviderRC(t)
 	module, err := filepath.Abs("../../examples/fleet/modules/agent-fleet")
 	if err != nil {
 		t.Fatal(err)
