@@ -20,6 +20,10 @@
 #               module source (fetched into the module cache, read-only
 #               there) in a writable copy, with the release's -X flag so that
 #               it reports its version without "-dev".
+#   terraform   Terraform's CLI, MEEPA_TERRAFORM_VERSION (default below, the
+#               newest the proxy served when this was written), for tests
+#               of what the machine's pinned minimum (terraform on PATH,
+#               1.11) lacks: resource identity, query, actions.
 #
 # Binaries go to $MEEPA_TOOLS_DIR/<name>-<version>/<name> (default
 # /var/tmp/meepa-tools, beside the cluster's /var/tmp/meepa-k8s). A build is
@@ -36,7 +40,8 @@ tool() {
   case $1 in
     goreleaser) TOOL_VERSION=${GORELEASER_VERSION:-v2.15.1} ;;
     tofu) TOOL_VERSION=${MEEPA_TOFU_VERSION:-v1.12.6} ;;
-    *) echo "tools.sh: unknown tool '$1' (goreleaser, tofu)" >&2; exit 2 ;;
+    terraform) TOOL_VERSION=${MEEPA_TERRAFORM_VERSION:-v1.16.0} ;;
+    *) echo "tools.sh: unknown tool '$1' (goreleaser, tofu, terraform)" >&2; exit 2 ;;
   esac
   TOOL_DIR=$TOOLS/$1-$TOOL_VERSION
   TOOL_BIN=$TOOL_DIR/$1
@@ -62,6 +67,30 @@ build_tofu() {
     { echo "tools.sh: the built tofu reports '$out', not OpenTofu $TOOL_VERSION" >&2; exit 1; }
 }
 
+build_terraform() {
+  # Like OpenTofu's, Terraform's go.mod has replace directives, so it is built
+  # from its module source. Its remote-state backends other than local,
+  # http and inmem (azurerm, consul, cos, gcs, kubernetes, oci, oss, pg, s3)
+  # are modules of their own inside the repository that no module zip
+  # carries and the proxy does not serve; the build leaves them out (the
+  # tests keep their state locally), and says so in `terraform version`'s
+  # place: nowhere else does it differ from the release.
+  local src
+  src=$(go mod download -json "github.com/hashicorp/terraform@$TOOL_VERSION" | jq -r '.Dir // empty')
+  [ -n "$src" ] && [ -f "$src/go.mod" ] || { echo "tools.sh: go mod download github.com/hashicorp/terraform@$TOOL_VERSION gave no source" >&2; exit 1; }
+  cp -R "$src/." "$1/"
+  chmod -R u+w "$1"
+  local gone='azure|consul|cos|gcs|kubernetes|oci|oss|pg|s3'
+  sed -i -E "\#internal/backend/remote-state/($gone)[ /]|internal/legacy[ ]#d" "$1/go.mod"
+  sed -i -E "\#backend(Azure|Consul|Cos|GCS|Kubernetes|OCI|OSS|Pg|S3)[ .]#d" "$1/internal/backend/init/init.go"
+  (cd "$1" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath \
+    -ldflags "-s -w -X github.com/hashicorp/terraform/version.dev=no" -o "$2" .)
+  local out
+  out=$(env -u TF_CLI_CONFIG_FILE "$2" version 2>&1 | head -1)
+  [ "$out" = "Terraform $TOOL_VERSION" ] ||
+    { echo "tools.sh: the built terraform reports '$out', not Terraform $TOOL_VERSION" >&2; exit 1; }
+}
+
 # ensure NAME: builds NAME unless it is cached.
 ensure() {
   [ -x "$TOOL_BIN" ] && return
@@ -73,7 +102,8 @@ ensure() {
   local t0=$SECONDS work
   log "building $1 $TOOL_VERSION into $TOOL_DIR (first use on this machine; cold on 2 busy cores: many minutes)"
   work=$(mktemp -d "$TOOL_DIR/.build.XXXXXX")
-  trap 'rm -rf "$work"' EXIT
+  # (Expanded now: the trap runs after ensure's locals are gone.)
+  trap "rm -rf '$work'" EXIT
   "build_$1" "$work" "$work/$1.built"
   mv "$work/$1.built" "$TOOL_BIN"
   rm -rf "$work"

@@ -74,15 +74,18 @@ func (contentHashFunction) Definition(_ context.Context, _ function.DefinitionRe
 		MarkdownDescription: "The `content_hash` of a `meepa_isolation_image` with these packages and env vars, built on the " +
 			"base image whose image id (`sha256:` and 64 hex digits, as `docker image inspect --format '{{.Id}}'` prints it) is " +
 			"`base_image_id`: the hash covers the base's id, not its name, so a rebuilt base gets a new hash. The container image " +
-			"is then `meepa-sandbox:<content_hash>`. Order of packages does not matter. `package_manager` null means `auto`.",
+			"is then `meepa-sandbox:<content_hash>`. Order of packages does not matter.",
 		Parameters: []function.Parameter{
 			function.StringParameter{Name: "base_image_id", MarkdownDescription: "The base image's id, `sha256:…`."},
-			function.ListParameter{Name: "packages", ElementType: types.StringType, AllowNullValue: true,
-				MarkdownDescription: "As the resource's `packages`."},
-			function.StringParameter{Name: "package_manager", AllowNullValue: true,
-				MarkdownDescription: "As the resource's `package_manager`; null for `auto`."},
-			function.MapParameter{Name: "env_vars", ElementType: types.StringType, AllowNullValue: true,
-				MarkdownDescription: "As the resource's `env_vars`."},
+			// No argument may be null: OpenTofu 1.12 sends a null argument
+			// in a form the framework cannot read (measured: "DynamicValue
+			// had no JSON or msgpack data set"), so [] and {} stand for none.
+			function.ListParameter{Name: "packages", ElementType: types.StringType,
+				MarkdownDescription: "As the resource's `packages`; `[]` for none."},
+			function.StringParameter{Name: "package_manager",
+				MarkdownDescription: "As the resource's `package_manager` (its default is `auto`)."},
+			function.MapParameter{Name: "env_vars", ElementType: types.StringType,
+				MarkdownDescription: "As the resource's `env_vars`; `{}` for none."},
 		},
 		Return: function.StringReturn{},
 	}
@@ -95,7 +98,7 @@ func (contentHashFunction) Run(ctx context.Context, req function.RunRequest, res
 	var (
 		id       string
 		packages []string
-		manager  *string
+		manager  string
 		env      map[string]string
 	)
 	if resp.Error = req.Arguments.Get(ctx, &id, &packages, &manager, &env); resp.Error != nil {
@@ -105,10 +108,7 @@ func (contentHashFunction) Run(ctx context.Context, req function.RunRequest, res
 		resp.Error = function.NewArgumentFuncError(0, fmt.Sprintf("base_image_id %q: want an image id, sha256: and 64 lowercase hex digits", id))
 		return
 	}
-	spec := image.Spec{BaseImage: image.DefaultBaseImage, Packages: packages, Env: env}
-	if manager != nil {
-		spec.Manager = image.Manager(*manager)
-	}
+	spec := image.Spec{BaseImage: image.DefaultBaseImage, Packages: packages, Manager: image.Manager(manager), Env: env}
 	if !spec.HasContainerLayer() {
 		resp.Error = function.NewFuncError("no packages and no env_vars: such an image builds no container layer and has no content hash; " +
 			"its isolation image tag is provider::meepa::isolated_image(base_image)")

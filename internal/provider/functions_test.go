@@ -31,7 +31,7 @@ func TestFunctions(t *testing.T) {
 				Config: `
 output "plain" { value = provider::meepa::isolated_image("alpine") }
 output "hashed" { value = provider::meepa::isolated_image("registry.example:5000/team/base:v1") }
-output "own" { value = provider::meepa::isolated_image("meepa-sandbox:${provider::meepa::content_hash("` + id + `", ["curl", "jq"], null, { A = "1" })}") }
+output "own" { value = provider::meepa::isolated_image("meepa-sandbox:${provider::meepa::content_hash("` + id + `", ["curl", "jq"], "auto", { A = "1" })}") }
 output "hash" { value = provider::meepa::content_hash("` + id + `", ["jq", "curl"], "auto", { A = "1" }) }
 output "allow" { value = provider::meepa::allowlist(["API.Example.com.", "*.cdn.example.org:8443", "1.2.3.4", "[2001:db8::1]", "api.example.com:443"]) }
 `,
@@ -60,19 +60,19 @@ output "allow" { value = provider::meepa::allowlist(["API.Example.com.", "*.cdn.
 				ExpectError: errRE(`a wildcard needs at least two labels`),
 			},
 			{
-				Config:      `output "x" { value = provider::meepa::content_hash("alpine:3", ["jq"], null, null) }`,
+				Config:      `output "x" { value = provider::meepa::content_hash("alpine:3", ["jq"], "auto", {}) }`,
 				ExpectError: errRE(`want an image id, sha256: and 64 lowercase hex digits`),
 			},
 			{
-				Config:      `output "x" { value = provider::meepa::content_hash("` + id + `", null, null, null) }`,
+				Config:      `output "x" { value = provider::meepa::content_hash("` + id + `", [], "auto", {}) }`,
 				ExpectError: errRE(`no packages and no env_vars`),
 			},
 			{
-				Config:      `output "x" { value = provider::meepa::content_hash("` + id + `", ["jq; rm -rf /"], null, null) }`,
+				Config:      `output "x" { value = provider::meepa::content_hash("` + id + `", ["jq; rm -rf /"], "auto", {}) }`,
 				ExpectError: errRE(`invalid image spec`),
 			},
 			{
-				Config:      `output "x" { value = provider::meepa::content_hash("` + id + `", ["jq"], "yum", null) }`,
+				Config:      `output "x" { value = provider::meepa::content_hash("` + id + `", ["jq"], "yum", {}) }`,
 				ExpectError: errRE(`unknown package manager "yum"`),
 			},
 			{
@@ -92,7 +92,7 @@ func TestAccFunctionsAgreeWithTheImage(t *testing.T) {
 	baseID := imageID(t, cli, base)
 	config := imageConfig(base, []string{"jq"}, false) + fmt.Sprintf(`
 locals {
-  hash = provider::meepa::content_hash(%q, meepa_isolation_image.test.packages, null, meepa_isolation_image.test.env_vars)
+  hash = provider::meepa::content_hash(%q, meepa_isolation_image.test.packages, "auto", meepa_isolation_image.test.env_vars)
 }
 output "content_hash" { value = local.hash }
 output "isolated_image" { value = provider::meepa::isolated_image("meepa-sandbox:${local.hash}") }
