@@ -14,12 +14,16 @@ import (
 // devProviderRC builds the provider as an operator's `go build` would and
 // returns a CLI configuration whose dev_overrides names it, for tests that
 // drive the real terraform CLI beyond what terraform-plugin-testing does
-// (modules, `terraform test`).
+// (modules, `terraform test`). The CLI is the one terraform-plugin-testing
+// runs: TF_ACC_TERRAFORM_PATH, else terraform on PATH.
 func devProviderRC(t *testing.T) (tfBin, rc string) {
 	t.Helper()
-	tfBin, err := exec.LookPath("terraform")
-	if err != nil {
-		t.Skip("no terraform on PATH")
+	tfBin = os.Getenv("TF_ACC_TERRAFORM_PATH")
+	if tfBin == "" {
+		var err error
+		if tfBin, err = exec.LookPath("terraform"); err != nil {
+			t.Skip("no terraform on PATH")
+		}
 	}
 	bin := t.TempDir()
 	build := exec.Command("go", "build", "-o", filepath.Join(bin, "terraform-provider-meepa"), ".")
