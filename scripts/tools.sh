@@ -6,6 +6,12 @@
 #   scripts/tools.sh path NAME         prints the binary's path, building it first if needed
 #   scripts/tools.sh cached NAME       prints it only when already built; else says so, exits 1
 #   scripts/tools.sh exec NAME ARGS... runs it (building it first if needed)
+#   scripts/tools.sh within SECONDS NAME
+#                                      prints the path when cached, or when a
+#                                      build finishes within SECONDS (0: no
+#                                      build); else logs why and exits 3, so
+#                                      CI skips that leg, saying so, rather
+#                                      than run past its time
 #
 # NAME is one of:
 #   goreleaser  github.com/goreleaser/goreleaser/v2, GORELEASER_VERSION (the
@@ -113,7 +119,11 @@ ensure() {
 }
 
 cmd=${1:-} name=${2:-}
-[ -n "$name" ] || { echo "usage: $0 path|cached|exec NAME [ARGS...]" >&2; exit 2; }
+if [ "$cmd" = within ]; then
+  budget=$name name=${3:-}
+  [[ $budget =~ ^[0-9]+$ ]] && [ -n "$name" ] || { echo "usage: $0 within SECONDS NAME" >&2; exit 2; }
+fi
+[ -n "$name" ] || { echo "usage: $0 path|cached|exec NAME [ARGS...] | within SECONDS NAME" >&2; exit 2; }
 tool "$name"
 case $cmd in
   path) ensure "$name"; echo "$TOOL_BIN" ;;
@@ -123,5 +133,22 @@ case $cmd in
     exit 1
     ;;
   exec) shift 2; ensure "$name"; exec "$TOOL_BIN" "$@" ;;
+  within)
+    if [ -x "$TOOL_BIN" ]; then echo "$TOOL_BIN"; exit 0; fi
+    if [ "$budget" -eq 0 ]; then
+      log "SKIPPED: $name $TOOL_VERSION is not built on this machine and its build budget is 0 s (scripts/tools.sh path $name builds it)"
+      exit 3
+    fi
+    log "$name $TOOL_VERSION is not built on this machine: building it for at most $budget s"
+    rc=0
+    timeout --kill-after=10 "$budget" "$0" path "$name" >/dev/null || rc=$?
+    if [ "$rc" -eq 0 ]; then echo "$TOOL_BIN"; exit 0; fi
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+      log "SKIPPED: building $name took longer than $budget s; Go's build cache keeps what was compiled, so a later run gets further"
+      exit 3
+    fi
+    log "building $name failed (exit $rc)"
+    exit 1
+    ;;
   *) echo "usage: $0 path|cached|exec NAME [ARGS...]" >&2; exit 2 ;;
 esac

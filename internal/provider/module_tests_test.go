@@ -41,6 +41,12 @@ func devProviderRC(t *testing.T) (tfBin, rc string) {
 // terraformTest runs `terraform test` on one test file of an example.
 func terraformTest(t *testing.T, tfBin, rc, example, file string, vars ...string) {
 	t.Helper()
+	if v, _ := exec.Command(tfBin, "version").Output(); strings.HasPrefix(string(v), "OpenTofu") {
+		// Measured with OpenTofu 1.12.6: mock_provider has no
+		// override_during, and `tofu test` crashes (nil pointer in
+		// evalContextProviderFunction) on a provider function in an assert.
+		t.Skip("the examples' module tests are Terraform's: OpenTofu 1.12 has no override_during and crashes on a provider function in a test assertion")
+	}
 	args := []string{"test", "-no-color", "-filter=tests/" + file}
 	for _, v := range vars {
 		args = append(args, "-var", v)

@@ -9,12 +9,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/client"
 
@@ -45,6 +47,12 @@ var (
 // RunnerBinary builds cmd/agent-runner once per test process as a static
 // linux binary and returns its path. MEEPA_AGENT_RUNNER, when set, is used
 // instead.
+//
+// The binary (about 100 MB) is kept under its content hash in
+// $TMPDIR/meepa-test-runner, shared by every test process that builds the
+// same code, and copies unused for a day are removed: one per process,
+// never removed, filled this machine's disk until the cluster's node
+// reported disk pressure.
 func RunnerBinary(t testing.TB) string {
 	t.Helper()
 	runnerOnce.Do(func() {
@@ -52,28 +60,65 @@ func RunnerBinary(t testing.TB) string {
 			runnerPath = p
 			return
 		}
-		dir, err := os.MkdirTemp("", "meepa-runner-")
-		if err != nil {
-			runnerErr = err
-			return
-		}
-		// Host mode runs it under the agent's own uid, which must reach it.
-		if err := os.Chmod(dir, 0o755); err != nil {
-			runnerErr = err
-			return
-		}
-		runnerPath = filepath.Join(dir, "agent-runner")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", runnerPath, "./cmd/agent-runner")
-		cmd.Dir = RepoRoot()
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			runnerErr = fmt.Errorf("go build agent-runner: %w\n%s", err, out)
-		}
+		runnerPath, runnerErr = buildRunner(filepath.Join(os.TempDir(), "meepa-test-runner"))
 	})
 	if runnerErr != nil {
 		t.Fatal(runnerErr)
 	}
 	return runnerPath
+}
+
+func buildRunner(cache string) (string, error) {
+	// Host mode runs it under the agent's own uid, which must reach it.
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(cache, 0o755); err != nil {
+		return "", err
+	}
+	work, err := os.MkdirTemp(cache, ".build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(work)
+	if err := os.Chmod(work, 0o755); err != nil {
+		return "", err
+	}
+	built := filepath.Join(work, "agent-runner")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", built, "./cmd/agent-runner")
+	cmd.Dir = RepoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build agent-runner: %w\n%s", err, out)
+	}
+	f, err := os.Open(built)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	_, err = io.Copy(h, f)
+	f.Close()
+	if err != nil {
+		return "", err
+	}
+	final := filepath.Join(cache, hex.EncodeToString(h.Sum(nil))[:16])
+	// Another process may have put the same build there first: then its
+	// copy is as good as this one.
+	if err := os.Rename(work, final); err != nil {
+		if _, statErr := os.Stat(filepath.Join(final, "agent-runner")); statErr != nil {
+			return "", fmt.Errorf("keep agent-runner: %w", err)
+		}
+	}
+	now := time.Now()
+	_ = os.Chtimes(final, now, now) // in use: not pruned below
+	if old, err := os.ReadDir(cache); err == nil {
+		for _, e := range old {
+			if info, err := e.Info(); err == nil && e.Name() != filepath.Base(final) && now.Sub(info.ModTime()) > 24*time.Hour {
+				_ = os.RemoveAll(filepath.Join(cache, e.Name()))
+			}
+		}
+	}
+	return filepath.Join(final, "agent-runner"), nil
 }
 
 // Docker connects to the daemon (DOCKER_HOST or the local socket) or fails
