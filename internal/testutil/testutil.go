@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
@@ -169,7 +171,29 @@ func EnsureRunnerImage(t testing.TB, cli *client.Client) string {
 	if err := testimage.Runner(context.Background(), cli, tag, BusyboxImage, bin); err != nil {
 		t.Fatal(err)
 	}
+	pruneRunnerImages(cli, tag)
 	return tag
+}
+
+// pruneRunnerImages removes the runner images of earlier builds made more
+// than a day ago (about 110 MB each, one per version of the code tested);
+// one a container still uses stays (the daemon refuses).
+func pruneRunnerImages(cli *client.Client, keep string) {
+	ctx := context.Background()
+	list, err := cli.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("reference", runnerRepo))})
+	if err != nil {
+		return
+	}
+	for _, img := range list {
+		if time.Since(time.Unix(img.Created, 0)) < 24*time.Hour {
+			continue
+		}
+		for _, ref := range img.RepoTags {
+			if ref != keep {
+				_, _ = cli.ImageRemove(ctx, ref, image.RemoveOptions{})
+			}
+		}
+	}
 }
 
 // BuildImage builds tag from a Dockerfile and the files beside it, or fails
