@@ -312,6 +312,7 @@ func (r *isolationImageResource) Create(ctx context.Context, req resource.Create
 	plan.setState(st)
 	r.publish(&plan, &resp.Diagnostics)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	setIdentity(ctx, resp.Identity, imageIdentity{plan.IsolatedImage}, &resp.Diagnostics)
 }
 
 // Read reads the images back as they are. Either image gone: the resource
@@ -324,6 +325,9 @@ func (r *isolationImageResource) Read(ctx context.Context, req resource.ReadRequ
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	// The tag names the image on every path out, a removal too (the
+	// framework wants an identity after every Read without an error).
+	setIdentity(ctx, resp.Identity, imageIdentity{state.IsolatedImage}, &resp.Diagnostics)
 	svc := r.service(ctx, &resp.Diagnostics)
 	if svc == nil {
 		return
@@ -370,6 +374,7 @@ func (r *isolationImageResource) Update(ctx context.Context, req resource.Update
 	}
 	plan.keepComputed(state)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	setIdentity(ctx, resp.Identity, imageIdentity{plan.IsolatedImage}, &resp.Diagnostics)
 }
 
 func (r *isolationImageResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
@@ -392,7 +397,10 @@ func (r *isolationImageResource) Delete(ctx context.Context, req resource.Delete
 	}
 }
 
+// ImportState takes the isolation image's tag, as an import ID or as the
+// identity's isolated_image.
 func (r *isolationImageResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), req.ID)...)
-	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("isolated_image"), req.ID)...)
+	tag := importID(ctx, req, "isolated_image", &resp.Diagnostics)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), tag)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("isolated_image"), tag)...)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
@@ -268,6 +269,12 @@ func (r *threegateNetworkResource) Create(ctx context.Context, req resource.Crea
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	r.setIdentity(ctx, resp.Identity, plan.Name, &resp.Diagnostics)
+}
+
+// setIdentity records the topology's name and the backend it is on.
+func (r *threegateNetworkResource) setIdentity(ctx context.Context, id *tfsdk.ResourceIdentity, name types.String, diags *diag.Diagnostics) {
+	setIdentity(ctx, id, topologyIdentity{Name: name, Backend: types.StringValue(topologyBackend(ctx, r.data).Kind())}, diags)
 }
 
 func (r *threegateNetworkResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -276,6 +283,9 @@ func (r *threegateNetworkResource) Read(ctx context.Context, req resource.ReadRe
 	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "threegate_network", &resp.Diagnostics) {
 		return
 	}
+	// Set on every path out, a removal too: the framework wants an
+	// identity after every Read without an error.
+	r.setIdentity(ctx, resp.Identity, m.Name, &resp.Diagnostics)
 	b := topologyBackend(ctx, r.data)
 	if m.Proxy == nil { // importing: only the name is known
 		spec, err := b.Import(ctx, m.Name.ValueString())
@@ -313,6 +323,7 @@ func (r *threegateNetworkResource) Update(ctx context.Context, req resource.Upda
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	r.setIdentity(ctx, resp.Identity, plan.Name, &resp.Diagnostics)
 }
 
 // apply brings the backend to the plan and fills the computed values that
@@ -367,16 +378,32 @@ func (r *threegateNetworkResource) Delete(ctx context.Context, req resource.Dele
 	}
 }
 
+// ImportState takes the topology's name, as an import ID or as the
+// identity's name; an identity's backend must be the configured one.
 func (r *threegateNetworkResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	_, ps := topologyBackend(ctx, r.data).Plan(topospec.Input{Name: req.ID, Proxy: topospec.ProxyInput{Image: "x"}})
-	for _, p := range ps {
-		if p.Field == "name" {
-			resp.Diagnostics.AddError("Invalid Import ID", "the import id is the topology name: "+p.Detail)
+	b := topologyBackend(ctx, r.data)
+	name := importID(ctx, req, "name", &resp.Diagnostics)
+	if req.ID == "" && req.Identity != nil {
+		var kind types.String
+		resp.Diagnostics.Append(req.Identity.GetAttribute(ctx, path.Root("backend"), &kind)...)
+		if k := kind.ValueString(); k != "" && k != b.Kind() {
+			resp.Diagnostics.AddAttributeError(path.Root("backend"), "Wrong Backend",
+				fmt.Sprintf("the identity names a topology on %s, and this provider is configured for %s; import it with a provider configured for %s.", k, b.Kind(), k))
 			return
 		}
 	}
-	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("name"), req.ID)...)
-	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), req.ID)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	_, ps := b.Plan(topospec.Input{Name: name, Proxy: topospec.ProxyInput{Image: "x"}})
+	for _, p := range ps {
+		if p.Field == "name" {
+			resp.Diagnostics.AddError("Invalid Import ID", "the import id (or the identity's name) is the topology name: "+p.Detail)
+			return
+		}
+	}
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("name"), name)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), name)...)
 }
 
 // addFailure adds a backend's error: on its attribute when it names one,

@@ -114,3 +114,6 @@ func (st Status) neutral(s topospec.Spec) topospec.Status {
 	}
 	return out
 }
+
+// Kind is topospec.KindKubernetes.
+func (b *Backend) Kind() string { return topospec.KindKubernetes }

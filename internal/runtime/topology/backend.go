@@ -226,3 +226,6 @@ func (st HostStatus) neutral(s topospec.Spec) topospec.Status {
 	}
 	return out
 }
+
+// Kind is topospec.KindDocker.
+func (b *Backend) Kind() string { return topospec.KindDocker }

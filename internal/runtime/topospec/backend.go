@@ -5,6 +5,12 @@ import (
 	"fmt"
 )
 
+// The backends' kinds.
+const (
+	KindDocker     = "docker"
+	KindKubernetes = "kubernetes"
+)
+
 // Backend is one place topologies run: package topology (a Docker host and
 // its iptables) or package kubetopology (a namespace of a cluster). The
 // provider picks one when it is configured and drives every topology
@@ -38,6 +44,9 @@ type Backend interface {
 	// Verify runs probes in each role and compares what they reach with
 	// what s allows.
 	Verify(ctx context.Context, s Spec, o VerifyOptions) (Report, error)
+	// Kind names the backend (KindDocker, KindKubernetes): part of a
+	// topology's identity, since one name can exist on both.
+	Kind() string
 }
 
 // Role is what a member of a role joins and what it sets in its

@@ -1,0 +1,83 @@
+package provider
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/tfversion"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/image"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// Identity needs Terraform 1.12: under an older CLI these tests skip,
+// saying so (terraform-plugin-testing's version check).
+var needsIdentity = []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_12_0)}
+
+// TestAccIsolationImage_identity: the image's identity is its isolation
+// tag; an import block by identity, and one by ID, give back the state.
+func TestAccIsolationImage_identity(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	base := ensureBareBase(t, cli)
+	tag := image.IsolatedTag("0.1.0-test", base)
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		TerraformVersionChecks:   needsIdentity,
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{
+			{
+				Config: fmt.Sprintf("resource \"meepa_isolation_image\" \"test\" {\n  base_image = %q\n}\n", base),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectIdentity(imgAddr, map[string]knownvalue.Check{"isolated_image": knownvalue.StringExact(tag)}),
+				},
+			},
+			{ResourceName: imgAddr, ImportState: true, ImportStateKind: resource.ImportBlockWithResourceIdentity},
+			{ResourceName: imgAddr, ImportState: true, ImportStateKind: resource.ImportBlockWithID},
+		},
+	})
+}
+
+// TestAccThreegateNetwork_identity: a topology's identity is its name and
+// its backend; it imports by identity, and an identity naming the other
+// backend is refused on its attribute before anything is read.
+func TestAccThreegateNetwork_identity(t *testing.T) {
+	testutil.RequireDocker(t)
+	f := newTGFixture(t)
+	addr := "threegate_network.test"
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		TerraformVersionChecks:   needsIdentity,
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy:             f.checkDestroyed(t),
+		Steps: []resource.TestStep{
+			{
+				Config: f.config(""),
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectIdentity(addr, map[string]knownvalue.Check{
+						"name": knownvalue.StringExact(f.name), "backend": knownvalue.StringExact("docker"),
+					}),
+				},
+			},
+			{ResourceName: addr, ImportState: true, ImportStateKind: resource.ImportBlockWithResourceIdentity},
+			{
+				Config: f.config("") + fmt.Sprintf(`
+import {
+  to       = threegate_network.other
+  identity = { name = %q, backend = "kubernetes" }
+}
+resource "threegate_network" "other" {
+  provider = meepa
+  name     = %q
+  proxy    = { image = "x", allow = [] }
+}
+`, f.name, f.name),
+				PlanOnly:    true,
+				ExpectError: errRE(`Wrong Backend.*names a topology on kubernetes, and this provider is configured for docker`),
+			},
+		},
+	})
+}
