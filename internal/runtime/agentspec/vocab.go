@@ -3,6 +3,9 @@ package agentspec
 import (
 	"fmt"
 	"regexp"
+	"slices"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // LLMConfig says which model answers and how to reach it.
@@ -64,6 +67,24 @@ const (
 
 // Roles lists the accepted role values besides "".
 var Roles = []string{RoleCore, RoleFetch, RoleToolExec}
+
+// CheckRole refuses a role that is neither "" nor one of Roles: the
+// runner's config check and the loop's tool choice (agent.RoleTools) say
+// it in the same words.
+func CheckRole(role string) error {
+	if role == "" || slices.Contains(Roles, role) {
+		return nil
+	}
+	return fmt.Errorf("role %q is not one of %v", role, Roles)
+}
+
+// ThreeGateRole is an agent's role as package topology and the pod labels
+// name it ("tool_exec" is TOOL_EXEC); "" stays "".
+func ThreeGateRole(role string) string {
+	return map[string]string{
+		RoleCore: topospec.RoleCore, RoleFetch: topospec.RoleFetch, RoleToolExec: topospec.RoleToolExec,
+	}[role]
+}
 
 // CheckAskRole says why a core agent may not ask an agent of this role,
 // or nil: it asks fetch and tool_exec agents only (depth one). One text

@@ -2,10 +2,8 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 
 	"github.com/hashicorp/go-hclog"
@@ -15,97 +13,11 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // ModeKubernetes is the /healthz mode of a runner whose messages run in
 // Pods.
 const ModeKubernetes = "kubernetes"
-
-// validateKubernetes checks what a runner in a cluster can honour; it
-// fails closed where the Docker meaning of a setting has no pod
-// equivalent yet.
-func validateKubernetes(c *agentspec.Config) error {
-	k := c.Kubernetes
-	if k == nil {
-		return nil
-	}
-	var errs []error
-	if !c.Container.Enabled {
-		errs = append(errs, errors.New("kubernetes: needs container_mode.enabled: messages run in pods, there is no host mode in a cluster"))
-	}
-	if (k.Topology == "") != (c.Role == "") {
-		// On a cluster a role's network is its topology's NetworkPolicies,
-		// which find the pods by these labels: a role without them would
-		// run with the cluster network open.
-		errs = append(errs, fmt.Errorf("kubernetes: role %q and threegate_topology %q: a threegate role needs its topology and the other way round", c.Role, k.Topology))
-	}
-	if len(c.Container.Networks) > 0 {
-		errs = append(errs, errors.New("kubernetes: container_mode.networks are Docker networks; pods are placed by labels and NetworkPolicies"))
-	}
-	// Without a role, container_mode.network "none" (or empty) and
-	// "bridge" are accepted: a pod always joins the cluster network, and
-	// kubedeploy puts the agent's message pods under a NetworkPolicy of
-	// their own before the runner starts (kubedeploy.MessagePolicy). The
-	// runner cannot see that policy, so it makes each pod wait until the
-	// API server is blocked before agent-run reads its request
-	// (policyProbe): a pod the policy does not cover never runs a message.
-	if c.Role == "" && !agentspec.OwnPolicy(c) {
-		errs = append(errs, fmt.Errorf("kubernetes: container_mode.network %q: a cluster has no Docker networks; use none or bridge", c.Container.Network))
-	}
-	if _, err := kube.HardenedPod(KubeOptions(c, nil).Spec, "check", ""); err != nil {
-		errs = append(errs, fmt.Errorf("kubernetes: %w", err))
-	}
-	return errors.Join(errs...)
-}
-
-// KubeOptions maps a runner config onto the pod backend's options.
-func KubeOptions(cfg *agentspec.Config, log hclog.Logger) kube.Options {
-	k, cm := cfg.Kubernetes, cfg.Container
-	return kube.Options{
-		Spec: kube.PodSpec{
-			AgentID:          cfg.AgentID,
-			Topology:         k.Topology,
-			Role:             ThreeGateRole(cfg.Role),
-			Image:            cm.Image,
-			ImagePullPolicy:  corev1.PullPolicy(k.ImagePullPolicy),
-			MemoryLimit:      cm.MemoryLimit,
-			CPULimit:         k.CPULimit,
-			User:             cm.User,
-			WorkspaceClaim:   k.WorkspaceClaim,
-			WorkspaceSubPath: k.WorkspaceSubPath,
-			RuntimeClass:     k.RuntimeClass,
-			Env:              cfg.Env,
-			AwaitBlocked:     policyProbe(),
-		},
-		Prestart: cm.Prestart,
-		Logger:   log,
-	}
-}
-
-// policyProbe is what a confined message pod must find blocked before it
-// runs anything: the API server as this runner reaches it (the kubelet's,
-// or kubedeploy's api_server, variables), which every topology member's
-// policies and every agent's own message policy forbid, and an unconfined
-// pod reaches. Outside a cluster there is nothing to wait for.
-//
-// Every config validateKubernetes accepts is confined: a role by its
-// topology's policies, any other agent by its own message policy.
-func policyProbe() []string {
-	host, port := os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT")
-	if host == "" || port == "" {
-		return nil
-	}
-	return []string{net.JoinHostPort(host, port)}
-}
-
-// ThreeGateRole is an agent's role as package topology and the pod labels
-// name it ("tool_exec" is TOOL_EXEC); "" stays "".
-func ThreeGateRole(role string) string {
-	return map[string]string{
-		agentspec.RoleCore: topospec.RoleCore, agentspec.RoleFetch: topospec.RoleFetch, agentspec.RoleToolExec: topospec.RoleToolExec,
-	}[role]
-}
 
 // newKubeBackend connects with the pod's service account and makes the pod
 // backend, which deletes this agent's orphan pods first.
@@ -122,7 +34,7 @@ func newKubeBackend(ctx context.Context, cfg *agentspec.Config, log hclog.Logger
 // NewKubeBackend makes the pod backend on client c; its asks find their
 // targets' runner pods with the same client.
 func NewKubeBackend(ctx context.Context, c *kube.Client, cfg *agentspec.Config, log hclog.Logger) (sandbox.Backend, string, error) {
-	p, err := kube.NewPods(ctx, c, KubeOptions(cfg, log))
+	p, err := kube.NewPods(ctx, c, kube.OptionsFor(cfg, log))
 	if err != nil {
 		return nil, ModeKubernetes, err
 	}

@@ -18,9 +18,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testkube"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
@@ -192,7 +192,7 @@ func TestPodKeyNeverInWorkspace(t *testing.T) {
 	a := startAgentWith(t, cfg, podBackend(c))
 	a.waitReady(t)
 	ans := a.send(t, "!sh "+keyFromPieces)
-	if ans.status != 200 || !strings.Contains(ans.reply, "plain "+agent.Redacted) {
+	if ans.status != 200 || !strings.Contains(ans.reply, "plain "+redact.Redacted) {
 		t.Fatalf("reply: %d %s", ans.status, ans.raw)
 	}
 	noKeySpelling(t, "the reply", string(ans.raw))

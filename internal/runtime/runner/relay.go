@@ -26,6 +26,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/httpbound"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
 )
 
 // The LLM relay keeps the API key out of every sandbox. The agent loop (and,
@@ -94,7 +95,7 @@ type relaySession struct {
 	asks      Asks
 	// red knows the real key's spellings: the answers it cleans and the
 	// texts it scrubs for the loop (serveScrub).
-	red *agent.Redactor
+	red *redact.Redactor
 
 	mu    sync.Mutex
 	usage RelayUsage
@@ -199,7 +200,7 @@ func (r *Relay) Begin(messageID string, llm agentspec.LLMConfig, limits agentspe
 	_, _ = rand.Read(b[:])
 	token = "meepa-relay-" + hex.EncodeToString(b[:])
 	key := sha256.Sum256([]byte(token))
-	s := &relaySession{messageID: messageID, llm: llm, limits: limits.Effective(), timeout: timeout, asks: asks, red: agent.NewRedactor(llm.APIKey)}
+	s := &relaySession{messageID: messageID, llm: llm, limits: limits.Effective(), timeout: timeout, asks: asks, red: redact.NewRedactor(llm.APIKey)}
 	r.mu.Lock()
 	r.sessions[key] = s
 	r.mu.Unlock()
@@ -450,7 +451,7 @@ const (
 )
 
 // serveScrub hands the caller its own text back with every spelling of the
-// agent's key replaced (agent.Redacted): the loop, which never holds the
+// agent's key replaced (redact.Redacted): the loop, which never holds the
 // key, sends every text it is about to write into the workspace through
 // it. The key stays here; the answer is the only thing that depends on it.
 //

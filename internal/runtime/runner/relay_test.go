@@ -20,6 +20,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -358,7 +359,7 @@ func TestSandboxOptionsFollowRoleAndRelay(t *testing.T) {
 	} {
 		c := testConfig()
 		bad(c)
-		if err := Validate(c); err == nil {
+		if err := kube.ValidateConfig(c); err == nil {
 			t.Errorf("config accepted: role %q ask %+v", c.Role, c.Ask)
 		}
 	}

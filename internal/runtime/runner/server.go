@@ -103,6 +103,8 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/httpbound"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/version"
 )
@@ -250,7 +252,7 @@ func apiConns(cfg *agentspec.Config) int {
 // New validates cfg and makes its backend, which removes orphan sandboxes
 // left by a crash and, with prestart, starts the first container.
 func New(ctx context.Context, cfg *agentspec.Config, o Options) (*Server, error) {
-	if err := Validate(cfg); err != nil {
+	if err := kube.ValidateConfig(cfg); err != nil {
 		return nil, err
 	}
 	if o.Logger == nil {
@@ -379,7 +381,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // makes a new backend (so a prestarted container of the old config is never
 // used) and closes the old one. Listen cannot change without a restart.
 func (s *Server) Reload(ctx context.Context, cfg *agentspec.Config) error {
-	if err := Validate(cfg); err != nil {
+	if err := kube.ValidateConfig(cfg); err != nil {
 		return err
 	}
 	select {
@@ -676,7 +678,7 @@ func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox
 		"ask_message_ids", strings.Join(usage.Asks, ","),
 	}, p.auditFields()...)...)
 	if runErr != nil {
-		s.log.Error("sandbox failed", "message_id", id, "error", redactor(cfg).String(runErr.Error()))
+		s.log.Error("sandbox failed", "message_id", id, "error", agentspec.Redactor(cfg).String(runErr.Error()))
 	}
 	return result{status: status, body: append(body, '\n')}
 }
@@ -723,7 +725,7 @@ func BuildRequest(cfg *agentspec.Config, id string, msg MessageRequest) agent.Re
 // classify turns a sandbox outcome into the HTTP answer: 200 and the reply,
 // or a status, an error kind and a message.
 func classify(cfg *agentspec.Config, out sandbox.Outcome, runErr error) (status int, kind, detail string, reply *agent.Reply) {
-	red := redactor(cfg)
+	red := agentspec.Redactor(cfg)
 	switch {
 	case out.TimedOut:
 		return http.StatusGatewayTimeout, agent.ErrKindTimeout,
@@ -769,7 +771,7 @@ func classify(cfg *agentspec.Config, out sandbox.Outcome, runErr error) (status 
 	if cfg.RedactSecrets {
 		// agent-run redacts too; this second pass holds even for an agent
 		// that does not.
-		red.Reply(&r)
+		agent.RedactReply(red, &r)
 	}
 	r.Final = false // between agent-run and the sandbox only
 	return http.StatusOK, "", "", &r
@@ -788,7 +790,7 @@ func memLimit(cfg *agentspec.Config) string {
 
 // stderrNote is the end of the sandbox's stderr for an error message,
 // redacted before it is cut so that no part of a secret survives the cut.
-func stderrNote(tail []byte, red *agent.Redactor) string {
+func stderrNote(tail []byte, red *redact.Redactor) string {
 	t := strings.TrimSpace(red.String(string(tail)))
 	if t == "" {
 		return ""
@@ -797,16 +799,6 @@ func stderrNote(tail []byte, red *agent.Redactor) string {
 		t = "…" + t[len(t)-512:]
 	}
 	return ": " + t
-}
-
-// redactor knows the values never to show: the API key and the secrets,
-// as written and JSON-escaped.
-func redactor(cfg *agentspec.Config) *agent.Redactor {
-	v := []string{cfg.LLM.APIKey}
-	for _, s := range cfg.Secrets {
-		v = append(v, s)
-	}
-	return agent.NewRedactor(v...)
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 	"github.com/bogpad/terraform-provider-meepa/internal/version"
@@ -388,7 +389,7 @@ func TestRedactionEscapedAndCut(t *testing.T) {
 	_, ts := newTestServer(t, cfg, b)
 	code, m := post(t, ts.URL, "tok-123", `{"text":"hi"}`)
 	raw, _ := json.Marshal(m)
-	if code != 200 || bytes.Contains(raw, []byte(`ss\\\\word`)) || !bytes.Contains(raw, []byte(agent.Redacted)) {
+	if code != 200 || bytes.Contains(raw, []byte(`ss\\\\word`)) || !bytes.Contains(raw, []byte(redact.Redacted)) {
 		t.Errorf("escaped secret in a tool input: %d %s", code, raw)
 	}
 
