@@ -46,7 +46,7 @@ func benchHostMode(ctx context.Context, dir string, rounds int, containerSend, s
 		FileAccess: agentspec.FileAccess{AllowNetwork: true},
 		LLM:        agentspec.LLMConfig{Provider: "offline"},
 	}
-	r, err := serveRunner(ctx, cfg, func(_ context.Context, cfg *agentspec.Config, log hclog.Logger) (sandbox.Backend, string, error) {
+	r, err := serveRunner(ctx, cfg, func(_ context.Context, cfg *agentspec.Config, _ *runner.Relay, log hclog.Logger) (sandbox.Backend, string, error) {
 		o := runner.HostOptions(cfg, log)
 		o.RunnerBinary = bin
 		h, err := sandbox.NewHost(o)

@@ -99,6 +99,15 @@ func CheckAskRole(role string) error {
 	return fmt.Errorf("a core agent asks only fetch and tool_exec agents; this one's role is %q", role)
 }
 
+// SeedOf is the seed a runner sends with every message: a cluster
+// config's (Kubernetes.Seed), else none.
+func SeedOf(c *Config) *Seed {
+	if c.Kubernetes == nil {
+		return nil
+	}
+	return c.Kubernetes.Seed
+}
+
 // Seed is what a workspace starts with where the provider cannot write it
 // itself: on a cluster the workspace is a claim only the message pods
 // mount, so the runner sends its agent's soul and memory with every

@@ -445,7 +445,7 @@ func TestAsyncAuditLine(t *testing.T) {
 	logs := &syncBuffer{}
 	s, err := New(context.Background(), testConfig(), Options{
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "agent-runner", Level: hclog.Info, JSONFormat: true, Output: logs}),
-		NewBackend: func(context.Context, *agentspec.Config, hclog.Logger) (sandbox.Backend, string, error) {
+		NewBackend: func(context.Context, *agentspec.Config, *Relay, hclog.Logger) (sandbox.Backend, string, error) {
 			return b, ModeContainer, nil
 		},
 	})

@@ -72,7 +72,7 @@ func TestAuditLineOnePerMessageNoTextNoSecrets(t *testing.T) {
 	s, err := New(context.Background(), cfg, Options{
 		// Trace: not even the most verbose level may show the text or a secret.
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "agent-runner", Level: hclog.Trace, JSONFormat: true, Output: logs}),
-		NewBackend: func(context.Context, *agentspec.Config, hclog.Logger) (sandbox.Backend, string, error) {
+		NewBackend: func(context.Context, *agentspec.Config, *Relay, hclog.Logger) (sandbox.Backend, string, error) {
 			return b, ModeContainer, nil
 		},
 	})

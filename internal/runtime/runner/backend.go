@@ -24,20 +24,36 @@ const (
 
 // NewBackend is the one place that picks the sandbox for a config: the
 // Docker per-message container with container mode, a Pod per message with
-// a kubernetes section, else the host backend.
-func NewBackend(ctx context.Context, cfg *agentspec.Config, log hclog.Logger) (sandbox.Backend, string, error) {
+// a kubernetes section, else the host backend. It connects the backend to
+// relay in that backend's way (sandbox.RelayLink) when the config's
+// messages use the relay (needsRelay), so the server never asks which
+// backend it has.
+func NewBackend(ctx context.Context, cfg *agentspec.Config, relay *Relay, log hclog.Logger) (sandbox.Backend, string, error) {
 	if cfg.Kubernetes != nil {
-		return newKubeBackend(ctx, cfg, log)
+		return newKubeBackend(ctx, cfg, relay, log)
 	}
 	if !cfg.Container.Enabled {
-		h, err := sandbox.NewHost(HostOptions(cfg, log))
+		o := HostOptions(cfg, log)
+		if needsRelay(cfg) {
+			o.RelayPair = relay.Pair
+		}
+		h, err := sandbox.NewHost(o)
 		return h, ModeHost, err
+	}
+	o := DockerOptions(cfg, log)
+	if needsRelay(cfg) {
+		// The socket exists before any container that mounts its
+		// directory, and keeps it for the runner's life.
+		dir, err := relay.listenIn(RelayDir(cfg))
+		if err != nil {
+			return nil, ModeContainer, err
+		}
+		o.Spec.RelayDir = dir
 	}
 	cli, err := engine.Connect(ctx, engine.Options{Host: cfg.DockerHost})
 	if err != nil {
 		return nil, ModeContainer, err
 	}
-	o := DockerOptions(cfg, log)
 	nets := o.Spec.Networks
 	if len(nets) == 0 && o.Spec.Network == "bridge" {
 		nets = []string{sandbox.ManagedBridge}

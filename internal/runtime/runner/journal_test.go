@@ -518,7 +518,7 @@ func BenchmarkMessageJournal(b *testing.B) {
 				cfg.Journal = b.TempDir()
 			}
 			s, err := New(context.Background(), cfg, Options{Logger: hclog.NewNullLogger(),
-				NewBackend: func(context.Context, *agentspec.Config, hclog.Logger) (sandbox.Backend, string, error) {
+				NewBackend: func(context.Context, *agentspec.Config, *Relay, hclog.Logger) (sandbox.Backend, string, error) {
 					return echoBackend(), ModeContainer, nil
 				}})
 			if err != nil {
@@ -548,7 +548,7 @@ func TestAuditLineResumedAndKey(t *testing.T) {
 	var buf syncBuffer
 	s, err := New(context.Background(), journalConfig(t.TempDir()), Options{
 		Logger: hclog.New(&hclog.LoggerOptions{Output: &buf, JSONFormat: true, Level: hclog.Trace}),
-		NewBackend: func(context.Context, *agentspec.Config, hclog.Logger) (sandbox.Backend, string, error) {
+		NewBackend: func(context.Context, *agentspec.Config, *Relay, hclog.Logger) (sandbox.Backend, string, error) {
 			return echoBackend(), ModeContainer, nil
 		},
 	})

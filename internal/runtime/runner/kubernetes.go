@@ -21,20 +21,25 @@ const ModeKubernetes = "kubernetes"
 
 // newKubeBackend connects with the pod's service account and makes the pod
 // backend, which deletes this agent's orphan pods first.
-func newKubeBackend(ctx context.Context, cfg *agentspec.Config, log hclog.Logger) (sandbox.Backend, string, error) {
+func newKubeBackend(ctx context.Context, cfg *agentspec.Config, relay *Relay, log hclog.Logger) (sandbox.Backend, string, error) {
 	// In a runner pod: the process and its logger live as long.
 	kube.RouteClientLogs(log)
 	c, err := kube.InCluster(cfg.Kubernetes.Namespace)
 	if err != nil {
 		return nil, ModeKubernetes, err
 	}
-	return NewKubeBackend(ctx, c, cfg, log)
+	return NewKubeBackend(ctx, c, cfg, relay, log)
 }
 
 // NewKubeBackend makes the pod backend on client c; its asks find their
-// targets' runner pods with the same client.
-func NewKubeBackend(ctx context.Context, c *kube.Client, cfg *agentspec.Config, log hclog.Logger) (sandbox.Backend, string, error) {
-	p, err := kube.NewPods(ctx, c, kube.OptionsFor(cfg, log))
+// targets' runner pods with the same client, and its pods reach relay on
+// their own attach.
+func NewKubeBackend(ctx context.Context, c *kube.Client, cfg *agentspec.Config, relay *Relay, log hclog.Logger) (sandbox.Backend, string, error) {
+	o := kube.OptionsFor(cfg, log)
+	if needsRelay(cfg) {
+		o.Relay = relay.ServeConn
+	}
+	p, err := kube.NewPods(ctx, c, o)
 	if err != nil {
 		return nil, ModeKubernetes, err
 	}

@@ -64,8 +64,8 @@ func kubeAgentConfig(t *testing.T, c *kube.Client, id string) (*agentspec.Config
 // podBackend makes the pod backend with the test's client instead of the
 // in-cluster service account.
 func podBackend(c *kube.Client) BackendFactory {
-	return func(ctx context.Context, cfg *agentspec.Config, log hclog.Logger) (sandbox.Backend, string, error) {
-		return NewKubeBackend(ctx, c, cfg, log)
+	return func(ctx context.Context, cfg *agentspec.Config, relay *Relay, log hclog.Logger) (sandbox.Backend, string, error) {
+		return NewKubeBackend(ctx, c, cfg, relay, log)
 	}
 }
 

@@ -185,6 +185,20 @@ func (r *Relay) Listen(dir string) error {
 // per-message containers); empty before Listen.
 func (r *Relay) Dir() string { return r.dir }
 
+// listenIn opens the relay's socket in dir unless it has one already: it
+// keeps its first directory for the runner's life, since the sandboxes
+// must mount where the socket is, not where a reloaded config would put
+// it. It returns the directory in use.
+func (r *Relay) listenIn(dir string) (string, error) {
+	if cur := r.Dir(); cur != "" {
+		if cur != dir {
+			r.log.Warn("relay directory changed; it takes effect at the next restart", "relay_dir", cur)
+		}
+		return cur, nil
+	}
+	return dir, r.Listen(dir)
+}
+
 // Close stops the socket.
 func (r *Relay) Close() error {
 	if r.server == nil {
@@ -736,13 +750,6 @@ func bounded(s string, n int) string {
 // still be given one). Only then is its directory mounted.
 func needsRelay(cfg *agentspec.Config) bool {
 	return usesRelay(cfg.LLM.Provider) || len(cfg.Ask) > 0 || cfg.LLM.APIKey != ""
-}
-
-// relayOnSocket says whether the relay listens on a unix socket that the
-// per-message containers mount (Docker container mode). Host mode gets a
-// socketpair per message, and pods the stream of their own attach.
-func relayOnSocket(cfg *agentspec.Config) bool {
-	return cfg.Container.Enabled && cfg.Kubernetes == nil && needsRelay(cfg)
 }
 
 // usesRelay says whether a provider calls a model endpoint (offline does not).

@@ -51,6 +51,7 @@ func (s *scripted) Run(ctx context.Context, job sandbox.Job) (sandbox.Outcome, e
 	return s.answer(req)
 }
 func (s *scripted) Ready() bool                     { return true }
+func (s *scripted) RelayLink() sandbox.RelayLink    { return sandbox.RelayMounted }
 func (s *scripted) Close(ctx context.Context) error { s.closed = true; return nil }
 func (s *scripted) Health() map[string]any          { return map[string]any{"landlock_abi": 7} }
 
@@ -76,10 +77,8 @@ func (s *Server) handler() http.Handler { return s.http.Handler }
 func newTestServer(t *testing.T, cfg *agentspec.Config, b *scripted) (*Server, *httptest.Server) {
 	t.Helper()
 	s, err := New(context.Background(), cfg, Options{
-		Logger: hclog.NewNullLogger(),
-		NewBackend: func(context.Context, *agentspec.Config, hclog.Logger) (sandbox.Backend, string, error) {
-			return b, ModeContainer, nil
-		},
+		Logger:     hclog.NewNullLogger(),
+		NewBackend: scriptedBackend(b),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -87,6 +86,20 @@ func newTestServer(t *testing.T, cfg *agentspec.Config, b *scripted) (*Server, *
 	ts := httptest.NewServer(s.handler())
 	t.Cleanup(ts.Close)
 	return s, ts
+}
+
+// scriptedBackend makes b as NewBackend makes a container-mode backend:
+// with the relay's socket listening in RelayDir when the config's messages
+// use the relay.
+func scriptedBackend(b *scripted) BackendFactory {
+	return func(_ context.Context, cfg *agentspec.Config, r *Relay, _ hclog.Logger) (sandbox.Backend, string, error) {
+		if needsRelay(cfg) {
+			if _, err := r.listenIn(RelayDir(cfg)); err != nil {
+				return nil, ModeContainer, err
+			}
+		}
+		return b, ModeContainer, nil
+	}
 }
 
 func post(t *testing.T, url, token, body string) (int, map[string]any) {
@@ -346,7 +359,7 @@ func TestReloadSwapsBackend(t *testing.T) {
 	backends := []*scripted{old, next}
 	s, err := New(context.Background(), testConfig(), Options{
 		Logger: hclog.NewNullLogger(),
-		NewBackend: func(context.Context, *agentspec.Config, hclog.Logger) (sandbox.Backend, string, error) {
+		NewBackend: func(context.Context, *agentspec.Config, *Relay, hclog.Logger) (sandbox.Backend, string, error) {
 			b := backends[0]
 			backends = backends[1:]
 			return b, ModeContainer, nil
