@@ -99,6 +99,14 @@ func CheckAskRole(role string) error {
 	return fmt.Errorf("a core agent asks only fetch and tool_exec agents; this one's role is %q", role)
 }
 
+// NeedsRelay says whether a config's messages use the runner's LLM relay:
+// a model provider, agents to ask, or a key the loop must keep out of the
+// workspace without holding it (the scrub route; an offline agent may
+// still be given one). Only then is a sandbox connected to it.
+func NeedsRelay(c *Config) bool {
+	return c.LLM.Provider == ProviderOpenAI || c.LLM.Provider == ProviderAnthropic || len(c.Ask) > 0 || c.LLM.APIKey != ""
+}
+
 // SeedOf is the seed a runner sends with every message: a cluster
 // config's (Kubernetes.Seed), else none.
 func SeedOf(c *Config) *Seed {

@@ -76,4 +76,10 @@
 // likewise); an asynchronous message stays queued until it runs, or until
 // Shutdown, which leaves it accepted in the journal for the next start (or,
 // without a journal, answers it shutting_down).
+//
+// The sandbox a message runs in comes ready from package backends (the
+// Docker container, the host child or a Pod, chosen there once per
+// config), already connected to this runner's LLM relay; the server asks
+// the backend how its sandboxes reach the relay (sandbox.RelayLink) and
+// nothing about which kind it is.
 package runner

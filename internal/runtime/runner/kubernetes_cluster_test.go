@@ -21,6 +21,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testkube"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
@@ -65,7 +66,7 @@ func kubeAgentConfig(t *testing.T, c *kube.Client, id string) (*agentspec.Config
 // in-cluster service account.
 func podBackend(c *kube.Client) BackendFactory {
 	return func(ctx context.Context, cfg *agentspec.Config, relay *Relay, log hclog.Logger) (sandbox.Backend, string, error) {
-		return NewKubeBackend(ctx, c, cfg, relay, log)
+		return backends.NewKube(ctx, c, cfg, relay, log)
 	}
 }
 
@@ -108,7 +109,7 @@ func TestPodKeyStaysWithRunner(t *testing.T) {
 				t.Error(p)
 			}
 			inPodObjects = nil
-			if _, err := os.Stat(RelayDir(cfg)); err == nil {
+			if _, err := os.Stat(backends.RelayDir(cfg)); err == nil {
 				t.Errorf("a relay socket directory was made for a pod runner; pods carry the relay on their attach")
 			}
 		})

@@ -185,11 +185,11 @@ func (r *Relay) Listen(dir string) error {
 // per-message containers); empty before Listen.
 func (r *Relay) Dir() string { return r.dir }
 
-// listenIn opens the relay's socket in dir unless it has one already: it
+// ListenIn opens the relay's socket in dir unless it has one already: it
 // keeps its first directory for the runner's life, since the sandboxes
 // must mount where the socket is, not where a reloaded config would put
 // it. It returns the directory in use.
-func (r *Relay) listenIn(dir string) (string, error) {
+func (r *Relay) ListenIn(dir string) (string, error) {
 	if cur := r.Dir(); cur != "" {
 		if cur != dir {
 			r.log.Warn("relay directory changed; it takes effect at the next restart", "relay_dir", cur)
@@ -742,14 +742,6 @@ func bounded(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
-}
-
-// needsRelay says whether a config's messages use the relay: a model
-// provider, agents to ask, or a key the loop must keep out of the
-// workspace without holding it (the scrub route; an offline agent may
-// still be given one). Only then is its directory mounted.
-func needsRelay(cfg *agentspec.Config) bool {
-	return usesRelay(cfg.LLM.Provider) || len(cfg.Ask) > 0 || cfg.LLM.APIKey != ""
 }
 
 // usesRelay says whether a provider calls a model endpoint (offline does not).

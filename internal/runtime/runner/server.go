@@ -27,6 +27,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/httpbound"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/version"
 )
@@ -102,11 +103,16 @@ type HealthReporter interface {
 }
 
 // BackendFactory makes the sandbox backend for a config, its sandboxes
-// connected to relay; NewBackend by default.
+// connected to relay; backends.New by default.
 type BackendFactory func(ctx context.Context, cfg *agentspec.Config, relay *Relay, log hclog.Logger) (sandbox.Backend, string, error)
 
+// newBackend is backends.New with the runner's own relay.
+func newBackend(ctx context.Context, cfg *agentspec.Config, relay *Relay, log hclog.Logger) (sandbox.Backend, string, error) {
+	return backends.New(ctx, cfg, relay, log)
+}
+
 // Options for New. Zero values: an hclog logger named agent-runner at info
-// level, and NewBackend.
+// level, and backends.New.
 type Options struct {
 	Logger     hclog.Logger
 	NewBackend BackendFactory
@@ -182,7 +188,7 @@ func New(ctx context.Context, cfg *agentspec.Config, o Options) (*Server, error)
 		o.Logger = hclog.New(&hclog.LoggerOptions{Name: "agent-runner", Level: hclog.Info})
 	}
 	if o.NewBackend == nil {
-		o.NewBackend = NewBackend
+		o.NewBackend = newBackend
 	}
 	s := &Server{
 		log:        o.Logger.With("agent_id", cfg.AgentID),
@@ -500,7 +506,7 @@ func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox
 	job := sandbox.Job{MessageID: id, Timeout: cfg.Container.Timeout()}
 	var usage RelayUsage
 	endRelay := func() {}
-	if needsRelay(cfg) {
+	if agentspec.NeedsRelay(cfg) {
 		// The loop gets a token for this message and the relay's address;
 		// the key stays here.
 		token, end := s.relay.Begin(id, cfg.LLM, cfg.LLMLimits, cfg.Container.Timeout(), asksFor(cfg, backend))
@@ -514,7 +520,7 @@ func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox
 			req.Asks = append(req.Asks, agent.AskTarget{AgentID: a.AgentID, Role: a.Role})
 		}
 		// The backend connected its sandboxes to the relay when it was
-		// made (NewBackend); agent-run learns which way.
+		// made (backends.New); agent-run learns which way.
 		switch backend.RelayLink() {
 		case sandbox.RelayAttached:
 			req.Relay = &agent.Relay{Stream: true}

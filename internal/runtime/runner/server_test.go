@@ -17,6 +17,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 	"github.com/bogpad/terraform-provider-meepa/internal/version"
@@ -93,12 +94,12 @@ func newTestServer(t *testing.T, cfg *agentspec.Config, b *scripted) (*Server, *
 // use the relay.
 func scriptedBackend(b *scripted) BackendFactory {
 	return func(_ context.Context, cfg *agentspec.Config, r *Relay, _ hclog.Logger) (sandbox.Backend, string, error) {
-		if needsRelay(cfg) {
-			if _, err := r.listenIn(RelayDir(cfg)); err != nil {
-				return nil, ModeContainer, err
+		if agentspec.NeedsRelay(cfg) {
+			if _, err := r.ListenIn(backends.RelayDir(cfg)); err != nil {
+				return nil, backends.ModeContainer, err
 			}
 		}
-		return b, ModeContainer, nil
+		return b, backends.ModeContainer, nil
 	}
 }
 
@@ -346,7 +347,7 @@ func TestHostModeFailsClosed(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	if _, _, mode := s.snapshot(); mode != ModeHost {
+	if _, _, mode := s.snapshot(); mode != backends.ModeHost {
 		t.Fatalf("container mode off ran in mode %q", mode)
 	}
 }
@@ -356,13 +357,13 @@ func TestHostModeFailsClosed(t *testing.T) {
 func TestReloadSwapsBackend(t *testing.T) {
 	old := &scripted{answer: func(agent.Request) (sandbox.Outcome, error) { return replyOutcome(agent.Reply{Reply: "old"}) }}
 	next := &scripted{answer: func(agent.Request) (sandbox.Outcome, error) { return replyOutcome(agent.Reply{Reply: "new"}) }}
-	backends := []*scripted{old, next}
+	queue := []*scripted{old, next}
 	s, err := New(context.Background(), testConfig(), Options{
 		Logger: hclog.NewNullLogger(),
 		NewBackend: func(context.Context, *agentspec.Config, *Relay, hclog.Logger) (sandbox.Backend, string, error) {
-			b := backends[0]
-			backends = backends[1:]
-			return b, ModeContainer, nil
+			b := queue[0]
+			queue = queue[1:]
+			return b, backends.ModeContainer, nil
 		},
 	})
 	if err != nil {

@@ -1,8 +1,15 @@
-package runner
+// Package backends makes the sandbox backend a runner config asks for
+// (New): the Docker per-message container, the Landlock host child, or a
+// Pod per message, each connected to the runner's LLM relay in its own way
+// (sandbox.RelayLink). It is the one place that knows which backend a
+// config gets; the runner's server takes the ready backend and asks it
+// nothing about its kind.
+package backends
 
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,35 +23,47 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
+// Relay is the runner's LLM relay as the backends connect their sandboxes
+// to it (runner.Relay).
+type Relay interface {
+	// ListenIn opens the relay's unix socket in dir, or keeps the one it
+	// has, and returns the directory in use (Docker mounts it).
+	ListenIn(dir string) (string, error)
+	// Pair is one message's connection for a host-mode child to inherit.
+	Pair() (child *os.File, stop func(), err error)
+	// ServeConn serves the relay on a pod's attach stream until stop.
+	ServeConn(conn net.Conn) (stop func())
+}
+
 // Modes reported by /healthz.
 const (
 	ModeContainer = "container"
 	ModeHost      = "host"
 )
 
-// NewBackend is the one place that picks the sandbox for a config: the
+// New is the one place that picks the sandbox for a config: the
 // Docker per-message container with container mode, a Pod per message with
 // a kubernetes section, else the host backend. It connects the backend to
 // relay in that backend's way (sandbox.RelayLink) when the config's
-// messages use the relay (needsRelay), so the server never asks which
+// messages use the relay (agentspec.NeedsRelay), so the server never asks which
 // backend it has.
-func NewBackend(ctx context.Context, cfg *agentspec.Config, relay *Relay, log hclog.Logger) (sandbox.Backend, string, error) {
+func New(ctx context.Context, cfg *agentspec.Config, relay Relay, log hclog.Logger) (sandbox.Backend, string, error) {
 	if cfg.Kubernetes != nil {
-		return newKubeBackend(ctx, cfg, relay, log)
+		return newKube(ctx, cfg, relay, log)
 	}
 	if !cfg.Container.Enabled {
 		o := HostOptions(cfg, log)
-		if needsRelay(cfg) {
+		if agentspec.NeedsRelay(cfg) {
 			o.RelayPair = relay.Pair
 		}
 		h, err := sandbox.NewHost(o)
 		return h, ModeHost, err
 	}
 	o := DockerOptions(cfg, log)
-	if needsRelay(cfg) {
+	if agentspec.NeedsRelay(cfg) {
 		// The socket exists before any container that mounts its
 		// directory, and keeps it for the runner's life.
-		dir, err := relay.listenIn(RelayDir(cfg))
+		dir, err := relay.ListenIn(RelayDir(cfg))
 		if err != nil {
 			return nil, ModeContainer, err
 		}
@@ -93,7 +112,7 @@ func DockerOptions(cfg *agentspec.Config, log hclog.Logger) sandbox.DockerOption
 		Final:  agentspec.FinalReply,
 		Logger: log,
 	}
-	if needsRelay(cfg) {
+	if agentspec.NeedsRelay(cfg) {
 		o.Spec.RelayDir = RelayDir(cfg)
 	}
 	if cfg.Role == agentspec.RoleToolExec {

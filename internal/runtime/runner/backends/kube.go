@@ -1,4 +1,4 @@
-package runner
+package backends
 
 import (
 	"context"
@@ -19,24 +19,24 @@ import (
 // Pods.
 const ModeKubernetes = "kubernetes"
 
-// newKubeBackend connects with the pod's service account and makes the pod
+// newKube connects with the pod's service account and makes the pod
 // backend, which deletes this agent's orphan pods first.
-func newKubeBackend(ctx context.Context, cfg *agentspec.Config, relay *Relay, log hclog.Logger) (sandbox.Backend, string, error) {
+func newKube(ctx context.Context, cfg *agentspec.Config, relay Relay, log hclog.Logger) (sandbox.Backend, string, error) {
 	// In a runner pod: the process and its logger live as long.
 	kube.RouteClientLogs(log)
 	c, err := kube.InCluster(cfg.Kubernetes.Namespace)
 	if err != nil {
 		return nil, ModeKubernetes, err
 	}
-	return NewKubeBackend(ctx, c, cfg, relay, log)
+	return NewKube(ctx, c, cfg, relay, log)
 }
 
-// NewKubeBackend makes the pod backend on client c; its asks find their
+// NewKube makes the pod backend on client c; its asks find their
 // targets' runner pods with the same client, and its pods reach relay on
 // their own attach.
-func NewKubeBackend(ctx context.Context, c *kube.Client, cfg *agentspec.Config, relay *Relay, log hclog.Logger) (sandbox.Backend, string, error) {
+func NewKube(ctx context.Context, c *kube.Client, cfg *agentspec.Config, relay Relay, log hclog.Logger) (sandbox.Backend, string, error) {
 	o := kube.OptionsFor(cfg, log)
-	if needsRelay(cfg) {
+	if agentspec.NeedsRelay(cfg) {
 		o.Relay = relay.ServeConn
 	}
 	p, err := kube.NewPods(ctx, c, o)
