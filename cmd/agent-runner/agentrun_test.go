@@ -18,6 +18,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -90,7 +91,7 @@ func TestAgentRunOffline(t *testing.T) {
 	if code != 0 || rep.ErrorKind != "" {
 		t.Fatalf("exit %d, %s: %s", code, rep.ErrorKind, rep.Error)
 	}
-	if want := "exit 0\nhello\n" + agent.Redacted + "\n" + ws + "\n"; rep.Reply != want || rep.MessageID != "m1" {
+	if want := "exit 0\nhello\n" + redact.Redacted + "\n" + ws + "\n"; rep.Reply != want || rep.MessageID != "m1" {
 		t.Errorf("reply = %q, want %q", rep.Reply, want)
 	}
 	if _, err := os.Stat(filepath.Join(ws, agent.MemoryFile)); err != nil {
@@ -173,10 +174,10 @@ func TestAgentRunOpenAIThroughBinary(t *testing.T) {
 		InjectCredentialsEnv: true,
 		RedactSecrets:        true,
 	}), nil)
-	if code != 0 || rep.Reply != "the tool printed "+agent.Redacted || calls != 2 {
+	if code != 0 || rep.Reply != "the tool printed "+redact.Redacted || calls != 2 {
 		t.Fatalf("exit %d, reply %q (%s: %s), %d calls", code, rep.Reply, rep.ErrorKind, rep.Error, calls)
 	}
-	if out := rep.Steps[0].ToolCalls[0].Output; out != agent.Redacted+"\n" {
+	if out := rep.Steps[0].ToolCalls[0].Output; out != redact.Redacted+"\n" {
 		t.Errorf("tool output %q", out)
 	}
 	if rep.Usage != (agent.Usage{InputTokens: 6, OutputTokens: 8}) {

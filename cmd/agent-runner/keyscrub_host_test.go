@@ -11,6 +11,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -48,11 +49,11 @@ func TestHostModeKeyNeverInWorkspace(t *testing.T) {
 				if status != 200 {
 					t.Fatalf("%q: %d %v\n%s", text, status, m, logs.String())
 				}
-				if s := fmt.Sprint(m); agent.NewRedactor(key).String(s) != s {
+				if s := fmt.Sprint(m); redact.NewRedactor(key).String(s) != s {
 					t.Errorf("the reply holds the key: %s", s)
 				}
 			}
-			red := agent.NewRedactor(key)
+			red := redact.NewRedactor(key)
 			files := 0
 			testutil.Must(t, filepath.WalkDir(cfg.Workspace, func(p string, d fs.DirEntry, err error) error {
 				if err != nil || d.IsDir() {
@@ -66,7 +67,7 @@ func TestHostModeKeyNeverInWorkspace(t *testing.T) {
 				if s := string(data); red.String(s) != s {
 					t.Errorf("workspace file %s holds the key", p)
 				}
-				if strings.HasSuffix(p, agent.MemoryFile) && !strings.Contains(string(data), agent.Redacted) {
+				if strings.HasSuffix(p, agent.MemoryFile) && !strings.Contains(string(data), redact.Redacted) {
 					t.Errorf("memory.db holds no scrubbed exchange")
 				}
 				return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
@@ -46,11 +47,11 @@ func benchHostMode(ctx context.Context, dir string, rounds int, containerSend, s
 		FileAccess: agentspec.FileAccess{AllowNetwork: true},
 		LLM:        agentspec.LLMConfig{Provider: "offline"},
 	}
-	r, err := serveRunner(ctx, cfg, func(_ context.Context, cfg *agentspec.Config, log hclog.Logger) (sandbox.Backend, string, error) {
-		o := runner.HostOptions(cfg, log)
+	r, err := serveRunner(ctx, cfg, func(_ context.Context, cfg *agentspec.Config, _ *runner.Relay, log hclog.Logger) (sandbox.Backend, string, error) {
+		o := backends.HostOptions(cfg, log)
 		o.RunnerBinary = bin
 		h, err := sandbox.NewHost(o)
-		return h, runner.ModeHost, err
+		return h, backends.ModeHost, err
 	})
 	if err != nil {
 		return 0, 0, err

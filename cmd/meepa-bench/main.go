@@ -449,7 +449,7 @@ func startRunner(ctx context.Context, dir, id, ws string, prestart bool) (*bench
 }
 
 // serveRunner serves cfg in process on its unix socket; newBackend nil is
-// runner.NewBackend.
+// backends.New.
 func serveRunner(ctx context.Context, cfg *agentspec.Config, newBackend runner.BackendFactory) (*benchRunner, error) {
 	log := hclog.New(&hclog.LoggerOptions{Name: "runner", Level: hclog.LevelFromString(envOr("MEEPA_LOG_LEVEL", "warn")), Output: os.Stderr})
 	if cfg.Journal == "" {

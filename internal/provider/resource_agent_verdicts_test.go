@@ -15,7 +15,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 )
 
 // TestPlanAndRunnerAgree feeds the same agent settings to the plan's
@@ -136,7 +136,7 @@ func runnerVerdict(t *testing.T, c agentspec.Config) error {
 	if err != nil {
 		return err
 	}
-	return runner.Validate(loaded)
+	return kube.ValidateConfig(loaded)
 }
 
 type errorString string

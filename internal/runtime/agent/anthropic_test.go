@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
 )
 
 func anthropicAnswer(t *testing.T, stop string, content ...any) fakeAnswer {
@@ -42,7 +43,7 @@ func TestAnthropicToolRoundTrip(t *testing.T) {
 	if len(rep.Steps) != 2 || rep.Steps[0].Text != "Let me look." || len(rep.Steps[0].ToolCalls) != 2 {
 		t.Fatalf("steps = %+v", rep.Steps)
 	}
-	if out := rep.Steps[0].ToolCalls[1].Output; out != "buy milk "+Redacted+"\n" {
+	if out := rep.Steps[0].ToolCalls[1].Output; out != "buy milk "+redact.Redacted+"\n" {
 		t.Errorf("shell output = %q", out)
 	}
 	if rep.Usage != (Usage{InputTokens: 40, OutputTokens: 10}) {
@@ -129,7 +130,7 @@ func TestAnthropicErrors(t *testing.T) {
 		LLM:           agentspec.LLMConfig{Provider: agentspec.ProviderAnthropic, Model: "claude-test", BaseURL: fake.srv.URL, APIKey: key},
 		RedactSecrets: true,
 	})
-	if rep.ErrorKind != ErrKindLLM || rep.Error != "anthropic: 401 Unauthorized: authentication_error: invalid x-api-key "+Redacted {
+	if rep.ErrorKind != ErrKindLLM || rep.Error != "anthropic: 401 Unauthorized: authentication_error: invalid x-api-key "+redact.Redacted {
 		t.Errorf("got %q %q", rep.ErrorKind, rep.Error)
 	}
 

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
 )
 
 // Loop limits.
@@ -103,14 +104,14 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 	for _, v := range req.Secrets {
 		secretValues = append(secretValues, v)
 	}
-	red := NewRedactor(secretValues...)
+	red := redact.NewRedactor(secretValues...)
 	finish := func(kind string, err error) *Reply {
 		if err != nil {
 			rep.ErrorKind = kind
 			rep.Error = err.Error()
 		}
 		if req.RedactSecrets {
-			red.Reply(rep)
+			RedactReply(red, rep)
 		}
 		rep.DurationMS = time.Since(start).Milliseconds()
 		log.Info("message done", "message_id", req.Message.ID, "steps", len(rep.Steps),

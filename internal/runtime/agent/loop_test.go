@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -88,7 +89,7 @@ func TestToolEnvIsCleanUnlessAsked(t *testing.T) {
 	req.InjectSecretsEnv = true
 	req.InjectCredentialsEnv = true
 	rep = runReq(t, ws, req)
-	for _, want := range []string{"DB_PASSWORD=" + Redacted, EnvLLMAPIKey + "=" + Redacted} {
+	for _, want := range []string{"DB_PASSWORD=" + redact.Redacted, EnvLLMAPIKey + "=" + redact.Redacted} {
 		if !strings.Contains(rep.Reply, want) {
 			t.Errorf("injected env lacks %s:\n%s", want, rep.Reply)
 		}
@@ -102,7 +103,7 @@ func TestRedactionOfflineCredentials(t *testing.T) {
 	req.LLM.APIKey = key
 	req.InjectCredentialsEnv = true
 	rep := runReq(t, ws, req)
-	if rep.Reply != "exit 0\nkey="+Redacted+"\n"+Redacted+"\n" {
+	if rep.Reply != "exit 0\nkey="+redact.Redacted+"\n"+redact.Redacted+"\n" {
 		t.Fatalf("reply = %q, want the key redacted", rep.Reply)
 	}
 	all, _ := json.Marshal(rep)
@@ -162,7 +163,7 @@ func TestLLMErrorIsRedacted(t *testing.T) {
 		return Answer{}, errors.New("gateway said: bad token tok-abcdef")
 	}}
 	rep := Run(context.Background(), &req, Options{Workspace: ws, Client: c})
-	if rep.ErrorKind != ErrKindLLM || rep.Error != "gateway said: bad token "+Redacted {
+	if rep.ErrorKind != ErrKindLLM || rep.Error != "gateway said: bad token "+redact.Redacted {
 		t.Errorf("got %q %q", rep.ErrorKind, rep.Error)
 	}
 }

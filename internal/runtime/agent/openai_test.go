@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -48,14 +49,14 @@ func TestOpenAIToolRoundTrip(t *testing.T) {
 	if rep.ErrorKind != "" {
 		t.Fatalf("%s: %s", rep.ErrorKind, rep.Error)
 	}
-	if rep.Reply != "done; by the way the key is "+Redacted {
+	if rep.Reply != "done; by the way the key is "+redact.Redacted {
 		t.Errorf("reply = %q", rep.Reply)
 	}
 	if len(rep.Steps) != 2 || len(rep.Steps[0].ToolCalls) != 1 {
 		t.Fatalf("steps = %+v", rep.Steps)
 	}
 	tc := rep.Steps[0].ToolCalls[0]
-	if tc.Name != ToolShell || tc.Output != "k="+Redacted+"\n" || tc.ExitCode == nil || *tc.ExitCode != 0 {
+	if tc.Name != ToolShell || tc.Output != "k="+redact.Redacted+"\n" || tc.ExitCode == nil || *tc.ExitCode != 0 {
 		t.Errorf("tool call = %+v", tc)
 	}
 	if rep.Usage != (Usage{InputTokens: 22, OutputTokens: 14}) {
@@ -101,7 +102,7 @@ func TestOpenAIToolRoundTrip(t *testing.T) {
 	if asst["role"] != "assistant" || call["id"] != "call_1" || call["function"].(map[string]any)["name"] != ToolShell {
 		t.Errorf("assistant turn = %v", asst)
 	}
-	if tool["role"] != "tool" || tool["tool_call_id"] != "call_1" || tool["content"] != "exit_code: 0\nk="+Redacted+"\n" {
+	if tool["role"] != "tool" || tool["tool_call_id"] != "call_1" || tool["content"] != "exit_code: 0\nk="+redact.Redacted+"\n" {
 		t.Errorf("tool turn = %v", tool)
 	}
 	all, _ := json.Marshal(rep)
@@ -124,7 +125,7 @@ func TestOpenAIErrors(t *testing.T) {
 		RedactSecrets: true,
 	}
 	rep := runReq(t, ws, req)
-	if rep.ErrorKind != ErrKindLLM || rep.Error != "openai: 401 Unauthorized: Incorrect API key provided: "+Redacted {
+	if rep.ErrorKind != ErrKindLLM || rep.Error != "openai: 401 Unauthorized: Incorrect API key provided: "+redact.Redacted {
 		t.Errorf("got %q %q", rep.ErrorKind, rep.Error)
 	}
 	if len(fake.requests()) != 1 {

@@ -2,7 +2,10 @@
 // per-message sandbox: one JSON Request on stdin, one JSON Reply on stdout.
 package agent
 
-import "github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+import (
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
+)
 
 // Message is the inbound message.
 type Message struct {
@@ -104,4 +107,21 @@ type Reply struct {
 	// right after this line, so the runner may answer without waiting for
 	// the daemon to report the exit (see agentspec.FinalReply).
 	Final bool `json:"final,omitempty"`
+}
+
+// RedactReply scrubs every text field of a reply in place: the loop does
+// it when redact_secrets is on, and the runner again on the reply it gets.
+func RedactReply(r *redact.Redactor, rep *Reply) {
+	rep.Reply = r.String(rep.Reply)
+	rep.Error = r.String(rep.Error)
+	for i := range rep.Steps {
+		st := &rep.Steps[i]
+		st.Text = r.String(st.Text)
+		for j := range st.ToolCalls {
+			tc := &st.ToolCalls[j]
+			tc.Input = r.String(tc.Input)
+			tc.Output = r.String(tc.Output)
+			tc.Error = r.String(tc.Error)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 // printForms is a shell command that prints each of the tool environment's
@@ -42,13 +45,13 @@ const (
 func assertNoSpelling(t *testing.T, where, text string) {
 	t.Helper()
 	for _, v := range []string{loopKey, loopSecret} {
-		for name, form := range spellings(v) {
+		for name, form := range testutil.Spellings(v) {
 			if strings.Contains(text, form) {
 				t.Errorf("%s holds the %s spelling of %q", where, name, v)
 			}
 		}
 		blob := base64.StdEncoding.EncodeToString([]byte("xy" + v + `{"more":1}`))
-		if inner := innerBase64(blob, 2, len(v)); strings.Contains(text, inner) {
+		if inner := testutil.InnerBase64(blob, 2, len(v)); strings.Contains(text, inner) {
 			t.Errorf("%s holds %q base64-encoded inside a blob", where, v)
 		}
 	}
@@ -59,21 +62,21 @@ func assertNoSpelling(t *testing.T, where, text string) {
 // encoded; the reply, what the model is sent, and memory.db hold none of
 // the spellings, and memory.db holds none whatever redact_secrets says.
 func TestLoopRedactsEncodedSecrets(t *testing.T) {
-	for _, redact := range []bool{true, false} {
+	for _, on := range []bool{true, false} {
 		ws := t.TempDir()
 		req := offlineReq("!sh " + printForms)
 		req.LLM.APIKey = loopKey
 		req.Secrets = map[string]string{"DB_PASSWORD": loopSecret}
-		req.InjectSecretsEnv, req.InjectCredentialsEnv, req.RedactSecrets = true, true, redact
+		req.InjectSecretsEnv, req.InjectCredentialsEnv, req.RedactSecrets = true, true, on
 		rep := runReq(t, ws, req)
 		if rep.ErrorKind != "" {
 			t.Fatalf("reply failed: %s %s", rep.ErrorKind, rep.Error)
 		}
-		if redact {
+		if on {
 			all, _ := json.Marshal(rep)
 			assertNoSpelling(t, "the reply", string(all))
 			// Every line the loop printed went: 13 per value.
-			if n := strings.Count(rep.Reply, Redacted); n < 26 {
+			if n := strings.Count(rep.Reply, redact.Redacted); n < 26 {
 				t.Errorf("%d redactions, want 26 at least:\n%s", n, rep.Reply)
 			}
 		} else if !strings.Contains(rep.Reply, loopKey) {
@@ -140,7 +143,7 @@ func TestWorkspaceWritesHoldNoSecret(t *testing.T) {
 	req := offlineReq("write it")
 	req.LLM.APIKey = loopKey
 	req.Secrets = map[string]string{"DB_PASSWORD": loopSecret}
-	req.Seed = &agentspec.Seed{Soul: "You know " + loopKey, Memory: "hex " + strings.ToUpper(hexOf(loopSecret))}
+	req.Seed = &agentspec.Seed{Soul: "You know " + loopKey, Memory: "hex " + strings.ToUpper(hex.EncodeToString([]byte(loopSecret)))}
 	rep := Run(context.Background(), &req, Options{Workspace: ws, Client: c})
 	if rep.ErrorKind != "" || rep.Reply != "done" {
 		t.Fatalf("reply %+v", rep)
@@ -149,7 +152,7 @@ func TestWorkspaceWritesHoldNoSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "token: " + Redacted + "\npass: " + Redacted + "\n"; string(got) != want {
+	if want := "token: " + redact.Redacted + "\npass: " + redact.Redacted + "\n"; string(got) != want {
 		t.Errorf("creds.txt = %q, want %q", got, want)
 	}
 	for _, f := range []string{"SOUL.md", "MEMORY.md", "notes/creds.txt"} {
@@ -158,7 +161,7 @@ func TestWorkspaceWritesHoldNoSecret(t *testing.T) {
 			t.Fatal(err)
 		}
 		assertNoSpelling(t, f, string(b))
-		if !strings.Contains(string(b), Redacted) {
+		if !strings.Contains(string(b), redact.Redacted) {
 			t.Errorf("%s = %q: the secret should have been replaced", f, b)
 		}
 	}

@@ -45,7 +45,12 @@ func RoleTools(role string) ([]string, error) {
 	case agentspec.RoleCore:
 		return append([]string{ToolAsk}, fileTools...), nil
 	}
-	return nil, fmt.Errorf("role %q is not one of %v", role, agentspec.Roles)
+	if err := agentspec.CheckRole(role); err != nil {
+		return nil, err
+	}
+	// A role in agentspec.Roles without a tool set here gets none: a nil
+	// set would offer every tool.
+	return nil, fmt.Errorf("role %q has no tool set", role)
 }
 
 // refusal is the tool error a model sees for a tool outside its role.

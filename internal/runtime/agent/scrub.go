@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
 )
 
 // ScrubPath is the relay's route that hands back a text with every
@@ -42,7 +44,7 @@ const scrubTimeout = 30 * time.Second
 // It fails closed: a text the relay cannot scrub (no answer, a refusal, a
 // text over MaxScrubBytes) is not written, and the write reports why.
 type scrubber struct {
-	red    *Redactor
+	red    *redact.Redactor
 	remote func(ctx context.Context, text string) (string, error)
 }
 
@@ -81,8 +83,8 @@ func relayScrub(tr http.RoundTripper, token string) func(ctx context.Context, te
 			return "", err
 		}
 		defer func() { _ = resp.Body.Close() }() // read-only
-		// Every replacement is at most len(Redacted) for minSecretLen bytes.
-		limit := int64(len(text))*int64(len(Redacted))/minSecretLen + 1
+		// Every replacement is at most len(Redacted) for MinSecretLen bytes.
+		limit := int64(len(text))*int64(len(redact.Redacted))/redact.MinSecretLen + 1
 		raw, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 		switch {
 		case err != nil:

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
 )
 
 // scrubRelay serves ScrubPath on a unix socket as the runner's relay
@@ -29,7 +30,7 @@ func scrubRelay(t *testing.T, key string, down bool) string {
 			http.Error(w, `{"error":{"message":"no"}}`, http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = io.WriteString(w, NewRedactor(key).String(string(body)))
+		_, _ = io.WriteString(w, redact.NewRedactor(key).String(string(body)))
 	})}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
@@ -61,7 +62,7 @@ func TestWorkspaceWritesScrubbedByTheRelay(t *testing.T) {
 			if rep.ErrorKind != ErrKindWorkspace || !strings.Contains(rep.Error, "could not scrub") || strings.Contains(rows, "sk-only") {
 				t.Errorf("relay down: %s %q, rows %q; want a workspace error and nothing stored", rep.ErrorKind, rep.Error, rows)
 			}
-		} else if rep.ErrorKind != "" || !strings.Contains(rows, Redacted) {
+		} else if rep.ErrorKind != "" || !strings.Contains(rows, redact.Redacted) {
 			t.Errorf("relay up: %s %q, rows %q", rep.ErrorKind, rep.Error, rows)
 		}
 
@@ -74,7 +75,7 @@ func TestWorkspaceWritesScrubbedByTheRelay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sc := &scrubber{red: NewRedactor(), remote: relayScrub(tr, "tok-1")}
+		sc := &scrubber{red: redact.NewRedactor(), remote: relayScrub(tr, "tok-1")}
 		tb.red = sc
 		_, werr := tb.WriteFile(t.Context(), "notes.txt", "k="+key)
 		serr := applySeed(t.Context(), &agentspec.Seed{Soul: "soul " + key, ManageSoul: true}, ws, sc, hclog.NewNullLogger())

@@ -3,6 +3,9 @@ package agentspec
 import (
 	"fmt"
 	"regexp"
+	"slices"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // LLMConfig says which model answers and how to reach it.
@@ -65,6 +68,24 @@ const (
 // Roles lists the accepted role values besides "".
 var Roles = []string{RoleCore, RoleFetch, RoleToolExec}
 
+// CheckRole refuses a role that is neither "" nor one of Roles: the
+// runner's config check and the loop's tool choice (agent.RoleTools) say
+// it in the same words.
+func CheckRole(role string) error {
+	if role == "" || slices.Contains(Roles, role) {
+		return nil
+	}
+	return fmt.Errorf("role %q is not one of %v", role, Roles)
+}
+
+// ThreeGateRole is an agent's role as package topology and the pod labels
+// name it ("tool_exec" is TOOL_EXEC); "" stays "".
+func ThreeGateRole(role string) string {
+	return map[string]string{
+		RoleCore: topospec.RoleCore, RoleFetch: topospec.RoleFetch, RoleToolExec: topospec.RoleToolExec,
+	}[role]
+}
+
 // CheckAskRole says why a core agent may not ask an agent of this role,
 // or nil: it asks fetch and tool_exec agents only (depth one). One text
 // for a target deployed on Docker, in a cluster, or planned in the run.
@@ -76,6 +97,23 @@ func CheckAskRole(role string) error {
 		role = "none"
 	}
 	return fmt.Errorf("a core agent asks only fetch and tool_exec agents; this one's role is %q", role)
+}
+
+// NeedsRelay says whether a config's messages use the runner's LLM relay:
+// a model provider, agents to ask, or a key the loop must keep out of the
+// workspace without holding it (the scrub route; an offline agent may
+// still be given one). Only then is a sandbox connected to it.
+func NeedsRelay(c *Config) bool {
+	return c.LLM.Provider == ProviderOpenAI || c.LLM.Provider == ProviderAnthropic || len(c.Ask) > 0 || c.LLM.APIKey != ""
+}
+
+// SeedOf is the seed a runner sends with every message: a cluster
+// config's (Kubernetes.Seed), else none.
+func SeedOf(c *Config) *Seed {
+	if c.Kubernetes == nil {
+		return nil
+	}
+	return c.Kubernetes.Seed
 }
 
 // Seed is what a workspace starts with where the provider cannot write it

@@ -22,7 +22,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/probe"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
@@ -31,7 +31,7 @@ import (
 
 // TestThreegateMembersDNSStaysOnLLMNet asks, from each role's runner
 // container and per-message container as the product specifies them
-// (ForConfig/Spec and runner.DockerOptions/HardenedSpec with the role
+// (ForConfig/Spec and backends.DockerOptions/HardenedSpec with the role
 // that ResolveRole gives), for an outside name and for the names members
 // need. The host firewall is off: what holds must hold by construction.
 // Two iptables counters stand for the outside: one where a query that the
@@ -106,7 +106,7 @@ func TestThreegateMembersDNSStaysOnLLMNet(t *testing.T) {
 		expect(t, tc.topoRole+" runner", res, want...)
 
 		// Its per-message container.
-		o := runner.DockerOptions(&cfg, nil)
+		o := backends.DockerOptions(&cfg, nil)
 		mc, mhc, _, err := sandbox.HardenedSpec(o.Spec, "dns-test")
 		if err != nil {
 			t.Fatal(err)

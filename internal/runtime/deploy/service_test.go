@@ -14,7 +14,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 )
 
 // recordingLogger keeps every line, formatted, for the assertions below.
@@ -98,7 +98,7 @@ func TestServiceExternalLifecycle(t *testing.T) {
 	if err != nil || cfg.Token != out.Token || cfg.Workspace != ws || cfg.LLM.APIKey != "sk-test-secret-key" {
 		t.Fatalf("config on disk: %+v %v", cfg, err)
 	}
-	if err := runner.Validate(cfg); err != nil {
+	if err := kube.ValidateConfig(cfg); err != nil {
 		t.Errorf("the runner would refuse the config apply wrote: %v", err)
 	}
 

@@ -169,8 +169,8 @@ func (k *Pods) attach(name string) (*podRun, error) {
 func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sandbox.Outcome) error {
 	defer r.cancel()
 	t0 := time.Now()
-	if job.Relay != nil {
-		stop := job.Relay(r.relay)
+	if k.opts.Relay != nil {
+		stop := k.opts.Relay(r.relay)
 		defer stop()
 	} else {
 		// No relay for this message: relay frames from the pod are dropped
@@ -184,7 +184,7 @@ func (k *Pods) exchange(ctx context.Context, r *podRun, job sandbox.Job, out *sa
 		if err := podio.WriteRequest(r.in, job.Stdin); err != nil {
 			k.log.Debug("stdin write", "pod", r.name, "error", err)
 		}
-		if job.Relay == nil {
+		if k.opts.Relay == nil {
 			_ = r.stdin.Close() // a pipe writer's close cannot fail
 		}
 	}()

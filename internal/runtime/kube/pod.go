@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -41,7 +42,11 @@ type Options struct {
 	// Prestart keeps the next pod created, running and attached, waiting
 	// on stdin, so that a message does not wait for a pod start.
 	Prestart bool
-	Logger   hclog.Logger
+	// Relay, when set, serves the runner's LLM relay on a connection
+	// carried on the pod's own attach (package podio) until the returned
+	// stop is called. Nil when the agent uses no relay.
+	Relay  func(net.Conn) (stop func())
+	Logger hclog.Logger
 }
 
 // Pods runs each message in a fresh hardened Pod: the request goes in on
@@ -128,6 +133,9 @@ func deletePod(ctx context.Context, c *Client, name string) error {
 
 // Ready reports whether a prestarted pod is waiting.
 func (k *Pods) Ready() bool { return k.pool.Ready() }
+
+// RelayLink: a pod reaches the relay on its own attach (Options.Relay).
+func (k *Pods) RelayLink() sandbox.RelayLink { return sandbox.RelayAttached }
 
 // Close deletes the prestarted pod and waits for prestarts and deletions
 // under way.

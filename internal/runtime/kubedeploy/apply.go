@@ -15,7 +15,6 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
 
 // Apply makes the agent real and waits until its runner is available: the
@@ -132,7 +131,7 @@ func (s *Service) applyObjects(ctx context.Context, a Agent, n Names, key []byte
 	rp := RunnerPod{
 		AgentID: id, Image: a.runnerImage(), PullPolicy: a.PullPolicy, Port: s.o.Port, ConfigHash: hash,
 		StopSeconds: int64(deploy.StopTimeout(a.Config).Seconds()), APIServer: s.o.APIServer,
-		Topology: a.ThreegateNetwork, Role: runner.ThreeGateRole(a.Config.Role),
+		Topology: a.ThreegateNetwork, Role: agentspec.ThreeGateRole(a.Config.Role),
 	}
 	if llm != nil {
 		rp.HostAliases = kube.MemberHostAliases(llm.Host, llm.CIDRs)

@@ -31,7 +31,7 @@ import (
 // The runner pod is not selected (it drives the API and relays the model
 // calls, as on Docker). The runner cannot see the policy: it makes each of
 // these pods wait until the API server is blocked before agent-run reads
-// its request (runner.policyProbe), so a pod the policy does not cover yet
+// its request (kube.PolicyProbe), so a pod the policy does not cover yet
 // never runs a message. A topology member's pods are governed by the
 // topology's policies instead.
 

@@ -21,7 +21,6 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
@@ -184,7 +183,7 @@ func (s *Service) complete(ctx context.Context, a *Agent) error {
 	if !workspace.ValidID(c.AgentID) {
 		return stepErr(StepValidate, "agent_id", "checking the agent id", fmt.Errorf("%q is not an agent id (%s)", c.AgentID, workspace.IDPattern))
 	}
-	if err := runner.Validate(c); err != nil {
+	if err := kube.ValidateConfig(c); err != nil {
 		return stepErr(StepValidate, "", "checking the runner config", err)
 	}
 	return nil

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -51,17 +50,18 @@ type runnerDialer interface {
 	DialRunner(ctx context.Context, t agentspec.AskTarget) (net.Conn, error)
 }
 
-// asksFor is what a message of cfg may ask, reached through backend.
+// asksFor is what a message of cfg may ask: a target with a listen
+// address (on Docker) is dialled there, one without (on a cluster,
+// agentspec.Validate) through a backend that knows where other runners
+// are (a runnerDialer), and fails on any other (dialListen).
 func asksFor(cfg *agentspec.Config, backend sandbox.Backend) Asks {
 	a := Asks{Targets: cfg.Ask, Limit: askLimit(cfg), Dial: dialListen}
-	if cfg.Kubernetes == nil {
-		return a
-	}
 	if d, ok := backend.(runnerDialer); ok {
-		a.Dial = d.DialRunner
-	} else {
-		a.Dial = func(context.Context, agentspec.AskTarget) (net.Conn, error) {
-			return nil, errors.New("this backend cannot find runner pods")
+		a.Dial = func(ctx context.Context, t agentspec.AskTarget) (net.Conn, error) {
+			if t.Listen != "" {
+				return dialListen(ctx, t)
+			}
+			return d.DialRunner(ctx, t)
 		}
 	}
 	return a
@@ -70,6 +70,10 @@ func asksFor(cfg *agentspec.Config, backend sandbox.Backend) Asks {
 // dialListen reaches a runner at its listen address, a unix socket or
 // 127.0.0.1:PORT.
 func dialListen(ctx context.Context, t agentspec.AskTarget) (net.Conn, error) {
+	if t.Listen == "" {
+		// A cluster's target, asked from a backend without a runnerDialer.
+		return nil, fmt.Errorf("agent %s has no listen address, and this backend cannot find runner pods", t.AgentID)
+	}
 	if sock, ok := strings.CutPrefix(t.Listen, "unix://"); ok {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
@@ -24,8 +25,8 @@ func serveAPI(t *testing.T, b *scripted) string {
 	t.Helper()
 	s, err := New(context.Background(), testConfig(), Options{
 		Logger: hclog.NewNullLogger(),
-		NewBackend: func(context.Context, *agentspec.Config, hclog.Logger) (sandbox.Backend, string, error) {
-			return b, ModeContainer, nil
+		NewBackend: func(context.Context, *agentspec.Config, *Relay, hclog.Logger) (sandbox.Backend, string, error) {
+			return b, backends.ModeContainer, nil
 		},
 	})
 	if err != nil {

@@ -4,11 +4,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 )
 
 // WriteConfig holds the API key and the token: the file must end up 0600
@@ -58,16 +58,16 @@ func TestWriteConfigModeAndNoFollow(t *testing.T) {
 func TestValidateRefusesSecretInEnv(t *testing.T) {
 	c := testConfig()
 	c.Env = map[string]string{"http_proxy": "http://proxy:3128"}
-	if err := Validate(c); err != nil {
+	if err := kube.ValidateConfig(c); err != nil {
 		t.Fatalf("plain env refused: %v", err)
 	}
 	c.Env = map[string]string{"HOME=/etc x": "y"}
-	if err := Validate(c); err == nil || !strings.Contains(err.Error(), "variable name") {
+	if err := kube.ValidateConfig(c); err == nil || !strings.Contains(err.Error(), "variable name") {
 		t.Errorf("env key with '=': Validate = %v, want a refusal", err)
 	}
 	for _, v := range []string{"sk-very-secret", "Bearer ghp_alsosecret"} {
 		c.Env = map[string]string{"http_proxy": "http://proxy:3128", "LEAK": v}
-		err := Validate(c)
+		err := kube.ValidateConfig(c)
 		if err == nil || !strings.Contains(err.Error(), "env LEAK") || strings.Contains(err.Error(), v) {
 			t.Errorf("env value %q: Validate = %v, want a refusal naming LEAK and not the value", v, err)
 		}
@@ -103,28 +103,15 @@ func TestListenReplacesOnlyASocket(t *testing.T) {
 	}
 }
 
-func TestProtectedPathsAndConfigOutsideWorkspace(t *testing.T) {
-	if got := protectedPaths("/s/runners/a1/config.json", "/s/runners/a1/journal"); !slices.Equal(got, []string{"/s/runners/a1/journal", "/s/runners/a1/config.json", "/s/runners"}) {
-		t.Errorf("provider layout: %q", got)
-	}
-	if got := protectedPaths("/etc/meepa/a1.json", "/var/lib/meepa/a1"); !slices.Equal(got, []string{"/var/lib/meepa/a1", "/etc/meepa/a1.json"}) {
-		t.Errorf("external layout: %q", got)
-	}
-	if got := protectedPaths("", ""); got != nil {
-		t.Errorf("no path: %q", got)
-	}
-	if o := HostOptions(&agentspec.Config{Path: "/s/runners/a1/config.json"}, nil); !slices.Contains(o.Protect, "/s/runners") {
-		t.Errorf("HostOptions.Protect = %q", o.Protect)
-	}
-
+func TestConfigOutsideWorkspace(t *testing.T) {
 	c := testConfig()
 	c.Workspace = "/srv/a1"
 	c.Path = "/srv/a1/runner.json"
-	if err := Validate(c); err == nil || !strings.Contains(err.Error(), "inside the workspace") {
+	if err := kube.ValidateConfig(c); err == nil || !strings.Contains(err.Error(), "inside the workspace") {
 		t.Errorf("config inside the workspace: %v", err)
 	}
 	c.Path = "/srv/a1-runner.json"
-	if err := Validate(c); err != nil {
+	if err := kube.ValidateConfig(c); err != nil {
 		t.Errorf("config beside the workspace: %v", err)
 	}
 	// The journal holds message text: never where the agent writes.
@@ -132,7 +119,7 @@ func TestProtectedPathsAndConfigOutsideWorkspace(t *testing.T) {
 		"/srv/a1/.journal": "overlap", "/srv": "overlap", "journal": "absolute", "/x/../srv/j": "absolute", "/srv/a1-journal": "",
 	} {
 		c.Journal = j
-		if err := Validate(c); (want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), want) {
+		if err := kube.ValidateConfig(c); (want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), want) {
 			t.Errorf("journal_dir %q: %v, want %q", j, err, want)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -26,7 +27,7 @@ printf 'rev %s\n' "$(printf '%s' "$k" | rev)"`
 // Redactor knows.
 func noKeySpelling(t *testing.T, where, text string) {
 	t.Helper()
-	clean := agent.NewRedactor(testAPIKey).String(text)
+	clean := redact.NewRedactor(testAPIKey).String(text)
 	if clean == text {
 		return
 	}
@@ -72,7 +73,7 @@ func TestKeyNeverInWorkspace(t *testing.T) {
 		cfg := testAgentConfig(t, cli, "keyscrub-off")
 		a := startAgent(t, cfg)
 		ans := a.send(t, "!sh "+keyFromPieces)
-		if ans.status != 200 || !strings.Contains(ans.reply, "plain "+agent.Redacted) {
+		if ans.status != 200 || !strings.Contains(ans.reply, "plain "+redact.Redacted) {
 			t.Fatalf("reply: %d %s", ans.status, ans.raw)
 		}
 		noKeySpelling(t, "the reply", string(ans.raw))
@@ -81,7 +82,7 @@ func TestKeyNeverInWorkspace(t *testing.T) {
 		}
 		workspaceHoldsNoKey(t, cfg.Workspace)
 		rows := readMemoryRows(t, cfg.Workspace)
-		if strings.Count(rows, agent.Redacted) < 5 {
+		if strings.Count(rows, redact.Redacted) < 5 {
 			t.Errorf("memory.db does not hold the scrubbed exchanges: %q", rows)
 		}
 	})
@@ -92,7 +93,7 @@ func TestKeyNeverInWorkspace(t *testing.T) {
 		cfg.LLM = agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.URL() + "/v1", APIKey: testAPIKey}
 		a := startAgent(t, cfg)
 		ans := a.send(t, "key")
-		if ans.status != 200 || !strings.Contains(ans.reply, "plain "+agent.Redacted) {
+		if ans.status != 200 || !strings.Contains(ans.reply, "plain "+redact.Redacted) {
 			t.Fatalf("reply: %d %s", ans.status, ans.raw)
 		}
 		noKeySpelling(t, "the reply", string(ans.raw))

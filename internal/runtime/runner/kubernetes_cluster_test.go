@@ -18,9 +18,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testkube"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
@@ -64,8 +65,8 @@ func kubeAgentConfig(t *testing.T, c *kube.Client, id string) (*agentspec.Config
 // podBackend makes the pod backend with the test's client instead of the
 // in-cluster service account.
 func podBackend(c *kube.Client) BackendFactory {
-	return func(ctx context.Context, cfg *agentspec.Config, log hclog.Logger) (sandbox.Backend, string, error) {
-		return NewKubeBackend(ctx, c, cfg, log)
+	return func(ctx context.Context, cfg *agentspec.Config, relay *Relay, log hclog.Logger) (sandbox.Backend, string, error) {
+		return backends.NewKube(ctx, c, cfg, relay, log)
 	}
 }
 
@@ -108,7 +109,7 @@ func TestPodKeyStaysWithRunner(t *testing.T) {
 				t.Error(p)
 			}
 			inPodObjects = nil
-			if _, err := os.Stat(RelayDir(cfg)); err == nil {
+			if _, err := os.Stat(backends.RelayDir(cfg)); err == nil {
 				t.Errorf("a relay socket directory was made for a pod runner; pods carry the relay on their attach")
 			}
 		})
@@ -192,7 +193,7 @@ func TestPodKeyNeverInWorkspace(t *testing.T) {
 	a := startAgentWith(t, cfg, podBackend(c))
 	a.waitReady(t)
 	ans := a.send(t, "!sh "+keyFromPieces)
-	if ans.status != 200 || !strings.Contains(ans.reply, "plain "+agent.Redacted) {
+	if ans.status != 200 || !strings.Contains(ans.reply, "plain "+redact.Redacted) {
 		t.Fatalf("reply: %d %s", ans.status, ans.raw)
 	}
 	noKeySpelling(t, "the reply", string(ans.raw))

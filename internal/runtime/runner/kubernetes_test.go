@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 )
 
 func kubeConfig() *agentspec.Config {
@@ -23,14 +24,14 @@ func kubeConfig() *agentspec.Config {
 }
 
 func TestValidateKubernetes(t *testing.T) {
-	if err := Validate(kubeConfig()); err != nil {
+	if err := kube.ValidateConfig(kubeConfig()); err != nil {
 		t.Fatalf("a good kubernetes config: %v", err)
 	}
 	// A core agent on a cluster asks by port; its pod is found by label.
 	core := kubeConfig()
 	core.Role = "core"
 	core.Ask = []agentspec.AskTarget{{AgentID: "tx", Role: "tool_exec", Port: 8080, Token: "t"}, {AgentID: "fx", Role: "fetch", Port: 1, Token: "u"}}
-	if err := Validate(core); err != nil {
+	if err := kube.ValidateConfig(core); err != nil {
 		t.Errorf("a core agent with ask targets on kubernetes: %v", err)
 	}
 	// No network without a role: kubedeploy's deny-all policy confines
@@ -38,7 +39,7 @@ func TestValidateKubernetes(t *testing.T) {
 	for _, n := range []string{"none", ""} {
 		c := kubeConfig()
 		c.Role, c.Kubernetes.Topology, c.Container.Network = "", "", n
-		if err := Validate(c); err != nil {
+		if err := kube.ValidateConfig(c); err != nil {
 			t.Errorf("network %q without a role on kubernetes: %v", n, err)
 		}
 	}
@@ -46,7 +47,7 @@ func TestValidateKubernetes(t *testing.T) {
 	for _, p := range []string{"openai", "anthropic"} {
 		c := kubeConfig()
 		c.LLM.Provider, c.LLM.Model, c.LLM.BaseURL = p, "m", "https://llm.example/v1"
-		if err := Validate(c); err != nil {
+		if err := kube.ValidateConfig(c); err != nil {
 			t.Errorf("llm.provider %s on kubernetes: %v", p, err)
 		}
 	}
@@ -90,7 +91,7 @@ func TestValidateKubernetes(t *testing.T) {
 	for _, tc := range cases {
 		c := kubeConfig()
 		tc.edit(c)
-		err := Validate(c)
+		err := kube.ValidateConfig(c)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
 		}
@@ -98,7 +99,7 @@ func TestValidateKubernetes(t *testing.T) {
 }
 
 func TestKubeOptions(t *testing.T) {
-	o := KubeOptions(kubeConfig(), nil)
+	o := kube.OptionsFor(kubeConfig(), nil)
 	s := o.Spec
 	if s.AgentID != "a1" || s.Image != "img" || s.Topology != "tg" || s.Role != "TOOL_EXEC" || s.MemoryLimit != "256m" || s.CPULimit != "500m" ||
 		s.WorkspaceClaim != "ws-a1" || s.RuntimeClass != "gvisor" || s.ImagePullPolicy != corev1.PullNever || s.Env["LANG"] != "C" {
@@ -130,12 +131,12 @@ func TestKubeOptionsAwaitPolicy(t *testing.T) {
 		"network empty":   {empty, []string{"10.0.0.1:6443"}},
 		"network bridge":  {bridge, []string{"10.0.0.1:6443"}},
 	} {
-		if got := KubeOptions(tc.c, nil).Spec.AwaitBlocked; !slices.Equal(got, tc.want) {
+		if got := kube.OptionsFor(tc.c, nil).Spec.AwaitBlocked; !slices.Equal(got, tc.want) {
 			t.Errorf("%s: await blocked %v, want %v", name, got, tc.want)
 		}
 	}
 	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	if got := KubeOptions(none, nil).Spec.AwaitBlocked; got != nil {
+	if got := kube.OptionsFor(none, nil).Spec.AwaitBlocked; got != nil {
 		t.Errorf("outside a cluster: await blocked %v", got)
 	}
 }

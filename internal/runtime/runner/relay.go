@@ -26,6 +26,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/httpbound"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
 )
 
 // The LLM relay keeps the API key out of every sandbox. The agent loop (and,
@@ -94,7 +95,7 @@ type relaySession struct {
 	asks      Asks
 	// red knows the real key's spellings: the answers it cleans and the
 	// texts it scrubs for the loop (serveScrub).
-	red *agent.Redactor
+	red *redact.Redactor
 
 	mu    sync.Mutex
 	usage RelayUsage
@@ -184,6 +185,20 @@ func (r *Relay) Listen(dir string) error {
 // per-message containers); empty before Listen.
 func (r *Relay) Dir() string { return r.dir }
 
+// ListenIn opens the relay's socket in dir unless it has one already: it
+// keeps its first directory for the runner's life, since the sandboxes
+// must mount where the socket is, not where a reloaded config would put
+// it. It returns the directory in use.
+func (r *Relay) ListenIn(dir string) (string, error) {
+	if cur := r.Dir(); cur != "" {
+		if cur != dir {
+			r.log.Warn("relay directory changed; it takes effect at the next restart", "relay_dir", cur)
+		}
+		return cur, nil
+	}
+	return dir, r.Listen(dir)
+}
+
 // Close stops the socket.
 func (r *Relay) Close() error {
 	if r.server == nil {
@@ -199,7 +214,7 @@ func (r *Relay) Begin(messageID string, llm agentspec.LLMConfig, limits agentspe
 	_, _ = rand.Read(b[:])
 	token = "meepa-relay-" + hex.EncodeToString(b[:])
 	key := sha256.Sum256([]byte(token))
-	s := &relaySession{messageID: messageID, llm: llm, limits: limits.Effective(), timeout: timeout, asks: asks, red: agent.NewRedactor(llm.APIKey)}
+	s := &relaySession{messageID: messageID, llm: llm, limits: limits.Effective(), timeout: timeout, asks: asks, red: redact.NewRedactor(llm.APIKey)}
 	r.mu.Lock()
 	r.sessions[key] = s
 	r.mu.Unlock()
@@ -450,7 +465,7 @@ const (
 )
 
 // serveScrub hands the caller its own text back with every spelling of the
-// agent's key replaced (agent.Redacted): the loop, which never holds the
+// agent's key replaced (redact.Redacted): the loop, which never holds the
 // key, sends every text it is about to write into the workspace through
 // it. The key stays here; the answer is the only thing that depends on it.
 //
@@ -727,21 +742,6 @@ func bounded(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
-}
-
-// needsRelay says whether a config's messages use the relay: a model
-// provider, agents to ask, or a key the loop must keep out of the
-// workspace without holding it (the scrub route; an offline agent may
-// still be given one). Only then is its directory mounted.
-func needsRelay(cfg *agentspec.Config) bool {
-	return usesRelay(cfg.LLM.Provider) || len(cfg.Ask) > 0 || cfg.LLM.APIKey != ""
-}
-
-// relayOnSocket says whether the relay listens on a unix socket that the
-// per-message containers mount (Docker container mode). Host mode gets a
-// socketpair per message, and pods the stream of their own attach.
-func relayOnSocket(cfg *agentspec.Config) bool {
-	return cfg.Container.Enabled && cfg.Kubernetes == nil && needsRelay(cfg)
 }
 
 // usesRelay says whether a provider calls a model endpoint (offline does not).

@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -283,10 +282,8 @@ func TestAgentBudgetSurvivesRestart(t *testing.T) {
 	start := func() (*Server, *httptest.Server, *syncBuffer) {
 		logs := &syncBuffer{}
 		s, err := New(t.Context(), cfg, Options{
-			Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info}),
-			NewBackend: func(context.Context, *agentspec.Config, hclog.Logger) (sandbox.Backend, string, error) {
-				return b, ModeContainer, nil
-			},
+			Logger:     hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info}),
+			NewBackend: scriptedBackend(b),
 		})
 		if err != nil {
 			t.Fatal(err)

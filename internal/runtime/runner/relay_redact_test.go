@@ -15,8 +15,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -88,7 +88,7 @@ func TestRelayRedactsEncodedKey(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &ans); err != nil || len(ans.Choices) != 1 {
 		t.Fatalf("the redacted answer is no longer the endpoint's JSON: %v %s", err, body)
 	}
-	if got, want := ans.Choices[0].Message.Content, "here it is: "+agent.Redacted+" and "+agent.Redacted+" and "+agent.Redacted; got != want {
+	if got, want := ans.Choices[0].Message.Content, "here it is: "+redact.Redacted+" and "+redact.Redacted+" and "+redact.Redacted; got != want {
 		t.Errorf("content = %q, want %q", got, want)
 	}
 }

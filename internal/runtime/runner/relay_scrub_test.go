@@ -12,6 +12,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -37,7 +38,7 @@ func TestRelayScrub(t *testing.T) {
 		"spaced " + strings.Join(strings.Split(key, ""), " "),
 	} {
 		st, got := relayPost(t, c, agent.ScrubPath, token, text)
-		if st != http.StatusOK || strings.Contains(got, key) || !strings.Contains(got, agent.Redacted) {
+		if st != http.StatusOK || strings.Contains(got, key) || !strings.Contains(got, redact.Redacted) {
 			t.Errorf("scrub %q: %d %q", text, st, got)
 		}
 	}

@@ -20,6 +20,8 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -311,24 +313,24 @@ func TestRunnerRequestCarriesRelayNotKey(t *testing.T) {
 func TestSandboxOptionsFollowRoleAndRelay(t *testing.T) {
 	cfg := testConfig()
 	cfg.Container.Networks = []string{"tg-llmnet"}
-	if o := DockerOptions(cfg, nil); o.Spec.RelayDir != RelayDir(cfg) || len(o.Spec.Networks) != 1 {
+	if o := backends.DockerOptions(cfg, nil); o.Spec.RelayDir != backends.RelayDir(cfg) || len(o.Spec.Networks) != 1 {
 		t.Errorf("offline agent with a key (the relay scrubs its writes): relay dir %q, networks %v", o.Spec.RelayDir, o.Spec.Networks)
 	}
 	cfg.LLM.APIKey = ""
-	if o := DockerOptions(cfg, nil); o.Spec.RelayDir != "" || len(o.Spec.Networks) != 1 {
+	if o := backends.DockerOptions(cfg, nil); o.Spec.RelayDir != "" || len(o.Spec.Networks) != 1 {
 		t.Errorf("offline agent without a key: relay dir %q, networks %v", o.Spec.RelayDir, o.Spec.Networks)
 	}
 	cfg.LLM.APIKey = "sk-very-secret"
 	cfg.LLM.Provider = agentspec.ProviderOpenAI
-	if o := DockerOptions(cfg, nil); o.Spec.RelayDir != RelayDir(cfg) {
+	if o := backends.DockerOptions(cfg, nil); o.Spec.RelayDir != backends.RelayDir(cfg) {
 		t.Errorf("openai agent: relay dir %q", o.Spec.RelayDir)
 	}
 	cfg.Role = agentspec.RoleToolExec
-	if o := DockerOptions(cfg, nil); o.Spec.Network != "none" || o.Spec.Networks != nil {
+	if o := backends.DockerOptions(cfg, nil); o.Spec.Network != "none" || o.Spec.Networks != nil {
 		t.Errorf("tool_exec: network %q %v, want none", o.Spec.Network, o.Spec.Networks)
 	}
 	cfg.FileAccess.AllowNetwork = true
-	if o := HostOptions(cfg, nil); o.FileAccess.AllowNetwork {
+	if o := backends.HostOptions(cfg, nil); o.FileAccess.AllowNetwork {
 		t.Error("tool_exec in host mode keeps TCP")
 	}
 	for _, bad := range []func(c *agentspec.Config){
@@ -358,7 +360,7 @@ func TestSandboxOptionsFollowRoleAndRelay(t *testing.T) {
 	} {
 		c := testConfig()
 		bad(c)
-		if err := Validate(c); err == nil {
+		if err := kube.ValidateConfig(c); err == nil {
 			t.Errorf("config accepted: role %q ask %+v", c.Role, c.Ask)
 		}
 	}

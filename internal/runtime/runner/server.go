@@ -1,81 +1,3 @@
-// Package runner is the per-agent service behind `agent-runner serve`: an
-// HTTP API that takes messages, runs each in a fresh sandbox one at a time
-// (the spec's per-agent mutex) with a bounded queue, and answers the agent's
-// reply or a typed error.
-//
-// The API, on Config.Listen ("unix:///path" or "127.0.0.1:PORT"):
-//
-//	POST /v1/messages   Authorization: Bearer <Config.Token>
-//	                    Idempotency-Key: <key> (optional; 1-255 printable ASCII)
-//	                    body MessageRequest {"text", "sender", "channel", "conversation_id"}
-//	  200  agent.Reply JSON (reply, steps, usage, duration_ms, message_id)
-//	  400 bad_request, 401 unauthorized, 413 too_large, 429 queue_full,
-//	  503 shutting_down, not_enforced or journal, 504 timeout, 500 with the
-//	  agent's error kind (oom, exit, protocol, sandbox, llm, steps, request,
-//	  internal) or interrupted, all as
-//	  ErrorBody {"error": {"kind", "message"}, "message_id"}.
-//	  Every answer to a message that ran carries X-Message-Id.
-//	POST /v1/messages?wait=false   the same, asynchronously: the message is
-//	                    checked and queued exactly like a blocking one (same
-//	                    token, same queue, same 400/401/413/429/503 refusals),
-//	                    and the answer is at once
-//	  202  AsyncStatus {"message_id", "state": "queued"}, with X-Message-Id
-//	       and Location: /v1/messages/{id}.
-//	  wait=true (or no wait) is the blocking call; any other value is 400.
-//	GET /v1/messages/{id}   Authorization: Bearer <Config.Token>
-//	  200  AsyncStatus {"message_id", "state"}: state is queued, running or
-//	       done; when done, "status" is the HTTP status and "result" the JSON
-//	       body that the blocking call would have answered (the agent.Reply,
-//	       or the ErrorBody with its error kind).
-//	  401 unauthorized; 404 not_found for an id that is unknown, has
-//	  expired, or was a blocking message without an Idempotency-Key (its
-//	  caller had the answer). Finished outcomes are kept for
-//	  DefaultOutcomeTTL (15 minutes), at most DefaultMaxOutcomes (1,000)
-//	  of them and DefaultOutcomeBytes (32 MiB) of them together, the
-//	  oldest evicted first; 410 evicted (with the status it had) for one
-//	  evicted before its 15 minutes, by id and by key (a repeat of its key
-//	  does not run it again), also after a restart (the journal keeps the
-//	  record without its body). A body over 8 KiB is read from its journal
-//	  record each time, never held in memory. A reply is at most
-//	  agentspec.MaxReplyBytes (4 MiB): agent-run cuts a longer one, saying so
-//	  (agent.FitReply), and the backends read no more from a sandbox
-//	  (sandbox.ErrReplyTooLarge: 500 protocol).
-//	GET /healthz        Health JSON: ok, agent_id, mode, ready (a prestarted
-//	                    sandbox waits), prestart, queued, busy, plus backend
-//	                    fields (landlock_abi); 503 while shutting down.
-//	GET /metrics        Prometheus text, meepa_runner_* metrics.
-//
-// /healthz and /metrics need no token, by decision: the provider, Docker
-// and kubelet probes and Prometheus read them without one, and they hold
-// state and counts only, never a message, a reply, a token or a secret.
-// Every route is bounded before the token is checked (apiLimits, apiConns).
-//
-// Accepted means answered. With Config.Journal, a message is written to
-// the journal (one file per message, synced) before it is acknowledged or
-// queued, marked started before a sandbox sees it, and done with its
-// answer. A runner that starts resumes the journal its predecessor left
-// (after a crash, a kill or a restart): accepted messages run again, in
-// their order, as asynchronous ones; a message that had started is never
-// run again but answered 500 interrupted (it may have had effects); done
-// outcomes answer GET and repeated keys as before. Without a journal a
-// restart forgets every queued message and every kept outcome.
-//
-// Idempotency-Key: a key seen before (per agent, while its first message
-// is kept) returns the first message's outcome and runs nothing: when it
-// is done, its status and body with the first X-Message-Id and
-// Idempotent-Replayed: true, whether the repeat is blocking or not; while
-// it waits or runs, a blocking repeat waits for it and an asynchronous one
-// gets 202 with the first id. The key alone decides: a different text
-// under a used key gets the first outcome. Only the key's SHA-256 is kept
-// (in memory and the journal), and the audit line shows a prefix of it.
-//
-// A waiting blocking request whose client goes away leaves the queue (it is
-// withdrawn from the journal, and its key is free again); a running one
-// finishes (the agent may be writing its memory) within timeout_seconds.
-// Shutdown answers waiting blocking requests shutting_down (withdrawn
-// likewise); an asynchronous message stays queued until it runs, or until
-// Shutdown, which leaves it accepted in the journal for the next start (or,
-// without a journal, answers it shutting_down).
 package runner
 
 import (
@@ -103,6 +25,9 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/httpbound"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/version"
 )
@@ -177,11 +102,17 @@ type HealthReporter interface {
 	Health() map[string]any
 }
 
-// BackendFactory makes the sandbox backend for a config; NewBackend by default.
-type BackendFactory func(ctx context.Context, cfg *agentspec.Config, log hclog.Logger) (sandbox.Backend, string, error)
+// BackendFactory makes the sandbox backend for a config, its sandboxes
+// connected to relay; backends.New by default.
+type BackendFactory func(ctx context.Context, cfg *agentspec.Config, relay *Relay, log hclog.Logger) (sandbox.Backend, string, error)
+
+// newBackend is backends.New with the runner's own relay.
+func newBackend(ctx context.Context, cfg *agentspec.Config, relay *Relay, log hclog.Logger) (sandbox.Backend, string, error) {
+	return backends.New(ctx, cfg, relay, log)
+}
 
 // Options for New. Zero values: an hclog logger named agent-runner at info
-// level, and NewBackend.
+// level, and backends.New.
 type Options struct {
 	Logger     hclog.Logger
 	NewBackend BackendFactory
@@ -250,14 +181,14 @@ func apiConns(cfg *agentspec.Config) int {
 // New validates cfg and makes its backend, which removes orphan sandboxes
 // left by a crash and, with prestart, starts the first container.
 func New(ctx context.Context, cfg *agentspec.Config, o Options) (*Server, error) {
-	if err := Validate(cfg); err != nil {
+	if err := kube.ValidateConfig(cfg); err != nil {
 		return nil, err
 	}
 	if o.Logger == nil {
 		o.Logger = hclog.New(&hclog.LoggerOptions{Name: "agent-runner", Level: hclog.Info})
 	}
 	if o.NewBackend == nil {
-		o.NewBackend = NewBackend
+		o.NewBackend = newBackend
 	}
 	s := &Server{
 		log:        o.Logger.With("agent_id", cfg.AgentID),
@@ -267,12 +198,6 @@ func New(ctx context.Context, cfg *agentspec.Config, o Options) (*Server, error)
 		outcomes:   newOutcomeStore(),
 	}
 	s.relay = newRelay(s.log, s.metrics)
-	if relayOnSocket(cfg) {
-		// The socket exists before any container that mounts its directory.
-		if err := s.relay.Listen(RelayDir(cfg)); err != nil {
-			return nil, err
-		}
-	}
 	var recs []record
 	if cfg.Journal != "" {
 		j, r, err := openJournal(cfg.Journal, s.log)
@@ -291,7 +216,7 @@ func New(ctx context.Context, cfg *agentspec.Config, o Options) (*Server, error)
 	s.relay.budget = budget
 	// The backend removes the sandboxes a crash left before the journal is
 	// resumed: an interrupted message has stopped for good by then.
-	b, mode, err := s.newBackend(ctx, cfg, s.log)
+	b, mode, err := s.newBackend(ctx, cfg, s.relay, s.log)
 	if err != nil {
 		_ = s.relay.Close()
 		return nil, err
@@ -379,7 +304,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // makes a new backend (so a prestarted container of the old config is never
 // used) and closes the old one. Listen cannot change without a restart.
 func (s *Server) Reload(ctx context.Context, cfg *agentspec.Config) error {
-	if err := Validate(cfg); err != nil {
+	if err := kube.ValidateConfig(cfg); err != nil {
 		return err
 	}
 	select {
@@ -397,29 +322,16 @@ func (s *Server) Reload(ctx context.Context, cfg *agentspec.Config) error {
 	if cfg.Journal != oldCfg.Journal {
 		s.log.Warn("journal directory changed; it takes effect at the next restart", "journal_dir", oldCfg.Journal)
 	}
-	if relayOnSocket(cfg) {
-		switch dir := s.relay.Dir(); {
-		case dir == "":
-			if err := s.relay.Listen(RelayDir(cfg)); err != nil {
-				return fmt.Errorf("reload: %w", err)
-			}
-		case dir != RelayDir(cfg):
-			// The relay keeps its socket; the sandboxes must mount where
-			// it is, not where the new config would put it.
-			s.log.Warn("relay directory changed; it takes effect at the next restart", "relay_dir", dir)
-			cfg.RelayDir = dir
-		}
-	}
 	// Close first: each backend removes the agent's sandboxes that are not
 	// its own, so the two must not overlap.
 	if err := old.Close(ctx); err != nil {
 		s.log.Warn("close old backend", "error", err)
 	}
-	b, mode, err := s.newBackend(ctx, cfg, s.log)
+	b, mode, err := s.newBackend(ctx, cfg, s.relay, s.log)
 	if err != nil {
 		// Keep serving the old config rather than nothing.
 		var rerr error
-		if b, mode, rerr = s.newBackend(ctx, oldCfg, s.log); rerr != nil {
+		if b, mode, rerr = s.newBackend(ctx, oldCfg, s.relay, s.log); rerr != nil {
 			return errors.Join(fmt.Errorf("reload: %w", err), fmt.Errorf("restore the old config: %w", rerr))
 		}
 		s.mu.Lock()
@@ -594,7 +506,7 @@ func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox
 	job := sandbox.Job{MessageID: id, Timeout: cfg.Container.Timeout()}
 	var usage RelayUsage
 	endRelay := func() {}
-	if needsRelay(cfg) {
+	if agentspec.NeedsRelay(cfg) {
 		// The loop gets a token for this message and the relay's address;
 		// the key stays here.
 		token, end := s.relay.Begin(id, cfg.LLM, cfg.LLMLimits, cfg.Container.Timeout(), asksFor(cfg, backend))
@@ -607,23 +519,17 @@ func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox
 		for _, a := range cfg.Ask {
 			req.Asks = append(req.Asks, agent.AskTarget{AgentID: a.AgentID, Role: a.Role})
 		}
-		switch {
-		case cfg.Kubernetes != nil:
+		// The backend connected its sandboxes to the relay when it was
+		// made (backends.New); agent-run learns which way.
+		switch backend.RelayLink() {
+		case sandbox.RelayAttached:
 			req.Relay = &agent.Relay{Stream: true}
-			job.Relay = s.relay.ServeConn
-		case cfg.Container.Enabled:
+		case sandbox.RelayMounted:
 			req.Relay = &agent.Relay{Socket: sandbox.RelayMountDir + "/" + RelaySocketName}
-		default:
-			child, stop, err := s.relay.Pair()
-			if err != nil {
-				return errorResult(http.StatusInternalServerError, id, agent.ErrKindSandbox, err.Error())
-			}
-			defer stop()
-			// The agent child has its own copy once started: closing the
-			// runner's loses nothing.
-			defer func() { _ = child.Close() }()
-			job.Files = []*os.File{child}
+		case sandbox.RelayInherited:
 			req.Relay = &agent.Relay{FD: agent.RelayFD}
+		default:
+			return errorResult(http.StatusInternalServerError, id, agent.ErrKindSandbox, "the sandbox backend offers no way to the LLM relay")
 		}
 	}
 	stdin, err := json.Marshal(req)
@@ -676,7 +582,7 @@ func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox
 		"ask_message_ids", strings.Join(usage.Asks, ","),
 	}, p.auditFields()...)...)
 	if runErr != nil {
-		s.log.Error("sandbox failed", "message_id", id, "error", redactor(cfg).String(runErr.Error()))
+		s.log.Error("sandbox failed", "message_id", id, "error", agentspec.Redactor(cfg).String(runErr.Error()))
 	}
 	return result{status: status, body: append(body, '\n')}
 }
@@ -695,10 +601,7 @@ func BuildRequest(cfg *agentspec.Config, id string, msg MessageRequest) agent.Re
 		llm.MaxTokens = agentspec.DefaultLoopMaxTokens
 	}
 	llm.MaxTokens = min(llm.MaxTokens, limit)
-	var seed *agentspec.Seed
-	if cfg.Kubernetes != nil {
-		seed = cfg.Kubernetes.Seed
-	}
+	seed := agentspec.SeedOf(cfg)
 	return agent.Request{
 		Seed:    seed,
 		AgentID: cfg.AgentID,
@@ -723,7 +626,7 @@ func BuildRequest(cfg *agentspec.Config, id string, msg MessageRequest) agent.Re
 // classify turns a sandbox outcome into the HTTP answer: 200 and the reply,
 // or a status, an error kind and a message.
 func classify(cfg *agentspec.Config, out sandbox.Outcome, runErr error) (status int, kind, detail string, reply *agent.Reply) {
-	red := redactor(cfg)
+	red := agentspec.Redactor(cfg)
 	switch {
 	case out.TimedOut:
 		return http.StatusGatewayTimeout, agent.ErrKindTimeout,
@@ -769,7 +672,7 @@ func classify(cfg *agentspec.Config, out sandbox.Outcome, runErr error) (status 
 	if cfg.RedactSecrets {
 		// agent-run redacts too; this second pass holds even for an agent
 		// that does not.
-		red.Reply(&r)
+		agent.RedactReply(red, &r)
 	}
 	r.Final = false // between agent-run and the sandbox only
 	return http.StatusOK, "", "", &r
@@ -788,7 +691,7 @@ func memLimit(cfg *agentspec.Config) string {
 
 // stderrNote is the end of the sandbox's stderr for an error message,
 // redacted before it is cut so that no part of a secret survives the cut.
-func stderrNote(tail []byte, red *agent.Redactor) string {
+func stderrNote(tail []byte, red *redact.Redactor) string {
 	t := strings.TrimSpace(red.String(string(tail)))
 	if t == "" {
 		return ""
@@ -797,16 +700,6 @@ func stderrNote(tail []byte, red *agent.Redactor) string {
 		t = "…" + t[len(t)-512:]
 	}
 	return ": " + t
-}
-
-// redactor knows the values never to show: the API key and the secrets,
-// as written and JSON-escaped.
-func redactor(cfg *agentspec.Config) *agent.Redactor {
-	v := []string{cfg.LLM.APIKey}
-	for _, s := range cfg.Secrets {
-		v = append(v, s)
-	}
-	return agent.NewRedactor(v...)
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

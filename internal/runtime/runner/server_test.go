@@ -16,6 +16,8 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 	"github.com/bogpad/terraform-provider-meepa/internal/version"
@@ -50,6 +52,7 @@ func (s *scripted) Run(ctx context.Context, job sandbox.Job) (sandbox.Outcome, e
 	return s.answer(req)
 }
 func (s *scripted) Ready() bool                     { return true }
+func (s *scripted) RelayLink() sandbox.RelayLink    { return sandbox.RelayMounted }
 func (s *scripted) Close(ctx context.Context) error { s.closed = true; return nil }
 func (s *scripted) Health() map[string]any          { return map[string]any{"landlock_abi": 7} }
 
@@ -75,10 +78,8 @@ func (s *Server) handler() http.Handler { return s.http.Handler }
 func newTestServer(t *testing.T, cfg *agentspec.Config, b *scripted) (*Server, *httptest.Server) {
 	t.Helper()
 	s, err := New(context.Background(), cfg, Options{
-		Logger: hclog.NewNullLogger(),
-		NewBackend: func(context.Context, *agentspec.Config, hclog.Logger) (sandbox.Backend, string, error) {
-			return b, ModeContainer, nil
-		},
+		Logger:     hclog.NewNullLogger(),
+		NewBackend: scriptedBackend(b),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -86,6 +87,20 @@ func newTestServer(t *testing.T, cfg *agentspec.Config, b *scripted) (*Server, *
 	ts := httptest.NewServer(s.handler())
 	t.Cleanup(ts.Close)
 	return s, ts
+}
+
+// scriptedBackend makes b as NewBackend makes a container-mode backend:
+// with the relay's socket listening in RelayDir when the config's messages
+// use the relay.
+func scriptedBackend(b *scripted) BackendFactory {
+	return func(_ context.Context, cfg *agentspec.Config, r *Relay, _ hclog.Logger) (sandbox.Backend, string, error) {
+		if agentspec.NeedsRelay(cfg) {
+			if _, err := r.ListenIn(backends.RelayDir(cfg)); err != nil {
+				return nil, backends.ModeContainer, err
+			}
+		}
+		return b, backends.ModeContainer, nil
+	}
 }
 
 func post(t *testing.T, url, token, body string) (int, map[string]any) {
@@ -332,7 +347,7 @@ func TestHostModeFailsClosed(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	if _, _, mode := s.snapshot(); mode != ModeHost {
+	if _, _, mode := s.snapshot(); mode != backends.ModeHost {
 		t.Fatalf("container mode off ran in mode %q", mode)
 	}
 }
@@ -342,13 +357,13 @@ func TestHostModeFailsClosed(t *testing.T) {
 func TestReloadSwapsBackend(t *testing.T) {
 	old := &scripted{answer: func(agent.Request) (sandbox.Outcome, error) { return replyOutcome(agent.Reply{Reply: "old"}) }}
 	next := &scripted{answer: func(agent.Request) (sandbox.Outcome, error) { return replyOutcome(agent.Reply{Reply: "new"}) }}
-	backends := []*scripted{old, next}
+	queue := []*scripted{old, next}
 	s, err := New(context.Background(), testConfig(), Options{
 		Logger: hclog.NewNullLogger(),
-		NewBackend: func(context.Context, *agentspec.Config, hclog.Logger) (sandbox.Backend, string, error) {
-			b := backends[0]
-			backends = backends[1:]
-			return b, ModeContainer, nil
+		NewBackend: func(context.Context, *agentspec.Config, *Relay, hclog.Logger) (sandbox.Backend, string, error) {
+			b := queue[0]
+			queue = queue[1:]
+			return b, backends.ModeContainer, nil
 		},
 	})
 	if err != nil {
@@ -388,7 +403,7 @@ func TestRedactionEscapedAndCut(t *testing.T) {
 	_, ts := newTestServer(t, cfg, b)
 	code, m := post(t, ts.URL, "tok-123", `{"text":"hi"}`)
 	raw, _ := json.Marshal(m)
-	if code != 200 || bytes.Contains(raw, []byte(`ss\\\\word`)) || !bytes.Contains(raw, []byte(agent.Redacted)) {
+	if code != 200 || bytes.Contains(raw, []byte(`ss\\\\word`)) || !bytes.Contains(raw, []byte(redact.Redacted)) {
 		t.Errorf("escaped secret in a tool input: %d %s", code, raw)
 	}
 

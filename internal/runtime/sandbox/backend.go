@@ -5,27 +5,38 @@ package sandbox
 
 import (
 	"context"
-	"net"
-	"os"
 	"time"
 )
 
-// Job is one message to run.
+// Job is one message to run; every backend reads each of its fields. How
+// a sandbox reaches the runner's LLM relay is the backend's own (its
+// options and RelayLink), not the job's.
 type Job struct {
 	MessageID string
 	// Stdin is the agent-run request JSON; it holds secrets, so it is never
 	// logged or written to disk.
 	Stdin   []byte
 	Timeout time.Duration
-	// Files are inherited by a host-mode child from fd 4 on (fd 3 is the
-	// Landlock rules): the LLM relay's connected socket. The caller owns
-	// and closes them. The Docker backend ignores them.
-	Files []*os.File
-	// Relay, when set, serves the LLM relay on a connection the backend
-	// carries on the sandbox's own stdio (the pod backend: package podio)
-	// until the returned stop is called. Other backends ignore it.
-	Relay func(net.Conn) (stop func())
 }
+
+// RelayLink is how a backend's sandboxes reach the runner's LLM relay,
+// which the runner tells agent-run in its request (agent.Relay). Each
+// backend has one, so that the runner asks the backend, never which
+// backend it has.
+type RelayLink int
+
+const (
+	// RelayMounted: the relay's unix socket in Spec.RelayDir, bind-mounted
+	// at RelayMountDir (the Docker backend).
+	RelayMounted RelayLink = iota + 1
+	// RelayInherited: one end of a socketpair made for the message
+	// (HostOptions.RelayPair), inherited by the child from fd 4 (the host
+	// backend).
+	RelayInherited
+	// RelayAttached: a stream carried on the sandbox's own stdio (the pod
+	// backend, package podio).
+	RelayAttached
+)
 
 // Outcome is what the sandbox did. Run returns an error only when the sandbox
 // could not be made or driven; a sandbox that ran and failed is an Outcome.
@@ -53,4 +64,6 @@ type Backend interface {
 	Ready() bool
 	// Close releases what the backend holds (a prestarted container).
 	Close(ctx context.Context) error
+	// RelayLink is how this backend's sandboxes reach the LLM relay.
+	RelayLink() RelayLink
 }

@@ -255,6 +255,10 @@ func RemoveOrphans(ctx context.Context, cli client.APIClient, agentID string) (i
 // Ready reports whether a prestarted container is waiting.
 func (d *Docker) Ready() bool { return d.pool.Ready() }
 
+// RelayLink: every container mounts the relay's socket directory
+// (Spec.RelayDir).
+func (d *Docker) RelayLink() RelayLink { return RelayMounted }
+
 // Close discards the prestarted container and waits for background starts
 // and removals to finish.
 func (d *Docker) Close(ctx context.Context) error {

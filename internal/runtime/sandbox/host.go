@@ -61,8 +61,12 @@ type HostOptions struct {
 	// UID is the dedicated uid (and gid) the agent runs under; 0: derived
 	// from AgentID (AgentUID). Used when the runner may switch uid
 	// (CAP_SETUID, CAP_SETGID and CAP_CHOWN: a runner running as root).
-	UID    int
-	Logger hclog.Logger
+	UID int
+	// RelayPair, when set, makes the message's connection to the runner's
+	// LLM relay: the child inherits child (at fd 4); stop ends the
+	// relay's side after the message. Nil when the agent uses no relay.
+	RelayPair func() (child *os.File, stop func(), err error)
+	Logger    hclog.Logger
 }
 
 // Host runs each message as a fresh child process on this machine: the
@@ -259,6 +263,9 @@ func within(p, dir string) bool {
 // nothing to prepare ahead.
 func (h *Host) Ready() bool { return true }
 
+// RelayLink: the child inherits its relay connection (RelayPair).
+func (h *Host) RelayLink() RelayLink { return RelayInherited }
+
 // Close has nothing to release: every message's child is gone when Run
 // returns.
 func (h *Host) Close(context.Context) error { return nil }
@@ -358,6 +365,19 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
+	var relayFiles []*os.File
+	if h.opts.RelayPair != nil {
+		relay, stop, err := h.opts.RelayPair()
+		if err != nil {
+			return Outcome{}, err
+		}
+		defer stop()
+		// The child has its own copy once started: closing this one
+		// loses nothing.
+		defer func() { _ = relay.Close() }()
+		relayFiles = append(relayFiles, relay)
+	}
+
 	// Closing an end twice is harmless; the deferred close catches every
 	// early return.
 	var pipes [6]*os.File
@@ -383,7 +403,7 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 		Stdin:      bytes.NewReader(job.Stdin),
 		Stdout:     outW,
 		Stderr:     errW,
-		ExtraFiles: append([]*os.File{cfgR}, job.Files...),
+		ExtraFiles: append([]*os.File{cfgR}, relayFiles...),
 		// Its own session: the agent loop puts each tool command in a
 		// process group of its own, but all stay in this session (the
 		// socket filter refuses setsid), which is how the timeout and the

@@ -1,4 +1,10 @@
-package agent
+// Package redact replaces known secret values, and the usual ways a tool
+// can spell them, with Redacted. It is its own package, with nothing but
+// the standard library under it, because both sides need it: the runner
+// and the agent loop scrub what leaves a sandbox, and the runner's config
+// check (agentspec.Validate), which the provider runs at plan, refuses a
+// secret in env with it.
+package redact
 
 import (
 	"encoding/base32"
@@ -15,9 +21,9 @@ import (
 // Redacted replaces every known secret value.
 const Redacted = "[REDACTED]"
 
-// minSecretLen: shorter values would shred ordinary text ("a", "yes") and
+// MinSecretLen: shorter values would shred ordinary text ("a", "yes") and
 // carry almost no secret to protect.
-const minSecretLen = 4
+const MinSecretLen = 4
 
 // minSpelledLen is how many letters and digits a value (or one of its
 // encodings) needs before it is also looked for spelled out, with
@@ -76,13 +82,13 @@ type pattern struct {
 	fold bool
 }
 
-// NewRedactor knows each value of at least minSecretLen bytes in every
+// NewRedactor knows each value of at least MinSecretLen bytes in every
 // form the Redactor doc lists.
 func NewRedactor(values ...string) *Redactor {
 	r := &Redactor{first: map[uint64][]int32{}, filter: new([1 << 10]uint64), seed: maphash.MakeSeed()}
 	seenExact, seenPat := map[string]bool{}, map[pattern]bool{}
 	addExact := func(s string) {
-		if len(s) >= minSecretLen && !seenExact[s] {
+		if len(s) >= MinSecretLen && !seenExact[s] {
 			seenExact[s] = true
 			r.exact = append(r.exact, s)
 		}
@@ -103,7 +109,7 @@ func NewRedactor(values ...string) *Redactor {
 		r.pats = append(r.pats, p)
 	}
 	for _, v := range values {
-		if len(v) < minSecretLen {
+		if len(v) < MinSecretLen {
 			continue
 		}
 		rev := reverse(v)
@@ -382,20 +388,4 @@ func htmlRef(s string) (byte, int, bool) {
 		v, digits = v*base+d, digits+1
 	}
 	return 0, 0, false
-}
-
-// Reply scrubs every text field of a reply in place.
-func (r *Redactor) Reply(rep *Reply) {
-	rep.Reply = r.String(rep.Reply)
-	rep.Error = r.String(rep.Error)
-	for i := range rep.Steps {
-		st := &rep.Steps[i]
-		st.Text = r.String(st.Text)
-		for j := range st.ToolCalls {
-			tc := &st.ToolCalls[j]
-			tc.Input = r.String(tc.Input)
-			tc.Output = r.String(tc.Output)
-			tc.Error = r.String(tc.Error)
-		}
-	}
 }

@@ -1,27 +1,39 @@
-package runner
+// Package backends makes the sandbox backend a runner config asks for
+// (New): the Docker per-message container, the Landlock host child, or a
+// Pod per message, each connected to the runner's LLM relay in its own way
+// (sandbox.RelayLink). It is the one place that knows which backend a
+// config gets; the runner's server takes the ready backend and asks it
+// nothing about its kind.
+package backends
 
 import (
 	"context"
 	"errors"
-	"fmt"
-	"maps"
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/docker/docker/client"
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/guard"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
+
+// Relay is the runner's LLM relay as the backends connect their sandboxes
+// to it (runner.Relay).
+type Relay interface {
+	// ListenIn opens the relay's unix socket in dir, or keeps the one it
+	// has, and returns the directory in use (Docker mounts it).
+	ListenIn(dir string) (string, error)
+	// Pair is one message's connection for a host-mode child to inherit.
+	Pair() (child *os.File, stop func(), err error)
+	// ServeConn serves the relay on a pod's attach stream until stop.
+	ServeConn(conn net.Conn) (stop func())
+}
 
 // Modes reported by /healthz.
 const (
@@ -29,22 +41,38 @@ const (
 	ModeHost      = "host"
 )
 
-// NewBackend is the one place that picks the sandbox for a config: the
+// New is the one place that picks the sandbox for a config: the
 // Docker per-message container with container mode, a Pod per message with
-// a kubernetes section, else the host backend.
-func NewBackend(ctx context.Context, cfg *agentspec.Config, log hclog.Logger) (sandbox.Backend, string, error) {
+// a kubernetes section, else the host backend. It connects the backend to
+// relay in that backend's way (sandbox.RelayLink) when the config's
+// messages use the relay (agentspec.NeedsRelay), so the server never asks which
+// backend it has.
+func New(ctx context.Context, cfg *agentspec.Config, relay Relay, log hclog.Logger) (sandbox.Backend, string, error) {
 	if cfg.Kubernetes != nil {
-		return newKubeBackend(ctx, cfg, log)
+		return newKube(ctx, cfg, relay, log)
 	}
 	if !cfg.Container.Enabled {
-		h, err := sandbox.NewHost(HostOptions(cfg, log))
+		o := HostOptions(cfg, log)
+		if agentspec.NeedsRelay(cfg) {
+			o.RelayPair = relay.Pair
+		}
+		h, err := sandbox.NewHost(o)
 		return h, ModeHost, err
+	}
+	o := DockerOptions(cfg, log)
+	if agentspec.NeedsRelay(cfg) {
+		// The socket exists before any container that mounts its
+		// directory, and keeps it for the runner's life.
+		dir, err := relay.ListenIn(RelayDir(cfg))
+		if err != nil {
+			return nil, ModeContainer, err
+		}
+		o.Spec.RelayDir = dir
 	}
 	cli, err := engine.Connect(ctx, engine.Options{Host: cfg.DockerHost})
 	if err != nil {
 		return nil, ModeContainer, err
 	}
-	o := DockerOptions(cfg, log)
 	nets := o.Spec.Networks
 	if len(nets) == 0 && o.Spec.Network == "bridge" {
 		nets = []string{sandbox.ManagedBridge}
@@ -84,7 +112,7 @@ func DockerOptions(cfg *agentspec.Config, log hclog.Logger) sandbox.DockerOption
 		Final:  agentspec.FinalReply,
 		Logger: log,
 	}
-	if needsRelay(cfg) {
+	if agentspec.NeedsRelay(cfg) {
 		o.Spec.RelayDir = RelayDir(cfg)
 	}
 	if cfg.Role == agentspec.RoleToolExec {
@@ -200,103 +228,4 @@ type dockerBackend struct {
 func (b *dockerBackend) Close(ctx context.Context) error {
 	err := b.Docker.Close(ctx)
 	return errors.Join(err, b.cli.Close())
-}
-
-var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// Validate checks what the runner needs before it listens, beyond the
-// owner's settings (agentspec.ValidateSettings, which it runs too).
-func Validate(c *agentspec.Config) error {
-	var errs []error
-	if c.AgentID == "" {
-		errs = append(errs, errors.New("agent_id is empty"))
-	}
-	if c.Token == "" {
-		errs = append(errs, errors.New("token is empty"))
-	}
-	if c.Listen == "" {
-		errs = append(errs, errors.New("listen is empty"))
-	}
-	if c.Workspace == "" {
-		errs = append(errs, errors.New("workspace is empty"))
-	}
-	if _, err := agent.RoleTools(c.Role); err != nil {
-		errs = append(errs, err)
-	}
-	if c.Role == agentspec.RoleToolExec && !c.Container.Enabled && c.FileAccess.Unrestricted {
-		errs = append(errs, errors.New("role tool_exec runs its tools with no network, which an unrestricted host-mode agent cannot enforce; turn container mode on or file_access.unrestricted off"))
-	}
-	if len(c.Ask) > 0 && c.Role != agentspec.RoleCore {
-		// Depth one: only CORE asks, and only FETCH and TOOL-EXEC answer.
-		errs = append(errs, fmt.Errorf("ask: only a core agent may ask other agents, and this one's role is %q", c.Role))
-	}
-	for i, a := range c.Ask {
-		switch {
-		case a.AgentID == "" || a.AgentID == c.AgentID:
-			errs = append(errs, fmt.Errorf("ask[%d]: agent_id %q: want another agent's id", i, a.AgentID))
-		case a.Role != agentspec.RoleFetch && a.Role != agentspec.RoleToolExec:
-			errs = append(errs, fmt.Errorf("ask[%d]: agent %s has role %q; a core agent asks only fetch and tool_exec agents", i, a.AgentID, a.Role))
-		case c.Kubernetes == nil && (a.Token == "" || a.Port != 0 || !validAskListen(a.Listen)):
-			errs = append(errs, fmt.Errorf("ask[%d]: agent %s: want its runner's listen (unix:///path or 127.0.0.1:PORT) and token", i, a.AgentID))
-		case c.Kubernetes != nil && (a.Token == "" || a.Listen != "" || a.Port < 1 || a.Port > 65535):
-			errs = append(errs, fmt.Errorf("ask[%d]: agent %s: on kubernetes want its runner's port and token, and no listen (its pod is found by its labels)", i, a.AgentID))
-		}
-	}
-	if c.Container.Enabled && c.Container.Image == "" {
-		errs = append(errs, errors.New("container_mode.image is empty"))
-	}
-	if within(c.Path, c.Workspace) {
-		errs = append(errs, fmt.Errorf("the config file %s lies inside the workspace, where the agent can read and change it; keep it outside", c.Path))
-	}
-	switch {
-	case c.Journal != "" && (!filepath.IsAbs(c.Journal) || filepath.Clean(c.Journal) != c.Journal):
-		errs = append(errs, fmt.Errorf("journal_dir %q: want an absolute, clean path", c.Journal))
-	case within(c.Journal, c.Workspace) || within(c.Workspace, c.Journal):
-		errs = append(errs, fmt.Errorf("journal_dir %s and the workspace overlap; the journal holds message text the agent must not read or change", c.Journal))
-	}
-	// Env is set on the sandbox, where `docker inspect` and /proc show it;
-	// a secret there would outlive the message. Secrets travel on stdin.
-	if red := redactor(c); len(c.Env) > 0 {
-		for _, k := range slices.Sorted(maps.Keys(c.Env)) {
-			v := c.Env[k]
-			switch {
-			case !envNameRe.MatchString(k) || strings.ContainsRune(v, 0):
-				// "HOME=/x y" would set HOME in host mode, where the
-				// environment is a list exec reads first-match.
-				errs = append(errs, fmt.Errorf("env %q: want a variable name and a value without NUL", k))
-			case red.String(v) != v:
-				errs = append(errs, fmt.Errorf("env %s holds the API key or a secret value; pass secrets in secrets (inject_secrets_env), never in env", k))
-			}
-		}
-	}
-	errs = append(errs, validateKubernetes(c))
-	// What the owner chose is checked as the provider's plan checks it.
-	errs = append(errs, agentspec.ValidateSettings(c))
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("runner config: %w", err)
-	}
-	return nil
-}
-
-// within says path is dir or lies inside it (both set).
-func within(path, dir string) bool {
-	if path == "" || dir == "" {
-		return false
-	}
-	return path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
-}
-
-// validAskListen: an ask target's runner listens on a unix socket (an
-// absolute path) or on 127.0.0.1 with a numeric port, nothing else: the
-// ask carries that runner's token.
-func validAskListen(listen string) bool {
-	if p, ok := strings.CutPrefix(listen, "unix://"); ok {
-		return strings.HasPrefix(p, "/") && p == filepath.Clean(p)
-	}
-	host, port, err := net.SplitHostPort(listen)
-	if err != nil || host != "127.0.0.1" {
-		return false
-	}
-	n, err := strconv.Atoi(port)
-	return err == nil && n > 0 && n < 65536 && strconv.Itoa(n) == port
 }

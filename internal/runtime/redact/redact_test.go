@@ -1,68 +1,22 @@
-package agent
+package redact
 
 import (
-	"encoding/base32"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
-
-// spellings are the ways a tool prints v that the Redactor promises to
-// catch, each computed here from the standard encoders, not from
-// redact.go's own helpers.
-func spellings(v string) map[string]string {
-	b := []byte(v)
-	hx := hex.EncodeToString(b)
-	var rev []byte
-	for i := len(b) - 1; i >= 0; i-- {
-		rev = append(rev, b[i])
-	}
-	each := func(format string) string {
-		var s strings.Builder
-		for _, c := range b {
-			fmt.Fprintf(&s, format, c)
-		}
-		return s.String()
-	}
-	wrapped := base64.StdEncoding.EncodeToString(b)
-	return map[string]string{
-		"literal":          v,
-		"upper":            strings.ToUpper(v),
-		"reversed":         string(rev),
-		"base64":           base64.StdEncoding.EncodeToString(b),
-		"base64 url raw":   base64.RawURLEncoding.EncodeToString(b),
-		"base64 wrapped":   wrapped[:10] + "\n" + wrapped[10:],
-		"base32":           base32.StdEncoding.EncodeToString(b),
-		"hex":              hx,
-		"HEX":              strings.ToUpper(hx),
-		"hex spaced":       strings.TrimSpace(each("%02x ")),
-		"spaced":           strings.TrimSpace(each("%c ")),
-		"dashed":           strings.TrimSuffix(each("%c-"), "-"),
-		"json \\u":         each(`\u%04x`),
-		"json \\u partial": `\u00` + hx[:2] + v[1:],
-		"double \\\\u":     each(`\\u%04X`),
-		"c \\x":            each(`\x%02x`),
-		"percent":          each("%%%02X"),
-		"html":             each("&#%d;"),
-		"split lines":      v[:len(v)/2] + "\n" + v[len(v)/2:],
-	}
-}
-
-// innerBase64 is the part of base64(prefix+v+suffix) that depends on v
-// alone, for a prefix of off bytes.
-func innerBase64(blob string, off, n int) string {
-	return blob[(8*off+5)/6 : 8*(off+n)/6]
-}
 
 var testSecrets = []string{"sk-proj-Abc123XyZ789qwe", "ghp_0aZ9bY8cX7dW6eV5fU4", "hunter2-db-pass"}
 
 func TestRedactorEncodedForms(t *testing.T) {
 	r := NewRedactor(testSecrets...)
 	for _, v := range testSecrets {
-		for name, form := range spellings(v) {
+		for name, form := range testutil.Spellings(v) {
 			in := "before " + form + " after"
 			got := r.String(in)
 			if want := "before " + Redacted + " after"; got != want {
@@ -82,7 +36,7 @@ func TestRedactorInsideBase64Blob(t *testing.T) {
 				prefix := strings.Repeat("\x07", 30+off)
 				blob := enc.EncodeToString([]byte(prefix + v + "{\"more\":\"json\"}"))
 				got := r.String(blob)
-				inner := innerBase64(blob, len(prefix), len(v))
+				inner := testutil.InnerBase64(blob, len(prefix), len(v))
 				if !strings.Contains(got, Redacted) {
 					t.Errorf("%q at offset %d: nothing redacted in %s", v, off, got)
 					continue
@@ -164,5 +118,3 @@ func BenchmarkRedactor(b *testing.B) {
 		_ = r.String(text)
 	}
 }
-
-func hexOf(v string) string { return hex.EncodeToString([]byte(v)) }
