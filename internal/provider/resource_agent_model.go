@@ -211,14 +211,15 @@ func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagn
 			return a, false
 		}
 	}
+	mem, user := containerValues(cm, diags)
 	a.Config = agentspec.Config{
 		AgentID: m.AgentID.ValueString(),
 		Listen:  rn.Listen.ValueString(),
 		Token:   m.Token.ValueString(),
 		Container: agentspec.ContainerMode{
-			Enabled: cm.Enabled.ValueBool(), Image: cm.Image.ValueString(), MemoryLimit: cm.MemoryLimit.ValueString(),
+			Enabled: cm.Enabled.ValueBool(), Image: cm.Image.ValueString(), MemoryLimit: mem,
 			TimeoutSeconds: int(cm.TimeoutSeconds.ValueInt64()), Network: cm.Network.ValueString(), PidsLimit: cm.PidsLimit.ValueInt64(),
-			User: cm.User.ValueString(), Runtime: cm.Runtime.ValueString(), Prestart: cm.Prestart.ValueBool(),
+			User: user, Runtime: cm.Runtime.ValueString(), Prestart: cm.Prestart.ValueBool(),
 		},
 		FileAccess: agentspec.FileAccess{
 			Unrestricted: fa.Unrestricted.ValueBool(), AllowRead: stringList(ctx, fa.AllowRead, diags),
@@ -276,9 +277,9 @@ func modelOf(m *agentModel, a deploy.Agent) {
 	}
 	m.ContainerMode = types.ObjectValueMust(containerModeAttrTypes, map[string]attr.Value{
 		"enabled": types.BoolValue(c.Container.Enabled), "image": types.StringValue(c.Container.Image),
-		"memory_limit": types.StringValue(c.Container.MemoryLimit), "timeout_seconds": types.Int64Value(int64(c.Container.TimeoutSeconds)),
+		"memory_limit": types.StringValue(c.Container.MemoryLimit.String()), "timeout_seconds": types.Int64Value(int64(c.Container.TimeoutSeconds)),
 		"network": network, "pids_limit": types.Int64Value(c.Container.PidsLimit),
-		"user": types.StringValue(c.Container.User), "runtime": types.StringValue(c.Container.Runtime),
+		"user": types.StringValue(c.Container.User.String()), "runtime": types.StringValue(c.Container.Runtime),
 		"prestart": types.BoolValue(c.Container.Prestart),
 	})
 	m.FileAccess = types.ObjectValueMust(fileAccessAttrTypes, map[string]attr.Value{

@@ -33,7 +33,7 @@ func newPlanFixture(t *testing.T, edit func(*deploy.Agent)) planFixture {
 	a := deploy.Agent{
 		Config: agentspec.Config{
 			AgentID: "plan-notes", Token: "tok",
-			Container: agentspec.ContainerMode{Enabled: true, Image: "meepagateway-isolated:1", MemoryLimit: agentspec.DefaultMemoryLimit,
+			Container: agentspec.ContainerMode{Enabled: true, Image: "meepagateway-isolated:1", MemoryLimit: agentspec.SizeOf(agentspec.DefaultMemoryBytes),
 				TimeoutSeconds: agentspec.DefaultTimeoutSeconds, Network: agentspec.DefaultNetwork, PidsLimit: agentspec.DefaultPidsLimit,
 				Runtime: agentspec.DefaultRuntime, Prestart: true},
 			FileAccess:           agentspec.FileAccess{AllowNetwork: true},

@@ -56,8 +56,8 @@ func TestRuntimeRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	in := agentspec.Config{
 		AgentID: "a1", Workspace: "/s/agents/a1", Listen: "unix:///s/runners/a1/run/runner.sock", Token: "tok",
-		Container: agentspec.ContainerMode{Enabled: true, Image: "img:1", MemoryLimit: "1g", TimeoutSeconds: 60, Network: "none",
-			PidsLimit: 128, User: "1000:1000", Runtime: "runc", Prestart: false},
+		Container: agentspec.ContainerMode{Enabled: true, Image: "img:1", MemoryLimit: agentspec.SizeOf(1 << 30), TimeoutSeconds: 60, Network: "none",
+			PidsLimit: 128, User: userSpec(t, "1000:1000"), Runtime: "runc", Prestart: false},
 		FileAccess: agentspec.FileAccess{AllowRead: []string{"/srv/a"}, AllowReadWrite: []string{"/srv/b"}, Deny: []string{"/srv/b/c"},
 			AllowHomeDotfiles: true, AllowNetwork: false},
 		LLM:                  agentspec.LLMConfig{Provider: "openai", Model: "m", BaseURL: "http://x/v1", APIKey: "sk"},
@@ -92,4 +92,14 @@ func TestRuntimeRoundTrip(t *testing.T) {
 	if a, _ := agentOf(ctx, m, "", &diags); a.RunnerImage() != "img:1" {
 		t.Errorf("runner image %q", a.RunnerImage())
 	}
+}
+
+// userSpec is s parsed as container_mode.user.
+func userSpec(t *testing.T, s string) agentspec.UserSpec {
+	t.Helper()
+	u, err := agentspec.ParseUserSpec(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,26 +26,39 @@ import (
 // requires the same verdict from both, and the expected one. The plan may
 // refuse more only where the schema refuses an explicit zero or empty value
 // that the config file reads as "the default"; those are not in this table.
+// The typed settings (memory_limit, user) are given as the text the owner
+// writes (texts): the plan parses it from the attribute, the runner from
+// the file.
 func TestPlanAndRunnerAgree(t *testing.T) {
+	container := func(c *agentspec.Config) { c.Container.Enabled = true }
+	texts := []struct {
+		name      string
+		change    func(c *agentspec.Config)
+		attr, val string
+		ok        bool
+	}{
+		{"root user, container mode", container, "user", "0:0", false},
+		{"root user, host mode", nil, "user", "0:0", false},
+		{"root group", container, "user", "1000:0", false},
+		{"user name", nil, "user", "nobody", false},
+		{"uid alone", container, "user", "1000", true},
+		{"nobody named, container mode", container, "user", "65534:65534", false},
+		{"64m, host mode", nil, "memory_limit", "64m", false},
+		{"64m, container mode", container, "memory_limit", "64m", true},
+		{"128m, host mode", nil, "memory_limit", "128m", true},
+		{"1G, host mode", nil, "memory_limit", "1G", true},
+		{"5m, container mode", container, "memory_limit", "5m", false},
+		{"memory unit", nil, "memory_limit", "512x", false},
+		{"memory fraction", nil, "memory_limit", "1.5g", false},
+		{"memory zero", nil, "memory_limit", "0", false},
+	}
 	cases := []struct {
 		name   string
 		change func(c *agentspec.Config)
 		ok     bool
 	}{
 		{"defaults, host mode", func(c *agentspec.Config) {}, true},
-		{"defaults, container mode", func(c *agentspec.Config) { c.Container.Enabled = true }, true},
-		{"root user, container mode", func(c *agentspec.Config) { c.Container.Enabled = true; c.Container.User = "0:0" }, false},
-		{"root user, host mode", func(c *agentspec.Config) { c.Container.User = "0:0" }, false},
-		{"root group", func(c *agentspec.Config) { c.Container.Enabled = true; c.Container.User = "1000:0" }, false},
-		{"user name", func(c *agentspec.Config) { c.Container.User = "nobody" }, false},
-		{"uid alone", func(c *agentspec.Config) { c.Container.Enabled = true; c.Container.User = "1000" }, true},
-		{"64m, host mode", func(c *agentspec.Config) { c.Container.MemoryLimit = "64m" }, false},
-		{"64m, container mode", func(c *agentspec.Config) { c.Container.Enabled = true; c.Container.MemoryLimit = "64m" }, true},
-		{"128m, host mode", func(c *agentspec.Config) { c.Container.MemoryLimit = "128m" }, true},
-		{"5m, container mode", func(c *agentspec.Config) { c.Container.Enabled = true; c.Container.MemoryLimit = "5m" }, false},
-		{"memory unit", func(c *agentspec.Config) { c.Container.MemoryLimit = "512x" }, false},
-		{"memory fraction", func(c *agentspec.Config) { c.Container.MemoryLimit = "1.5g" }, false},
-		{"memory zero", func(c *agentspec.Config) { c.Container.MemoryLimit = "0" }, false},
+		{"defaults, container mode", container, true},
 		{"timeout huge", func(c *agentspec.Config) { c.Container.TimeoutSeconds = agentspec.MaxTimeoutSeconds + 1 }, false},
 		{"timeout negative", func(c *agentspec.Config) { c.Container.TimeoutSeconds = -1 }, false},
 		{"timeout max", func(c *agentspec.Config) { c.Container.TimeoutSeconds = agentspec.MaxTimeoutSeconds }, true},
@@ -67,8 +81,35 @@ func TestPlanAndRunnerAgree(t *testing.T) {
 			c.InjectSecretsEnv = false
 		}, true},
 	}
-	state := t.TempDir()
+	type text struct{ attr, val string }
+	var all []struct {
+		name   string
+		change func(c *agentspec.Config)
+		text   *text
+		ok     bool
+	}
 	for _, tc := range cases {
+		all = append(all, struct {
+			name   string
+			change func(c *agentspec.Config)
+			text   *text
+			ok     bool
+		}{tc.name, tc.change, nil, tc.ok})
+	}
+	for _, tc := range texts {
+		change := tc.change
+		if change == nil {
+			change = func(*agentspec.Config) {}
+		}
+		all = append(all, struct {
+			name   string
+			change func(c *agentspec.Config)
+			text   *text
+			ok     bool
+		}{tc.name, change, &text{tc.attr, tc.val}, tc.ok})
+	}
+	state := t.TempDir()
+	for _, tc := range all {
 		t.Run(tc.name, func(t *testing.T) {
 			c := agentspec.Config{
 				AgentID:   "a1",
@@ -76,8 +117,8 @@ func TestPlanAndRunnerAgree(t *testing.T) {
 				Listen:    "unix://" + filepath.Join(state, "runners", "a1", "run", "runner.sock"),
 				Token:     "tok",
 				Container: agentspec.ContainerMode{
-					Image: "img:1", MemoryLimit: agentspec.DefaultMemoryLimit, TimeoutSeconds: agentspec.DefaultTimeoutSeconds,
-					Network: agentspec.DefaultNetwork, PidsLimit: agentspec.DefaultPidsLimit, User: "",
+					Image: "img:1", MemoryLimit: agentspec.SizeOf(agentspec.DefaultMemoryBytes), TimeoutSeconds: agentspec.DefaultTimeoutSeconds,
+					Network: agentspec.DefaultNetwork, PidsLimit: agentspec.DefaultPidsLimit,
 					Runtime: agentspec.DefaultRuntime, Prestart: true,
 				},
 				FileAccess:       agentspec.FileAccess{AllowNetwork: true},
@@ -86,8 +127,12 @@ func TestPlanAndRunnerAgree(t *testing.T) {
 				MaxSteps: agentspec.DefaultMaxSteps,
 			}
 			tc.change(&c)
-			plan := planVerdict(t, c)
-			start := runnerVerdict(t, c)
+			var attr, val string
+			if tc.text != nil {
+				attr, val = tc.text.attr, tc.text.val
+			}
+			plan := planVerdict(t, c, attr, val)
+			start := runnerVerdict(t, c, attr, val)
 			if (plan == nil) != (start == nil) {
 				t.Fatalf("the plan and the runner disagree:\n plan:   %v\n runner: %v", plan, start)
 			}
@@ -99,11 +144,17 @@ func TestPlanAndRunnerAgree(t *testing.T) {
 }
 
 // planVerdict is what meepa_agent's ValidateConfig says of a configuration
-// that holds c's settings.
-func planVerdict(t *testing.T, c agentspec.Config) error {
+// that holds c's settings, and the text val in container_mode's name
+// unless name is "".
+func planVerdict(t *testing.T, c agentspec.Config, name, val string) error {
 	t.Helper()
 	var m agentModel
 	modelOf(&m, deploy.Agent{Config: c, Meta: deploy.Meta{Deployment: agentspec.ModeContainer}})
+	if name != "" {
+		attrs := m.ContainerMode.Attributes()
+		attrs[name] = types.StringValue(val)
+		m.ContainerMode = types.ObjectValueMust(containerModeAttrTypes, attrs)
+	}
 	// The configuration holds the write-only secrets that state does not.
 	if len(c.Secrets) > 0 {
 		vals := map[string]attr.Value{}
@@ -125,12 +176,30 @@ func planVerdict(t *testing.T, c agentspec.Config) error {
 }
 
 // runnerVerdict is what `agent-runner serve` says of the same settings at
-// start: the file as apply writes it, loaded and validated.
-func runnerVerdict(t *testing.T, c agentspec.Config) error {
+// start: the file as apply writes it, with val in container_mode's attr
+// unless attr is "", loaded and validated.
+func runnerVerdict(t *testing.T, c agentspec.Config, attr, val string) error {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "config.json")
 	if err := agentspec.WriteConfig(file, &c); err != nil {
 		t.Fatal(err)
+	}
+	if attr != "" {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc map[string]any
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			t.Fatal(err)
+		}
+		doc["container_mode"].(map[string]any)[attr] = val
+		if raw, err = json.Marshal(doc); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	loaded, err := agentspec.LoadConfig(file)
 	if err != nil {

@@ -197,6 +197,23 @@ func addSettingError(fe *agentspec.FieldError, diags *diag.Diagnostics) {
 	diags.AddAttributeError(p, summary, detail)
 }
 
+// containerValues parses container_mode's typed settings, memory_limit and
+// user, from their attribute strings: the plan's one parse of them (the
+// runner's is the config's Unmarshal), for the validation and for the
+// mapping apply writes. A bad one is an error on its attribute; null or
+// unknown is unset, the default.
+func containerValues(cm containerModeModel, diags *diag.Diagnostics) (agentspec.Size, agentspec.UserSpec) {
+	mem, err := agentspec.ParseSize(cm.MemoryLimit.ValueString())
+	if err != nil {
+		addSettingError(&agentspec.FieldError{Field: "container_mode.memory_limit", Index: -1, Err: err}, diags)
+	}
+	user, err := agentspec.ParseUserSpec(cm.User.ValueString())
+	if err != nil {
+		addSettingError(&agentspec.FieldError{Field: "container_mode.user", Index: -1, Err: err}, diags)
+	}
+	return mem, user
+}
+
 // settingsOf is the config the runner would be given, as far as the
 // configuration is known, and the blocks or fields to leave unjudged: a null
 // value is the schema's default; an unknown one its runtime zero, which
@@ -231,9 +248,10 @@ func settingsOf(ctx context.Context, m agentModel, diags *diag.Diagnostics) (age
 		// Host mode's memory floor applies only once the mode is known.
 		skip["container_mode.memory_limit"] = true
 	}
+	mem, user := containerValues(cm, diags)
 	c := agentspec.Config{
 		Container: agentspec.ContainerMode{
-			Enabled: cm.Enabled.ValueBool(), MemoryLimit: cm.MemoryLimit.ValueString(), User: cm.User.ValueString(),
+			Enabled: cm.Enabled.ValueBool(), MemoryLimit: mem, User: user,
 			TimeoutSeconds: int(cm.TimeoutSeconds.ValueInt64()), PidsLimit: cm.PidsLimit.ValueInt64(),
 			Network: cm.Network.ValueString(), Runtime: cm.Runtime.ValueString(),
 		},

@@ -96,9 +96,10 @@ type ContainerMode struct {
 	Enabled bool `json:"enabled"`
 	// Image is the isolation image the per-message containers run.
 	Image string `json:"image"`
-	// MemoryLimit is a Docker size such as "512m"; swap equals memory.
-	MemoryLimit    string `json:"memory_limit"`
-	TimeoutSeconds int    `json:"timeout_seconds"`
+	// MemoryLimit is a size such as "512m" (unset: DefaultMemoryBytes);
+	// swap equals memory.
+	MemoryLimit    Size `json:"memory_limit"`
+	TimeoutSeconds int  `json:"timeout_seconds"`
 	// Network is "none", "bridge", or empty when Networks is set. Empty
 	// without Networks means "none" (fail closed); the provider writes the
 	// spec's default ("bridge") explicitly.
@@ -112,12 +113,13 @@ type ContainerMode struct {
 	DNS []string `json:"dns,omitempty"`
 	// PidsLimit bounds processes and threads; zero means DefaultPidsLimit.
 	PidsLimit int64 `json:"pids_limit"`
-	// User is "uid:gid" for the agent loop; empty means the agent's own
-	// uid (AgentUser; on a cluster DefaultUser). Root and, named,
-	// nobody are refused (UserFor). The runner chowns the workspace to it at start when it sees
-	// the workspace at this path and runs as root; otherwise the workspace
-	// must already be writable by this user.
-	User string `json:"user,omitempty"`
+	// User is "uid:gid" or "uid" for the agent loop; unset means the
+	// agent's own uid (AgentUser; on a cluster DefaultUser). Root is
+	// refused when the file is read, nobody, named, by ValidateSettings
+	// (UserFor). The runner chowns the workspace to it at start when it
+	// sees the workspace at this path and runs as root; otherwise the
+	// workspace must already be writable by this user.
+	User UserSpec `json:"user,omitzero"`
 	// Runtime is the OCI runtime ("runc", "crun", "runsc"); empty: daemon default.
 	Runtime string `json:"runtime,omitempty"`
 	// Prestart keeps the next container started and waiting on stdin. On
@@ -192,10 +194,12 @@ func loadConfig(path string, groupRead bool) (*Config, error) {
 
 // ParseConfig decodes a config and applies the defaults that a zero value
 // cannot express (prestart is on unless the file says "prestart": false).
+// The typed values (sizes, the user) are parsed here, once; a bad one is a
+// *FieldError naming its setting ("container_mode.memory_limit").
 func ParseConfig(raw []byte) (*Config, error) {
 	var c Config
 	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, fmt.Errorf("runner config: %w", err)
+		return nil, fmt.Errorf("runner config: %w", fieldOfDecode(err))
 	}
 	var present struct {
 		Container struct {

@@ -7,15 +7,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/docker/go-units"
 )
 
 // The limits of a per-message sandbox and their defaults. They are the one
 // source of these numbers: the runner's config, the provider's schema and
 // its docs all take them from here.
 const (
+	// DefaultMemoryLimit is DefaultMemoryBytes as the schema writes it.
 	DefaultMemoryLimit = "512m"
+	DefaultMemoryBytes = 512 << 20
 	// MinMemoryBytes is Docker's own lower bound for a memory limit.
 	MinMemoryBytes     = 6 << 20
 	MinMemoryLimitText = "6m"
@@ -44,37 +44,17 @@ const (
 	MinHostMemoryText = "128m"
 )
 
-// TmpSize is the /tmp tmpfs size of a per-message container or pod.
-const TmpSize = "256m"
+// TmpBytes is the /tmp tmpfs size of a per-message container or pod;
+// TmpSize is how Docker's tmpfs option and the docs write it.
+const (
+	TmpBytes = 256 << 20
+	TmpSize  = "256m"
+)
 
-// memoryPattern is the spec's size form: a positive integer and an optional
-// b/k/m/g unit ("512m", "1g"). Docker accepts more (fractions, "MiB"), but
-// one form is what the docs promise and keeps a config's hash stable.
-var memoryPattern = regexp.MustCompile(`^[0-9]+[bkmgBKMG]?$`)
-
-// MemoryBytes is the one parser of a memory limit ("512m", "1g": binary
-// units, as `docker run --memory`), used by the provider's plan and by the
-// runner alike. Empty means DefaultMemoryLimit; below Docker's minimum of
-// 6m is refused.
-func MemoryBytes(s string) (int64, error) {
-	if s == "" {
-		s = DefaultMemoryLimit
-	}
-	if !memoryPattern.MatchString(s) {
-		return 0, fmt.Errorf("%q is not a size: write a positive number with an optional unit b, k, m or g (either case), e.g. \"512m\" or \"1g\"", s)
-	}
-	n, err := units.RAMInBytes(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a size: %w", s, err)
-	}
-	if n <= 0 {
-		return 0, fmt.Errorf("%q: the limit must be positive, e.g. \"512m\"", s)
-	}
-	if n < MinMemoryBytes {
-		return 0, fmt.Errorf("%q is below Docker's minimum of %s", s, MinMemoryLimitText)
-	}
-	return n, nil
-}
+// sizePattern is the one form of a Size (ParseSize): a positive integer
+// and an optional b/k/m/g unit ("512m", "1g"). Docker accepts more
+// (fractions, "MiB"), but one form is what the docs promise.
+var sizePattern = regexp.MustCompile(`^[0-9]+[bkmgBKMG]?$`)
 
 // User is a numeric user and group.
 type User struct{ UID, GID int }
@@ -132,17 +112,14 @@ func AgentUser(agentID string) User {
 }
 
 // UserFor is the one reading of a per-message container's user on a
-// Docker host: empty is AgentUser, anything else ParseUser, and nobody
-// (65534) is refused even when named, since whatever runs as nobody on the
-// host would own the agent's workspace.
-func UserFor(agentID, s string) (User, error) {
-	if s == "" {
+// Docker host: unset is AgentUser, and nobody (65534) is refused even when
+// named, since whatever runs as nobody on the host would own the agent's
+// workspace.
+func UserFor(agentID string, s UserSpec) (User, error) {
+	if s.IsZero() {
 		return AgentUser(agentID), nil
 	}
-	u, err := ParseUser(s)
-	if err != nil {
-		return User{}, err
-	}
+	u := s.User()
 	if u.UID == DefaultUID || u.GID == DefaultGID {
 		return User{}, fmt.Errorf("%q: nobody (65534) is shared by every unprivileged daemon of the host, which would own the "+
 			"agent's workspace; leave user unset for the agent's own uid (%s)", s, AgentUser(agentID))

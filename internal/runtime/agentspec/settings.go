@@ -135,12 +135,13 @@ func ValidateSettings(c *Config) error {
 	return errors.Join(errs...)
 }
 
-// checkMemory parses memory_limit; host mode needs more than Docker's
-// minimum, since the limit also bounds the agent-runner child itself.
+// checkMemory bounds memory_limit (parsed already): Docker's minimum, and
+// in host mode more, since the limit also bounds the agent-runner child
+// itself.
 func checkMemory(cm ContainerMode) error {
-	n, err := MemoryBytes(cm.MemoryLimit)
-	if err != nil {
-		return err
+	n := MemoryOrDefault(cm.MemoryLimit).Bytes()
+	if n < MinMemoryBytes {
+		return fmt.Errorf("%q is below Docker's minimum of %s", cm.MemoryLimit, MinMemoryLimitText)
 	}
 	if !cm.Enabled && n < MinHostMemory {
 		return fmt.Errorf("%q is below %s, the least the agent loop starts with in host mode (container_mode.enabled = false)",

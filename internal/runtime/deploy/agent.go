@@ -151,7 +151,7 @@ func WorkspaceOwner(c agentspec.Config) (*workspace.Owner, string) {
 // workspace in the same state directory (two ids whose hashes meet). The
 // agent's owner then names a user. Explicit users are the owner's choice.
 func (s *Service) CheckAgentUser(c agentspec.Config) error {
-	if !c.Container.Enabled || c.Container.User != "" {
+	if !c.Container.Enabled || !c.Container.User.IsZero() {
 		return nil
 	}
 	u := agentspec.AgentUser(c.AgentID)

@@ -37,7 +37,7 @@ func TestOneRunnerPerAgent(t *testing.T) {
 	}
 	cfg := agentspec.Config{
 		AgentID: id, Workspace: ws, Listen: "unix://" + l.Socket, Token: "t",
-		Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: "64m", TimeoutSeconds: 30, Network: "none", PidsLimit: 64},
+		Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: agentspec.SizeOf(64 << 20), TimeoutSeconds: 30, Network: "none", PidsLimit: 64},
 		LLM:       agentspec.LLMConfig{Provider: "offline"},
 	}
 	if err := WriteConfig(l, &cfg); err != nil {

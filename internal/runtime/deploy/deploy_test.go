@@ -44,7 +44,7 @@ func TestParseListen(t *testing.T) {
 func sampleConfig() agentspec.Config {
 	return agentspec.Config{
 		AgentID: "a1", Workspace: "/s/agents/a1", Listen: "unix:///s/runners/a1/run/runner.sock", Token: "tok",
-		Container: agentspec.ContainerMode{Enabled: true, Image: "img:1", MemoryLimit: "512m", TimeoutSeconds: 300, Network: "bridge"},
+		Container: agentspec.ContainerMode{Enabled: true, Image: "img:1", MemoryLimit: agentspec.SizeOf(512 << 20), TimeoutSeconds: 300, Network: "bridge"},
 		LLM:       agentspec.LLMConfig{Provider: "openai", APIKey: "sk-1"},
 		Secrets:   map[string]string{"A": "1", "B": "2"},
 	}
@@ -62,7 +62,7 @@ func TestConfigHash(t *testing.T) {
 		"token":        func(c *agentspec.Config, _ *Settings, _ *[]byte) { c.Token = "tok2" },
 		"secret value": func(c *agentspec.Config, _ *Settings, _ *[]byte) { c.Secrets = map[string]string{"A": "1", "B": "3"} },
 		"secret name":  func(c *agentspec.Config, _ *Settings, _ *[]byte) { c.Secrets = map[string]string{"A": "1", "C": "2"} },
-		"memory":       func(c *agentspec.Config, _ *Settings, _ *[]byte) { c.Container.MemoryLimit = "1g" },
+		"memory":       func(c *agentspec.Config, _ *Settings, _ *[]byte) { c.Container.MemoryLimit = agentspec.SizeOf(1 << 30) },
 		"image":        func(_ *agentspec.Config, s *Settings, _ *[]byte) { s.Image = "img:2" },
 		"mode":         func(_ *agentspec.Config, s *Settings, _ *[]byte) { s.Mode = "external" },
 		"key":          func(_ *agentspec.Config, _ *Settings, k *[]byte) { *k = []byte("another key, also 32 bytes long!") },

@@ -103,11 +103,7 @@ func ForConfig(c agentspec.Config, p Placement) (Deployment, error) {
 	}
 	// The agent loop runs as a child of the runner; its limits come on top
 	// of the runner's own.
-	mem, err := agentspec.MemoryBytes(c.Container.MemoryLimit)
-	if err != nil {
-		return d, err
-	}
-	d.Memory = mem + RunnerMemory
+	d.Memory = agentspec.MemoryOrDefault(c.Container.MemoryLimit).Bytes() + RunnerMemory
 	d.PidsLimit = c.Container.PidsLimit + RunnerPids
 	for _, path := range c.FileAccess.AllowRead {
 		d.HostPaths = append(d.HostPaths, HostPath{Path: path, ReadOnly: true})

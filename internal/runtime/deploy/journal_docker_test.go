@@ -54,8 +54,8 @@ func deployJournalAgent(t *testing.T, id string, edit ...func(*Agent)) *journalA
 	a := Agent{
 		Config: agentspec.Config{
 			AgentID: id,
-			Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: "64m", TimeoutSeconds: 30, Network: "none",
-				PidsLimit: 64, User: "", Runtime: agentspec.DefaultRuntime, Prestart: true},
+			Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: agentspec.SizeOf(64 << 20), TimeoutSeconds: 30, Network: "none",
+				PidsLimit: 64, Runtime: agentspec.DefaultRuntime, Prestart: true},
 			LLM:      agentspec.LLMConfig{Provider: "offline"},
 			MaxSteps: agentspec.DefaultMaxSteps,
 		},

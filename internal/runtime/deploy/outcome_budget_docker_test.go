@@ -142,7 +142,7 @@ func TestRunnerLargeRepliesWithinMemory(t *testing.T) {
 	a := deployJournalAgent(t, "meepa-test-outcome-budget", func(a *Agent) {
 		a.Config.LLM = agentspec.LLMConfig{Provider: "openai", Model: "m", BaseURL: base, APIKey: "sk-meepa-budget-test"}
 		a.Config.Container.Network = "bridge"
-		a.Config.Container.MemoryLimit = "256m"
+		a.Config.Container.MemoryLimit = agentspec.SizeOf(256 << 20)
 	})
 	stop := a.peakRSS()
 	const n = 20

@@ -89,7 +89,7 @@ func TestContainerAgentsWorkspacesAreTheirOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	// NewHost is where a root runner gives its agent the way through.
-	if _, err := sandbox.NewHost(sandbox.HostOptions{AgentID: "agent-h", Workspace: wsH, StateDir: state, MemoryLimit: "512m"}); err != nil {
+	if _, err := sandbox.NewHost(sandbox.HostOptions{AgentID: "agent-h", Workspace: wsH, StateDir: state, MemoryLimit: agentspec.SizeOf(512 << 20)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range []string{state, filepath.Join(state, "agents"), filepath.Join(state, "runners")} {
@@ -209,8 +209,18 @@ func TestDerivedUserCollisionIsRefused(t *testing.T) {
 		t.Fatalf("err = %v, want a container_mode.user error naming agent other", err)
 	}
 	// Named explicitly, the user is the owner's choice.
-	a := Agent{Config: agentspec.Config{AgentID: "mine", Container: agentspec.ContainerMode{Enabled: true, User: "3000:3000"}}}
+	a := Agent{Config: agentspec.Config{AgentID: "mine", Container: agentspec.ContainerMode{Enabled: true, User: userSpec(t, "3000:3000")}}}
 	if err := s.CheckAgentUser(a.Config); err != nil {
 		t.Errorf("explicit user refused: %v", err)
 	}
+}
+
+// userSpec is s parsed as container_mode.user.
+func userSpec(t *testing.T, s string) agentspec.UserSpec {
+	t.Helper()
+	u, err := agentspec.ParseUserSpec(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

@@ -16,7 +16,7 @@ func TestHashLeavesOutReloadedImage(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
 	agent := func(enabled bool, runnerImage, deployment, image string) Agent {
 		return Agent{
-			Config: agentspec.Config{AgentID: "a", Token: "t", Container: agentspec.ContainerMode{Enabled: enabled, Image: image, MemoryLimit: "512m"}},
+			Config: agentspec.Config{AgentID: "a", Token: "t", Container: agentspec.ContainerMode{Enabled: enabled, Image: image, MemoryLimit: agentspec.SizeOf(512 << 20)}},
 			Meta:   Meta{RunnerImage: runnerImage, Deployment: deployment},
 		}
 	}
@@ -40,7 +40,7 @@ func TestHashLeavesOutReloadedImage(t *testing.T) {
 	// Anything else of the config still changes it.
 	a := agent(true, "runner:1", agentspec.ModeContainer, "img:1")
 	b := a
-	b.Config.Container.MemoryLimit = "1g"
+	b.Config.Container.MemoryLimit = agentspec.SizeOf(1 << 30)
 	if s.hash(a, key) == s.hash(b, key) {
 		t.Error("a new memory_limit kept the hash")
 	}

@@ -54,7 +54,7 @@ func TestTCPRunnerReachOnlyFromHost(t *testing.T) {
 	listener := Listener{Port: port}
 	cfg := agentspec.Config{
 		AgentID: id, Workspace: ws, Listen: ServedListen(agentspec.ModeContainer, listener), Token: "t",
-		Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: "64m", TimeoutSeconds: 30, Network: "none", PidsLimit: 64},
+		Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: agentspec.SizeOf(64 << 20), TimeoutSeconds: 30, Network: "none", PidsLimit: 64},
 		LLM:       agentspec.LLMConfig{Provider: "offline"},
 	}
 	if err := WriteConfig(l, &cfg); err != nil {

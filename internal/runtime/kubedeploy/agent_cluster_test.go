@@ -27,7 +27,7 @@ func testAgent(id, image, volume string) Agent {
 	return Agent{
 		Config: agentspec.Config{
 			AgentID: id,
-			Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: "128m", TimeoutSeconds: 60,
+			Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: agentspec.SizeOf(128 << 20), TimeoutSeconds: 60,
 				Network: "bridge", Prestart: true},
 			LLM:     agentspec.LLMConfig{Provider: "offline", APIKey: "sk-kubedeploy-key"},
 			Secrets: map[string]string{"GH": secretValue},

@@ -63,7 +63,7 @@ func testAgentConfig(t *testing.T, cli *client.Client, id string) *agentspec.Con
 		Container: agentspec.ContainerMode{
 			Enabled:        true,
 			Image:          testutil.EnsureRunnerImage(t, cli),
-			MemoryLimit:    "512m",
+			MemoryLimit:    agentspec.SizeOf(512 << 20),
 			TimeoutSeconds: 60,
 			Network:        "none",
 			Prestart:       true,

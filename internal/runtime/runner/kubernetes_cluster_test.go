@@ -51,7 +51,7 @@ func kubeAgentConfig(t *testing.T, c *kube.Client, id string) (*agentspec.Config
 		Container: agentspec.ContainerMode{
 			Enabled:        true,
 			Image:          testkube.RunnerImage(t),
-			MemoryLimit:    "256m",
+			MemoryLimit:    agentspec.SizeOf(256 << 20),
 			TimeoutSeconds: 60,
 			Network:        "bridge",
 			Prestart:       true,

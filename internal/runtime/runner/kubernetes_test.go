@@ -16,7 +16,7 @@ import (
 func kubeConfig() *agentspec.Config {
 	c := testConfig()
 	c.Container.Network = "bridge"
-	c.Container.MemoryLimit = "256m"
+	c.Container.MemoryLimit = agentspec.SizeOf(256 << 20)
 	c.Role = "tool_exec"
 	c.Env = map[string]string{"LANG": "C"}
 	c.Kubernetes = &agentspec.Kubernetes{WorkspaceClaim: "ws-a1", ImagePullPolicy: "Never", RuntimeClass: "gvisor", CPULimit: "500m", Topology: "tg"}
@@ -56,7 +56,10 @@ func TestValidateKubernetes(t *testing.T) {
 		edit func(*agentspec.Config)
 		want string
 	}{
-		{"host mode", func(c *agentspec.Config) { c.Container.Enabled = false; c.Container.MemoryLimit = "1g" }, "needs container_mode.enabled"},
+		{"host mode", func(c *agentspec.Config) {
+			c.Container.Enabled = false
+			c.Container.MemoryLimit = agentspec.SizeOf(1 << 30)
+		}, "needs container_mode.enabled"},
 		{"ask by listen", func(c *agentspec.Config) {
 			c.Role = "core"
 			c.Ask = []agentspec.AskTarget{{AgentID: "tx", Role: "tool_exec", Listen: "127.0.0.1:7001", Port: 8080, Token: "t"}}
@@ -101,7 +104,7 @@ func TestValidateKubernetes(t *testing.T) {
 func TestKubeOptions(t *testing.T) {
 	o := kube.OptionsFor(kubeConfig(), nil)
 	s := o.Spec
-	if s.AgentID != "a1" || s.Image != "img" || s.Topology != "tg" || s.Role != "TOOL_EXEC" || s.MemoryLimit != "256m" || s.CPULimit != "500m" ||
+	if s.AgentID != "a1" || s.Image != "img" || s.Topology != "tg" || s.Role != "TOOL_EXEC" || s.MemoryLimit.Bytes() != 256<<20 || s.CPULimit != "500m" ||
 		s.WorkspaceClaim != "ws-a1" || s.RuntimeClass != "gvisor" || s.ImagePullPolicy != corev1.PullNever || s.Env["LANG"] != "C" {
 		t.Errorf("spec %+v", s)
 	}

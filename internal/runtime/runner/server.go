@@ -633,7 +633,7 @@ func classify(cfg *agentspec.Config, out sandbox.Outcome, runErr error) (status 
 			fmt.Sprintf("no reply within %s; the sandbox was killed", cfg.Container.Timeout()), nil
 	case out.OOMKilled:
 		return http.StatusInternalServerError, agent.ErrKindOOM,
-			fmt.Sprintf("the sandbox ran out of memory (limit %s) and was killed", memLimit(cfg)), nil
+			fmt.Sprintf("the sandbox ran out of memory (limit %s) and was killed", agentspec.MemoryOrDefault(cfg.Container.MemoryLimit)), nil
 	case errors.Is(runErr, sandbox.ErrNotEnforced):
 		return http.StatusServiceUnavailable, KindNotEnforced, red.String(runErr.Error()), nil
 	case errors.Is(runErr, sandbox.ErrReplyTooLarge):
@@ -681,13 +681,6 @@ func classify(cfg *agentspec.Config, out sandbox.Outcome, runErr error) (status 
 // agentKinds are the error kinds agent-run sets in its Reply; the others
 // are the runner's own.
 var agentKinds = []string{agent.ErrKindLLM, agent.ErrKindRequest, agent.ErrKindSteps, agent.ErrKindInternal, agent.ErrKindWorkspace}
-
-func memLimit(cfg *agentspec.Config) string {
-	if cfg.Container.MemoryLimit == "" {
-		return agentspec.DefaultMemoryLimit
-	}
-	return cfg.Container.MemoryLimit
-}
 
 // stderrNote is the end of the sandbox's stderr for an error message,
 // redacted before it is cut so that no part of a secret survives the cut.

@@ -37,9 +37,9 @@ type HostOptions struct {
 	// (`landlock-exec`, which execs `agent-run`); default: this process's
 	// own executable.
 	RunnerBinary string
-	// MemoryLimit is a Docker size ("512m"); default DefaultMemoryLimit. It
-	// becomes RLIMIT_DATA of every process of the agent.
-	MemoryLimit string
+	// MemoryLimit becomes RLIMIT_DATA of every process of the agent;
+	// unset: agentspec.DefaultMemoryBytes.
+	MemoryLimit agentspec.Size
 	// PidsLimit bounds the agent's processes and threads; default
 	// DefaultPidsLimit. Enforced with a pids cgroup when this process may
 	// make one, else with RLIMIT_NPROC.
@@ -122,10 +122,7 @@ func NewHost(o HostOptions) (*Host, error) {
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
-	mem, err := agentspec.MemoryBytes(o.MemoryLimit)
-	if err != nil {
-		return nil, fmt.Errorf("host backend: %w", err)
-	}
+	mem := agentspec.MemoryOrDefault(o.MemoryLimit).Bytes()
 	if mem < agentspec.MinHostMemory {
 		return nil, fmt.Errorf("host backend: memory_limit %q is below %s, the least the agent loop starts with in host mode "+
 			"(RLIMIT_DATA also counts the Go runtime's reserved bookkeeping, about 64 MiB)", o.MemoryLimit, agentspec.MinHostMemoryText)

@@ -328,7 +328,7 @@ func TestHostTimeoutKillsTheGroup(t *testing.T) {
 func TestHostMemoryAndPidsLimits(t *testing.T) {
 	requireLandlock(t, landlock.MinFSABI)
 	ws := mkdir(t, testutil.SharedTempDir(t), "workspace")
-	newLimited := func(mem string, pids int64) *Host {
+	newLimited := func(mem agentspec.Size, pids int64) *Host {
 		h, err := NewHost(HostOptions{AgentID: "tf-acc-limits", Workspace: ws, FileAccess: landlock.FileAccess{AllowNetwork: true},
 			RunnerBinary: testutil.RunnerBinary(t), MemoryLimit: mem, PidsLimit: pids})
 		if err != nil {
@@ -339,19 +339,19 @@ func TestHostMemoryAndPidsLimits(t *testing.T) {
 	// A 96 MiB shell variable: fine under 512m, refused under 128m (the
 	// shell needs room for the string and its copies).
 	const grow = `x=$(head -c 100663296 /dev/zero | tr '\0' a); echo len=${#x}`
-	if code, out := shell(t, newLimited("512m", 0), grow); code != 0 || !strings.Contains(out, "len=100663296") {
+	if code, out := shell(t, newLimited(agentspec.SizeOf(512<<20), 0), grow); code != 0 || !strings.Contains(out, "len=100663296") {
 		t.Fatalf("512m: exit %d %q", code, out)
 	}
-	if code, out := shell(t, newLimited("128m", 0), grow); code == 0 || strings.Contains(out, "len=100663296") {
+	if code, out := shell(t, newLimited(agentspec.SizeOf(128<<20), 0), grow); code == 0 || strings.Contains(out, "len=100663296") {
 		t.Errorf("128m: exit %d %q; want the allocation refused", code, out)
 	}
-	if _, err := NewHost(HostOptions{Workspace: ws, MemoryLimit: "64m", RunnerBinary: testutil.RunnerBinary(t)}); err == nil || !strings.Contains(err.Error(), "below 128m") {
+	if _, err := NewHost(HostOptions{Workspace: ws, MemoryLimit: agentspec.SizeOf(64 << 20), RunnerBinary: testutil.RunnerBinary(t)}); err == nil || !strings.Contains(err.Error(), "below 128m") {
 		t.Errorf("NewHost with 64m = %v, want the floor named", err)
 	}
 	// 40 background processes under a limit of 24 tasks (the agent loop
 	// has a few threads of its own): some forks must fail.
 	const fork = `i=0; while [ $i -lt 40 ]; do sleep 5 >/dev/null 2>&1 & i=$((i+1)); done; echo forked`
-	limited := newLimited("", 24)
+	limited := newLimited(agentspec.Size{}, 24)
 	if limited.Health()["process_limit"] == "rlimit" && os.Geteuid() == 0 {
 		t.Skip("root without a writable pids cgroup: RLIMIT_NPROC does not bind uid 0")
 	}
@@ -365,7 +365,7 @@ func TestHostMemoryAndPidsLimits(t *testing.T) {
 	if !strings.Contains(r.Reply, "fork") && !threadless {
 		t.Errorf("pids 24: reply %q, stderr %q; want forks refused", r.Reply, out.StderrTail)
 	}
-	if code, out := shell(t, newLimited("", 256), fork); code != 0 || !strings.Contains(out, "forked") {
+	if code, out := shell(t, newLimited(agentspec.Size{}, 256), fork); code != 0 || !strings.Contains(out, "forked") {
 		t.Errorf("pids 256: exit %d %q", code, out)
 	}
 }

@@ -46,9 +46,9 @@ type Spec struct {
 	Image     string
 	// Command defaults to DefaultCommand.
 	Command []string
-	// MemoryLimit is a Docker size ("512m", "1g"); swap is set equal, so the
-	// container cannot swap past it. Default DefaultMemoryLimit.
-	MemoryLimit string
+	// MemoryLimit is the container's memory; swap is set equal, so the
+	// container cannot swap past it. Unset: agentspec.DefaultMemoryBytes.
+	MemoryLimit agentspec.Size
 	// PidsLimit bounds processes and threads; default DefaultPidsLimit.
 	PidsLimit int64
 	// Network is "none" or "bridge" (the managed network ManagedBridge);
@@ -61,9 +61,9 @@ type Spec struct {
 	// forwards names it does not know to (a ThreeGate topology's DNS
 	// sink); empty leaves the engine's choice, the host's resolvers.
 	DNS []string
-	// User is "uid:gid"; default AgentUser(AgentID), the agent's own uid.
-	// Root and nobody are refused (UserFor).
-	User string
+	// User is the container's user; unset: AgentUser(AgentID), the
+	// agent's own uid. Root and nobody are refused (UserFor).
+	User agentspec.UserSpec
 	// Runtime is the OCI runtime name; empty means the daemon's default.
 	Runtime string
 	// Env is extra non-secret environment (e.g. http_proxy). Secrets never
@@ -139,9 +139,9 @@ func HardenedSpec(s Spec, messageID string) (*container.Config, *container.HostC
 	if err := CheckWorkspace(s.Workspace); err != nil {
 		return nil, nil, nil, fmt.Errorf("container spec: %w", err)
 	}
-	mem, err := agentspec.MemoryBytes(s.MemoryLimit)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("container spec: %w", err)
+	mem := agentspec.MemoryOrDefault(s.MemoryLimit).Bytes()
+	if mem < agentspec.MinMemoryBytes {
+		return nil, nil, nil, fmt.Errorf("container spec: memory limit %q is below Docker's minimum of %s", s.MemoryLimit, agentspec.MinMemoryLimitText)
 	}
 	pids := s.PidsLimit
 	if pids <= 0 {

@@ -171,7 +171,7 @@ func TestHardenedSpecCIS(t *testing.T) {
 
 func TestHardenedSpecOptions(t *testing.T) {
 	s := testSpec()
-	s.MemoryLimit = "1g"
+	s.MemoryLimit = agentspec.SizeOf(1 << 30)
 	s.PidsLimit = 64
 	s.Networks = []string{"llmnet", "fetchnet"}
 	s.Env = map[string]string{"http_proxy": "http://proxy:3128", "HOME": "/root"}
@@ -201,11 +201,8 @@ func TestHardenedSpecOptions(t *testing.T) {
 
 func TestHardenedSpecRejects(t *testing.T) {
 	for name, mut := range map[string]func(*Spec){
-		"root user":        func(s *Spec) { s.User = "0:0" },
-		"root uid only":    func(s *Spec) { s.User = "0" },
-		"named user":       func(s *Spec) { s.User = "root" },
-		"bad memory":       func(s *Spec) { s.MemoryLimit = "lots" },
-		"tiny memory":      func(s *Spec) { s.MemoryLimit = "1m" },
+		"nobody named":     func(s *Spec) { s.User, _ = agentspec.ParseUserSpec("65534") },
+		"tiny memory":      func(s *Spec) { s.MemoryLimit = agentspec.SizeOf(1 << 20) },
 		"host network":     func(s *Spec) { s.Network = "host" },
 		"host in networks": func(s *Spec) { s.Networks = []string{"llmnet", "host"} },
 		"container net":    func(s *Spec) { s.Networks = []string{"container:x"} },

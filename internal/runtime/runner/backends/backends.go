@@ -128,7 +128,7 @@ func DockerOptions(cfg *agentspec.Config, log hclog.Logger) sandbox.DockerOption
 		o.ChownWorkspace = true
 	} else if log != nil {
 		log.Warn("workspace not chowned for the container user; it must already be writable by it",
-			"workspace", cfg.Workspace, "user", userOrDefault(cfg.AgentID, cm.User))
+			"workspace", cfg.Workspace, "user", cm.User.Or(agentspec.AgentUser(cfg.AgentID)).String())
 	}
 	return o
 }
@@ -210,13 +210,6 @@ func stateDir(configPath string) string {
 		return filepath.Dir(runners)
 	}
 	return ""
-}
-
-func userOrDefault(agentID, u string) string {
-	if u == "" {
-		return agentspec.AgentUser(agentID).String()
-	}
-	return u
 }
 
 // dockerBackend owns its Docker client.
