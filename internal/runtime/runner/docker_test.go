@@ -366,10 +366,19 @@ func containerIsolationFromInside(t *testing.T, runtime string) {
 
 // A message that outlives timeout_seconds is killed, its container
 // removed, and the answer is 504 timeout; the next message works.
-func TestTimeoutKillsAndRemoves(t *testing.T) {
+func TestTimeoutKillsAndRemoves(t *testing.T) { timeoutKillsAndRemoves(t, "") }
+
+// The same under gVisor, cold (not prestarted).
+func TestTimeoutKillsAndRemovesRunsc(t *testing.T) { timeoutKillsAndRemoves(t, "runsc") }
+
+func timeoutKillsAndRemoves(t *testing.T, runtime string) {
 	testutil.RequireDocker(t)
 	cli := testutil.Docker(t)
-	cfg := testAgentConfig(t, cli, "timeout")
+	if runtime != "" {
+		testutil.RequireRuntime(t, cli, runtime)
+	}
+	cfg := testAgentConfig(t, cli, "timeout"+runtime)
+	cfg.Container.Runtime = runtime
 	cfg.Container.TimeoutSeconds = 2
 	cfg.Container.Prestart = false // so the container carries the message id
 	a := startAgent(t, cfg)
