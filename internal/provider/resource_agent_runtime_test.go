@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"testing"
@@ -10,7 +11,9 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/tfversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/testkube"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -47,7 +50,7 @@ resource "meepa_agent" "t" {
 			{
 				Config:      config("crun"),
 				PlanOnly:    true,
-				ExpectError: regexp.MustCompile(`(?s)Runtime Not Available.*no "crun" runtime \(it has: [^)]*runc`),
+				ExpectError: regexp.MustCompile(`(?s)Runtime Not Available.*no "crun" runtime \(it has:\s[^)]*runc`),
 			},
 			{Config: config("runc"), PlanOnly: true, ExpectNonEmptyPlan: true},
 		},
@@ -89,4 +92,41 @@ func TestAgentPlan_runscBridgeWarns(t *testing.T) {
 			t.Errorf("%s on %s: %v", c[0], c[1], d)
 		}
 	}
+}
+
+// TestAccKube_runtimeRefusedAtPlan: on a cluster with no RuntimeClass for
+// runsc the plan refuses runtime = "runsc" with the RuntimeClasses it has
+// (before, the plan passed and apply failed finding the RuntimeClass).
+func TestAccKube_runtimeRefusedAtPlan(t *testing.T) {
+	c := testkube.Cluster(t, "tf-acc-kube-rt")
+	rcs, err := c.Clientset.NodeV1().RuntimeClasses().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rc := range rcs.Items {
+		if rc.Name == "runsc" || rc.Handler == "runsc" {
+			t.Skipf("the test cluster has a RuntimeClass for runsc (%s)", rc.Name)
+		}
+	}
+	cfg := kubeProvider(t, c, testkube.Registry(t)) + `
+resource "meepa_agent" "t" {
+  agent_id = "kq-runtime"
+  llm      = { provider = "offline" }
+  container_mode = {
+    enabled = true
+    image   = "meepagateway-isolated:1"
+    network = "none"
+    runtime = "runsc"
+  }
+}
+`
+	resource.Test(t, resource.TestCase{
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{{
+			Config:      cfg,
+			PlanOnly:    true,
+			ExpectError: regexp.MustCompile(`(?s)Runtime Not Available.*no RuntimeClass named "runsc" or with that\s+handler\s+\(it has:\s`),
+		}},
+	})
 }
