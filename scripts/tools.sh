@@ -30,6 +30,14 @@
 #               newest the proxy served when this was written), for tests
 #               of what the machine's pinned minimum (terraform on PATH,
 #               1.11) lacks: resource identity, query, actions.
+#   runsc       gVisor's OCI runtime, gvisor.dev/gvisor/runsc at
+#               MEEPA_RUNSC_VERSION (default below: the go branch's pseudo-
+#               version seen to work here; the module publishes no tags), and
+#               beside it, from the same module and version, containerd's
+#               shim for it (containerd-shim-runsc-v1), which a cluster node's
+#               containerd needs. One `go install` builds both; the shim is
+#               moved into place before runsc, so a runsc binary means both
+#               are there. scripts/runsc.sh registers them.
 #
 # Binaries go to $MEEPA_TOOLS_DIR/<name>-<version>/<name> (default
 # /var/tmp/meepa-tools, beside the cluster's /var/tmp/meepa-k8s). A build is
@@ -47,7 +55,8 @@ tool() {
     goreleaser) TOOL_VERSION=${GORELEASER_VERSION:-v2.15.1} ;;
     tofu) TOOL_VERSION=${MEEPA_TOFU_VERSION:-v1.12.6} ;;
     terraform) TOOL_VERSION=${MEEPA_TERRAFORM_VERSION:-v1.16.0} ;;
-    *) echo "tools.sh: unknown tool '$1' (goreleaser, tofu, terraform)" >&2; exit 2 ;;
+    runsc) TOOL_VERSION=${MEEPA_RUNSC_VERSION:-v0.0.0-20260905035102-160fafc42237} ;;
+    *) echo "tools.sh: unknown tool '$1' (goreleaser, tofu, terraform, runsc)" >&2; exit 2 ;;
   esac
   TOOL_DIR=$TOOLS/$1-$TOOL_VERSION
   TOOL_BIN=$TOOL_DIR/$1
@@ -95,6 +104,21 @@ build_terraform() {
   out=$(env -u TF_CLI_CONFIG_FILE "$2" version 2>&1 | head -1)
   [ "$out" = "Terraform $TOOL_VERSION" ] ||
     { echo "tools.sh: the built terraform reports '$out', not Terraform $TOOL_VERSION" >&2; exit 1; }
+}
+
+build_runsc() {
+  # The -X gives `runsc --version` the module version instead of
+  # VERSION_MISSING (gVisor's own release build sets it the same way).
+  GOBIN=$1 CGO_ENABLED=0 go install -trimpath -ldflags "-X gvisor.dev/gvisor/runsc/version.version=$TOOL_VERSION" \
+    "gvisor.dev/gvisor/runsc@$TOOL_VERSION" "gvisor.dev/gvisor/shim@$TOOL_VERSION"
+  # The module's shim package is named by its directory; containerd finds a
+  # shim by this name on its PATH (runtime type io.containerd.runsc.v1).
+  mv "$1/shim" "$TOOL_DIR/containerd-shim-runsc-v1"
+  mv "$1/runsc" "$2"
+  local out
+  out=$("$2" --version)
+  grep -qF "version $TOOL_VERSION" <<<"$out" ||
+    { echo "tools.sh: the built runsc reports '$out', not $TOOL_VERSION" >&2; exit 1; }
 }
 
 # ensure NAME: builds NAME unless it is cached.

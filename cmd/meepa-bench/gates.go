@@ -21,22 +21,24 @@ import (
 //	    runners (CORE's container, its runner, TOOL-EXEC's runner and
 //	    container, and back).
 func benchGates(ctx context.Context, dir string, rounds int) (i, j time.Duration, err error) {
-	mk := func(name string) (string, error) {
+	teID, coreID := agentName("te"), agentName("core")
+	// Each agent's containers run as its own user.
+	mk := func(name, id string) (string, error) {
 		ws := filepath.Join(dir, name)
 		if err := os.Mkdir(ws, 0o755); err != nil {
 			return "", err
 		}
-		return ws, os.Chown(ws, agentspec.DefaultUID, agentspec.DefaultGID)
+		u := agentspec.AgentUser(id)
+		return ws, os.Chown(ws, u.UID, u.GID)
 	}
-	wsTE, err := mk("gate-te")
+	wsTE, err := mk("gate-te", teID)
 	if err != nil {
 		return 0, 0, err
 	}
-	wsCore, err := mk("gate-core")
+	wsCore, err := mk("gate-core", coreID)
 	if err != nil {
 		return 0, 0, err
 	}
-	teID, coreID := agentName("te"), agentName("core")
 	te := &agentspec.Config{
 		AgentID: teID, Workspace: wsTE, Listen: "unix://" + filepath.Join(dir, "te.sock"), Token: "bench-te", Role: agentspec.RoleToolExec,
 		Container: agentspec.ContainerMode{Enabled: true, Image: runnerImage, TimeoutSeconds: 60, Network: "none", Prestart: true},

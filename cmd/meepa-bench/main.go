@@ -14,6 +14,9 @@
 //	    against the container-mode one (prestart off) in the same rounds;
 //	(k) d over h: what the prestarted container path costs beyond running
 //	    the agent at all (host mode starts a process per message too);
+//	(g) c and d with the per-message containers under gVisor (runtime
+//	    runsc), as ratios to runc's c and d in the same rounds, when dockerd
+//	    has runsc (scripts/runsc.sh docker);
 //	(i) a TOOL-EXEC message with one shell call, prestart on, and
 //	(j) a CORE message that asks TOOL-EXEC once, as ratios to (a).
 //
@@ -139,14 +142,16 @@ func run(rounds, burst, perAgent, reps int, kubeOnly bool) error {
 		return nil
 	}
 
-	newWorkspace := func(name string) (string, error) {
-		ws := filepath.Join(tmp, name)
+	// A workspace of agent id: its containers run as the agent's own user.
+	newWorkspace := func(id string) (string, error) {
+		ws := filepath.Join(tmp, id)
 		if err := os.Mkdir(ws, 0o755); err != nil {
 			return "", err
 		}
-		return ws, os.Chown(ws, agentspec.DefaultUID, agentspec.DefaultGID)
+		u := agentspec.AgentUser(id)
+		return ws, os.Chown(ws, u.UID, u.GID)
 	}
-	wsA, err := newWorkspace("bare")
+	wsA, err := newWorkspace(agentName("bare"))
 	if err != nil {
 		return err
 	}
@@ -163,22 +168,22 @@ func run(rounds, burst, perAgent, reps int, kubeOnly bool) error {
 			r.close()
 		}
 	}()
-	newRunner := func(name string, prestart bool) (*benchRunner, error) {
+	newRunner := func(name string, prestart bool, runtime string) (*benchRunner, error) {
 		ws, err := newWorkspace(name)
 		if err != nil {
 			return nil, err
 		}
-		r, err := startRunner(ctx, tmp, name, ws, prestart)
+		r, err := startRunner(ctx, tmp, name, ws, prestart, runtime)
 		if err == nil {
 			runners = append(runners, r)
 		}
 		return r, err
 	}
-	cold, err := newRunner(agentName("cold"), false)
+	cold, err := newRunner(agentName("cold"), false, "")
 	if err != nil {
 		return err
 	}
-	warm, err := newRunner(agentName("warm"), true)
+	warm, err := newRunner(agentName("warm"), true, "")
 	if err != nil {
 		return err
 	}
@@ -235,6 +240,11 @@ func run(rounds, burst, perAgent, reps int, kubeOnly bool) error {
 	k := float64(median(d)) / float64(hostRT)
 	fmt.Printf("(k) prestarted round trip over host mode's, d/h                 %6.2f\n", k)
 
+	// (g) c and d under gVisor, against runc in the same rounds (runsc.go).
+	if err := benchRunsc(ctx, cli, rounds, cold, warm, newRunner); err != nil {
+		return fmt.Errorf("(g): %w", err)
+	}
+
 	// (i) and (j): the ThreeGate execution layer (gates.go).
 	gi, gj, err := benchGates(ctx, tmp, rounds)
 	if err != nil {
@@ -268,7 +278,7 @@ func run(rounds, burst, perAgent, reps int, kubeOnly bool) error {
 	thr := map[int][]float64{}
 	pool := []*benchRunner{warm}
 	for len(pool) < 4 {
-		r, err := newRunner(agentName(fmt.Sprintf("thr%d", len(pool))), true)
+		r, err := newRunner(agentName(fmt.Sprintf("thr%d", len(pool))), true, "")
 		if err != nil {
 			return err
 		}
@@ -399,6 +409,14 @@ func dockerRunArgs(spec sandbox.Spec) ([]string, error) {
 		"--mount", fmt.Sprintf("type=bind,src=%s,dst=%s,bind-propagation=rprivate", spec.Workspace, sandbox.WorkspaceDir),
 		"--entrypoint", cfg.Entrypoint[0]}
 	for _, o := range hc.SecurityOpt {
+		// The API takes the seccomp profile inline; the CLI reads a file.
+		if prof, ok := strings.CutPrefix(o, "seccomp="); ok {
+			f := filepath.Join(filepath.Dir(spec.Workspace), "seccomp.json")
+			if err := os.WriteFile(f, []byte(prof), 0o644); err != nil {
+				return nil, err
+			}
+			o = "seccomp=" + f
+		}
 		args = append(args, "--security-opt", o)
 	}
 	for _, u := range hc.Ulimits {
@@ -436,14 +454,16 @@ type benchRunner struct {
 	token  string
 }
 
-func startRunner(ctx context.Context, dir, id, ws string, prestart bool) (*benchRunner, error) {
+// startRunner serves a container-mode runner; runtime "" is the daemon's
+// default (runc).
+func startRunner(ctx context.Context, dir, id, ws string, prestart bool, runtime string) (*benchRunner, error) {
 	return serveRunner(ctx, &agentspec.Config{
 		AgentID:   id,
 		Workspace: ws,
 		Listen:    "unix://" + filepath.Join(dir, id+".sock"),
 		Token:     "bench-" + id,
 		QueueSize: 64,
-		Container: agentspec.ContainerMode{Enabled: true, Image: runnerImage, TimeoutSeconds: 60, Network: "none", Prestart: prestart},
+		Container: agentspec.ContainerMode{Enabled: true, Image: runnerImage, TimeoutSeconds: 60, Network: "none", Prestart: prestart, Runtime: runtime},
 		LLM:       agentspec.LLMConfig{Provider: "offline"},
 	}, nil)
 }

@@ -167,6 +167,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	}
 	deployment := planDerived(ctx, svc, &plan)
 	r.refuseOnBackend(ctx, plan, &resp.Diagnostics)
+	r.planRuntime(ctx, plan, &resp.Diagnostics)
 	warnExpandedDenies(ctx, plan, &resp.Diagnostics)
 	planThreegateAsk(ctx, r.askResolver(), plan, &resp.Diagnostics)
 	planRunAsk(ctx, r.data.run, plan, &resp.Diagnostics)

@@ -32,9 +32,15 @@ func TestAccAgent_bridgeNetwork(t *testing.T) {
 	testutil.RequireDocker(t)
 	for name, mode := range map[string]string{
 		"container mode": "enabled = true\n    network = \"bridge\"",
+		"runsc":          "enabled = true\n    network = \"bridge\"\n    runtime = \"runsc\"",
 		"host mode":      "enabled = false",
 	} {
-		t.Run(name, func(t *testing.T) { testBridgeNetwork(t, mode) })
+		t.Run(name, func(t *testing.T) {
+			if strings.Contains(mode, "runsc") {
+				testutil.RequireRuntime(t, testutil.Docker(t), "runsc")
+			}
+			testBridgeNetwork(t, mode)
+		})
 	}
 }
 

@@ -24,16 +24,26 @@ var reachedRe = regexp.MustCompile(`(?m)^== \S+ \S+ 0$`)
 // the allowlist gets the proxy's refusal; CORE has neither shell nor fetch
 // and asks TOOL-EXEC and FETCH through the runners, getting their answers
 // back as untrusted content.
-func TestAccAgent_threegateGates(t *testing.T) {
+func TestAccAgent_threegateGates(t *testing.T) { threegateGates(t, "") }
+
+// The same gates with every agent's per-message containers under gVisor.
+func TestAccAgent_threegateGatesRunsc(t *testing.T) { threegateGates(t, "runsc") }
+
+func threegateGates(t *testing.T, runtime string) {
 	testutil.RequireDocker(t)
 	cli := testutil.Docker(t)
+	runtimeLine := ""
+	if runtime != "" {
+		testutil.RequireRuntime(t, cli, runtime)
+		runtimeLine = fmt.Sprintf("runtime = %q", runtime)
+	}
 	image := testutil.EnsureRunnerImage(t, cli)
 	stateDir := t.TempDir()
 	tg, llm, fetch, egress, spec := freeTopology(t, cli)
 	// An allowed web host outside: FETCH's fetch of it must bring its body.
 	outside := testutil.StartOutside(t)
 	outside.ServeHTTP(t, 443, "hello from the allowed host")
-	fetchID, teID, coreID := "tf-acc-gate-fetch-"+runID, "tf-acc-gate-te-"+runID, "tf-acc-gate-core-"+runID
+	fetchID, teID, coreID := "tf-acc-gate-fetch-"+runtime+runID, "tf-acc-gate-te-"+runtime+runID, "tf-acc-gate-core-"+runtime+runID
 	for _, id := range []string{fetchID, teID, coreID} {
 		cleanupAgent(t, cli, id)
 	}
@@ -45,6 +55,7 @@ resource "meepa_agent" %[1]q {
   container_mode = {
     enabled = true
     image   = %[4]q
+    %[6]s
   }
   threegate = {
     network = threegate_network.tg.id
@@ -52,7 +63,7 @@ resource "meepa_agent" %[1]q {
     %[5]s
   }
 }
-`, name, id, role, image, extra)
+`, name, id, role, image, extra, runtimeLine)
 	}
 	cfg := fmt.Sprintf(`
 provider "meepa" {
@@ -115,10 +126,11 @@ resource "threegate_network" "tg" {
 		Steps: []resource.TestStep{{
 			Config: cfg,
 			Check: func(s *terraform.State) error {
-				checks := []struct {
+				type check struct {
 					addr, id, text string
 					want           []string
-				}{
+				}
+				checks := []check{
 					{"meepa_agent.te", teID, ifaces, []string{"exit 0\nlo,"}},
 					{"meepa_agent.fetch", fetchID, "!sh echo ran", []string{"not available to this FETCH agent"}},
 					{"meepa_agent.fetch", fetchID, "!fetch http://blocked.example.net/", []string{"untrusted content", "HTTP 403"}},
@@ -129,6 +141,12 @@ resource "threegate_network" "tg" {
 					{"meepa_agent.core", coreID, "!ask " + teID + " " + ifaces, []string{"exit 0\nlo,"}},
 					{"meepa_agent.core", coreID, "!ask " + fetchID + " !fetch http://blocked.example.net/", []string{"untrusted content from agent " + fetchID, "HTTP 403"}},
 					{"meepa_agent.core", coreID, "!ask tf-acc-nobody hi", []string{"is not one this agent may ask"}},
+				}
+				if runtime == "runsc" {
+					// Each role's messages really run on gVisor's kernel.
+					checks = append(checks,
+						check{"meepa_agent.te", teID, "!sh uname -r", []string{"-gvisor"}},
+						check{"meepa_agent.core", coreID, "!ask " + teID + " !sh uname -r", []string{"-gvisor"}})
 				}
 				for _, c := range checks {
 					if err := expect(s, c.addr, c.id, c.text, c.want...); err != nil {

@@ -207,7 +207,8 @@ func agentSchema() schema.Schema {
 					"runtime": schema.StringAttribute{
 						Optional: true, Computed: true, Default: stringdefault.StaticString(agentspec.DefaultRuntime),
 						MarkdownDescription: "OCI runtime: " + codeList(agentspec.Runtimes) + "; `crun` and `runsc` (gVisor) only when the " +
-							"daemon has them (checked at apply). Default `" + agentspec.DefaultRuntime + "`.",
+							"daemon has them, or on a cluster a RuntimeClass of that name or handler (checked at plan and at apply). " +
+							"`runsc` puts each message's container on gVisor's kernel; see the gVisor guide for what differs. Default `" + agentspec.DefaultRuntime + "`.",
 						Validators: []validator.String{scoped(notEmpty())},
 					},
 					"prestart": schema.BoolAttribute{

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -215,11 +217,9 @@ func CheckRuntime(ctx context.Context, cli client.APIClient, name string) error 
 	if _, ok := info.Runtimes[name]; ok {
 		return nil
 	}
-	have := make([]string, 0, len(info.Runtimes))
-	for k := range info.Runtimes {
-		have = append(have, k)
-	}
-	return fmt.Errorf("the Docker daemon has no %q runtime (it has: %s); install it and register it in daemon.json, or use runc", name, strings.Join(have, ", "))
+	have := slices.Sorted(maps.Keys(info.Runtimes))
+	return fmt.Errorf("the Docker daemon has no %q runtime (it has: %s); install it and register it in daemon.json (for runsc: scripts/runsc.sh docker), or use runc",
+		name, strings.Join(have, ", "))
 }
 
 // threegateRoleNames maps the agent's role names onto the topology's.

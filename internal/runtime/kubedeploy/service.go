@@ -10,6 +10,8 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -160,7 +162,7 @@ func (s *Service) complete(ctx context.Context, a *Agent) error {
 		k.ImagePullPolicy = string(a.PullPolicy)
 	}
 	if k.RuntimeClass == "" && c.Container.Runtime != "" && c.Container.Runtime != agentspec.DefaultRuntime {
-		rc, err := s.runtimeClass(ctx, c.Container.Runtime)
+		rc, err := s.RuntimeClass(ctx, c.Container.Runtime)
 		if err != nil {
 			return stepErr(deploy.StepRuntime, "container_mode.runtime", "finding the RuntimeClass", err)
 		}
@@ -189,9 +191,9 @@ func (s *Service) complete(ctx context.Context, a *Agent) error {
 	return nil
 }
 
-// runtimeClass finds the RuntimeClass for an OCI runtime: the one of that
-// name, else the one whose handler it is.
-func (s *Service) runtimeClass(ctx context.Context, runtime string) (string, error) {
+// RuntimeClass finds the RuntimeClass for an OCI runtime: the one of that
+// name, else the one whose handler it is. The plan asks it too.
+func (s *Service) RuntimeClass(ctx context.Context, runtime string) (string, error) {
 	list, err := s.o.Client.Clientset.NodeV1().RuntimeClasses().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return "", fmt.Errorf("list RuntimeClasses: %w", err)
@@ -206,7 +208,16 @@ func (s *Service) runtimeClass(ctx context.Context, runtime string) (string, err
 			return rc.Name, nil
 		}
 	}
-	return "", fmt.Errorf("the cluster has no RuntimeClass named %q or with that handler; install the runtime on the nodes and add a RuntimeClass, or use runc", runtime)
+	have := make([]string, 0, len(list.Items))
+	for _, rc := range list.Items {
+		have = append(have, rc.Name+" (handler "+rc.Handler+")")
+	}
+	slices.Sort(have)
+	if len(have) == 0 {
+		have = append(have, "none")
+	}
+	return "", fmt.Errorf("the cluster has no RuntimeClass named %q or with that handler (it has: %s); install the runtime on the nodes and add a RuntimeClass, or use runc",
+		runtime, strings.Join(have, ", "))
 }
 
 // secretState reads the agent's Secret: its config and hash key, or

@@ -52,15 +52,25 @@ func firstToolOutput(t *testing.T, raw []byte) string {
 // of the running container; the model endpoint gets the key. With
 // inject_credentials_env, tools reach the relay through the loop's loopback
 // forwarder, and only the model endpoint.
-func TestContainerKeyStaysWithRunner(t *testing.T) {
+func TestContainerKeyStaysWithRunner(t *testing.T) { containerKeyStaysWithRunner(t, "") }
+
+// The same under gVisor: the relay socket is reached through runsc's
+// --host-uds=open (scripts/runsc.sh), the key still out of reach.
+func TestContainerKeyStaysWithRunnerRunsc(t *testing.T) { containerKeyStaysWithRunner(t, "runsc") }
+
+func containerKeyStaysWithRunner(t *testing.T, runtime string) {
 	testutil.RequireDocker(t)
 	cli := testutil.Docker(t)
+	if runtime != "" {
+		testutil.RequireRuntime(t, cli, runtime)
+	}
 	model := testutil.NewFakeModel(t, map[string]string{"probe": testutil.CredentialProbe(keyPrefix), "relay": relayCalls})
 	var mu sync.Mutex
 	var inspected []string
 	for _, inject := range []bool{false, true} {
 		t.Run(fmt.Sprintf("inject_credentials_env=%v", inject), func(t *testing.T) {
-			cfg := testAgentConfig(t, cli, fmt.Sprintf("relay%v", inject))
+			cfg := testAgentConfig(t, cli, fmt.Sprintf("relay%v%s", inject, runtime))
+			cfg.Container.Runtime = runtime
 			cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.BaseURL = "openai", "m", model.URL()+"/v1"
 			cfg.RedactSecrets, cfg.InjectCredentialsEnv = false, inject
 			model.OnCall = func() {

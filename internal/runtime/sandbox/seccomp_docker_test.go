@@ -34,26 +34,53 @@ func uringImage(t *testing.T) string {
 // (Debian 12's 20.10 among them) lets it through.
 func TestDockerMessageContainerRefusesIOURing(t *testing.T) {
 	testutil.RequireDocker(t)
-	cli := testutil.Docker(t)
-	ctx := context.Background()
 	img := uringImage(t)
+	spec := Spec{AgentID: uniq("tf-acc-sbx-uring"), Workspace: t.TempDir(), Image: img, Command: []string{"sh", "-c", "cat >/dev/null; /uring-probe"}}
+	if out := runOnce(t, spec, "m-uring"); out.ExitCode != 13 && out.ExitCode != 38 {
+		t.Errorf("per-message container: io_uring_setup exit %d (%q), want 13 (EPERM) or 38 (ENOSYS)", out.ExitCode, out.Stdout)
+	}
+	uringControl(t, img)
+}
 
-	ws := t.TempDir()
-	spec := Spec{AgentID: uniq("tf-acc-sbx-uring"), Workspace: ws, Image: img, Command: []string{"sh", "-c", "cat >/dev/null; /uring-probe"}}
+// Under gVisor the product's profile is in force too: runsc, registered
+// with --oci-seccomp (scripts/runsc.sh), applies it inside the sandbox, so
+// io_uring_setup fails with the profile's EPERM (13) on gVisor's kernel.
+// Without the flag runsc ignores a container's seccomp profile, and only
+// gVisor's own io_uring setting would stand between the two.
+func TestDockerMessageContainerRefusesIOURingRunsc(t *testing.T) {
+	testutil.RequireDocker(t)
+	testutil.RequireRuntime(t, testutil.Docker(t), "runsc")
+	spec := Spec{AgentID: uniq("tf-acc-sbx-uring-runsc"), Workspace: t.TempDir(), Image: uringImage(t),
+		Command: []string{"sh", "-c", "cat >/dev/null; uname -r >&2; /uring-probe"}, Runtime: "runsc"}
+	if out := runOnce(t, spec, "m-uring"); out.ExitCode != 13 || !strings.Contains(string(out.StderrTail), "-gvisor") {
+		t.Errorf("under runsc: io_uring_setup exit %d (stdout %q, stderr %q), want 13 (EPERM, the product's profile) on gVisor's kernel",
+			out.ExitCode, out.Stdout, out.StderrTail)
+	}
+}
+
+// runOnce runs one message in a cold container of spec and returns its outcome.
+func runOnce(t *testing.T, spec Spec, messageID string) Outcome {
+	t.Helper()
+	ctx := context.Background()
+	cli := testutil.Docker(t)
 	d, err := NewDocker(ctx, cli, DockerOptions{Spec: spec, ChownWorkspace: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	testutil.Cleanup(t, "close backend", func() error { return d.Close(context.Background()) })
-	out, err := d.Run(ctx, Job{MessageID: "m-uring", Stdin: []byte("{}"), Timeout: 60 * time.Second})
+	out, err := d.Run(ctx, Job{MessageID: messageID, Stdin: []byte("{}"), Timeout: 60 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.ExitCode != 13 && out.ExitCode != 38 {
-		t.Errorf("per-message container: io_uring_setup exit %d (%q), want 13 (EPERM) or 38 (ENOSYS)", out.ExitCode, out.Stdout)
-	}
+	return out
+}
 
-	// The control, as Docker runs any container: no security options.
+// uringControl runs the probe as Docker runs any container (no security
+// options): Docker before 25.0 lets io_uring through.
+func uringControl(t *testing.T, img string) {
+	t.Helper()
+	ctx := context.Background()
+	cli := testutil.Docker(t)
 	c, err := cli.ContainerCreate(ctx, &container.Config{Image: img, Cmd: []string{"/uring-probe"}, User: "4000:4000"},
 		&container.HostConfig{NetworkMode: "none"}, nil, nil, "")
 	if err != nil {
