@@ -217,17 +217,17 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 }
 
 // warnExpandedDenies says at plan which denies inside an allowed tree the
-// runner will expand around instead of hiding (see deploy.Agent.DenyWarnings).
+// runner will expand around instead of hiding (see agentspec.Agent.DenyWarnings).
 func warnExpandedDenies(ctx context.Context, m agentModel, diags *diag.Diagnostics) {
 	var d diag.Diagnostics
 	a, known := agentOf(ctx, m, "", &d)
 	if !known || d.HasError() {
 		return
 	}
-	for _, w := range a.DenyWarnings() {
+	for _, w := range deploy.DenyWarnings(a) {
 		diags.AddAttributeWarning(path.Root("file_access").AtName("deny"), "Deny Inside Allow Is Expanded", w)
 	}
-	if w := a.HostNetworkWarning(); w != "" {
+	if w := deploy.HostNetworkWarning(a); w != "" {
 		diags.AddAttributeWarning(path.Root("file_access").AtName("allow_network"), "Host-Mode Network Not Contained", w)
 	}
 }
@@ -235,7 +235,7 @@ func warnExpandedDenies(ctx context.Context, m agentModel, diags *diag.Diagnosti
 // planDerived fills what the service derives before apply (id, workspace,
 // the default listen address, endpoint, runner status) and returns the
 // deployment mode, "" while unknown.
-func planDerived(ctx context.Context, svc deploy.Backend, plan *agentModel) string {
+func planDerived(ctx context.Context, svc agentspec.Backend, plan *agentModel) string {
 	// With threegate the role decides the networks; container_mode.network
 	// is null then rather than a "bridge" that would not be used.
 	if !plan.Threegate.IsNull() && !plan.ContainerMode.IsUnknown() {
@@ -249,7 +249,7 @@ func planDerived(ctx context.Context, svc deploy.Backend, plan *agentModel) stri
 	}
 	id := plan.AgentID.ValueString()
 	plan.ID = types.StringValue(id)
-	plan.WorkspacePath = types.StringValue(svc.Plan(ctx, deploy.Agent{Config: agentspec.Config{AgentID: id}}).WorkspacePath)
+	plan.WorkspacePath = types.StringValue(svc.Plan(ctx, agentspec.Agent{Config: agentspec.Config{AgentID: id}}).WorkspacePath)
 	deployment := ""
 	if !plan.Runner.IsUnknown() {
 		attrs := plan.Runner.Attributes()
@@ -257,7 +257,7 @@ func planDerived(ctx context.Context, svc deploy.Backend, plan *agentModel) stri
 		if l.IsUnknown() {
 			l = types.StringNull()
 		}
-		p := svc.Plan(ctx, deploy.Agent{Config: agentspec.Config{AgentID: id, Listen: l.ValueString()}})
+		p := svc.Plan(ctx, agentspec.Agent{Config: agentspec.Config{AgentID: id, Listen: l.ValueString()}})
 		if l.IsNull() {
 			attrs["listen"] = types.StringValue(p.Listen)
 			plan.Runner = types.ObjectValueMust(runnerAttrTypes, attrs)
@@ -271,9 +271,9 @@ func planDerived(ctx context.Context, svc deploy.Backend, plan *agentModel) stri
 	}
 	switch deployment {
 	case agentspec.ModeContainer:
-		plan.RunnerStatus = types.StringValue(deploy.StatusRunning)
+		plan.RunnerStatus = types.StringValue(agentspec.StatusRunning)
 	case agentspec.ModeExternal:
-		plan.RunnerStatus = types.StringValue(deploy.StatusExternal)
+		plan.RunnerStatus = types.StringValue(agentspec.StatusExternal)
 		plan.RunnerContainerID = types.StringValue("")
 		plan.LandlockABI = types.Int64Null()
 		plan.AgentUID = types.Int64Null()
@@ -313,7 +313,7 @@ func (r *agentResource) Read(ctx context.Context, req resource.ReadRequest, resp
 		return
 	}
 	svc, err := r.service(ctx)
-	var o deploy.Observed
+	var o agentspec.Observed
 	if err == nil {
 		o, err = svc.Read(ctx, a)
 	}
@@ -333,7 +333,7 @@ func (r *agentResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	// A deleted or edited config file is drift.
 	state.ConfigHash = types.StringValue(o.ConfigHash)
 	state.RunnerStatus = types.StringValue(o.RunnerStatus)
-	if o.RunnerStatus != deploy.StatusExternal {
+	if o.RunnerStatus != agentspec.StatusExternal {
 		state.RunnerContainerID = types.StringValue(o.RunnerContainerID)
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
@@ -444,7 +444,7 @@ func (r *agentResource) ImportState(ctx context.Context, req resource.ImportStat
 		return
 	}
 	svc, err := r.service(ctx)
-	var imp deploy.Imported
+	var imp agentspec.Imported
 	if err == nil {
 		imp, err = svc.Import(ctx, req.ID)
 	}
@@ -468,7 +468,7 @@ func (r *agentResource) ImportState(ctx context.Context, req resource.ImportStat
 
 // service is the agent service of the provider's backend for one request,
 // logging under TF_LOG; an error only when the kubeconfig cannot be read.
-func (r *agentResource) service(ctx context.Context) (deploy.Backend, error) {
+func (r *agentResource) service(ctx context.Context) (agentspec.Backend, error) {
 	if r.data.kube != nil {
 		c, err := r.data.kube.Client()
 		if err != nil {

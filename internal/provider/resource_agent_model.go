@@ -9,7 +9,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 )
 
 type agentModel struct {
@@ -172,7 +171,7 @@ func listOf(ss []string) types.List {
 // takes. The API key is passed in: it lives only in the configuration
 // (write-only). known is false when some input is not yet known (then the
 // result must not be used).
-func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagnostics) (a deploy.Agent, known bool) {
+func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagnostics) (a agentspec.Agent, known bool) {
 	llm, ok1 := objectAs[llmModel](ctx, m.LLM, diags)
 	cm, ok2 := objectAs[containerModeModel](ctx, m.ContainerMode, diags)
 	// A container-mode agent's null file_access is the defaults in the
@@ -248,7 +247,7 @@ func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagn
 
 // modelOf fills the model from an agent read back from disk (for import):
 // everything but the write-only API key and secrets, which state never holds.
-func modelOf(m *agentModel, a deploy.Agent) {
+func modelOf(m *agentModel, a agentspec.Agent) {
 	c, meta := a.Config, a.Meta
 	limits := c.LLMLimits.Effective()
 	m.ID, m.AgentID = types.StringValue(c.AgentID), types.StringValue(c.AgentID)

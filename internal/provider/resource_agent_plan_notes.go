@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 )
 
@@ -88,13 +89,13 @@ func (r *agentResource) warnRunnerReplaced(ctx context.Context, plan, state agen
 // statusReason explains a runner status Read found.
 func statusReason(status string) string {
 	switch status {
-	case deploy.StatusMissing:
+	case agentspec.StatusMissing:
 		return "its container is gone"
-	case deploy.StatusStopped:
+	case agentspec.StatusStopped:
 		return "it is not running"
-	case deploy.StatusRestarting:
+	case agentspec.StatusRestarting:
 		return "it keeps restarting"
-	case deploy.StatusStale:
+	case agentspec.StatusStale:
 		return "it runs another config than its config file holds, or another build of agent-runner than this provider " +
 			"(as after a provider upgrade: a release that adds to the runner's config, as llm_limits did, replaces every runner once)"
 	}

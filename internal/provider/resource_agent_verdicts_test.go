@@ -14,7 +14,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfversion"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
 )
 
@@ -103,7 +102,7 @@ func TestPlanAndRunnerAgree(t *testing.T) {
 func planVerdict(t *testing.T, c agentspec.Config) error {
 	t.Helper()
 	var m agentModel
-	modelOf(&m, deploy.Agent{Config: c, Meta: deploy.Meta{Deployment: agentspec.ModeContainer}})
+	modelOf(&m, agentspec.Agent{Config: c, Meta: agentspec.Meta{Deployment: agentspec.ModeContainer}})
 	// The configuration holds the write-only secrets that state does not.
 	if len(c.Secrets) > 0 {
 		vals := map[string]attr.Value{}

@@ -10,16 +10,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 )
 
-// Backend is the agent lifecycle of deploy.Backend on a cluster: the same
-// deploy.Agent the Docker service takes, mapped onto this package's
+// Backend is the agent lifecycle of agentspec.Backend on a cluster: the same
+// agentspec.Agent the Docker service takes, mapped onto this package's
 // objects. What a cluster cannot honour is refused by Check, which the
 // provider's plan and Apply both call.
 type Backend struct{ s *Service }
 
-var _ deploy.Backend = (*Backend)(nil)
+var _ agentspec.Backend = (*Backend)(nil)
 
 // NewBackend returns the cluster backend over s.
 func NewBackend(s *Service) *Backend { return &Backend{s: s} }
@@ -35,7 +34,7 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Detail }
 
 // Check lists what of a has no meaning on a cluster, or no counterpart
 // yet. It needs nothing but a, so a plan can run it.
-func Check(a deploy.Agent) []*FieldError {
+func Check(a agentspec.Agent) []*FieldError {
 	var errs []*FieldError
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, &FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
@@ -64,10 +63,10 @@ func Check(a deploy.Agent) []*FieldError {
 }
 
 // checkErr joins Check's findings into one step error.
-func checkErr(a deploy.Agent) error {
+func checkErr(a agentspec.Agent) error {
 	var errs []error
 	for _, e := range Check(a) {
-		errs = append(errs, &deploy.StepError{Step: StepValidate, Field: e.Field, What: "checking the agent for Kubernetes", Err: errors.New(e.Detail)})
+		errs = append(errs, &agentspec.StepError{Step: StepValidate, Field: e.Field, What: "checking the agent for Kubernetes", Err: errors.New(e.Detail)})
 	}
 	return errors.Join(errs...)
 }
@@ -82,9 +81,9 @@ func (b *Backend) WorkspaceRef(id string) string {
 // has its token, the config hash Apply will give it (with the key its
 // Secret holds; "" when that cannot be read: the plan then shows the hash
 // as unknown).
-func (b *Backend) Plan(ctx context.Context, a deploy.Agent) deploy.Planned {
+func (b *Backend) Plan(ctx context.Context, a agentspec.Agent) agentspec.Planned {
 	id := a.Config.AgentID
-	p := deploy.Planned{WorkspacePath: b.WorkspaceRef(id), Endpoint: b.s.Endpoint(id)}
+	p := agentspec.Planned{WorkspacePath: b.WorkspaceRef(id), Endpoint: b.s.Endpoint(id)}
 	if a.Config.Token == "" || len(Check(a)) > 0 {
 		return p
 	}
@@ -96,7 +95,7 @@ func (b *Backend) Plan(ctx context.Context, a deploy.Agent) deploy.Planned {
 // workspace's soul and memory, which the provider writes itself on Docker,
 // go into the runner's config as its seed: only the message pods mount
 // the claim, so each applies it to /workspace before its loop.
-func (b *Backend) agentOf(a deploy.Agent) Agent {
+func (b *Backend) agentOf(a agentspec.Agent) Agent {
 	cfg := a.Config
 	if a.Meta.ThreegateRole != "" {
 		cfg.Role = a.Meta.ThreegateRole
@@ -144,8 +143,8 @@ func PullPolicyFor(ref string) corev1.PullPolicy {
 
 // Apply checks a for the cluster and applies it. prior and redeploy have no
 // cluster meaning: the Deployment rolls exactly when its config hash moves.
-func (b *Backend) Apply(ctx context.Context, a deploy.Agent, _ *deploy.Prior, _ bool) (deploy.Applied, error) {
-	out := deploy.Applied{Token: a.Config.Token, Reported: deploy.NotReported}
+func (b *Backend) Apply(ctx context.Context, a agentspec.Agent, _ *agentspec.Prior, _ bool) (agentspec.Applied, error) {
+	out := agentspec.Applied{Token: a.Config.Token, Reported: agentspec.NotReported}
 	if err := checkErr(a); err != nil {
 		return out, err
 	}
@@ -158,7 +157,7 @@ func (b *Backend) Apply(ctx context.Context, a deploy.Agent, _ *deploy.Prior, _ 
 	out.Endpoint, out.ConfigHash = got.Endpoint, got.ConfigHash
 	out.RunnerStatus, out.RunnerContainerID = got.RunnerStatus, got.RunnerPod
 	if w := b.podSecurityWarning(ctx); w != "" {
-		out.Warnings = append(out.Warnings, deploy.Warning{Topic: TopicPodSecurity, Detail: w})
+		out.Warnings = append(out.Warnings, agentspec.Warning{Topic: TopicPodSecurity, Detail: w})
 	}
 	return out, nil
 }
@@ -166,16 +165,16 @@ func (b *Backend) Apply(ctx context.Context, a deploy.Agent, _ *deploy.Prior, _ 
 // Read maps the objects' state onto the Docker-shaped observation: a
 // missing claim is a missing workspace, a missing object a runner to
 // restore.
-func (b *Backend) Read(ctx context.Context, a deploy.Agent) (deploy.Observed, error) {
+func (b *Backend) Read(ctx context.Context, a agentspec.Agent) (agentspec.Observed, error) {
 	o, err := b.s.Read(ctx, b.agentOf(a))
 	if err != nil {
-		return deploy.Observed{}, err
+		return agentspec.Observed{}, err
 	}
 	// SOUL.md is not read back: the provider does not mount the claim.
 	// Docker's read-side drift of a managed soul has no counterpart here;
 	// the seed in the config puts a managed soul back at the next
 	// message instead. So the soul reads as configured.
-	out := deploy.Observed{
+	out := agentspec.Observed{
 		WorkspacePath: b.WorkspaceRef(a.Config.AgentID), ConfigHash: o.ConfigHash,
 		RunnerStatus: o.RunnerStatus, RunnerContainerID: o.RunnerPod,
 		Soul: a.Meta.Soul, SoulPresent: true,
@@ -191,7 +190,7 @@ func (b *Backend) Read(ctx context.Context, a deploy.Agent) (deploy.Observed, er
 		if out.RunnerStatus == StatusRunning {
 			out.RunnerStatus = StatusStale
 		}
-		out.Warnings = append(out.Warnings, deploy.Warning{Topic: TopicObjectDrift,
+		out.Warnings = append(out.Warnings, agentspec.Warning{Topic: TopicObjectDrift,
 			Detail: fmt.Sprintf("Agent %s on Kubernetes: missing %v, changed %v; the next apply restores them.", a.Config.AgentID, o.Missing, o.Changed)})
 	}
 	return out, nil
@@ -202,24 +201,24 @@ func (b *Backend) Read(ctx context.Context, a deploy.Agent) (deploy.Observed, er
 const TopicObjectDrift = "kubernetes object drift"
 
 // Remove takes the agent down, keeping its claim unless forced.
-func (b *Backend) Remove(ctx context.Context, a deploy.Agent) error {
+func (b *Backend) Remove(ctx context.Context, a agentspec.Agent) error {
 	return b.s.Remove(ctx, a.Config.AgentID, a.Meta.ForceDestroyWorkspace)
 }
 
 // Import reads an agent back from its Secret and objects.
-func (b *Backend) Import(ctx context.Context, id string) (deploy.Imported, error) {
+func (b *Backend) Import(ctx context.Context, id string) (agentspec.Imported, error) {
 	got, err := b.s.Import(ctx, id)
 	if err != nil {
-		return deploy.Imported{Reported: deploy.NotReported}, err
+		return agentspec.Imported{Reported: agentspec.NotReported}, err
 	}
 	cfg := got.Config
-	meta := deploy.Meta{RunnerImage: got.RunnerImage, Deployment: agentspec.ModeContainer, ThreegateRole: cfg.Role,
+	meta := agentspec.Meta{RunnerImage: got.RunnerImage, Deployment: agentspec.ModeContainer, ThreegateRole: cfg.Role,
 		ThreegateNetwork: got.ThreegateNetwork, ThreegateAsk: got.ThreegateAsk, ForceDestroyWorkspace: got.ForceDestroyWorkspace}
 	if k := cfg.Kubernetes; k != nil && k.Seed != nil {
 		meta.Soul, meta.Memory, meta.ManageSoul = k.Seed.Soul, k.Seed.Memory, k.Seed.ManageSoul
 	}
 	cfg.Listen, cfg.Workspace, cfg.Kubernetes, cfg.Ask = "", b.WorkspaceRef(id), nil, nil
-	return deploy.Imported{Agent: deploy.Agent{Config: cfg, Meta: meta}, Endpoint: b.s.Endpoint(id), Reported: deploy.NotReported}, nil
+	return agentspec.Imported{Agent: agentspec.Agent{Config: cfg, Meta: meta}, Endpoint: b.s.Endpoint(id), Reported: agentspec.NotReported}, nil
 }
 
 // TopicPodSecurity is the Warning Apply gives when the namespace does not
