@@ -29,7 +29,9 @@ func newPlanFixture(t *testing.T, edit func(*agentspec.Agent)) planFixture {
 	t.Helper()
 	ctx := context.Background()
 	stateDir := t.TempDir()
-	r := &agentResource{data: &providerData{version: "0.1.0-test", stateDir: stateDir, docker: newLazyDocker(engine.Options{})}}
+	d := &providerData{version: "0.1.0-test", stateDir: stateDir, docker: newLazyDocker(engine.Options{})}
+	d.pickBackends()
+	r := &agentResource{data: d}
 	a := agentspec.Agent{
 		Config: agentspec.Config{
 			AgentID: "plan-notes", Token: "tok",

@@ -73,7 +73,8 @@ func TestRuntimeRoundTrip(t *testing.T) {
 	// As apply does: the write-only secrets come from the configuration.
 	m.Secrets = types.MapValueMust(types.StringType, map[string]attr.Value{"A": types.StringValue("1")})
 	var diags diag.Diagnostics
-	a, known := agentOf(ctx, m, "sk", &diags)
+	got := agentOf(ctx, m, "sk", &diags)
+	a, known := got.Agent, got.known()
 	if !known || diags.HasError() {
 		t.Fatalf("agentOf: known=%v %v", known, diags)
 	}
@@ -88,7 +89,7 @@ func TestRuntimeRoundTrip(t *testing.T) {
 	// Without runner.image the runner runs container_mode.image.
 	meta.RunnerImage = ""
 	modelOf(&m, agentspec.Agent{Config: in, Meta: meta})
-	if a, _ := agentOf(ctx, m, "", &diags); a.RunnerImage() != "img:1" {
+	if a := agentOf(ctx, m, "", &diags).Agent; a.RunnerImage() != "img:1" {
 		t.Errorf("runner image %q", a.RunnerImage())
 	}
 }

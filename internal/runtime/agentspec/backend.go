@@ -22,6 +22,18 @@ type Backend interface {
 	Remove(ctx context.Context, a Agent) error
 	// Import restores an agent from what its backend holds.
 	Import(ctx context.Context, id string) (Imported, error)
+
+	// Check says what of a this backend cannot honour, each a *FieldError
+	// on the setting (joined), or nil. It needs nothing but a, so a plan
+	// runs it; Apply refuses the same.
+	Check(a Agent) error
+	// CheckAsk checks the agents a core agent of the topology asks, as far
+	// as they are deployed: an error for each that can never be asked; one
+	// not deployed yet wraps ErrAskTargetNotDeployed (its apply waits).
+	CheckAsk(ctx context.Context, topology string, ids []string) error
+	// RunnerName names an agent's runner in a plan's words ("the runner
+	// container meepa-runner-a").
+	RunnerName(agentID string) string
 }
 
 // Agent is one agent as its owner describes it: the runner's config and

@@ -23,21 +23,16 @@ var _ agentspec.Backend = (*Backend)(nil)
 // NewBackend returns the cluster backend over s.
 func NewBackend(s *Service) *Backend { return &Backend{s: s} }
 
-// FieldError is a setting a cluster cannot honour, named as the provider's
-// schema names it.
-type FieldError struct {
-	Field  string
-	Detail string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Detail }
-
 // Check lists what of a has no meaning on a cluster, or no counterpart
-// yet. It needs nothing but a, so a plan can run it.
-func Check(a agentspec.Agent) []*FieldError {
-	var errs []*FieldError
+// yet, each an *agentspec.FieldError titled "Not On Kubernetes" (joined).
+// It needs nothing but a, so a plan can run it; Apply refuses the same.
+func (b *Backend) Check(a agentspec.Agent) error { return Check(a) }
+
+// Check is Backend.Check, for callers without a cluster.
+func Check(a agentspec.Agent) error {
+	var errs []error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, &FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+		errs = append(errs, &agentspec.FieldError{Field: field, Index: -1, Summary: "Not On Kubernetes", Err: fmt.Errorf(format, args...)})
 	}
 	c := a.Config
 	if a.Meta.Deployment == agentspec.ModeExternal {
@@ -59,16 +54,40 @@ func Check(a agentspec.Agent) []*FieldError {
 		bad("container_mode.network", "%q: a cluster has no Docker networks; use \"none\" or \"bridge\" (out to public addresses only), "+
 			"or place the agent in a threegate topology", n)
 	}
-	return errs
+	return errors.Join(errs...)
 }
 
-// checkErr joins Check's findings into one step error.
+// checkErr is Check's findings, each as a step error.
 func checkErr(a agentspec.Agent) error {
 	var errs []error
-	for _, e := range Check(a) {
-		errs = append(errs, &agentspec.StepError{Step: StepValidate, Field: e.Field, What: "checking the agent for Kubernetes", Err: errors.New(e.Detail)})
+	for _, e := range unjoin(Check(a)) {
+		var fe *agentspec.FieldError
+		if errors.As(e, &fe) {
+			errs = append(errs, &agentspec.StepError{Step: StepValidate, Field: fe.Field, What: "checking the agent for Kubernetes", Err: fe.Err})
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// CheckAsk is ResolveAsk for a plan: what the agents' Secrets show of the
+// ask targets.
+func (b *Backend) CheckAsk(ctx context.Context, topologyName string, ids []string) error {
+	_, err := b.s.ResolveAsk(ctx, topologyName, ids)
+	return err
+}
+
+// RunnerName names the agent's runner as a plan says it.
+func (b *Backend) RunnerName(agentID string) string { return "the runner pod of agent " + agentID }
+
+// unjoin lists the errors of an errors.Join, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }
 
 // WorkspaceRef names an agent's workspace claim the way workspace_path
@@ -84,7 +103,7 @@ func (b *Backend) WorkspaceRef(id string) string {
 func (b *Backend) Plan(ctx context.Context, a agentspec.Agent) agentspec.Planned {
 	id := a.Config.AgentID
 	p := agentspec.Planned{WorkspacePath: b.WorkspaceRef(id), Endpoint: b.s.Endpoint(id)}
-	if a.Config.Token == "" || len(Check(a)) > 0 {
+	if a.Config.Token == "" || Check(a) != nil {
 		return p
 	}
 	p.ConfigHash, _ = b.s.planHash(ctx, b.agentOf(a))

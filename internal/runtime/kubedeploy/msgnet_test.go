@@ -214,7 +214,7 @@ func TestBackendSeed(t *testing.T) {
 		Meta: agentspec.Meta{Soul: "You are brief.", Memory: "Nothing yet.", ManageSoul: true, ForceDestroyWorkspace: true}}
 	a.Config.Container.Network = "none"
 	a.Config.Token = "tok"
-	if errs := Check(a); len(errs) != 0 {
+	if errs := Check(a); errs != nil {
 		t.Fatalf("Check: %v", errs)
 	}
 	k := b.agentOf(a)
