@@ -2,13 +2,17 @@ package provider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 )
 
 var execLookPath = exec.LookPath
@@ -17,6 +21,54 @@ var execLookPath = exec.LookPath
 // object: what was attempted, on what, and the underlying error.
 func addRuntimeError(diags *diag.Diagnostics, summary, what string, err error) {
 	diags.AddError(summary, fmt.Sprintf("%s: %v", what, err))
+}
+
+// addFieldErrors is the one way a field error becomes a diagnostic: each
+// error joined in err that is an *agentspec.FieldError goes on the
+// attribute it names, titled by its own Summary (else summary), with its
+// text as the detail; describe, where a caller has its own words for some,
+// gives summary and detail instead. An error that names no field is added
+// to the resource under summary.
+func addFieldErrors(diags *diag.Diagnostics, err error, summary string, describe func(fe *agentspec.FieldError) (summary, detail string)) {
+	for _, e := range unjoin(err) {
+		var fe *agentspec.FieldError
+		if !errors.As(e, &fe) {
+			diags.AddError(summary, e.Error())
+			continue
+		}
+		s, d := fe.Summary, fe.Error()
+		if s == "" {
+			s = summary
+		}
+		if describe != nil {
+			s, d = describe(fe)
+		}
+		diags.AddAttributeError(fieldPath(fe.Field, fe.Index, fe.Key), s, d)
+	}
+}
+
+// schemaFields are the fields whose attribute sits elsewhere in the
+// schema than in the runner's config file.
+var schemaFields = map[string]string{"max_steps": "llm.max_steps"}
+
+// fieldPath is the attribute a field's dotted path ("runner.listen") names,
+// at a list index (>= 0) or a map key (not "").
+func fieldPath(field string, index int, key string) path.Path {
+	if f, ok := schemaFields[field]; ok {
+		field = f
+	}
+	parts := strings.Split(field, ".")
+	p := path.Root(parts[0])
+	for _, name := range parts[1:] {
+		p = p.AtName(name)
+	}
+	switch {
+	case index >= 0:
+		p = p.AtListIndex(index)
+	case key != "":
+		p = p.AtMapKey(key)
+	}
+	return p
 }
 
 // requireProviderData reports whether Configure handed the construct its

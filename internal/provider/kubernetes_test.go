@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
@@ -118,7 +119,7 @@ resource "meepa_agent" "helper" {
 			ConfigStateChecks: []statecheck.StateCheck{
 				statecheck.ExpectKnownValue("meepa_isolation_image.agents", tfjsonpath.New("isolated_image"),
 					knownvalue.StringRegexp(regexp.MustCompile("^"+regexp.QuoteMeta(reg+"/meepagateway-isolated:")))),
-				statecheck.ExpectKnownValue("meepa_agent.helper", tfjsonpath.New("runner_status"), knownvalue.StringExact(deploy.StatusRunning)),
+				statecheck.ExpectKnownValue("meepa_agent.helper", tfjsonpath.New("runner_status"), knownvalue.StringExact(agentspec.StatusRunning)),
 				statecheck.ExpectKnownValue("meepa_agent.helper", tfjsonpath.New("workspace_path"),
 					knownvalue.StringExact("pvc://"+c.Namespace+"/"+n.Claim)),
 				statecheck.ExpectKnownValue("meepa_agent.helper", tfjsonpath.New("endpoint"),

@@ -125,7 +125,7 @@ func (p *meepaProvider) Configure(ctx context.Context, req provider.ConfigureReq
 		registry:     registry,
 		run:          newPlanRun(),
 	}
-	data.topologies = newTopologyBackends(data)
+	data.pickBackends()
 	resp.ResourceData = data
 	resp.DataSourceData = data
 }

@@ -25,8 +25,10 @@ type providerData struct {
 	// where built images go for its nodes.
 	kube     *kubeSettings
 	registry *kube.RegistryConfig
-	// topologies is the topology backend Configure picked.
+	// topologies and agents are the backends Configure picked
+	// (pickBackends).
 	topologies topologyBackends
+	agents     agentBackends
 	// run is what this run has planned so far (pairs that clash).
 	run *planRun
 }

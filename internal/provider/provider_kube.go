@@ -2,7 +2,6 @@ package provider
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -126,29 +125,9 @@ func readBackend(ctx context.Context, cfg providerModel, diags *diag.Diagnostics
 			Address: m.Address.ValueString(), Username: m.Username.ValueString(), Password: m.Password.ValueString(),
 			Token: m.Token.ValueString(), Insecure: m.Insecure.ValueBool(),
 		}
-		addRegistryErrors(reg.Validate(), diags)
+		addFieldErrors(diags, reg.Validate(), "Invalid Registry", nil)
 	}
 	return k, reg
-}
-
-// addRegistryErrors puts each of Validate's errors on the attribute it
-// names.
-func addRegistryErrors(err error, diags *diag.Diagnostics) {
-	if err == nil {
-		return
-	}
-	errs := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	}
-	for _, e := range errs {
-		p := path.Root("registry")
-		var re *kube.RegistryConfigError
-		if errors.As(e, &re) {
-			p = p.AtName(re.Field)
-		}
-		diags.AddAttributeError(p, "Invalid Registry", e.Error())
-	}
 }
 
 // knownObject reports whether every attribute of an object is known, adding

@@ -3,7 +3,6 @@ package provider
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -12,8 +11,6 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
@@ -101,33 +98,33 @@ func validateAgentConfig(ctx context.Context, m agentModel, diags *diag.Diagnost
 				"meepa_isolation_image.<name>.isolated_image (it holds agent-runner)"+
 				", or for a host-mode agent set runner.image, or runner.deployment = \"external\".")
 	}
-	validateListenReach(ctx, m, cm, rn, deployment, diags)
+	in := agentOf(ctx, m, "", diags)
+	if diags.HasError() {
+		return
+	}
+	validateListenReach(in, diags)
 	// Everything else the runner checks at start, checked by the same
 	// function.
-	validateSettings(ctx, m, diags)
+	validateSettings(in, diags)
 }
 
 // validateListenReach refuses a TCP runner.listen that apply could not
 // serve (deploy.ListenUnreachable, which apply runs too): a runner on its
 // ThreeGate topology's internal networks only.
-func validateListenReach(ctx context.Context, m agentModel, cm containerModeModel, rn runnerModel, deployment string, diags *diag.Diagnostics) {
-	if m.Threegate.IsNull() || m.Threegate.IsUnknown() || m.Runner.IsUnknown() || rn.Listen.IsNull() || rn.Listen.IsUnknown() ||
-		rn.Deployment.IsUnknown() || m.ContainerMode.IsUnknown() || cm.Enabled.IsUnknown() || m.LLM.IsUnknown() {
+func validateListenReach(in agentInput, diags *diag.Diagnostics) {
+	for _, p := range []string{"threegate", "runner", "runner.deployment", "container_mode", "container_mode.enabled", "llm", "llm.provider"} {
+		if in.unknown[p] {
+			return
+		}
+	}
+	if !in.onTopology {
 		return
 	}
-	l, err := deploy.ParseListen(rn.Listen.ValueString())
-	if err != nil {
-		return // the attribute's own validator says why
+	l, err := deploy.ParseListen(in.Config.Listen)
+	if in.Config.Listen == "" || err != nil {
+		return // unset, unknown, or the attribute's own validator says why
 	}
-	var llm llmModel
-	if !m.LLM.IsNull() {
-		diags.Append(m.LLM.As(ctx, &llm, objectAsOpts)...)
-	}
-	if llm.Provider.IsUnknown() {
-		return
-	}
-	c := agentspec.Config{Container: agentspec.ContainerMode{Enabled: cm.Enabled.ValueBool()}, LLM: agentspec.LLMConfig{Provider: llm.Provider.ValueString()}}
-	if err := deploy.ListenUnreachable(c, deployment, true, l); err != nil {
+	if err := deploy.ListenUnreachable(in.Config, in.Deployment(), true, l); err != nil {
 		diags.AddAttributeError(path.Root("runner").AtName("listen"), "Unreachable Listen Address", err.Error()+".")
 	}
 }
@@ -165,11 +162,30 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 		addRuntimeError(&resp.Diagnostics, "Kubernetes Unreachable", "connecting to the cluster", err)
 		return
 	}
-	deployment := planDerived(ctx, svc, &plan)
-	r.refuseOnBackend(ctx, plan, &resp.Diagnostics)
-	r.planRuntime(ctx, plan, &resp.Diagnostics)
-	warnExpandedDenies(ctx, plan, &resp.Diagnostics)
-	planThreegateAsk(ctx, r.askResolver(), plan, &resp.Diagnostics)
+	// The write-only values are only in the configuration.
+	apiKey, secrets := writeOnlyValues(ctx, req.Config, &resp.Diagnostics)
+	m := plan
+	m.Secrets = secrets
+	in := agentOf(ctx, m, apiKey.ValueString(), &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	// What the checks below read: they need no secret value (and a plan
+	// holds none).
+	checkable := in.known("secrets", secretValues)
+	// An update whose inputs are all known is hashed with the token state
+	// holds; a new agent has none yet.
+	token := ""
+	if state != nil && !apiKey.IsUnknown() && in.known() {
+		token = state.Token.ValueString()
+	}
+	deployment := planDerived(ctx, svc, &plan, in, token)
+	if checkable {
+		addFieldErrors(&resp.Diagnostics, svc.Check(in.Agent), "Not Supported By The Backend", nil)
+		warnExpandedDenies(in, &resp.Diagnostics)
+		r.planRuntime(ctx, in, &resp.Diagnostics)
+	}
+	planThreegateAsk(ctx, svc.CheckAsk, plan, &resp.Diagnostics)
 	planRunAsk(ctx, r.data.run, plan, &resp.Diagnostics)
 	if state == nil {
 		plan.Token = types.StringUnknown()
@@ -184,17 +200,6 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	}
 
 	plan.Token = state.Token
-	plan.ConfigHash = types.StringUnknown()
-	// The write-only values are only in the configuration.
-	apiKey, secrets := writeOnlyValues(ctx, req.Config, &resp.Diagnostics)
-	if !apiKey.IsUnknown() && !plan.WorkspacePath.IsUnknown() {
-		m := plan
-		m.Secrets = secrets
-		a, known := agentOf(ctx, m, apiKey.ValueString(), &resp.Diagnostics)
-		if h := svc.Plan(ctx, a).ConfigHash; known && h != "" {
-			plan.ConfigHash = types.StringValue(h)
-		}
-	}
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -207,7 +212,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 			plan.RunnerContainerID = types.StringUnknown()
 			plan.LandlockABI = types.Int64Unknown()
 			plan.AgentUID = types.Int64Unknown()
-			r.warnRunnerReplaced(ctx, plan, *state, &resp.Diagnostics)
+			warnRunnerReplaced(ctx, svc, in, checkable, plan, *state, &resp.Diagnostics)
 		} else {
 			plan.RunnerContainerID = state.RunnerContainerID
 			plan.LandlockABI = state.LandlockABI
@@ -218,25 +223,21 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 }
 
 // warnExpandedDenies says at plan which denies inside an allowed tree the
-// runner will expand around instead of hiding (see deploy.Agent.DenyWarnings).
-func warnExpandedDenies(ctx context.Context, m agentModel, diags *diag.Diagnostics) {
-	var d diag.Diagnostics
-	a, known := agentOf(ctx, m, "", &d)
-	if !known || d.HasError() {
-		return
-	}
-	for _, w := range a.DenyWarnings() {
+// runner will expand around instead of hiding (see deploy.DenyWarnings).
+func warnExpandedDenies(in agentInput, diags *diag.Diagnostics) {
+	for _, w := range deploy.DenyWarnings(in.Agent) {
 		diags.AddAttributeWarning(path.Root("file_access").AtName("deny"), "Deny Inside Allow Is Expanded", w)
 	}
-	if w := a.HostNetworkWarning(); w != "" {
+	if w := deploy.HostNetworkWarning(in.Agent); w != "" {
 		diags.AddAttributeWarning(path.Root("file_access").AtName("allow_network"), "Host-Mode Network Not Contained", w)
 	}
 }
 
-// planDerived fills what the service derives before apply (id, workspace,
-// the default listen address, endpoint, runner status) and returns the
-// deployment mode, "" while unknown.
-func planDerived(ctx context.Context, svc deploy.Backend, plan *agentModel) string {
+// planDerived fills what the backend derives before apply (id, workspace,
+// the default listen address, endpoint, runner status, and with the
+// agent's token the config hash), from one Plan of the backend, and
+// returns the deployment mode, "" while unknown.
+func planDerived(ctx context.Context, svc agentspec.Backend, plan *agentModel, in agentInput, token string) string {
 	// With threegate the role decides the networks; container_mode.network
 	// is null then rather than a "bridge" that would not be used.
 	if !plan.Threegate.IsNull() && !plan.ContainerMode.IsUnknown() {
@@ -244,22 +245,24 @@ func planDerived(ctx context.Context, svc deploy.Backend, plan *agentModel) stri
 		attrs["network"] = types.StringNull()
 		plan.ContainerMode = types.ObjectValueMust(containerModeAttrTypes, attrs)
 	}
+	plan.ConfigHash = types.StringUnknown()
 	if plan.AgentID.IsUnknown() {
 		plan.RunnerStatus = types.StringUnknown()
 		return ""
 	}
-	id := plan.AgentID.ValueString()
-	plan.ID = types.StringValue(id)
-	plan.WorkspacePath = types.StringValue(svc.Plan(ctx, deploy.Agent{Config: agentspec.Config{AgentID: id}}).WorkspacePath)
+	a := in.Agent
+	// Plan hashes only an agent that has its token.
+	a.Config.Token = token
+	p := svc.Plan(ctx, a)
+	plan.ID = types.StringValue(a.Config.AgentID)
+	plan.WorkspacePath = types.StringValue(p.WorkspacePath)
+	if token != "" && p.ConfigHash != "" {
+		plan.ConfigHash = types.StringValue(p.ConfigHash)
+	}
 	deployment := ""
 	if !plan.Runner.IsUnknown() {
 		attrs := plan.Runner.Attributes()
-		l, _ := attrs["listen"].(types.String)
-		if l.IsUnknown() {
-			l = types.StringNull()
-		}
-		p := svc.Plan(ctx, deploy.Agent{Config: agentspec.Config{AgentID: id, Listen: l.ValueString()}})
-		if l.IsNull() {
+		if l, _ := attrs["listen"].(types.String); l.IsNull() || l.IsUnknown() {
 			attrs["listen"] = types.StringValue(p.Listen)
 			plan.Runner = types.ObjectValueMust(runnerAttrTypes, attrs)
 		}
@@ -272,9 +275,9 @@ func planDerived(ctx context.Context, svc deploy.Backend, plan *agentModel) stri
 	}
 	switch deployment {
 	case agentspec.ModeContainer:
-		plan.RunnerStatus = types.StringValue(deploy.StatusRunning)
+		plan.RunnerStatus = types.StringValue(agentspec.StatusRunning)
 	case agentspec.ModeExternal:
-		plan.RunnerStatus = types.StringValue(deploy.StatusExternal)
+		plan.RunnerStatus = types.StringValue(agentspec.StatusExternal)
 		plan.RunnerContainerID = types.StringValue("")
 		plan.LandlockABI = types.Int64Null()
 		plan.AgentUID = types.Int64Null()
@@ -305,18 +308,18 @@ func (r *agentResource) Read(ctx context.Context, req resource.ReadRequest, resp
 		return
 	}
 	// The API key is not in state; the one on disk is hashed as it is.
-	a, known := agentOf(ctx, state, "", &resp.Diagnostics)
+	in := agentOf(ctx, state, "", &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if !known {
+	if !in.known() {
 		addUnknownAtApplyError(&resp.Diagnostics, "meepa_agent")
 		return
 	}
 	svc, err := r.service(ctx)
-	var o deploy.Observed
+	var o agentspec.Observed
 	if err == nil {
-		o, err = svc.Read(ctx, a)
+		o, err = svc.Read(ctx, in.Agent)
 	}
 	if err != nil {
 		r.addServiceError(&resp.Diagnostics, err)
@@ -334,7 +337,7 @@ func (r *agentResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	// A deleted or edited config file is drift.
 	state.ConfigHash = types.StringValue(o.ConfigHash)
 	state.RunnerStatus = types.StringValue(o.RunnerStatus)
-	if o.RunnerStatus != deploy.StatusExternal {
+	if o.RunnerStatus != agentspec.StatusExternal {
 		state.RunnerContainerID = types.StringValue(o.RunnerContainerID)
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
@@ -363,14 +366,15 @@ func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan, 
 	apiKey, secrets := writeOnlyValues(ctx, config, diags)
 	m := *plan
 	m.Secrets = secrets
-	a, known := agentOf(ctx, m, apiKey.ValueString(), diags)
+	in := agentOf(ctx, m, apiKey.ValueString(), diags)
 	if diags.HasError() {
 		return
 	}
-	if !known {
+	if !in.known() {
 		addUnknownAtApplyError(diags, "meepa_agent")
 		return
 	}
+	a := in.Agent
 	svc, err := r.service(ctx)
 	if err != nil {
 		r.addServiceError(diags, err)
@@ -420,13 +424,13 @@ func (r *agentResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "meepa_agent", &resp.Diagnostics) {
 		return
 	}
-	a, _ := agentOf(ctx, state, "", &resp.Diagnostics)
+	in := agentOf(ctx, state, "", &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return
 	}
 	svc, err := r.service(ctx)
 	if err == nil {
-		err = svc.Remove(ctx, a)
+		err = svc.Remove(ctx, in.Agent)
 	}
 	if err != nil {
 		r.addServiceError(&resp.Diagnostics, err)
@@ -445,7 +449,7 @@ func (r *agentResource) ImportState(ctx context.Context, req resource.ImportStat
 		return
 	}
 	svc, err := r.service(ctx)
-	var imp deploy.Imported
+	var imp agentspec.Imported
 	if err == nil {
 		imp, err = svc.Import(ctx, req.ID)
 	}
@@ -467,76 +471,8 @@ func (r *agentResource) ImportState(ctx context.Context, req resource.ImportStat
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
 
-// service is the agent service of the provider's backend for one request,
-// logging under TF_LOG; an error only when the kubeconfig cannot be read.
-func (r *agentResource) service(ctx context.Context) (deploy.Backend, error) {
-	if r.data.kube != nil {
-		c, err := r.data.kube.Client()
-		if err != nil {
-			return nil, err
-		}
-		return kubedeploy.NewBackend(kubedeploy.NewService(kubedeploy.Options{
-			Client: c, Version: r.data.version, APIServer: r.data.kube.apiServer, Logger: loggerFor(ctx),
-		})), nil
-	}
-	return deploy.NewService(deploy.Options{
-		StateDir:     r.data.stateDir,
-		Version:      r.data.version,
-		Docker:       r.docker,
-		DockerSocket: r.dockerSocket(),
-		Logger:       loggerFor(ctx),
-	}), nil
-}
-
-// askResolver is the backend's check of ask targets.
-func (r *agentResource) askResolver() askResolver {
-	if r.data.kube == nil {
-		return func(_ context.Context, topology string, ids []string) error {
-			_, err := deploy.ResolveAsk(r.data.stateDir, topology, ids)
-			return err
-		}
-	}
-	return func(ctx context.Context, topology string, ids []string) error {
-		c, err := r.data.kube.Client()
-		if err != nil {
-			return err
-		}
-		_, err = kubedeploy.NewService(kubedeploy.Options{Client: c, Logger: loggerFor(ctx)}).ResolveAsk(ctx, topology, ids)
-		return err
-	}
-}
-
-// refuseOnBackend puts on its attribute each setting the provider's
-// backend cannot honour (kubedeploy.Check, which Apply runs too).
-func (r *agentResource) refuseOnBackend(ctx context.Context, plan agentModel, diags *diag.Diagnostics) {
-	if r.data.kube == nil {
-		return
-	}
-	var d diag.Diagnostics
-	a, known := agentOf(ctx, plan, "", &d)
-	if !known || d.HasError() {
-		return
-	}
-	for _, e := range kubedeploy.Check(a) {
-		diags.AddAttributeError(fieldPath(e.Field), "Not On Kubernetes", e.Error())
-	}
-}
-
-// fieldPath turns a dotted attribute name ("runner.listen") into its path.
-func fieldPath(field string) path.Path {
-	parts := strings.Split(field, ".")
-	p := path.Root(parts[0])
-	for _, name := range parts[1:] {
-		p = p.AtName(name)
-	}
-	return p
-}
-
-// dockerSocket is the daemon's socket on this host: the provider's own unix
-// docker_host, else the default.
-func (r *agentResource) dockerSocket() string {
-	if h, ok := strings.CutPrefix(engine.HostOf(r.data.docker.opts), "unix://"); ok {
-		return h
-	}
-	return deploy.DefaultDockerSocket
+// service is the agent backend Configure picked, for one request, logging
+// under TF_LOG; an error only when the kubeconfig cannot be read.
+func (r *agentResource) service(ctx context.Context) (agentspec.Backend, error) {
+	return r.data.agents(ctx)
 }

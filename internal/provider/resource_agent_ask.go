@@ -9,7 +9,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
@@ -75,7 +75,7 @@ func planThreegateAsk(ctx context.Context, resolve askResolver, m agentModel, di
 	err := resolve(ctx, tg.Network.ValueString(), ids)
 	var hard []error
 	for _, e := range unjoin(err) {
-		if !errors.Is(e, deploy.ErrAskTargetNotDeployed) {
+		if !errors.Is(e, agentspec.ErrAskTargetNotDeployed) {
 			hard = append(hard, e)
 		}
 	}

@@ -18,23 +18,23 @@ import (
 
 // stepSummaries title the agent service's errors by the step that failed.
 var stepSummaries = map[string]string{
-	deploy.StepToken:           "Token Generation Failed",
-	deploy.StepListen:          "Invalid Listen Address",
-	deploy.StepDocker:          "Docker Daemon Unreachable",
-	deploy.StepRuntime:         "Runtime Not Available",
-	deploy.StepThreegate:       "ThreeGate Role Not Resolved",
-	deploy.StepWorkspace:       "Workspace Failed",
-	deploy.StepFiles:           "Runner Files Failed",
-	deploy.StepConfig:          "Runner Config Failed",
-	deploy.StepDeploy:          "Runner Deploy Failed",
-	deploy.StepHealth:          "Runner Unhealthy",
-	deploy.StepRemove:          "Runner Remove Failed",
-	deploy.StepRemoveFiles:     "Runner Files Remove Failed",
-	deploy.StepRead:            "Runner Read Failed",
-	deploy.StepReadWorkspace:   "Workspace Read Failed",
-	deploy.StepRemoveWorkspace: "Workspace Remove Failed",
-	deploy.StepImport:          "Agent Not Found",
-	deploy.StepAsk:             "ThreeGate Ask Target Invalid",
+	agentspec.StepToken:           "Token Generation Failed",
+	agentspec.StepListen:          "Invalid Listen Address",
+	agentspec.StepDocker:          "Docker Daemon Unreachable",
+	agentspec.StepRuntime:         "Runtime Not Available",
+	agentspec.StepThreegate:       "ThreeGate Role Not Resolved",
+	agentspec.StepWorkspace:       "Workspace Failed",
+	agentspec.StepFiles:           "Runner Files Failed",
+	agentspec.StepConfig:          "Runner Config Failed",
+	agentspec.StepDeploy:          "Runner Deploy Failed",
+	agentspec.StepHealth:          "Runner Unhealthy",
+	agentspec.StepRemove:          "Runner Remove Failed",
+	agentspec.StepRemoveFiles:     "Runner Files Remove Failed",
+	agentspec.StepRead:            "Runner Read Failed",
+	agentspec.StepReadWorkspace:   "Workspace Read Failed",
+	agentspec.StepRemoveWorkspace: "Workspace Remove Failed",
+	agentspec.StepImport:          "Agent Not Found",
+	agentspec.StepAsk:             "ThreeGate Ask Target Invalid",
 }
 
 // stepPaths are the attributes at fault for the steps that have one.
@@ -60,20 +60,20 @@ var warningSummaries = map[string]string{
 // and its rollback's, joined) into diagnostics.
 func (r *agentResource) addServiceError(diags *diag.Diagnostics, err error) {
 	for _, e := range unjoin(err) {
-		var se *deploy.StepError
+		var se *agentspec.StepError
 		if !errors.As(e, &se) {
 			diags.AddError("Agent Operation Failed", e.Error())
 			continue
 		}
 		summary, detail := stepSummaries[se.Step], se.Error()
 		switch se.Step {
-		case deploy.StepDocker:
+		case agentspec.StepDocker:
 			detail = fmt.Sprintf("The provider could not reach the Docker daemon at %s: %v\n\n"+
 				"Start the daemon, or point the provider's docker_host (or DOCKER_HOST) at one that runs.",
 				engine.HostOf(r.data.docker.opts), se.Err)
-		case deploy.StepImport:
+		case agentspec.StepImport:
 			detail = se.Err.Error() + ". Import works for agents this provider (with this state_dir) made."
-		case deploy.StepListen:
+		case agentspec.StepListen:
 			detail = se.Err.Error()
 		}
 		if p, ok := stepPaths[se.Field]; ok {
@@ -90,14 +90,14 @@ func (r *agentResource) docker(ctx context.Context) (client.APIClient, error) {
 }
 
 // priorOf is what the state recorded of the last apply; nil for none.
-func priorOf(ctx context.Context, m *agentModel) *deploy.Prior {
+func priorOf(ctx context.Context, m *agentModel) *agentspec.Prior {
 	if m == nil {
 		return nil
 	}
-	p := &deploy.Prior{
+	p := &agentspec.Prior{
 		RunnerStatus:      m.RunnerStatus.ValueString(),
 		RunnerContainerID: m.RunnerContainerID.ValueString(),
-		Reported:          deploy.Reported{LandlockABI: reportedOf(m.LandlockABI), AgentUID: reportedOf(m.AgentUID)},
+		Reported:          agentspec.Reported{LandlockABI: reportedOf(m.LandlockABI), AgentUID: reportedOf(m.AgentUID)},
 		// A state without a readable runner block may have left one.
 		Deployment: agentspec.ModeContainer,
 	}
@@ -110,9 +110,9 @@ func priorOf(ctx context.Context, m *agentModel) *deploy.Prior {
 
 // reportedValues are what a runner reported, in state: null for what it
 // did not.
-func reportedValues(r deploy.Reported) (abi, uid types.Int64) {
+func reportedValues(r agentspec.Reported) (abi, uid types.Int64) {
 	value := func(v int64) types.Int64 {
-		if v == deploy.Unreported {
+		if v == agentspec.Unreported {
 			return types.Int64Null()
 		}
 		return types.Int64Value(v)
@@ -123,7 +123,7 @@ func reportedValues(r deploy.Reported) (abi, uid types.Int64) {
 // reportedOf is a reported value from state, Unreported when null or unknown.
 func reportedOf(v types.Int64) int64 {
 	if v.IsNull() || v.IsUnknown() {
-		return deploy.Unreported
+		return agentspec.Unreported
 	}
 	return v.ValueInt64()
 }

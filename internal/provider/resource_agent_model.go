@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"slices"
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -9,7 +10,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 )
 
 type agentModel struct {
@@ -168,88 +168,164 @@ func listOf(ss []string) types.List {
 	return types.ListValueMust(types.StringType, vals)
 }
 
-// agentOf converts the model (plan or state) into the agent the service
-// takes. The API key is passed in: it lives only in the configuration
-// (write-only). known is false when some input is not yet known (then the
-// result must not be used).
-func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagnostics) (a deploy.Agent, known bool) {
-	llm, ok1 := objectAs[llmModel](ctx, m.LLM, diags)
-	cm, ok2 := objectAs[containerModeModel](ctx, m.ContainerMode, diags)
+// agentInput is the model as the runtime takes it: the agent, and the
+// attributes whose values are not known yet (by path: "container_mode",
+// "llm.max_tokens_per_call"). An unknown value is its zero in Agent, and
+// so is a null one (the plan writes the schema's defaults out; in a
+// configuration a zero setting is its default to the runtime as well).
+type agentInput struct {
+	agentspec.Agent
+	unknown map[string]bool
+	// onTopology: the model has a threegate block, known or not.
+	onTopology bool
+}
+
+// known says whether every input of the agent is known, so that the agent
+// may be applied, hashed or judged whole; except lists inputs a caller
+// does without (the plan's checks need no secret values).
+func (in agentInput) known(except ...string) bool {
+	for p := range in.unknown {
+		if !slices.Contains(except, p) {
+			return false
+		}
+	}
+	return true
+}
+
+// secretValues stands in agentInput.unknown for a value of secrets that
+// is not known yet (its name is).
+const secretValues = "secrets[*]"
+
+// agentOf turns the model (configuration, plan or state) into the agent
+// the backend takes: the one mapping that validation, plan and apply
+// share. The API key is passed in: it lives only in the configuration
+// (write-only). soul, memory, manage_soul, force_destroy_workspace and
+// runner.listen are taken as they are even while unknown: no check reads
+// them, and an unknown listen is planned as the default address
+// (planDerived).
+func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagnostics) agentInput {
+	in := agentInput{unknown: map[string]bool{}}
+	block := func(o types.Object, name string, target any) {
+		switch {
+		case o.IsUnknown():
+			in.unknown[name] = true
+		case !o.IsNull():
+			diags.Append(o.As(ctx, target, objectAsOpts)...)
+		}
+	}
+	var llm llmModel
+	var cm containerModeModel
+	var fa fileAccessModel
+	var rn runnerModel
+	var tg threegateModel
+	block(m.LLM, "llm", &llm)
+	block(m.ContainerMode, "container_mode", &cm)
 	// A container-mode agent's null file_access is the defaults in the
 	// runner's config, as it always was: the config and its hash stay.
-	fa, ok3 := objectAs[fileAccessModel](ctx, orDefaultFileAccess(m.FileAccess), diags)
-	rn, ok4 := objectAs[runnerModel](ctx, m.Runner, diags)
-	if !ok1 || !ok2 || !ok3 || !ok4 || diags.HasError() || m.Secrets.IsUnknown() {
-		return a, false
+	block(orDefaultFileAccess(m.FileAccess), "file_access", &fa)
+	block(m.Runner, "runner", &rn)
+	block(m.Threegate, "threegate", &tg)
+	if diags.HasError() {
+		return in
 	}
-	if !m.Threegate.IsNull() {
-		tg, ok := objectAs[threegateModel](ctx, m.Threegate, diags)
-		if !ok || tg.Network.IsUnknown() || tg.Role.IsUnknown() || tg.Ask.IsUnknown() {
-			return a, false
-		}
-		a.Meta.ThreegateNetwork, a.Meta.ThreegateRole = tg.Network.ValueString(), tg.Role.ValueString()
-		for _, e := range tg.Ask.Elements() {
-			if e.IsUnknown() {
-				return a, false
-			}
-		}
-		a.Meta.ThreegateAsk = stringList(ctx, tg.Ask, diags)
-	}
-	var secrets map[string]string
-	if !m.Secrets.IsNull() {
-		diags.Append(m.Secrets.ElementsAs(ctx, &secrets, false)...)
-	}
-	for _, v := range []attr.Value{
-		m.AgentID, m.InjectCredentialsEnv, m.InjectSecretsEnv, m.RedactSecrets,
-		llm.Provider, llm.Model, llm.BaseURL, llm.MaxSteps,
-		llm.MaxTokensPerCall, llm.MessageTokenBudget, llm.AgentTokenBudget, llm.AgentBudgetWindowSeconds,
-		cm.Enabled, cm.Image, cm.MemoryLimit, cm.TimeoutSeconds, cm.Network, cm.PidsLimit, cm.User, cm.Runtime, cm.Prestart,
-		fa.Unrestricted, fa.AllowRead, fa.AllowReadWrite, fa.Deny, fa.AllowHomeDotfiles, fa.AllowNetwork,
-		rn.Deployment, rn.Image,
-	} {
+	str := func(v types.String, p string) string {
 		if v.IsUnknown() {
-			return a, false
+			in.unknown[p] = true
 		}
+		return v.ValueString()
 	}
+	boolean := func(v types.Bool, p string) bool {
+		if v.IsUnknown() {
+			in.unknown[p] = true
+		}
+		return v.ValueBool()
+	}
+	integer := func(v types.Int64, p string) int64 {
+		if v.IsUnknown() {
+			in.unknown[p] = true
+		}
+		return v.ValueInt64()
+	}
+	list := func(l types.List, p string) []string {
+		if l.IsUnknown() || containsUnknown(l) {
+			in.unknown[p] = true
+			return nil
+		}
+		return stringList(ctx, l, diags)
+	}
+
+	// The typed settings: marked when unknown, parsed once when known.
+	str(cm.MemoryLimit, "container_mode.memory_limit")
+	str(cm.User, "container_mode.user")
 	mem, user := containerValues(cm, diags)
-	a.Config = agentspec.Config{
-		AgentID: m.AgentID.ValueString(),
+	c := agentspec.Config{
+		AgentID: str(m.AgentID, "agent_id"),
 		Listen:  rn.Listen.ValueString(),
 		Token:   m.Token.ValueString(),
 		Container: agentspec.ContainerMode{
-			Enabled: cm.Enabled.ValueBool(), Image: cm.Image.ValueString(), MemoryLimit: mem,
-			TimeoutSeconds: int(cm.TimeoutSeconds.ValueInt64()), Network: cm.Network.ValueString(), PidsLimit: cm.PidsLimit.ValueInt64(),
-			User: user, Runtime: cm.Runtime.ValueString(), Prestart: cm.Prestart.ValueBool(),
-		},
-		FileAccess: agentspec.FileAccess{
-			Unrestricted: fa.Unrestricted.ValueBool(), AllowRead: stringList(ctx, fa.AllowRead, diags),
-			AllowReadWrite: stringList(ctx, fa.AllowReadWrite, diags), Deny: stringList(ctx, fa.Deny, diags),
-			AllowHomeDotfiles: fa.AllowHomeDotfiles.ValueBool(), AllowNetwork: fa.AllowNetwork.ValueBool(),
+			Enabled: boolean(cm.Enabled, "container_mode.enabled"), Image: str(cm.Image, "container_mode.image"),
+			MemoryLimit: mem, TimeoutSeconds: int(integer(cm.TimeoutSeconds, "container_mode.timeout_seconds")),
+			Network: str(cm.Network, "container_mode.network"), PidsLimit: integer(cm.PidsLimit, "container_mode.pids_limit"),
+			User: user, Runtime: str(cm.Runtime, "container_mode.runtime"), Prestart: boolean(cm.Prestart, "container_mode.prestart"),
 		},
 		LLM: agentspec.LLMConfig{
-			Provider: llm.Provider.ValueString(), Model: llm.Model.ValueString(), BaseURL: llm.BaseURL.ValueString(), APIKey: apiKey,
+			Provider: str(llm.Provider, "llm.provider"), Model: str(llm.Model, "llm.model"), BaseURL: str(llm.BaseURL, "llm.base_url"), APIKey: apiKey,
 		},
-		Secrets:              secrets,
-		InjectCredentialsEnv: m.InjectCredentialsEnv.ValueBool(),
-		InjectSecretsEnv:     m.InjectSecretsEnv.ValueBool(),
-		RedactSecrets:        m.RedactSecrets.ValueBool(),
-		MaxSteps:             int(llm.MaxSteps.ValueInt64()),
-		LLMLimits:            llm.limits(),
+		InjectCredentialsEnv: boolean(m.InjectCredentialsEnv, "inject_credentials_env"),
+		InjectSecretsEnv:     boolean(m.InjectSecretsEnv, "inject_secrets_env") || m.InjectSecretsEnv.IsNull() && agentspec.DefaultInjectSecretsEnv,
+		RedactSecrets:        boolean(m.RedactSecrets, "redact_secrets"),
+		MaxSteps:             int(integer(llm.MaxSteps, "llm.max_steps")),
+		LLMLimits: agentspec.LLMLimits{
+			MaxTokensPerCall:         integer(llm.MaxTokensPerCall, "llm.max_tokens_per_call"),
+			MessageTokenBudget:       integer(llm.MessageTokenBudget, "llm.message_token_budget"),
+			AgentTokenBudget:         integer(llm.AgentTokenBudget, "llm.agent_token_budget"),
+			AgentBudgetWindowSeconds: integer(llm.AgentBudgetWindowSeconds, "llm.agent_budget_window_seconds"),
+		},
 	}
-	if a.Meta.ThreegateNetwork != "" {
-		// The role's networks and env are resolved at apply; the hash
-		// keys on the topology and role instead.
+	fileAccess := agentspec.FileAccess{
+		Unrestricted: boolean(fa.Unrestricted, "file_access.unrestricted"), AllowRead: list(fa.AllowRead, "file_access.allow_read"),
+		AllowReadWrite: list(fa.AllowReadWrite, "file_access.allow_read_write"), Deny: list(fa.Deny, "file_access.deny"),
+		AllowHomeDotfiles: boolean(fa.AllowHomeDotfiles, "file_access.allow_home_dotfiles"), AllowNetwork: boolean(fa.AllowNetwork, "file_access.allow_network"),
+	}
+	if in.unknown["file_access.allow_read"] || in.unknown["file_access.allow_read_write"] || in.unknown["file_access.deny"] {
+		// The lists are judged together (a deny inside an allow): one
+		// not known leaves the block unjudged.
+		in.unknown["file_access"] = true
+	} else {
+		c.FileAccess = fileAccess
+	}
+	switch {
+	case m.Secrets.IsUnknown():
+		in.unknown["secrets"] = true
+	case !m.Secrets.IsNull():
+		c.Secrets = map[string]string{}
+		for k, v := range m.Secrets.Elements() {
+			// A name is known with its map; its value may not be yet,
+			// which no check but the hash minds.
+			s, _ := v.(types.String)
+			c.Secrets[k] = str(s, secretValues)
+		}
+	}
+	a := agentspec.Agent{Config: c}
+	in.onTopology = !m.Threegate.IsNull()
+	if in.onTopology {
+		// With threegate the role's networks replace container_mode.network
+		// (a conflict is its own error), and the hash keys on the topology
+		// and role, resolved at apply.
 		a.Config.Container.Network = ""
+		a.Meta.ThreegateNetwork, a.Meta.ThreegateRole = str(tg.Network, "threegate.network"), str(tg.Role, "threegate.role")
+		a.Meta.ThreegateAsk = list(tg.Ask, "threegate.ask")
 	}
 	a.Meta.Soul, a.Meta.Memory = m.Soul.ValueString(), m.Memory.ValueString()
 	a.Meta.ManageSoul, a.Meta.ForceDestroyWorkspace = m.ManageSoul.ValueBool(), m.ForceDestroyWorkspace.ValueBool()
-	a.Meta.Deployment, a.Meta.RunnerImage = rn.Deployment.ValueString(), rn.Image.ValueString()
-	return a, !diags.HasError()
+	a.Meta.Deployment, a.Meta.RunnerImage = str(rn.Deployment, "runner.deployment"), str(rn.Image, "runner.image")
+	in.Agent = a
+	return in
 }
 
 // modelOf fills the model from an agent read back from disk (for import):
 // everything but the write-only API key and secrets, which state never holds.
-func modelOf(m *agentModel, a deploy.Agent) {
+func modelOf(m *agentModel, a agentspec.Agent) {
 	c, meta := a.Config, a.Meta
 	limits := c.LLMLimits.Effective()
 	m.ID, m.AgentID = types.StringValue(c.AgentID), types.StringValue(c.AgentID)

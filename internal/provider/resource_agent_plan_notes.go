@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 )
 
@@ -43,7 +44,10 @@ func warnSoulSeedOnly(plan, state agentModel, diags *diag.Diagnostics) {
 // and why: Terraform shows the resource as updated in place, and only
 // runner_container_id's "known after apply" would tell that a running
 // service stops.
-func (r *agentResource) warnRunnerReplaced(ctx context.Context, plan, state agentModel, diags *diag.Diagnostics) {
+//
+// in is the plan's agent (agentOf), checkable when its inputs but the
+// secret values are known.
+func warnRunnerReplaced(ctx context.Context, svc agentspec.Backend, in agentInput, checkable bool, plan, state agentModel, diags *diag.Diagnostics) {
 	var why []string
 	if !plan.RunnerStatus.IsUnknown() && !plan.RunnerStatus.Equal(state.RunnerStatus) {
 		why = append(why, statusReason(state.RunnerStatus.ValueString()))
@@ -56,11 +60,13 @@ func (r *agentResource) warnRunnerReplaced(ctx context.Context, plan, state agen
 		why = append(why, "its new config cannot be hashed before apply (a value is known only at apply, or the runner's hash key is gone)")
 	case !plan.ConfigHash.Equal(state.ConfigHash):
 		var d diag.Diagnostics
-		old, ok1 := agentOf(ctx, state, "", &d)
-		new, ok2 := agentOf(ctx, plan, "", &d)
+		old := agentOf(ctx, state, "", &d)
+		// State holds no secrets: neither side's are compared.
+		new := in.Agent
+		new.Config.Secrets = nil
 		changed := []string(nil)
-		if ok1 && ok2 && !d.HasError() {
-			changed = deploy.ChangedInputs(old, new)
+		if old.known() && checkable && !d.HasError() {
+			changed = deploy.ChangedInputs(old.Agent, new)
 		}
 		if len(changed) == 0 {
 			why = append(why, "a write-only input of its config changed (llm.api_key or a secrets value, which no plan can show)")
@@ -76,10 +82,7 @@ func (r *agentResource) warnRunnerReplaced(ctx context.Context, plan, state agen
 	if len(why) == 0 {
 		return
 	}
-	runner := "the runner container " + deploy.ContainerName(plan.AgentID.ValueString())
-	if r.data != nil && r.data.kube != nil {
-		runner = "the runner pod of agent " + plan.AgentID.ValueString()
-	}
+	runner := svc.RunnerName(plan.AgentID.ValueString())
 	diags.AddWarning("Runner Will Be Replaced",
 		fmt.Sprintf("Apply replaces %s: it finishes the message it is running, then stops, and the agent takes no message until "+
 			"the new runner is healthy. Why: %s.", runner, strings.Join(why, "; ")))
@@ -88,13 +91,13 @@ func (r *agentResource) warnRunnerReplaced(ctx context.Context, plan, state agen
 // statusReason explains a runner status Read found.
 func statusReason(status string) string {
 	switch status {
-	case deploy.StatusMissing:
+	case agentspec.StatusMissing:
 		return "its container is gone"
-	case deploy.StatusStopped:
+	case agentspec.StatusStopped:
 		return "it is not running"
-	case deploy.StatusRestarting:
+	case agentspec.StatusRestarting:
 		return "it keeps restarting"
-	case deploy.StatusStale:
+	case agentspec.StatusStale:
 		return "it runs another config than its config file holds, or another build of agent-runner than this provider " +
 			"(as after a provider upgrade: a release that adds to the runner's config, as llm_limits did, replaces every runner once)"
 	}

@@ -25,12 +25,14 @@ type planFixture struct {
 	state agentModel
 }
 
-func newPlanFixture(t *testing.T, edit func(*deploy.Agent)) planFixture {
+func newPlanFixture(t *testing.T, edit func(*agentspec.Agent)) planFixture {
 	t.Helper()
 	ctx := context.Background()
 	stateDir := t.TempDir()
-	r := &agentResource{data: &providerData{version: "0.1.0-test", stateDir: stateDir, docker: newLazyDocker(engine.Options{})}}
-	a := deploy.Agent{
+	d := &providerData{version: "0.1.0-test", stateDir: stateDir, docker: newLazyDocker(engine.Options{})}
+	d.pickBackends()
+	r := &agentResource{data: d}
+	a := agentspec.Agent{
 		Config: agentspec.Config{
 			AgentID: "plan-notes", Token: "tok",
 			Container: agentspec.ContainerMode{Enabled: true, Image: "meepagateway-isolated:1", MemoryLimit: agentspec.SizeOf(agentspec.DefaultMemoryBytes),
@@ -41,7 +43,7 @@ func newPlanFixture(t *testing.T, edit func(*deploy.Agent)) planFixture {
 			InjectCredentialsEnv: true, RedactSecrets: true, MaxSteps: agentspec.DefaultMaxSteps,
 			LLMLimits: agentspec.LLMLimits{}.Effective(),
 		},
-		Meta: deploy.Meta{Soul: "You are the first soul.", Deployment: agentspec.ModeContainer},
+		Meta: agentspec.Meta{Soul: "You are the first soul.", Deployment: agentspec.ModeContainer},
 	}
 	if edit != nil {
 		edit(&a)
@@ -60,7 +62,7 @@ func newPlanFixture(t *testing.T, edit func(*deploy.Agent)) planFixture {
 	m.Runner = types.ObjectValueMust(runnerAttrTypes, map[string]attr.Value{
 		"listen": types.StringValue(p.Listen), "deployment": types.StringValue(agentspec.ModeContainer), "image": types.StringValue(a.Meta.RunnerImage),
 	})
-	m.RunnerStatus, m.RunnerContainerID = types.StringValue(deploy.StatusRunning), types.StringValue("c0ffee")
+	m.RunnerStatus, m.RunnerContainerID = types.StringValue(agentspec.StatusRunning), types.StringValue("c0ffee")
 	m.LandlockABI, m.AgentUID = types.Int64Null(), types.Int64Null()
 	if p.ConfigHash == "" {
 		t.Fatal("the fixture's config hash is not known at plan")
@@ -166,12 +168,12 @@ func TestAgentPlan_runnerReplacedWarns(t *testing.T) {
 	}
 	// A stale runner (as after an upgrade that changed what the hash
 	// covers) is replaced, and the plan says why.
-	f.state.RunnerStatus = types.StringValue(deploy.StatusStale)
+	f.state.RunnerStatus = types.StringValue(agentspec.StatusStale)
 	_, d = f.plan(t, func(m *agentModel) {})
 	if w := planWarnings(d, "Runner Will Be Replaced"); len(w) != 1 || !strings.Contains(w[0], "provider upgrade") {
 		t.Fatalf("stale: %v", d)
 	}
-	f.state.RunnerStatus = types.StringValue(deploy.StatusRunning)
+	f.state.RunnerStatus = types.StringValue(agentspec.StatusRunning)
 	p, d = f.plan(t, func(m *agentModel) { m.ForceDestroyWorkspace = types.BoolValue(true) })
 	if !p.RunnerContainerID.Equal(f.state.RunnerContainerID) || len(planWarnings(d, "Runner Will Be Replaced")) != 0 {
 		t.Errorf("force_destroy_workspace keeps the runner, silently: %s %v", p.RunnerContainerID, d)
@@ -188,7 +190,7 @@ func TestAgentPlan_newImageKeepsOwnRunner(t *testing.T) {
 		attrs["image"] = types.StringValue("meepagateway-isolated:2")
 		m.ContainerMode = types.ObjectValueMust(containerModeAttrTypes, attrs)
 	}
-	own := newPlanFixture(t, func(a *deploy.Agent) { a.Meta.RunnerImage = "meepa-runner:1" })
+	own := newPlanFixture(t, func(a *agentspec.Agent) { a.Meta.RunnerImage = "meepa-runner:1" })
 	p, d := own.plan(t, newImage)
 	if d.HasError() {
 		t.Fatal(d)

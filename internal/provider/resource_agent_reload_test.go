@@ -83,7 +83,7 @@ resource "meepa_agent" "t" {
 	sameRunner := func(same bool) resource.TestCheckFunc {
 		return func(s *terraform.State) error {
 			st, err := deploy.Inspect(context.Background(), cli, id)
-			if err != nil || st.State != deploy.StatusRunning {
+			if err != nil || st.State != agentspec.StatusRunning {
 				return fmt.Errorf("runner: %+v %v", st, err)
 			}
 			if (st.ID == runnerID) != same {

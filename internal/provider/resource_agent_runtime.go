@@ -18,14 +18,12 @@ import (
 // cannot pass what apply refuses. A daemon that cannot be reached at plan
 // leaves the check to apply, saying so: configurations that need no daemon
 // still plan offline, and this one fails at apply if it must.
-func (r *agentResource) planRuntime(ctx context.Context, plan agentModel, diags *diag.Diagnostics) {
+func (r *agentResource) planRuntime(ctx context.Context, a agentInput, diags *diag.Diagnostics) {
 	if r.data == nil {
 		return
 	}
-	var d diag.Diagnostics
-	a, known := agentOf(ctx, plan, "", &d)
 	cm := a.Config.Container
-	if !known || d.HasError() || !cm.Enabled || cm.Runtime == "" || cm.Runtime == agentspec.DefaultRuntime {
+	if !cm.Enabled || cm.Runtime == "" || cm.Runtime == agentspec.DefaultRuntime {
 		return
 	}
 	at := path.Root("container_mode").AtName("runtime")

@@ -13,7 +13,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 )
 
 func TestAgentSchemaImplementation(t *testing.T) {
@@ -65,16 +64,17 @@ func TestRuntimeRoundTrip(t *testing.T) {
 		InjectCredentialsEnv: true, InjectSecretsEnv: false, RedactSecrets: true, MaxSteps: 5,
 		LLMLimits: agentspec.LLMLimits{MaxTokensPerCall: 1000, MessageTokenBudget: 20000, AgentTokenBudget: 300000, AgentBudgetWindowSeconds: 3600},
 	}
-	meta := deploy.Meta{Soul: "s", Memory: "m", ManageSoul: true, Deployment: "container", RunnerImage: "runner:1"}
+	meta := agentspec.Meta{Soul: "s", Memory: "m", ManageSoul: true, Deployment: "container", RunnerImage: "runner:1"}
 	var m agentModel
-	modelOf(&m, deploy.Agent{Config: in, Meta: meta})
+	modelOf(&m, agentspec.Agent{Config: in, Meta: meta})
 	if !m.LLM.Attributes()["api_key"].IsNull() || !m.Secrets.IsNull() {
 		t.Fatal("a write-only value (the API key, the secrets) was read back into the model")
 	}
 	// As apply does: the write-only secrets come from the configuration.
 	m.Secrets = types.MapValueMust(types.StringType, map[string]attr.Value{"A": types.StringValue("1")})
 	var diags diag.Diagnostics
-	a, known := agentOf(ctx, m, "sk", &diags)
+	got := agentOf(ctx, m, "sk", &diags)
+	a, known := got.Agent, got.known()
 	if !known || diags.HasError() {
 		t.Fatalf("agentOf: known=%v %v", known, diags)
 	}
@@ -88,8 +88,8 @@ func TestRuntimeRoundTrip(t *testing.T) {
 	}
 	// Without runner.image the runner runs container_mode.image.
 	meta.RunnerImage = ""
-	modelOf(&m, deploy.Agent{Config: in, Meta: meta})
-	if a, _ := agentOf(ctx, m, "", &diags); a.RunnerImage() != "img:1" {
+	modelOf(&m, agentspec.Agent{Config: in, Meta: meta})
+	if a := agentOf(ctx, m, "", &diags).Agent; a.RunnerImage() != "img:1" {
 		t.Errorf("runner image %q", a.RunnerImage())
 	}
 }

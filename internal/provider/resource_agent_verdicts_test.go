@@ -15,7 +15,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfversion"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 )
 
@@ -149,7 +148,7 @@ func TestPlanAndRunnerAgree(t *testing.T) {
 func planVerdict(t *testing.T, c agentspec.Config, name, val string) error {
 	t.Helper()
 	var m agentModel
-	modelOf(&m, deploy.Agent{Config: c, Meta: deploy.Meta{Deployment: agentspec.ModeContainer}})
+	modelOf(&m, agentspec.Agent{Config: c, Meta: agentspec.Meta{Deployment: agentspec.ModeContainer}})
 	if name != "" {
 		attrs := m.ContainerMode.Attributes()
 		attrs[name] = types.StringValue(val)

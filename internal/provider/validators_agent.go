@@ -8,9 +8,7 @@ import (
 	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
-	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
-	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
@@ -149,132 +147,74 @@ var settingSummaries = map[string]string{
 }
 
 // validateSettings runs the runner's own start-time check of the settings
-// on the config this plan would write, so the plan refuses exactly what the
-// runner would. Unknown values are left out (their zero is the default,
-// which passes) and checked again once known.
-func validateSettings(ctx context.Context, m agentModel, diags *diag.Diagnostics) {
-	c, skip := settingsOf(ctx, m, diags)
-	if diags.HasError() {
-		return
-	}
-	for _, e := range unjoin(agentspec.ValidateSettings(&c)) {
+// on the config this plan would write (agentOf's), so the plan refuses
+// exactly what the runner would. Unknown values are left out (their zero
+// is the default, which passes) and checked again once known, and so is a
+// verdict that reads one of them (judgedWith).
+func validateSettings(in agentInput, diags *diag.Diagnostics) {
+	var judged []error
+	for _, e := range unjoin(agentspec.ValidateSettings(&in.Config)) {
 		var fe *agentspec.FieldError
-		if !errors.As(e, &fe) {
-			diags.AddError("Invalid Agent Settings", e.Error())
+		if errors.As(e, &fe) && in.unjudged(fe.Field) {
 			continue
 		}
-		if skip[strings.SplitN(fe.Field, ".", 2)[0]] || skip[fe.Field] {
-			continue
-		}
-		addSettingError(fe, diags)
+		judged = append(judged, e)
 	}
+	addFieldErrors(diags, errors.Join(judged...), "Invalid Agent Settings", describeSetting)
 }
 
-// addSettingError puts a runner verdict on the attribute at fault.
-func addSettingError(fe *agentspec.FieldError, diags *diag.Diagnostics) {
-	p := path.Empty()
-	field := fe.Field
-	if field == "max_steps" {
-		field = "llm.max_steps"
+// judgedWith are the settings a verdict on a field reads besides the
+// field: each token budget is judged against the ones it holds, and host
+// mode's memory floor applies only once the mode is known.
+var judgedWith = map[string][]string{
+	"llm.message_token_budget":    {"llm.max_tokens_per_call", "llm.message_token_budget", "llm.agent_token_budget"},
+	"llm.agent_token_budget":      {"llm.max_tokens_per_call", "llm.message_token_budget", "llm.agent_token_budget"},
+	"container_mode.memory_limit": {"container_mode.enabled"},
+}
+
+// unjudged says whether a verdict on field must wait: its block, the field
+// or a setting it is judged with is not known yet.
+func (in agentInput) unjudged(field string) bool {
+	if in.unknown[strings.SplitN(field, ".", 2)[0]] || in.unknown[field] {
+		return true
 	}
-	for _, name := range strings.Split(field, ".") {
-		p = p.AtName(name)
+	for _, other := range judgedWith[field] {
+		if in.unknown[other] {
+			return true
+		}
 	}
-	summary, detail := settingSummaries[fe.Field], fe.Error()+"."
+	return false
+}
+
+// describeSetting words a runner verdict for the attribute at fault.
+func describeSetting(fe *agentspec.FieldError) (summary, detail string) {
+	summary, detail = settingSummaries[fe.Field], fe.Error()+"."
 	switch {
 	case fe.Key != "":
-		p = p.AtMapKey(fe.Key)
 		detail = fmt.Sprintf("secrets[%q]: with inject_secrets_env the name becomes an environment variable of the agent's "+
 			"tools, and %v. Rename it (e.g. %q), or set inject_secrets_env = false.", fe.Key, fe.Err, envNameSuggestion(fe.Key))
 	case fe.Index >= 0:
-		p = p.AtListIndex(fe.Index)
 		summary = "Invalid File Access Path"
 	case fe.Field == "file_access.deny":
 		summary = "Deny With Unrestricted"
 	case summary == "":
 		summary = "Invalid File Access"
 	}
-	diags.AddAttributeError(p, summary, detail)
+	return summary, detail
 }
 
 // containerValues parses container_mode's typed settings, memory_limit and
 // user, from their attribute strings: the plan's one parse of them (the
-// runner's is the config's Unmarshal), for the validation and for the
-// mapping apply writes. A bad one is an error on its attribute; null or
-// unknown is unset, the default.
+// runner's is the config's Unmarshal). A bad one is an error on its
+// attribute; null or unknown is unset, the default.
 func containerValues(cm containerModeModel, diags *diag.Diagnostics) (agentspec.Size, agentspec.UserSpec) {
 	mem, err := agentspec.ParseSize(cm.MemoryLimit.ValueString())
 	if err != nil {
-		addSettingError(&agentspec.FieldError{Field: "container_mode.memory_limit", Index: -1, Err: err}, diags)
+		addFieldErrors(diags, &agentspec.FieldError{Field: "container_mode.memory_limit", Index: -1, Err: err}, "Invalid Agent", describeSetting)
 	}
 	user, err := agentspec.ParseUserSpec(cm.User.ValueString())
 	if err != nil {
-		addSettingError(&agentspec.FieldError{Field: "container_mode.user", Index: -1, Err: err}, diags)
+		addFieldErrors(diags, &agentspec.FieldError{Field: "container_mode.user", Index: -1, Err: err}, "Invalid Agent", describeSetting)
 	}
 	return mem, user
-}
-
-// settingsOf is the config the runner would be given, as far as the
-// configuration is known, and the blocks or fields to leave unjudged: a null
-// value is the schema's default; an unknown one its runtime zero, which
-// passes, and an unknown that another verdict depends on skips that one.
-func settingsOf(ctx context.Context, m agentModel, diags *diag.Diagnostics) (agentspec.Config, map[string]bool) {
-	skip := map[string]bool{}
-	var cm containerModeModel
-	var fa fileAccessModel
-	var llm llmModel
-	decode := func(o types.Object, name string, target any) {
-		if o.IsUnknown() {
-			skip[name] = true
-		} else if !o.IsNull() {
-			diags.Append(o.As(ctx, target, objectAsOpts)...)
-		}
-	}
-	decode(m.ContainerMode, "container_mode", &cm)
-	decode(m.FileAccess, "file_access", &fa)
-	decode(m.LLM, "llm", &llm)
-	for _, l := range []types.List{fa.AllowRead, fa.AllowReadWrite, fa.Deny} {
-		if l.IsUnknown() || containsUnknown(l) {
-			skip["file_access"] = true
-		}
-	}
-	for _, v := range []types.Int64{llm.MaxTokensPerCall, llm.MessageTokenBudget, llm.AgentTokenBudget} {
-		if v.IsUnknown() {
-			// Each budget is judged against the one it holds.
-			skip["llm.message_token_budget"], skip["llm.agent_token_budget"] = true, true
-		}
-	}
-	if cm.Enabled.IsUnknown() {
-		// Host mode's memory floor applies only once the mode is known.
-		skip["container_mode.memory_limit"] = true
-	}
-	mem, user := containerValues(cm, diags)
-	c := agentspec.Config{
-		Container: agentspec.ContainerMode{
-			Enabled: cm.Enabled.ValueBool(), MemoryLimit: mem, User: user,
-			TimeoutSeconds: int(cm.TimeoutSeconds.ValueInt64()), PidsLimit: cm.PidsLimit.ValueInt64(),
-			Network: cm.Network.ValueString(), Runtime: cm.Runtime.ValueString(),
-		},
-		MaxSteps:         int(llm.MaxSteps.ValueInt64()),
-		LLMLimits:        llm.limits(),
-		InjectSecretsEnv: !m.InjectSecretsEnv.IsUnknown() && (m.InjectSecretsEnv.IsNull() && agentspec.DefaultInjectSecretsEnv || m.InjectSecretsEnv.ValueBool()),
-	}
-	if !skip["file_access"] {
-		c.FileAccess = agentspec.FileAccess{
-			Unrestricted: fa.Unrestricted.ValueBool(), AllowRead: stringList(ctx, fa.AllowRead, diags),
-			AllowReadWrite: stringList(ctx, fa.AllowReadWrite, diags), Deny: stringList(ctx, fa.Deny, diags),
-		}
-	}
-	if !m.Secrets.IsNull() && !m.Secrets.IsUnknown() {
-		c.Secrets = map[string]string{}
-		for k := range m.Secrets.Elements() {
-			c.Secrets[k] = ""
-		}
-	}
-	if !m.Threegate.IsNull() {
-		// With threegate the role's networks replace container_mode.network
-		// (a conflict is its own error).
-		c.Container.Network = ""
-	}
-	return c, skip
 }

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
 // Defaults and bounds of the settings an agent's owner chooses. The zero
@@ -54,17 +52,27 @@ var (
 	Runtimes = []string{"runc", "crun", "runsc"}
 )
 
-// FieldError is a setting at fault, named by its path in the config file
+// FieldError is a setting at fault, named by its attribute path: the
+// one error type every check of what an owner writes returns, from the
+// agent's settings (ValidateSettings, ValidateFileAccess) to what a
+// backend cannot honour (kubedeploy.Check), the provider's registry block
+// (kube.RegistryConfig.Validate) and a topology's attributes
+// (topospec.Problems), so the provider has one way to put each on its
+// attribute. Field is the path in the config file's terms
 // ("container_mode.memory_limit", "file_access.allow_read" at Index,
-// "secrets" at Key), which is also its attribute path in the provider's
-// schema (but for max_steps, which the schema keeps under llm).
+// "secrets" at Key), which is also the attribute's path in the provider's
+// schema (but for max_steps, which the schema keeps under llm). It lives
+// here, the floor every backend stands on.
 type FieldError struct {
 	Field string
 	// Index is the entry of a list, or -1.
 	Index int
 	// Key is the entry of a map, or "".
 	Key string
-	Err error
+	// Summary titles the error where its source has a title for it (a
+	// topology's "Invalid Subnet"); "" leaves it to the reader.
+	Summary string
+	Err     error
 }
 
 func (e *FieldError) Error() string {
@@ -111,18 +119,7 @@ func ValidateSettings(c *Config) error {
 		field("max_steps", fmt.Errorf("must be between 1 and %d, got %d", MaxMaxSteps, c.MaxSteps))
 	}
 	errs = append(errs, c.LLMLimits.validate()...)
-	for _, e := range unjoin(landlock.Validate(c.FileAccess)) {
-		var fe *landlock.FieldError
-		if errors.As(e, &fe) {
-			msg := errors.New(fe.Msg)
-			if fe.Index >= 0 {
-				msg = fmt.Errorf("%q: %s", fe.Path, fe.Msg)
-			}
-			errs = append(errs, &FieldError{Field: "file_access." + fe.Field, Index: fe.Index, Err: msg})
-		} else {
-			field("file_access", e)
-		}
-	}
+	errs = append(errs, unjoin(ValidateFileAccess(c.FileAccess))...)
 	// With inject_secrets_env each name becomes a tool's environment
 	// variable; the agent loop refuses any other name, on every message.
 	if c.InjectSecretsEnv {

@@ -16,57 +16,11 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
-// Agent is one agent as its owner describes it: the runner's config and
-// what lies beyond it (the metadata).
-type Agent struct {
-	// Config is the runner's config. Listen is as the host sees it (empty:
-	// the default socket); Workspace is set by the service; Token is
-	// empty for a new agent (Apply makes one).
-	Config agentspec.Config
-	Meta   Meta
-}
-
-// RunnerImage runs `agent-runner serve`: Meta.RunnerImage, else the
-// per-message image.
-func (a Agent) RunnerImage() string {
-	if a.Meta.RunnerImage != "" {
-		return a.Meta.RunnerImage
-	}
-	return a.Config.Container.Image
-}
-
-// Deployment is Meta.Deployment or its default.
-func (a Agent) Deployment() string {
-	if a.Meta.Deployment == "" {
-		return agentspec.DefaultMode
-	}
-	return a.Meta.Deployment
-}
-
-// Meta is what an agent holds beyond its runner's config, kept beside the
-// config as agent.json (no secrets in it) so that import can restore the
-// whole agent.
-type Meta struct {
-	Soul                  string `json:"soul"`
-	Memory                string `json:"memory"`
-	ManageSoul            bool   `json:"manage_soul"`
-	ForceDestroyWorkspace bool   `json:"force_destroy_workspace"`
-	Deployment            string `json:"deployment"`
-	// RunnerImage is the runner's own image as given; empty means the
-	// per-message image.
-	RunnerImage      string `json:"runner_image"`
-	ThreegateNetwork string `json:"threegate_network,omitempty"`
-	ThreegateRole    string `json:"threegate_role,omitempty"`
-	// ThreegateAsk are the agent ids a core agent may ask; their sockets
-	// and tokens are resolved at apply (ResolveAsk).
-	ThreegateAsk []string `json:"threegate_ask,omitempty"`
-}
-
 // MetaFile is where an agent's Meta is kept.
 func MetaFile(l Layout) string { return filepath.Join(l.Dir, "agent.json") }
 
 // WriteMeta writes agent.json, 0600, replacing the old one at once.
-func WriteMeta(l Layout, m Meta) error {
+func WriteMeta(l Layout, m agentspec.Meta) error {
 	raw, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return fmt.Errorf("agent meta: %w", err)
@@ -82,8 +36,8 @@ func WriteMeta(l Layout, m Meta) error {
 }
 
 // ReadMeta reads agent.json.
-func ReadMeta(l Layout) (Meta, error) {
-	var m Meta
+func ReadMeta(l Layout) (agentspec.Meta, error) {
+	var m agentspec.Meta
 	raw, err := os.ReadFile(MetaFile(l))
 	if errors.Is(err, fs.ErrNotExist) {
 		return m, fmt.Errorf("%s is missing", MetaFile(l))
@@ -156,7 +110,7 @@ func (s *Service) CheckAgentUser(c agentspec.Config) error {
 	}
 	u := agentspec.AgentUser(c.AgentID)
 	fail := func(why string) error {
-		return stepErr(StepWorkspace, "container_mode.user", "choosing the sandbox user",
+		return stepErr(agentspec.StepWorkspace, "container_mode.user", "choosing the sandbox user",
 			fmt.Errorf("the agent's own uid %s (derived from agent_id) is %s; set container_mode.user to a uid:gid no one else uses", u, why))
 	}
 	if who := sandbox.HostIDInUse(u.UID, u.GID); who != "" {
@@ -168,7 +122,7 @@ func (s *Service) CheckAgentUser(c agentspec.Config) error {
 	agents := filepath.Join(s.o.StateDir, "agents")
 	entries, err := os.ReadDir(agents)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return stepErr(StepWorkspace, "", "reading "+agents, err)
+		return stepErr(agentspec.StepWorkspace, "", "reading "+agents, err)
 	}
 	for _, e := range entries {
 		if e.Name() == c.AgentID || !e.IsDir() {

@@ -1,66 +1,18 @@
 package deploy
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
-
-// ErrAskTargetNotDeployed: an ask target has no runner config yet (it is
-// applied in the same run); the plan cannot check it, the apply waits for
-// it (WaitForAsk).
-var ErrAskTargetNotDeployed = errors.New("not deployed yet")
-
-// AskWait bounds how long an apply waits for ask targets that are not
-// deployed yet. Agents planned in one run with no reference between them
-// (one for_each over a fleet) are applied side by side, so a core agent
-// may be applied before the agents it asks; their runner config appears
-// early in their apply.
-const AskWait = 5 * time.Minute
-
-// WaitForAsk calls resolve until it finds every target, fails for another
-// reason than a target not deployed yet, or wait has passed.
-func WaitForAsk(ctx context.Context, wait time.Duration, resolve func() ([]agentspec.AskTarget, error)) ([]agentspec.AskTarget, error) {
-	deadline := time.Now().Add(wait)
-	for {
-		targets, err := resolve()
-		if err == nil || !onlyNotDeployed(err) {
-			return targets, err
-		}
-		if time.Now().After(deadline) {
-			return targets, fmt.Errorf("%w (after waiting %s for agents applied in the same run; is a meepa_agent with that agent_id in the configuration?)", err, wait)
-		}
-		select {
-		case <-ctx.Done():
-			return targets, err
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-// onlyNotDeployed: every error joined in err is a target not deployed yet.
-func onlyNotDeployed(err error) bool {
-	j, ok := err.(interface{ Unwrap() []error })
-	if !ok {
-		return errors.Is(err, ErrAskTargetNotDeployed)
-	}
-	for _, e := range j.Unwrap() {
-		if !errors.Is(e, ErrAskTargetNotDeployed) {
-			return false
-		}
-	}
-	return true
-}
 
 // ResolveAsk checks the agents a core agent of topology topologyID wants to
 // ask and returns how its runner reaches them: each must be a fetch or
@@ -80,7 +32,7 @@ func ResolveAsk(stateDir, topologyID string, ids []string) ([]agentspec.AskTarge
 		cfg, err := agentspec.LoadConfig(LayoutFor(stateDir, id).ConfigFile)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			errs = append(errs, fmt.Errorf("ask %q: %w: no meepa_agent with this agent_id has been applied", id, ErrAskTargetNotDeployed))
+			errs = append(errs, fmt.Errorf("ask %q: %w: no meepa_agent with this agent_id has been applied", id, agentspec.ErrAskTargetNotDeployed))
 			continue
 		case err != nil:
 			errs = append(errs, fmt.Errorf("ask %q: %w", id, err))

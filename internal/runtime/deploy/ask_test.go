@@ -30,8 +30,8 @@ func TestResolveAsk(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ask %s: %v, want %q", id, err, want)
 		}
-		if (id == "ghost") != errors.Is(err, ErrAskTargetNotDeployed) {
-			t.Errorf("ask %s: ErrAskTargetNotDeployed = %v", id, errors.Is(err, ErrAskTargetNotDeployed))
+		if (id == "ghost") != errors.Is(err, agentspec.ErrAskTargetNotDeployed) {
+			t.Errorf("ask %s: ErrAskTargetNotDeployed = %v", id, errors.Is(err, agentspec.ErrAskTargetNotDeployed))
 		}
 	}
 	// The asking runner's container mounts the targets' socket directories.
@@ -68,20 +68,20 @@ func TestWaitForAsk(t *testing.T) {
 	ctx := context.Background()
 
 	go func() { time.Sleep(1200 * time.Millisecond); write("late", "fetch", "tg-llmnet") }()
-	got, err := WaitForAsk(ctx, time.Minute, resolve("late"))
+	got, err := agentspec.WaitForAsk(ctx, time.Minute, resolve("late"))
 	if err != nil || len(got) != 1 || got[0].Token != "tok-late" {
 		t.Fatalf("late target: %+v, %v", got, err)
 	}
 
 	write("elsewhere", "tool_exec", "tg2-llmnet")
 	start := time.Now()
-	_, err = WaitForAsk(ctx, time.Minute, resolve("ghost", "elsewhere"))
+	_, err = agentspec.WaitForAsk(ctx, time.Minute, resolve("ghost", "elsewhere"))
 	if err == nil || !strings.Contains(err.Error(), `not in the threegate_network "tg"`) || time.Since(start) > 10*time.Second {
 		t.Errorf("a target that cannot do: %v after %s, want an error at once", err, time.Since(start))
 	}
 
-	_, err = WaitForAsk(ctx, 700*time.Millisecond, resolve("ghost"))
-	if err == nil || !errors.Is(err, ErrAskTargetNotDeployed) || !strings.Contains(err.Error(), "after waiting 700ms") {
+	_, err = agentspec.WaitForAsk(ctx, 700*time.Millisecond, resolve("ghost"))
+	if err == nil || !errors.Is(err, agentspec.ErrAskTargetNotDeployed) || !strings.Contains(err.Error(), "after waiting 700ms") {
 		t.Errorf("a target never applied: %v", err)
 	}
 }

@@ -1,24 +1,27 @@
 package deploy
 
-import "context"
+import (
+	"context"
 
-// Backend runs agents' lifecycles on one kind of infrastructure: Service on
-// a Docker host, kubedeploy.Backend on a Kubernetes cluster. The provider,
-// the bench and the tests drive either through this one interface, with
-// the same Agent and the same results.
-type Backend interface {
-	// Plan derives what an agent will look like, changing nothing.
-	Plan(ctx context.Context, a Agent) Planned
-	// Apply makes the agent real; prior is nil for a new one, redeploy
-	// asks for the runner to be replaced.
-	Apply(ctx context.Context, a Agent, prior *Prior, redeploy bool) (Applied, error)
-	// Read observes the agent as it is.
-	Read(ctx context.Context, a Agent) (Observed, error)
-	// Remove takes the agent down; its workspace stays unless
-	// a.Meta.ForceDestroyWorkspace.
-	Remove(ctx context.Context, a Agent) error
-	// Import restores an agent from what its backend holds.
-	Import(ctx context.Context, id string) (Imported, error)
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+)
+
+var _ agentspec.Backend = (*Service)(nil)
+
+// Check finds nothing a Docker host cannot run: every setting the schema
+// takes has its Docker form. (A TCP listen address that only the
+// topology's internal networks would carry, ListenUnreachable, is refused
+// from the configuration alone, before a plan.)
+func (s *Service) Check(agentspec.Agent) error { return nil }
+
+// CheckAsk is ResolveAsk for a plan: what the runner files under the state
+// directory show of the ask targets.
+func (s *Service) CheckAsk(_ context.Context, topology string, ids []string) error {
+	_, err := ResolveAsk(s.o.StateDir, topology, ids)
+	return err
 }
 
-var _ Backend = (*Service)(nil)
+// RunnerName names the agent's runner container as a plan says it.
+func (s *Service) RunnerName(agentID string) string {
+	return "the runner container " + ContainerName(agentID)
+}

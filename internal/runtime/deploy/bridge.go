@@ -23,7 +23,7 @@ const TopicBridgeDrift = "managed bridge drift"
 // share the runner's network namespace). Never with threegate, whose role
 // decides the networks, nor for an external runner, which is a host
 // process.
-func usesBridge(a Agent) bool {
+func usesBridge(a agentspec.Agent) bool {
 	cm, fa := a.Config.Container, a.Config.FileAccess
 	if len(cm.Networks) > 0 || a.Meta.ThreegateNetwork != "" {
 		return false
@@ -36,14 +36,14 @@ func usesBridge(a Agent) bool {
 
 // bridgeAttr is the attribute that put the agent on the managed bridge,
 // and bridgeImage the image its guard runs (it has agent-runner).
-func bridgeAttr(a Agent) string {
+func bridgeAttr(a agentspec.Agent) string {
 	if a.Config.Container.Enabled {
 		return "container_mode.network"
 	}
 	return "file_access.allow_network"
 }
 
-func bridgeImage(a Agent) string {
+func bridgeImage(a agentspec.Agent) string {
 	if a.Config.Container.Enabled {
 		return a.Config.Container.Image
 	}
@@ -53,7 +53,7 @@ func bridgeImage(a Agent) string {
 // ensureBridge makes the managed bridge, its rules and its guard before
 // the runner that will start containers on it, or (host mode) join it
 // (see package bridge).
-func (s *Service) ensureBridge(ctx context.Context, cli client.APIClient, a Agent) error {
+func (s *Service) ensureBridge(ctx context.Context, cli client.APIClient, a agentspec.Agent) error {
 	if !usesBridge(a) {
 		return nil
 	}
@@ -66,20 +66,20 @@ func (s *Service) ensureBridge(ctx context.Context, cli client.APIClient, a Agen
 // bridgeDrift marks a running runner stale when its managed bridge is not
 // in force, so that the next plan applies the agent again and Ensure
 // restores what is missing.
-func (s *Service) bridgeDrift(ctx context.Context, cli client.APIClient, a Agent, o *Observed) error {
+func (s *Service) bridgeDrift(ctx context.Context, cli client.APIClient, a agentspec.Agent, o *agentspec.Observed) error {
 	if !usesBridge(a) {
 		return nil
 	}
 	drift, err := bridge.Drift(ctx, cli, bridgeImage(a), bridge.HostResolvers())
 	if err != nil {
-		return stepErr(StepRead, bridgeAttr(a), "reading the managed bridge network "+bridge.Name, err)
+		return stepErr(agentspec.StepRead, bridgeAttr(a), "reading the managed bridge network "+bridge.Name, err)
 	}
 	for _, d := range drift {
-		o.Warnings = append(o.Warnings, Warning{Topic: TopicBridgeDrift, Detail: d})
+		o.Warnings = append(o.Warnings, agentspec.Warning{Topic: TopicBridgeDrift, Detail: d})
 	}
-	if len(drift) > 0 && o.RunnerStatus == StatusRunning {
+	if len(drift) > 0 && o.RunnerStatus == agentspec.StatusRunning {
 		s.log.Warn("managed bridge drift", "agent_id", a.Config.AgentID, "drift", drift)
-		o.RunnerStatus = StatusStale
+		o.RunnerStatus = agentspec.StatusStale
 	}
 	return nil
 }
@@ -89,7 +89,7 @@ func (s *Service) bridgeDrift(ctx context.Context, cli client.APIClient, a Agent
 // is a process of the host, so its children reach what the host reaches,
 // 127.0.0.1 included. "" otherwise (a runner container gets the managed
 // bridge, usesBridge).
-func (a Agent) HostNetworkWarning() string {
+func HostNetworkWarning(a agentspec.Agent) string {
 	fa := a.Config.FileAccess
 	if a.Config.Container.Enabled || a.Deployment() != agentspec.ModeExternal || a.Meta.ThreegateNetwork != "" || !(fa.AllowNetwork || fa.Unrestricted) {
 		return ""

@@ -52,25 +52,31 @@ func sampleConfig() agentspec.Config {
 
 func TestConfigHash(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
-	s := Settings{Mode: "container", Image: "img:1"}
-	base := ConfigHash(sampleConfig(), s, key)
-	if base != ConfigHash(sampleConfig(), s, key) {
+	s := agentspec.DeploySettings{Mode: "container", Image: "img:1"}
+	base := agentspec.ConfigHash(sampleConfig(), s, key)
+	if base != agentspec.ConfigHash(sampleConfig(), s, key) {
 		t.Fatal("hash not stable")
 	}
-	changes := map[string]func(c *agentspec.Config, s *Settings, k *[]byte){
-		"api key":      func(c *agentspec.Config, _ *Settings, _ *[]byte) { c.LLM.APIKey = "sk-2" },
-		"token":        func(c *agentspec.Config, _ *Settings, _ *[]byte) { c.Token = "tok2" },
-		"secret value": func(c *agentspec.Config, _ *Settings, _ *[]byte) { c.Secrets = map[string]string{"A": "1", "B": "3"} },
-		"secret name":  func(c *agentspec.Config, _ *Settings, _ *[]byte) { c.Secrets = map[string]string{"A": "1", "C": "2"} },
-		"memory":       func(c *agentspec.Config, _ *Settings, _ *[]byte) { c.Container.MemoryLimit = agentspec.SizeOf(1 << 30) },
-		"image":        func(_ *agentspec.Config, s *Settings, _ *[]byte) { s.Image = "img:2" },
-		"mode":         func(_ *agentspec.Config, s *Settings, _ *[]byte) { s.Mode = "external" },
-		"key":          func(_ *agentspec.Config, _ *Settings, k *[]byte) { *k = []byte("another key, also 32 bytes long!") },
+	changes := map[string]func(c *agentspec.Config, s *agentspec.DeploySettings, k *[]byte){
+		"api key": func(c *agentspec.Config, _ *agentspec.DeploySettings, _ *[]byte) { c.LLM.APIKey = "sk-2" },
+		"token":   func(c *agentspec.Config, _ *agentspec.DeploySettings, _ *[]byte) { c.Token = "tok2" },
+		"secret value": func(c *agentspec.Config, _ *agentspec.DeploySettings, _ *[]byte) {
+			c.Secrets = map[string]string{"A": "1", "B": "3"}
+		},
+		"secret name": func(c *agentspec.Config, _ *agentspec.DeploySettings, _ *[]byte) {
+			c.Secrets = map[string]string{"A": "1", "C": "2"}
+		},
+		"memory": func(c *agentspec.Config, _ *agentspec.DeploySettings, _ *[]byte) { c.Container.MemoryLimit = agentspec.SizeOf(1 << 30) },
+		"image":  func(_ *agentspec.Config, s *agentspec.DeploySettings, _ *[]byte) { s.Image = "img:2" },
+		"mode":   func(_ *agentspec.Config, s *agentspec.DeploySettings, _ *[]byte) { s.Mode = "external" },
+		"key": func(_ *agentspec.Config, _ *agentspec.DeploySettings, k *[]byte) {
+			*k = []byte("another key, also 32 bytes long!")
+		},
 	}
 	for name, f := range changes {
 		c, s2, k := sampleConfig(), s, key
 		f(&c, &s2, &k)
-		if ConfigHash(c, s2, k) == base {
+		if agentspec.ConfigHash(c, s2, k) == base {
 			t.Errorf("changing the %s did not change the hash", name)
 		}
 	}

@@ -7,17 +7,13 @@
 package deploy
 
 import (
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
@@ -63,15 +59,6 @@ func LayoutFor(stateDir, agentID string) Layout {
 		HashKeyFile: filepath.Join(dir, "hash.key"),
 		EmptyFile:   filepath.Join(dir, "empty"),
 	}
-}
-
-// NewToken returns a fresh bearer token: 32 random bytes, hex.
-func NewToken() (string, error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("token: %w", err)
-	}
-	return hex.EncodeToString(b), nil
 }
 
 // Prepare makes the runner's directories (0700), its empty file and its
@@ -134,57 +121,4 @@ func RemoveFiles(l Layout) error {
 		return fmt.Errorf("runner files: %w", err)
 	}
 	return nil
-}
-
-// ConfigHash identifies everything that makes a runner what it is: the
-// config without its secrets, the deployment settings, and a keyed hash of
-// the secrets (token, API key, secret values). It is stored in Terraform
-// state and as a label on the runner container, so a change of any input —
-// including a write-only API key that state never holds — shows up as a
-// changed hash, while neither state nor `docker inspect` can be used to test
-// guesses of a secret without the key file.
-func ConfigHash(c agentspec.Config, d Settings, key []byte) string {
-	secret := struct {
-		Token   string            `json:"token"`
-		APIKey  string            `json:"api_key"`
-		Secrets map[string]string `json:"secrets"`
-	}{c.Token, c.LLM.APIKey, c.Secrets}
-	c.Token, c.LLM.APIKey = "", ""
-	// Secret names are not secret, but keep them out of the plain part so
-	// the one place secrets are hashed is the keyed part.
-	names := make([]string, 0, len(c.Secrets))
-	for k := range c.Secrets {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	c.Secrets = nil
-	plain, _ := json.Marshal(struct {
-		Config      agentspec.Config `json:"config"`
-		SecretNames []string         `json:"secret_names"`
-		Deployment  Settings         `json:"deployment"`
-	}{c, names, d})
-	sj, _ := json.Marshal(secret) // map keys are sorted by encoding/json
-	mac := hmac.New(sha256.New, key)
-	mac.Write(sj)
-	h := sha256.New()
-	h.Write(plain)
-	h.Write([]byte{0})
-	h.Write(mac.Sum(nil))
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// Settings are the deployment choices that are not in agentspec.Config but
-// change the runner container.
-type Settings struct {
-	// Mode is "container" or "external".
-	Mode string `json:"mode"`
-	// Image runs `agent-runner serve` (deployment "container").
-	Image string `json:"image,omitempty"`
-	// Version of the provider that made the deployment: a new provider may
-	// make a different container.
-	Version string `json:"version,omitempty"`
-	// ThreegateNetwork and ThreegateRole stand for the role's networks and
-	// env, which are resolved only at apply.
-	ThreegateNetwork string `json:"threegate_network,omitempty"`
-	ThreegateRole    string `json:"threegate_role,omitempty"`
 }

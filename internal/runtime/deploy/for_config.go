@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"syscall"
-	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
@@ -48,7 +47,7 @@ func ForConfig(c agentspec.Config, p Placement) (Deployment, error) {
 		Listener:    p.Listener,
 		Workspace:   p.Workspace,
 		User:        fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid()),
-		StopTimeout: StopTimeout(c),
+		StopTimeout: agentspec.StopTimeout(c),
 		ConfigHash:  p.ConfigHash,
 	}
 	hostMode := !c.Container.Enabled
@@ -143,16 +142,6 @@ func hostModeCaps() []string {
 	return []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"}
 }
 
-// StopTimeout lets a runner being replaced finish its message in flight:
-// the message timeout and 5 seconds, at most 5 minutes.
-func StopTimeout(c agentspec.Config) time.Duration {
-	t := c.Container.Timeout() + 5*time.Second
-	if t > 5*time.Minute {
-		t = 5 * time.Minute
-	}
-	return t
-}
-
 // covers are the denied paths inside allowed trees that exist now, as the
 // runner container's mounts hide them. A symlink is not covered (the mount
 // would land on its target); a path made later is expanded around by the
@@ -183,7 +172,7 @@ func covers(fa agentspec.FileAccess) []Cover {
 // (there is nothing to mount over; the others are covered, see covers);
 // for an external runner all of them, since only a runner started as root
 // can mount over them and the provider cannot know how it is started.
-func (a Agent) DenyWarnings() []string {
+func DenyWarnings(a agentspec.Agent) []string {
 	fa := a.Config.FileAccess
 	if a.Config.Container.Enabled || fa.Unrestricted {
 		return nil

@@ -165,19 +165,19 @@ func TestDenyWarnings(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(rw, "secret"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	a := Agent{Config: agentspec.Config{FileAccess: agentspec.FileAccess{AllowReadWrite: []string{rw},
+	a := agentspec.Agent{Config: agentspec.Config{FileAccess: agentspec.FileAccess{AllowReadWrite: []string{rw},
 		Deny: []string{filepath.Join(rw, "secret"), filepath.Join(rw, "later")}}}}
 	// The runner container covers what exists; only the missing path is
 	// expanded around.
-	if w := a.DenyWarnings(); len(w) != 1 || !strings.Contains(w[0], "later") {
+	if w := DenyWarnings(a); len(w) != 1 || !strings.Contains(w[0], "later") {
 		t.Errorf("container runner: %q", w)
 	}
 	a.Meta.Deployment = agentspec.ModeExternal
-	if w := a.DenyWarnings(); len(w) != 2 {
+	if w := DenyWarnings(a); len(w) != 2 {
 		t.Errorf("external runner: %q, want both denies", w)
 	}
 	a.Config.Container.Enabled = true
-	if w := a.DenyWarnings(); w != nil {
+	if w := DenyWarnings(a); w != nil {
 		t.Errorf("container mode has no host file rules: %q", w)
 	}
 }
@@ -185,20 +185,20 @@ func TestDenyWarnings(t *testing.T) {
 // Only an external runner leaves host-mode tools' network uncontained; a
 // runner container joins the managed bridge (TestForConfigHostMode).
 func TestHostNetworkWarning(t *testing.T) {
-	a := Agent{Meta: Meta{Deployment: agentspec.ModeExternal}}
+	a := agentspec.Agent{Meta: agentspec.Meta{Deployment: agentspec.ModeExternal}}
 	a.Config.FileAccess.AllowNetwork = true
-	if w := a.HostNetworkWarning(); !strings.Contains(w, "127.0.0.1") || !strings.Contains(w, "allow_network = false") {
+	if w := HostNetworkWarning(a); !strings.Contains(w, "127.0.0.1") || !strings.Contains(w, "allow_network = false") {
 		t.Errorf("external, allow_network: %q", w)
 	}
-	for name, change := range map[string]func(*Agent){
-		"no network":            func(a *Agent) { a.Config.FileAccess.AllowNetwork = false },
-		"runner in a container": func(a *Agent) { a.Meta.Deployment = agentspec.ModeContainer },
-		"container mode":        func(a *Agent) { a.Config.Container.Enabled = true },
-		"threegate role":        func(a *Agent) { a.Meta.ThreegateNetwork = "tg" },
+	for name, change := range map[string]func(*agentspec.Agent){
+		"no network":            func(a *agentspec.Agent) { a.Config.FileAccess.AllowNetwork = false },
+		"runner in a container": func(a *agentspec.Agent) { a.Meta.Deployment = agentspec.ModeContainer },
+		"container mode":        func(a *agentspec.Agent) { a.Config.Container.Enabled = true },
+		"threegate role":        func(a *agentspec.Agent) { a.Meta.ThreegateNetwork = "tg" },
 	} {
 		b := a
 		change(&b)
-		if w := b.HostNetworkWarning(); w != "" {
+		if w := HostNetworkWarning(b); w != "" {
 			t.Errorf("%s: %q", name, w)
 		}
 	}

@@ -43,7 +43,7 @@ type journalAgent struct {
 
 // deployJournalAgent deploys agent id; edit, when given, changes the agent
 // before it is applied.
-func deployJournalAgent(t *testing.T, id string, edit ...func(*Agent)) *journalAgent {
+func deployJournalAgent(t *testing.T, id string, edit ...func(*agentspec.Agent)) *journalAgent {
 	t.Helper()
 	testutil.RequireDocker(t)
 	cli := testutil.Docker(t)
@@ -51,7 +51,7 @@ func deployJournalAgent(t *testing.T, id string, edit ...func(*Agent)) *journalA
 	svc := NewService(Options{StateDir: t.TempDir(), Version: "test", Logger: &recordingLogger{},
 		Docker: func(context.Context) (client.APIClient, error) { return cli, nil }, HealthTimeout: time.Minute})
 	testutil.Cleanup(t, "remove runner "+id, func() error { return Remove(context.Background(), cli, id, time.Second) })
-	a := Agent{
+	a := agentspec.Agent{
 		Config: agentspec.Config{
 			AgentID: id,
 			Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: agentspec.SizeOf(64 << 20), TimeoutSeconds: 30, Network: "none",
@@ -59,7 +59,7 @@ func deployJournalAgent(t *testing.T, id string, edit ...func(*Agent)) *journalA
 			LLM:      agentspec.LLMConfig{Provider: "offline"},
 			MaxSteps: agentspec.DefaultMaxSteps,
 		},
-		Meta: Meta{Soul: "test", Deployment: agentspec.ModeContainer},
+		Meta: agentspec.Meta{Soul: "test", Deployment: agentspec.ModeContainer},
 	}
 	for _, e := range edit {
 		e(&a)

@@ -13,65 +13,8 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
-// More steps (see StepError).
-const (
-	StepToken           = "token"
-	StepReadWorkspace   = "workspace read"
-	StepRemoveWorkspace = "workspace remove"
-)
-
-// Runner statuses Apply and Read report.
-const (
-	StatusRunning    = "running"
-	StatusExternal   = "external"
-	StatusMissing    = "missing"
-	StatusStopped    = "stopped"
-	StatusRestarting = "restarting"
-	// StatusStale is a running runner whose config hash is not the
-	// config's on disk.
-	StatusStale = "stale"
-)
-
-// Unreported stands for a value a runner did not report.
-const Unreported = -1
-
-// Reported is what a live runner says of itself in /healthz that is worth
-// keeping: its Landlock ABI and the uid its host-mode agents run under.
-// Either is Unreported when the runner did not say (container mode, an
-// external runner, one not reached).
-type Reported struct {
-	LandlockABI int64
-	AgentUID    int64
-}
-
-// NotReported is a runner that said nothing.
-var NotReported = Reported{LandlockABI: Unreported, AgentUID: Unreported}
-
-func reportedBy(h Health) Reported {
-	return Reported{LandlockABI: h.Int("landlock_abi"), AgentUID: h.Int("agent_uid")}
-}
-
-// Prior is what the previous apply of an agent recorded.
-type Prior struct {
-	// Deployment is the recorded deployment mode; a runner container may
-	// be left from a "container" one.
-	Deployment        string
-	RunnerStatus      string
-	RunnerContainerID string
-	Reported          Reported
-}
-
-// Applied is an agent as Apply left it.
-type Applied struct {
-	Token             string
-	WorkspacePath     string
-	Endpoint          string
-	ConfigHash        string
-	RunnerStatus      string
-	RunnerContainerID string
-	// Reported is what the runner's /healthz said.
-	Reported Reported
-	Warnings []Warning
+func reportedBy(h Health) agentspec.Reported {
+	return agentspec.Reported{LandlockABI: h.Int("landlock_abi"), AgentUID: h.Int("agent_uid")}
 }
 
 // Apply makes the agent real: the workspace (never destroying the agent's
@@ -79,13 +22,13 @@ type Applied struct {
 // container when redeploy is set or there is no prior. prior is nil for a
 // new agent. A runner that fails to come up is removed, and so are a new
 // agent's runner files (they hold its secrets).
-func (s *Service) Apply(ctx context.Context, a Agent, prior *Prior, redeploy bool) (Applied, error) {
+func (s *Service) Apply(ctx context.Context, a agentspec.Agent, prior *agentspec.Prior, redeploy bool) (agentspec.Applied, error) {
 	id := a.Config.AgentID
-	out := Applied{Token: a.Config.Token, Reported: NotReported}
+	out := agentspec.Applied{Token: a.Config.Token, Reported: agentspec.NotReported}
 	if out.Token == "" {
-		tok, err := NewToken()
+		tok, err := agentspec.NewToken()
 		if err != nil {
-			return out, stepErr(StepToken, "", "generating the runner's bearer token", err)
+			return out, stepErr(agentspec.StepToken, "", "generating the runner's bearer token", err)
 		}
 		out.Token = tok
 		a.Config.Token = tok
@@ -98,7 +41,7 @@ func (s *Service) Apply(ctx context.Context, a Agent, prior *Prior, redeploy boo
 		err = ListenUnreachable(a.Config, a.Deployment(), a.Meta.ThreegateNetwork != "", listener)
 	}
 	if err != nil {
-		return out, stepErr(StepListen, "listen", "the listen address", err)
+		return out, stepErr(agentspec.StepListen, "listen", "the listen address", err)
 	}
 	s.complete(&a, listener)
 	cli, err := s.resolve(ctx, &a)
@@ -125,11 +68,11 @@ func (s *Service) Apply(ctx context.Context, a Agent, prior *Prior, redeploy boo
 			}
 		}
 		if cli != nil {
-			if err := s.removeRunner(ctx, cli, id, StopTimeout(a.Config)); err != nil {
+			if err := s.removeRunner(ctx, cli, id, agentspec.StopTimeout(a.Config)); err != nil {
 				return out, err
 			}
 		}
-		out.RunnerStatus = StatusExternal
+		out.RunnerStatus = agentspec.StatusExternal
 		return out, nil
 	}
 	if !redeploy && prior != nil {
@@ -145,7 +88,7 @@ func (s *Service) Apply(ctx context.Context, a Agent, prior *Prior, redeploy boo
 
 // resolve connects to the daemon when the agent needs it, checks the OCI
 // runtime and resolves a threegate role into networks and env.
-func (s *Service) resolve(ctx context.Context, a *Agent) (client.APIClient, error) {
+func (s *Service) resolve(ctx context.Context, a *agentspec.Agent) (client.APIClient, error) {
 	cm := a.Config.Container
 	if a.Deployment() != agentspec.ModeContainer && !cm.Enabled && a.Meta.ThreegateNetwork == "" {
 		return nil, nil
@@ -156,13 +99,13 @@ func (s *Service) resolve(ctx context.Context, a *Agent) (client.APIClient, erro
 	}
 	if cm.Enabled && cm.Runtime != "" && cm.Runtime != agentspec.DefaultRuntime {
 		if err := CheckRuntime(ctx, cli, cm.Runtime); err != nil {
-			return nil, stepErr(StepRuntime, "container_mode.runtime", "checking the OCI runtime", err)
+			return nil, stepErr(agentspec.StepRuntime, "container_mode.runtime", "checking the OCI runtime", err)
 		}
 	}
 	if a.Meta.ThreegateNetwork != "" {
 		r, err := resolveThreegate(ctx, cli, a.Meta.ThreegateNetwork, a.Meta.ThreegateRole)
 		if err != nil {
-			return nil, stepErr(StepThreegate, "threegate", "resolving the threegate role", err)
+			return nil, stepErr(agentspec.StepThreegate, "threegate", "resolving the threegate role", err)
 		}
 		nets := r.Networks
 		a.Config.Container.Network = ""
@@ -173,11 +116,11 @@ func (s *Service) resolve(ctx context.Context, a *Agent) (client.APIClient, erro
 		// sandbox; a core agent gets the runners it may ask.
 		a.Config.Role = a.Meta.ThreegateRole
 		if len(a.Meta.ThreegateAsk) > 0 {
-			targets, err := WaitForAsk(ctx, AskWait, func() ([]agentspec.AskTarget, error) {
+			targets, err := agentspec.WaitForAsk(ctx, agentspec.AskWait, func() ([]agentspec.AskTarget, error) {
 				return ResolveAsk(s.o.StateDir, a.Meta.ThreegateNetwork, a.Meta.ThreegateAsk)
 			})
 			if err != nil {
-				return nil, stepErr(StepAsk, "threegate.ask", "resolving the agents to ask", err)
+				return nil, stepErr(agentspec.StepAsk, "threegate.ask", "resolving the agents to ask", err)
 			}
 			a.Config.Ask = targets
 		}
@@ -193,23 +136,23 @@ func (s *Service) resolve(ctx context.Context, a *Agent) (client.APIClient, erro
 // writeFiles makes the workspace and writes the runner's files: the config
 // (with the listen address the runner itself takes) and agent.json. It
 // returns the hash key.
-func (s *Service) writeFiles(a *Agent, l Listener, existed bool) ([]Warning, []byte, error) {
-	var warnings []Warning
+func (s *Service) writeFiles(a *agentspec.Agent, l Listener, existed bool) ([]agentspec.Warning, []byte, error) {
+	var warnings []agentspec.Warning
 	id, wsPath := a.Config.AgentID, a.Config.Workspace
 	if err := s.CheckAgentUser(a.Config); err != nil {
 		return warnings, nil, err
 	}
 	owner, warn := WorkspaceOwner(a.Config)
 	if warn != "" {
-		warnings = append(warnings, Warning{Topic: "workspace ownership", Detail: warn})
+		warnings = append(warnings, agentspec.Warning{Topic: "workspace ownership", Detail: warn})
 	}
 	if err := s.holdStateDirs(); err != nil {
-		return warnings, nil, stepErr(StepWorkspace, "", "closing the state directory to others", err)
+		return warnings, nil, stepErr(agentspec.StepWorkspace, "", "closing the state directory to others", err)
 	}
 	prevOwner, hadOwner := ownerOf(wsPath)
 	res, err := workspace.Ensure(workspace.Spec{Dir: wsPath, Soul: a.Meta.Soul, Memory: a.Meta.Memory, ManageSoul: a.Meta.ManageSoul, Owner: owner})
 	if err != nil {
-		return warnings, nil, stepErr(StepWorkspace, "", "making the workspace "+wsPath, err)
+		return warnings, nil, stepErr(agentspec.StepWorkspace, "", "making the workspace "+wsPath, err)
 	}
 	if a.Config.Container.Enabled && owner != nil && hadOwner && prevOwner != *owner {
 		// The sandbox user changed (an older release's nobody, or another
@@ -217,7 +160,7 @@ func (s *Service) writeFiles(a *Agent, l Listener, existed bool) ([]Warning, []b
 		// user's, or it could not write its own files, and the old user
 		// (nobody) would keep them. No link is followed.
 		if err := sandbox.ChownTree(wsPath, owner.UID, owner.GID); err != nil {
-			return warnings, nil, stepErr(StepWorkspace, "container_mode.user", "handing the workspace "+wsPath+" to its sandbox user", err)
+			return warnings, nil, stepErr(agentspec.StepWorkspace, "container_mode.user", "handing the workspace "+wsPath+" to its sandbox user", err)
 		}
 		s.log.Info("workspace taken over by the sandbox user", "agent_id", id, "path", wsPath,
 			"from", fmt.Sprintf("%d:%d", prevOwner.UID, prevOwner.GID), "to", fmt.Sprintf("%d:%d", owner.UID, owner.GID))
@@ -233,26 +176,26 @@ func (s *Service) writeFiles(a *Agent, l Listener, existed bool) ([]Warning, []b
 		s.log.Info("workspace file written", "agent_id", id, "path", wsPath, "file", workspace.SoulFile)
 	}
 	if res.Created && existed {
-		warnings = append(warnings, Warning{Topic: "workspace recreated", Detail: fmt.Sprintf(
+		warnings = append(warnings, agentspec.Warning{Topic: "workspace recreated", Detail: fmt.Sprintf(
 			"The workspace %s was missing and has been made again with the initial SOUL.md and MEMORY.md. "+
 				"Whatever the agent had written there was lost outside Terraform.", wsPath)})
 	}
 	layout := s.Layout(id)
 	key, err := Prepare(layout)
 	if err != nil {
-		return warnings, nil, stepErr(StepFiles, "", "preparing "+layout.Dir, err)
+		return warnings, nil, stepErr(agentspec.StepFiles, "", "preparing "+layout.Dir, err)
 	}
 	s.log.Debug("runner directory ready", "agent_id", id, "dir", layout.Dir)
 	cfg := a.Config
 	cfg.Listen = ServedListen(a.Deployment(), l)
 	if err := WriteConfig(layout, &cfg); err != nil {
-		return warnings, nil, stepErr(StepConfig, "", "writing "+layout.ConfigFile, err)
+		return warnings, nil, stepErr(agentspec.StepConfig, "", "writing "+layout.ConfigFile, err)
 	}
 	s.log.Info("runner config written", "agent_id", id, "file", layout.ConfigFile, "listen", cfg.Listen)
 	meta := a.Meta
 	meta.Deployment = a.Deployment()
 	if err := WriteMeta(layout, meta); err != nil {
-		return warnings, nil, stepErr(StepConfig, "", "writing the agent's metadata", err)
+		return warnings, nil, stepErr(agentspec.StepConfig, "", "writing the agent's metadata", err)
 	}
 	s.log.Debug("agent metadata written", "agent_id", id, "file", MetaFile(layout))
 	return warnings, key, nil
@@ -262,25 +205,25 @@ func (s *Service) writeFiles(a *Agent, l Listener, existed bool) ([]Warning, []b
 // A runner that failed is removed: with its restart policy it would
 // crash-loop; and a new agent's failed create leaves no state that would
 // ever remove its config, so its files (secrets) go too.
-func (s *Service) deployRunner(ctx context.Context, cli client.APIClient, a Agent, l Listener, hash string, isNew bool, out *Applied) error {
+func (s *Service) deployRunner(ctx context.Context, cli client.APIClient, a agentspec.Agent, l Listener, hash string, isNew bool, out *agentspec.Applied) error {
 	id := a.Config.AgentID
 	name := ContainerName(id)
 	dep, err := ForConfig(a.Config, Placement{
 		Image: a.RunnerImage(), Layout: s.Layout(id), Listener: l, Workspace: a.Config.Workspace, ConfigHash: hash, DockerSocket: s.o.DockerSocket,
 	})
 	if err != nil {
-		return stepErr(StepDeploy, "", "preparing the runner of "+id, err)
+		return stepErr(agentspec.StepDeploy, "", "preparing the runner of "+id, err)
 	}
 	rollback := func(err error) error {
 		errs := []error{err}
 		if rerr := Remove(context.WithoutCancel(ctx), cli, id, time.Second); rerr != nil {
-			errs = append(errs, stepErr(StepRemove, "", "removing the failed "+name, rerr))
+			errs = append(errs, stepErr(agentspec.StepRemove, "", "removing the failed "+name, rerr))
 		} else {
 			s.log.Info("failed runner container removed", "agent_id", id, "container", name)
 		}
 		if isNew {
 			if rerr := RemoveFiles(s.Layout(id)); rerr != nil {
-				errs = append(errs, stepErr(StepRemoveFiles, "", "removing the runner's files", rerr))
+				errs = append(errs, stepErr(agentspec.StepRemoveFiles, "", "removing the runner's files", rerr))
 			} else {
 				s.log.Info("runner files removed", "agent_id", id, "dir", s.Layout(id).Dir)
 			}
@@ -290,63 +233,44 @@ func (s *Service) deployRunner(ctx context.Context, cli client.APIClient, a Agen
 	s.log.Info("deploying runner", "agent_id", id, "image", dep.Image, "container", name)
 	cid, err := Deploy(ctx, cli, dep)
 	if err != nil {
-		return rollback(stepErr(StepDeploy, "", "starting "+name+" from "+dep.Image, err))
+		return rollback(stepErr(agentspec.StepDeploy, "", "starting "+name+" from "+dep.Image, err))
 	}
 	s.log.Info("runner container created", "agent_id", id, "container", name, "id", cid, "image", dep.Image, "config_hash", hash)
 	health, err := WaitHealthy(ctx, cli, cid, l, s.o.HealthTimeout)
 	if err != nil {
-		return rollback(stepErr(StepHealth, "", name+" did not become healthy", err))
+		return rollback(stepErr(agentspec.StepHealth, "", name+" did not become healthy", err))
 	}
 	out.RunnerContainerID = cid
-	out.RunnerStatus = StatusRunning
+	out.RunnerStatus = agentspec.StatusRunning
 	out.Reported = reportedBy(health)
 	return nil
 }
 
 func (s *Service) removeRunner(ctx context.Context, cli client.APIClient, id string, timeout time.Duration) error {
 	if err := Remove(ctx, cli, id, timeout); err != nil {
-		return stepErr(StepRemove, "", "removing the runner container of "+id, err)
+		return stepErr(agentspec.StepRemove, "", "removing the runner container of "+id, err)
 	}
 	s.log.Debug("runner container removed (if there was one)", "agent_id", id, "container", ContainerName(id))
 	return nil
 }
 
-// Observed is what Read found of an agent.
-type Observed struct {
-	// WorkspacePath is "" when the workspace is gone.
-	WorkspacePath string
-	// Soul is SOUL.md's content when the workspace has one.
-	Soul        string
-	SoulPresent bool
-	// ConfigHash is the hash of the config on disk as Apply would compute
-	// it; "" when the file or its key is gone or unreadable.
-	ConfigHash string
-	// RunnerStatus is one of the Status* values; RunnerContainerID is set
-	// for a container deployment.
-	RunnerStatus      string
-	RunnerContainerID string
-	// Warnings explain drift the fields alone do not (a runner of another
-	// build).
-	Warnings []Warning
-}
-
 // Read observes an agent as it is: its workspace, its config on disk and
 // its runner container. a is the agent as last applied (its settings beyond
 // the config file: deployment, runner image, threegate).
-func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
+func (s *Service) Read(ctx context.Context, a agentspec.Agent) (agentspec.Observed, error) {
 	id := a.Config.AgentID
-	var o Observed
+	var o agentspec.Observed
 	wsPath := s.WorkspacePath(id)
 	ws, err := workspace.Inspect(wsPath)
 	if err != nil {
-		return o, stepErr(StepReadWorkspace, "", "reading "+wsPath, err)
+		return o, stepErr(agentspec.StepReadWorkspace, "", "reading "+wsPath, err)
 	}
 	if ws.Exists {
 		o.WorkspacePath, o.Soul, o.SoulPresent = wsPath, ws.Soul, ws.SoulPresent
 	}
 	o.ConfigHash = s.hashOnDisk(a)
 	if a.Deployment() != agentspec.ModeContainer {
-		o.RunnerStatus = StatusExternal
+		o.RunnerStatus = agentspec.StatusExternal
 		return o, nil
 	}
 	cli, err := s.docker(ctx)
@@ -355,29 +279,29 @@ func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
 	}
 	st, err := Inspect(ctx, cli, id)
 	if err != nil {
-		return o, stepErr(StepRead, "", "inspecting "+ContainerName(id), err)
+		return o, stepErr(agentspec.StepRead, "", "inspecting "+ContainerName(id), err)
 	}
 	o.RunnerStatus, o.RunnerContainerID = st.State, st.ID
-	if st.State == StatusRunning && st.ConfigHash != o.ConfigHash {
-		o.RunnerStatus = StatusStale
+	if st.State == agentspec.StatusRunning && st.ConfigHash != o.ConfigHash {
+		o.RunnerStatus = agentspec.StatusStale
 	}
 	// A runner of another build than this one is drift too: the plan
 	// replaces it rather than the next message finding out (version.go).
-	if o.RunnerStatus == StatusRunning {
+	if o.RunnerStatus == agentspec.StatusRunning {
 		listen := a.Config.Listen
 		if listen == "" {
 			listen = "unix://" + s.Layout(id).Socket
 		}
 		if d := RunnerVersionDrift(ctx, listen); d != nil {
 			s.log.Warn("runner version drift", "agent_id", id, "runner", d.Runner.String(), "provider", d.Provider.String())
-			o.RunnerStatus = StatusStale
-			o.Warnings = append(o.Warnings, Warning{Topic: TopicVersionDrift, Detail: d.Error()})
+			o.RunnerStatus = agentspec.StatusStale
+			o.Warnings = append(o.Warnings, agentspec.Warning{Topic: TopicVersionDrift, Detail: d.Error()})
 		} else if l, err := ParseListen(listen); err == nil {
 			// Its config hash leaves the per-message image out when a
 			// reload brings it (reloadsImage): ask the runner.
 			if d := imageDrift(ctx, a, l); d != "" {
-				o.RunnerStatus = StatusStale
-				o.Warnings = append(o.Warnings, Warning{Topic: TopicImageDrift, Detail: d})
+				o.RunnerStatus = agentspec.StatusStale
+				o.Warnings = append(o.Warnings, agentspec.Warning{Topic: TopicImageDrift, Detail: d})
 			}
 		}
 	}
@@ -389,7 +313,7 @@ func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
 
 // hashOnDisk hashes the runner's config file as Apply would have; "" when
 // the file or the key is gone or unreadable (drift either way).
-func (s *Service) hashOnDisk(a Agent) string {
+func (s *Service) hashOnDisk(a agentspec.Agent) string {
 	layout := s.Layout(a.Config.AgentID)
 	cfg, err := agentspec.LoadConfig(layout.ConfigFile)
 	if err != nil {
@@ -413,21 +337,21 @@ func (s *Service) hashOnDisk(a Agent) string {
 // it), its runner files (they hold the token and the secrets) and, only
 // with Meta.ForceDestroyWorkspace, its workspace; otherwise the workspace
 // and everything the agent wrote stay.
-func (s *Service) Remove(ctx context.Context, a Agent) error {
+func (s *Service) Remove(ctx context.Context, a agentspec.Agent) error {
 	id := a.Config.AgentID
 	if a.Deployment() != agentspec.ModeExternal {
 		cli, err := s.docker(ctx)
 		if err != nil {
 			return err
 		}
-		if err := Remove(ctx, cli, id, StopTimeout(a.Config)); err != nil {
-			return stepErr(StepRemove, "", "removing "+ContainerName(id), err)
+		if err := Remove(ctx, cli, id, agentspec.StopTimeout(a.Config)); err != nil {
+			return stepErr(agentspec.StepRemove, "", "removing "+ContainerName(id), err)
 		}
 		s.log.Info("runner container removed", "agent_id", id, "container", ContainerName(id))
 	}
 	layout := s.Layout(id)
 	if err := RemoveFiles(layout); err != nil {
-		return stepErr(StepRemoveFiles, "", "removing the runner's files", err)
+		return stepErr(agentspec.StepRemoveFiles, "", "removing the runner's files", err)
 	}
 	s.log.Info("runner files removed", "agent_id", id, "dir", layout.Dir)
 	wsPath := s.WorkspacePath(id)
@@ -436,40 +360,32 @@ func (s *Service) Remove(ctx context.Context, a Agent) error {
 		return nil
 	}
 	if err := workspace.Remove(wsPath); err != nil {
-		return stepErr(StepRemoveWorkspace, "", "removing "+wsPath, err)
+		return stepErr(agentspec.StepRemoveWorkspace, "", "removing "+wsPath, err)
 	}
 	s.log.Info("workspace removed", "agent_id", id, "path", wsPath)
 	return nil
 }
 
-// Imported is an agent read back from its files.
-type Imported struct {
-	Agent    Agent
-	Endpoint string
-	// Reported is what the live runner said.
-	Reported Reported
-}
-
 // Import restores an agent from the runner's config and agent.json under
 // the state directory. The config holds the secrets, the API key among
 // them; the caller decides what of it to keep.
-func (s *Service) Import(ctx context.Context, id string) (Imported, error) {
-	out := Imported{Reported: NotReported}
+func (s *Service) Import(ctx context.Context, id string) (agentspec.Imported, error) {
+	out := agentspec.Imported{Reported: agentspec.NotReported}
 	if !workspace.ValidID(id) {
-		return out, stepErr(StepImport, "", "importing "+id, fmt.Errorf("%q is not an agent id (%s)", id, workspace.IDPattern))
+		return out, stepErr(agentspec.StepImport, "", "importing "+id, fmt.Errorf("%q is not an agent id (%s)", id, workspace.IDPattern))
 	}
 	layout := s.Layout(id)
 	cfg, err := agentspec.LoadConfig(layout.ConfigFile)
 	if err != nil {
-		return out, stepErr(StepImport, "", "importing "+id, fmt.Errorf("no runner config for agent %q under %s: %w", id, s.o.StateDir, err))
+		return out, stepErr(agentspec.StepImport, "", "importing "+id, fmt.Errorf("no runner config for agent %q under %s: %w", id, s.o.StateDir, err))
 	}
 	meta, err := ReadMeta(layout)
 	if err != nil {
-		return out, stepErr(StepImport, "", "importing "+id, fmt.Errorf("agent %q has a runner config but no readable metadata: %w; "+
+		return out, stepErr(agentspec.StepImport, "", "importing "+id, fmt.Errorf("agent %q has a runner config but no readable metadata: %w; "+
 			"restore agent.json (in %s) from a backup, or check that the state directory is the one the agent was made with", id, err, layout.Dir))
 	}
 	cfg.Listen = HostListen(cfg.Listen)
-	out.Agent = Agent{Config: *cfg, Meta: meta}
+	out.Agent = agentspec.Agent{Config: *cfg, Meta: meta}
 	l, err := ParseListen(cfg.Listen)
 	if err != nil {
 		return out, nil

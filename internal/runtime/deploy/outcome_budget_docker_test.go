@@ -139,7 +139,7 @@ func dirBytes(t *testing.T, dir string) int64 {
 // answers 410 for the oldest, by id and by key.
 func TestRunnerLargeRepliesWithinMemory(t *testing.T) {
 	base, answer := bigModel(t)
-	a := deployJournalAgent(t, "meepa-test-outcome-budget", func(a *Agent) {
+	a := deployJournalAgent(t, "meepa-test-outcome-budget", func(a *agentspec.Agent) {
 		a.Config.LLM = agentspec.LLMConfig{Provider: "openai", Model: "m", BaseURL: base, APIKey: "sk-meepa-budget-test"}
 		a.Config.Container.Network = "bridge"
 		a.Config.Container.MemoryLimit = agentspec.SizeOf(256 << 20)

@@ -26,9 +26,9 @@ func requireRoot(t *testing.T) {
 // runner): the workspace and the runner's files.
 func writeAgent(t *testing.T, s *Service, id string, container bool) (string, error) {
 	t.Helper()
-	a := Agent{
+	a := agentspec.Agent{
 		Config: agentspec.Config{AgentID: id, Container: agentspec.ContainerMode{Enabled: container, Image: "img:1"}},
-		Meta:   Meta{Soul: "the soul of " + id + "\n", Memory: "m\n"},
+		Meta:   agentspec.Meta{Soul: "the soul of " + id + "\n", Memory: "m\n"},
 	}
 	l := Listener{Unix: s.Layout(id).Socket}
 	s.complete(&a, l)
@@ -204,12 +204,12 @@ func TestDerivedUserCollisionIsRefused(t *testing.T) {
 	}
 	s := NewService(Options{StateDir: state})
 	_, err := writeAgent(t, s, "mine", true)
-	var se *StepError
+	var se *agentspec.StepError
 	if !errors.As(err, &se) || se.Field != "container_mode.user" || !strings.Contains(err.Error(), "agent other's workspace") {
 		t.Fatalf("err = %v, want a container_mode.user error naming agent other", err)
 	}
 	// Named explicitly, the user is the owner's choice.
-	a := Agent{Config: agentspec.Config{AgentID: "mine", Container: agentspec.ContainerMode{Enabled: true, User: userSpec(t, "3000:3000")}}}
+	a := agentspec.Agent{Config: agentspec.Config{AgentID: "mine", Container: agentspec.ContainerMode{Enabled: true, User: userSpec(t, "3000:3000")}}}
 	if err := s.CheckAgentUser(a.Config); err != nil {
 		t.Errorf("explicit user refused: %v", err)
 	}

@@ -18,7 +18,7 @@ const TopicImageDrift = "runner image drift"
 // runner by a reload rather than a new runner (see Service.hash): a
 // container-mode agent whose runner the provider runs from an image of its
 // own (runner.image, even one equal to the per-message image today).
-func reloadsImage(a Agent) bool {
+func reloadsImage(a agentspec.Agent) bool {
 	return a.Config.Container.Enabled && a.Deployment() == agentspec.ModeContainer && a.Meta.RunnerImage != ""
 }
 
@@ -38,25 +38,25 @@ func servedImage(ctx context.Context, l Listener) (string, error) {
 // in flight is done, discarding the container it prestarted from the old
 // image), then /healthz until it names the new image. A runner that
 // already serves it is left alone.
-func (s *Service) reloadImage(ctx context.Context, cli client.APIClient, a Agent, l Listener) error {
+func (s *Service) reloadImage(ctx context.Context, cli client.APIClient, a agentspec.Agent, l Listener) error {
 	id, want := a.Config.AgentID, a.Config.Container.Image
 	name := ContainerName(id)
 	if got, err := servedImage(ctx, l); err != nil {
-		return stepErr(StepHealth, "", "asking "+name+" which image it serves", err)
+		return stepErr(agentspec.StepHealth, "", "asking "+name+" which image it serves", err)
 	} else if got == want {
 		return nil
 	}
 	// The runner keeps its old config when the new image is missing; say
 	// so now rather than after the wait.
 	if _, err := cli.ImageInspect(ctx, want); err != nil {
-		return stepErr(StepDeploy, "container_mode.image", "checking the new per-message image of "+name, err)
+		return stepErr(agentspec.StepDeploy, "container_mode.image", "checking the new per-message image of "+name, err)
 	}
 	if err := cli.ContainerKill(ctx, name, "HUP"); err != nil {
-		return stepErr(StepDeploy, "", "telling "+name+" to reload its config", err)
+		return stepErr(agentspec.StepDeploy, "", "telling "+name+" to reload its config", err)
 	}
 	s.log.Info("runner reloading for a new per-message image", "agent_id", id, "container", name, "image", want)
 	// The reload waits for the message in flight (at most its timeout).
-	timeout := StopTimeout(a.Config) + 30*time.Second
+	timeout := agentspec.StopTimeout(a.Config) + 30*time.Second
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	got := ""
@@ -68,7 +68,7 @@ func (s *Service) reloadImage(ctx context.Context, cli client.APIClient, a Agent
 		}
 		select {
 		case <-ctx.Done():
-			return stepErr(StepHealth, "container_mode.image", name+" did not take the new image",
+			return stepErr(agentspec.StepHealth, "container_mode.image", name+" did not take the new image",
 				fmt.Errorf("after %s it still serves %q, not %q (its log says why: docker logs %s)", timeout, got, want, name))
 		case <-time.After(100 * time.Millisecond):
 		}
@@ -77,7 +77,7 @@ func (s *Service) reloadImage(ctx context.Context, cli client.APIClient, a Agent
 
 // imageDrift says why a runner serves another per-message image than its
 // config names (a reload that failed, or a runner too old to say), or "".
-func imageDrift(ctx context.Context, a Agent, l Listener) string {
+func imageDrift(ctx context.Context, a agentspec.Agent, l Listener) string {
 	if !reloadsImage(a) {
 		return ""
 	}

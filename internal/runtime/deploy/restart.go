@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 )
 
 // ChangedInputs names the owner's settings that differ between two
@@ -14,7 +16,7 @@ import (
 // a runner says with them why. The secret values (token, API key, secrets)
 // are left out: a plan holds only one side of them; their names are
 // compared. What the service fills in (workspace, journal) is left out too.
-func ChangedInputs(old, new Agent) []string {
+func ChangedInputs(old, new agentspec.Agent) []string {
 	a, b := hashInputs(old), hashInputs(new)
 	var out []string
 	for _, k := range slices.Sorted(maps.Keys(a)) {
@@ -33,7 +35,7 @@ func ChangedInputs(old, new Agent) []string {
 
 // hashInputs flattens what ConfigHash covers of a into dotted names and
 // the JSON of their values (a list is one value).
-func hashInputs(a Agent) map[string]string {
+func hashInputs(a agentspec.Agent) map[string]string {
 	c := a.Config
 	names := slices.Sorted(maps.Keys(c.Secrets))
 	c.Token, c.LLM.APIKey, c.Secrets = "", "", nil

@@ -14,10 +14,10 @@ import (
 func TestHashLeavesOutReloadedImage(t *testing.T) {
 	s := NewService(Options{StateDir: t.TempDir(), Version: "0.1.0-test"})
 	key := []byte("0123456789abcdef0123456789abcdef")
-	agent := func(enabled bool, runnerImage, deployment, image string) Agent {
-		return Agent{
+	agent := func(enabled bool, runnerImage, deployment, image string) agentspec.Agent {
+		return agentspec.Agent{
 			Config: agentspec.Config{AgentID: "a", Token: "t", Container: agentspec.ContainerMode{Enabled: enabled, Image: image, MemoryLimit: agentspec.SizeOf(512 << 20)}},
-			Meta:   Meta{RunnerImage: runnerImage, Deployment: deployment},
+			Meta:   agentspec.Meta{RunnerImage: runnerImage, Deployment: deployment},
 		}
 	}
 	for _, tc := range []struct {
@@ -49,7 +49,7 @@ func TestHashLeavesOutReloadedImage(t *testing.T) {
 // TestChangedInputs names changed settings in the schema's terms, and
 // leaves out the secret values and what the service fills in.
 func TestChangedInputs(t *testing.T) {
-	a := Agent{Config: agentspec.Config{AgentID: "a", Token: "t1", Listen: "unix:///x.sock", Workspace: "/w",
+	a := agentspec.Agent{Config: agentspec.Config{AgentID: "a", Token: "t1", Listen: "unix:///x.sock", Workspace: "/w",
 		Container: agentspec.ContainerMode{Enabled: true, Image: "img:1"}, LLMLimits: agentspec.LLMLimits{MaxTokensPerCall: 10},
 		Secrets: map[string]string{"A": "1"}}}
 	b := a

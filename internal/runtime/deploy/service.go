@@ -60,47 +60,8 @@ func NewService(o Options) *Service {
 	return &Service{o: o, log: logging.Or(o.Logger)}
 }
 
-// Steps of a lifecycle, named in a StepError.
-const (
-	StepListen      = "listen"
-	StepDocker      = "docker"
-	StepRuntime     = "runtime"
-	StepThreegate   = "threegate"
-	StepAsk         = "threegate ask"
-	StepWorkspace   = "workspace"
-	StepFiles       = "runner files"
-	StepConfig      = "runner config"
-	StepDeploy      = "runner deploy"
-	StepHealth      = "runner health"
-	StepRemove      = "runner remove"
-	StepRemoveFiles = "runner files remove"
-	StepRead        = "read"
-	StepImport      = "import"
-)
-
-// StepError says which step failed, and the setting at fault when one is
-// (in the config file's terms, e.g. "container_mode.runtime").
-type StepError struct {
-	Step  string
-	Field string
-	// What is the object the step worked on ("making the workspace /s/a").
-	What string
-	Err  error
-}
-
-func (e *StepError) Error() string { return e.What + ": " + e.Err.Error() }
-func (e *StepError) Unwrap() error { return e.Err }
-
 func stepErr(step, field, what string, err error) error {
-	return &StepError{Step: step, Field: field, What: what, Err: err}
-}
-
-// Warning is something the caller should tell the agent's owner.
-type Warning struct {
-	// Topic is "workspace ownership", "workspace recreated" or
-	// TopicVersionDrift.
-	Topic  string
-	Detail string
+	return &agentspec.StepError{Step: step, Field: field, What: what, Err: err}
 }
 
 // TopicVersionDrift is the Warning a Read gives for a runner of another
@@ -113,23 +74,11 @@ func (s *Service) Layout(agentID string) Layout { return LayoutFor(s.o.StateDir,
 // WorkspacePath is the agent's workspace under the state directory.
 func (s *Service) WorkspacePath(agentID string) string { return workspace.Path(s.o.StateDir, agentID) }
 
-// Planned is what Plan derives before anything is made.
-type Planned struct {
-	WorkspacePath string
-	// Listen is the listen address with its default filled in.
-	Listen string
-	// Endpoint is where clients reach the runner; "" while Listen is invalid.
-	Endpoint string
-	// ConfigHash is what Apply will record; "" when it cannot be known yet
-	// (a new agent has no token and no hash key).
-	ConfigHash string
-}
-
 // Plan derives the values an agent will have, without touching anything.
 // Validation is ValidateSettings (and ParseListen for the listen address).
-func (s *Service) Plan(_ context.Context, a Agent) Planned {
+func (s *Service) Plan(_ context.Context, a agentspec.Agent) agentspec.Planned {
 	id := a.Config.AgentID
-	p := Planned{WorkspacePath: s.WorkspacePath(id), Listen: a.Config.Listen}
+	p := agentspec.Planned{WorkspacePath: s.WorkspacePath(id), Listen: a.Config.Listen}
 	if p.Listen == "" {
 		p.Listen = "unix://" + s.Layout(id).Socket
 	}
@@ -153,7 +102,7 @@ func (s *Service) Plan(_ context.Context, a Agent) Planned {
 // complete fills what the service decides: the workspace, the journal,
 // the listen address in its one form, and the home whose dotfiles
 // allow_home_dotfiles means (the host user's who deploys, not the runner's).
-func (s *Service) complete(a *Agent, l Listener) {
+func (s *Service) complete(a *agentspec.Agent, l Listener) {
 	a.Config.Workspace = s.WorkspacePath(a.Config.AgentID)
 	a.Config.Journal = s.Layout(a.Config.AgentID).JournalDir
 	a.Config.Listen = l.String()
@@ -175,12 +124,14 @@ func (s *Service) complete(a *Agent, l Listener) {
 // replaced, and a runner kept on it would pin the old image (its removal
 // fails while a container uses it). In host mode the image is the agent's
 // whole environment.
-func (s *Service) hash(a Agent, key []byte) string { return s.hashRunning(a, a.RunnerImage(), key) }
+func (s *Service) hash(a agentspec.Agent, key []byte) string {
+	return s.hashRunning(a, a.RunnerImage(), key)
+}
 
 // hashRunning is hash for a runner that runs runnerImage.
-func (s *Service) hashRunning(a Agent, runnerImage string, key []byte) string {
+func (s *Service) hashRunning(a agentspec.Agent, runnerImage string, key []byte) string {
 	c := a.Config
-	set := Settings{Mode: a.Deployment(), Image: runnerImage, Version: s.o.Version}
+	set := agentspec.DeploySettings{Mode: a.Deployment(), Image: runnerImage, Version: s.o.Version}
 	if reloadsImage(a) {
 		c.Container.Image = ""
 	}
@@ -194,16 +145,16 @@ func (s *Service) hashRunning(a Agent, runnerImage string, key []byte) string {
 			c.Ask = append(c.Ask, agentspec.AskTarget{AgentID: id})
 		}
 	}
-	return ConfigHash(c, set, key)
+	return agentspec.ConfigHash(c, set, key)
 }
 
 func (s *Service) docker(ctx context.Context) (client.APIClient, error) {
 	if s.o.Docker == nil {
-		return nil, stepErr(StepDocker, "", "connecting to the Docker daemon", errors.New("no Docker client configured"))
+		return nil, stepErr(agentspec.StepDocker, "", "connecting to the Docker daemon", errors.New("no Docker client configured"))
 	}
 	cli, err := s.o.Docker(ctx)
 	if err != nil {
-		return nil, stepErr(StepDocker, "", "connecting to the Docker daemon", err)
+		return nil, stepErr(agentspec.StepDocker, "", "connecting to the Docker daemon", err)
 	}
 	return cli, nil
 }

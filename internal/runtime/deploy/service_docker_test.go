@@ -37,7 +37,7 @@ func TestServiceContainerAgent(t *testing.T) {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	a := Agent{
+	a := agentspec.Agent{
 		Config: agentspec.Config{
 			AgentID: id,
 			Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: agentspec.SizeOf(64 << 20), TimeoutSeconds: 30, Network: "none",
@@ -46,13 +46,13 @@ func TestServiceContainerAgent(t *testing.T) {
 			LLM:        agentspec.LLMConfig{Provider: "offline"},
 			MaxSteps:   agentspec.DefaultMaxSteps,
 		},
-		Meta: Meta{Soul: "test", Deployment: agentspec.ModeContainer},
+		Meta: agentspec.Meta{Soul: "test", Deployment: agentspec.ModeContainer},
 	}
 	out, err := svc.Apply(ctx, a, nil, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.RunnerStatus != StatusRunning || out.RunnerContainerID == "" {
+	if out.RunnerStatus != agentspec.StatusRunning || out.RunnerContainerID == "" {
 		t.Fatalf("Apply = %+v", out)
 	}
 	reply := sendTestMessage(t, svc.Layout(id).Socket, out.Token, "hello")
@@ -61,7 +61,7 @@ func TestServiceContainerAgent(t *testing.T) {
 	}
 	a.Config.Token = out.Token
 	obs, err := svc.Read(ctx, a)
-	if err != nil || obs.RunnerStatus != StatusRunning || obs.RunnerContainerID != out.RunnerContainerID || obs.ConfigHash != out.ConfigHash {
+	if err != nil || obs.RunnerStatus != agentspec.StatusRunning || obs.RunnerContainerID != out.RunnerContainerID || obs.ConfigHash != out.ConfigHash {
 		t.Fatalf("Read = %+v, %v; want the runner Apply made", obs, err)
 	}
 	// A config edited on disk leaves the runner stale.
@@ -73,13 +73,13 @@ func TestServiceContainerAgent(t *testing.T) {
 	if err := os.WriteFile(cfgFile, bytes.Replace(raw, []byte(`"timeout_seconds": 30`), []byte(`"timeout_seconds": 31`), 1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if obs, _ := svc.Read(ctx, a); obs.RunnerStatus != StatusStale {
+	if obs, _ := svc.Read(ctx, a); obs.RunnerStatus != agentspec.StatusStale {
 		t.Errorf("Read after an edit: %+v, want stale", obs)
 	}
 	if err := svc.Remove(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := Inspect(ctx, cli, id); st.State != StatusMissing {
+	if st, _ := Inspect(ctx, cli, id); st.State != agentspec.StatusMissing {
 		t.Errorf("runner after Remove: %+v", st)
 	}
 	if _, err := os.Stat(filepath.Join(state, "agents", id, "SOUL.md")); err != nil {
@@ -98,7 +98,7 @@ func TestServiceContainerAgent(t *testing.T) {
 	if _, err := svc.Apply(ctx, bad, nil, true); err == nil {
 		t.Fatal("a runner without agent-runner came up")
 	}
-	if st, _ := Inspect(ctx, cli, id); st.State != StatusMissing {
+	if st, _ := Inspect(ctx, cli, id); st.State != agentspec.StatusMissing {
 		t.Errorf("the failed runner stayed: %+v", st)
 	}
 	if _, err := os.Stat(svc.Layout(id).Dir); !os.IsNotExist(err) {

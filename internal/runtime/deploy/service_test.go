@@ -49,8 +49,8 @@ func noDocker(t *testing.T) func(context.Context) (client.APIClient, error) {
 	}
 }
 
-func externalAgent() Agent {
-	return Agent{
+func externalAgent() agentspec.Agent {
+	return agentspec.Agent{
 		Config: agentspec.Config{
 			AgentID: "a1",
 			Container: agentspec.ContainerMode{MemoryLimit: agentspec.SizeOf(agentspec.DefaultMemoryBytes), TimeoutSeconds: 60, Network: agentspec.DefaultNetwork,
@@ -60,7 +60,7 @@ func externalAgent() Agent {
 			Secrets:    map[string]string{"TOOL_TOKEN": "tool-secret-value"},
 			MaxSteps:   agentspec.DefaultMaxSteps, InjectSecretsEnv: true, RedactSecrets: true,
 		},
-		Meta: Meta{Soul: "be brief", Memory: "nothing yet", Deployment: agentspec.ModeExternal},
+		Meta: agentspec.Meta{Soul: "be brief", Memory: "nothing yet", Deployment: agentspec.ModeExternal},
 	}
 }
 
@@ -82,8 +82,8 @@ func TestServiceExternalLifecycle(t *testing.T) {
 	}
 	layout := svc.Layout("a1")
 	ws := filepath.Join(state, "agents", "a1")
-	if out.Token == "" || out.WorkspacePath != ws || out.RunnerStatus != StatusExternal || out.RunnerContainerID != "" ||
-		out.Reported != NotReported || out.Endpoint != "unix://"+layout.Socket || out.ConfigHash == "" {
+	if out.Token == "" || out.WorkspacePath != ws || out.RunnerStatus != agentspec.StatusExternal || out.RunnerContainerID != "" ||
+		out.Reported != agentspec.NotReported || out.Endpoint != "unix://"+layout.Socket || out.ConfigHash == "" {
 		t.Fatalf("Apply = %+v", out)
 	}
 	for _, f := range []string{layout.ConfigFile, MetaFile(layout), layout.HashKeyFile} {
@@ -109,7 +109,7 @@ func TestServiceExternalLifecycle(t *testing.T) {
 		t.Errorf("Plan = %+v, want the hash %s", p, out.ConfigHash)
 	}
 	obs, err := svc.Read(ctx, a)
-	if err != nil || obs.ConfigHash != out.ConfigHash || obs.WorkspacePath != ws || obs.RunnerStatus != StatusExternal || obs.Soul != "be brief" {
+	if err != nil || obs.ConfigHash != out.ConfigHash || obs.WorkspacePath != ws || obs.RunnerStatus != agentspec.StatusExternal || obs.Soul != "be brief" {
 		t.Fatalf("Read = %+v, %v", obs, err)
 	}
 	// A changed secret changes the hash (the keyed part).
@@ -131,8 +131,8 @@ func TestServiceExternalLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(imp.Agent.Meta, Meta{Soul: "be brief", Memory: "nothing yet", Deployment: agentspec.ModeExternal}) ||
-		imp.Agent.Config.Token != out.Token || imp.Endpoint != out.Endpoint || imp.Reported != NotReported {
+	if !reflect.DeepEqual(imp.Agent.Meta, agentspec.Meta{Soul: "be brief", Memory: "nothing yet", Deployment: agentspec.ModeExternal}) ||
+		imp.Agent.Config.Token != out.Token || imp.Endpoint != out.Endpoint || imp.Reported != agentspec.NotReported {
 		t.Errorf("Import = %+v", imp)
 	}
 	if _, err := svc.Import(ctx, "../a1"); err == nil {
@@ -187,7 +187,7 @@ func TestServiceWarnsOfARecreatedWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Config.Token = out.Token
-	again, err := svc.Apply(ctx, a, &Prior{Deployment: agentspec.ModeExternal, RunnerStatus: StatusExternal, Reported: NotReported}, false)
+	again, err := svc.Apply(ctx, a, &agentspec.Prior{Deployment: agentspec.ModeExternal, RunnerStatus: agentspec.StatusExternal, Reported: agentspec.NotReported}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,8 +207,8 @@ func TestServiceRefusesABadListenAddress(t *testing.T) {
 	a := externalAgent()
 	a.Config.Listen = "0.0.0.0:8080"
 	_, err := svc.Apply(context.Background(), a, nil, true)
-	var se *StepError
-	if !errors.As(err, &se) || se.Step != StepListen || se.Field != "listen" {
+	var se *agentspec.StepError
+	if !errors.As(err, &se) || se.Step != agentspec.StepListen || se.Field != "listen" {
 		t.Fatalf("Apply = %v, want a listen StepError", err)
 	}
 	if entries, _ := os.ReadDir(state); len(entries) != 0 {

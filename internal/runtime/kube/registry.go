@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -33,16 +34,6 @@ type RegistryConfig struct {
 	Insecure bool
 }
 
-// RegistryConfigError is an input of a RegistryConfig that cannot work;
-// Field names it as the provider's schema does (address, username,
-// password, token).
-type RegistryConfigError struct {
-	Field  string
-	Detail string
-}
-
-func (e *RegistryConfigError) Error() string { return "registry." + e.Field + ": " + e.Detail }
-
 // String names the registry and the kind of credentials, never their
 // values, so a config can be logged or printed in an error.
 func (c RegistryConfig) String() string {
@@ -67,11 +58,12 @@ func (c RegistryConfig) GoString() string { return "kube.RegistryConfig{" + c.St
 var registryPath = regexp.MustCompile(`^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*$`)
 
 // Validate checks every field; the provider calls it at plan time, the
-// pusher before it sends anything.
+// pusher before it sends anything. Each error is an *agentspec.FieldError
+// at registry.<field>, as the provider's schema names it.
 func (c RegistryConfig) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, &RegistryConfigError{Field: field, Detail: fmt.Sprintf(format, args...)})
+		errs = append(errs, &agentspec.FieldError{Field: "registry." + field, Index: -1, Err: fmt.Errorf(format, args...)})
 	}
 	host, path, _ := strings.Cut(c.Address, "/")
 	switch {

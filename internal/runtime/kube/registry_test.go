@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testregistry"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -46,8 +47,8 @@ func TestRegistryConfigValidate(t *testing.T) {
 			}
 			continue
 		}
-		var ce *RegistryConfigError
-		if !errors.As(err, &ce) || ce.Field != c.field {
+		var ce *agentspec.FieldError
+		if !errors.As(err, &ce) || ce.Field != "registry."+c.field {
 			t.Errorf("%s: error %v, want one on field %q", c.cfg, err, c.field)
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 )
 
@@ -27,9 +26,9 @@ import (
 func (s *Service) Apply(ctx context.Context, a Agent) (Applied, error) {
 	out := Applied{Token: a.Config.Token}
 	if out.Token == "" {
-		tok, err := deploy.NewToken()
+		tok, err := agentspec.NewToken()
 		if err != nil {
-			return out, stepErr(deploy.StepToken, "", "generating the runner's bearer token", err)
+			return out, stepErr(agentspec.StepToken, "", "generating the runner's bearer token", err)
 		}
 		out.Token, a.Config.Token = tok, tok
 	}
@@ -40,12 +39,12 @@ func (s *Service) Apply(ctx context.Context, a Agent) (Applied, error) {
 	out.Endpoint, out.Claim = s.Endpoint(id), n.Claim
 	prior, key, err := s.secretState(ctx, n)
 	if err != nil {
-		return out, stepErr(deploy.StepRead, "", "reading the runner's Secret", err)
+		return out, stepErr(agentspec.StepRead, "", "reading the runner's Secret", err)
 	}
 	isNew := prior == nil
 	if key == nil {
 		if key, err = newKey(); err != nil {
-			return out, stepErr(deploy.StepFiles, "", "making the hash key", err)
+			return out, stepErr(agentspec.StepFiles, "", "making the hash key", err)
 		}
 	}
 	out.ConfigHash = s.hash(a, key)
@@ -71,7 +70,7 @@ func (s *Service) Apply(ctx context.Context, a Agent) (Applied, error) {
 	}
 	pod, err := s.waitAvailable(ctx, id, out.ConfigHash)
 	if err != nil {
-		return out, s.rollback(ctx, id, isNew, stepErr(deploy.StepHealth, "", "the runner of "+id+" did not become available", err))
+		return out, s.rollback(ctx, id, isNew, stepErr(agentspec.StepHealth, "", "the runner of "+id+" did not become available", err))
 	}
 	out.RunnerStatus, out.RunnerPod = StatusRunning, pod.Name
 	s.log.Info("runner available", "agent_id", id, "pod", pod.Name, "config_hash", out.ConfigHash)
@@ -126,11 +125,11 @@ func (s *Service) applyObjects(ctx context.Context, a Agent, n Names, key []byte
 	ns, id, cs := s.o.Client.Namespace, a.Config.AgentID, s.o.Client.Clientset
 	raw, err := json.MarshalIndent(a.Config, "", "  ")
 	if err != nil {
-		return stepErr(deploy.StepConfig, "", "encoding the runner config", err)
+		return stepErr(agentspec.StepConfig, "", "encoding the runner config", err)
 	}
 	rp := RunnerPod{
 		AgentID: id, Image: a.runnerImage(), PullPolicy: a.PullPolicy, Port: s.o.Port, ConfigHash: hash,
-		StopSeconds: int64(deploy.StopTimeout(a.Config).Seconds()), APIServer: s.o.APIServer,
+		StopSeconds: int64(agentspec.StopTimeout(a.Config).Seconds()), APIServer: s.o.APIServer,
 		Topology: a.ThreegateNetwork, Role: agentspec.ThreeGateRole(a.Config.Role),
 	}
 	if llm != nil {
@@ -138,7 +137,7 @@ func (s *Service) applyObjects(ctx context.Context, a Agent, n Names, key []byte
 	}
 	dep, err := RunnerDeployment(n, ns, rp)
 	if err != nil {
-		return stepErr(deploy.StepDeploy, "", "describing the runner Deployment", err)
+		return stepErr(agentspec.StepDeploy, "", "describing the runner Deployment", err)
 	}
 	steps := []struct {
 		kind string

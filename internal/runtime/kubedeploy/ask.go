@@ -8,17 +8,16 @@ import (
 	"strconv"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
 // ResolveAsk checks the agents a core agent of topology topologyName wants
-// to ask, as deploy.ResolveAsk does on Docker, and returns how its runner
+// to ask, as the Docker service's ResolveAsk does, and returns how its runner
 // reaches them: each must be a fetch or tool_exec agent of the same
 // topology in the service's namespace, read from its config Secret, which
 // also gives its token and port. The token lands in the asking runner's
 // own Secret, so that runner reads no Secret itself. A target without a
-// Secret yet fails with deploy.ErrAskTargetNotDeployed (wrapped), which a
+// Secret yet fails with agentspec.ErrAskTargetNotDeployed (wrapped), which a
 // plan may let pass.
 func (s *Service) ResolveAsk(ctx context.Context, topologyName string, ids []string) ([]agentspec.AskTarget, error) {
 	if topologyName == "" {
@@ -47,7 +46,7 @@ func (s *Service) askTarget(ctx context.Context, topologyName, id string) (agent
 	case err != nil:
 		return t, err
 	case cfg == nil:
-		return t, fmt.Errorf("%w: no meepa_agent with this agent_id has been applied in namespace %s", deploy.ErrAskTargetNotDeployed, s.o.Client.Namespace)
+		return t, fmt.Errorf("%w: no meepa_agent with this agent_id has been applied in namespace %s", agentspec.ErrAskTargetNotDeployed, s.o.Client.Namespace)
 	case agentspec.CheckAskRole(cfg.Role) != nil:
 		return t, agentspec.CheckAskRole(cfg.Role)
 	case cfg.Kubernetes == nil || cfg.Kubernetes.Topology != topologyName:

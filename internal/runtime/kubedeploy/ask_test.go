@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 )
 
@@ -58,8 +57,8 @@ func TestResolveAsk(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), msg) || !strings.Contains(err.Error(), `ask "`+id+`"`) {
 			t.Errorf("ask %s: %v, want %q", id, err, msg)
 		}
-		if (id == "ghost") != errors.Is(err, deploy.ErrAskTargetNotDeployed) {
-			t.Errorf("ask %s: ErrAskTargetNotDeployed = %v", id, errors.Is(err, deploy.ErrAskTargetNotDeployed))
+		if (id == "ghost") != errors.Is(err, agentspec.ErrAskTargetNotDeployed) {
+			t.Errorf("ask %s: ErrAskTargetNotDeployed = %v", id, errors.Is(err, agentspec.ErrAskTargetNotDeployed))
 		}
 	}
 	if _, err := svc.ResolveAsk(ctx, "", []string{"te"}); err == nil || !strings.Contains(err.Error(), "threegate topology") {
@@ -83,8 +82,8 @@ func TestCompleteAsk(t *testing.T) {
 	}
 	a.ThreegateAsk = []string{"te", "ghost"}
 	err := svc.complete(context.Background(), &a)
-	var se *deploy.StepError
-	if !errors.As(err, &se) || se.Field != "threegate.ask" || se.Step != deploy.StepAsk || !strings.Contains(err.Error(), `ask "ghost"`) {
+	var se *agentspec.StepError
+	if !errors.As(err, &se) || se.Field != "threegate.ask" || se.Step != agentspec.StepAsk || !strings.Contains(err.Error(), `ask "ghost"`) {
 		t.Errorf("a missing target: %v (%+v)", err, se)
 	}
 	// A role without its topology is refused, never deployed open.

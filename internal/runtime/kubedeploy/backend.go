@@ -10,35 +10,29 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 )
 
-// Backend is the agent lifecycle of deploy.Backend on a cluster: the same
-// deploy.Agent the Docker service takes, mapped onto this package's
+// Backend is the agent lifecycle of agentspec.Backend on a cluster: the same
+// agentspec.Agent the Docker service takes, mapped onto this package's
 // objects. What a cluster cannot honour is refused by Check, which the
 // provider's plan and Apply both call.
 type Backend struct{ s *Service }
 
-var _ deploy.Backend = (*Backend)(nil)
+var _ agentspec.Backend = (*Backend)(nil)
 
 // NewBackend returns the cluster backend over s.
 func NewBackend(s *Service) *Backend { return &Backend{s: s} }
 
-// FieldError is a setting a cluster cannot honour, named as the provider's
-// schema names it.
-type FieldError struct {
-	Field  string
-	Detail string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Detail }
-
 // Check lists what of a has no meaning on a cluster, or no counterpart
-// yet. It needs nothing but a, so a plan can run it.
-func Check(a deploy.Agent) []*FieldError {
-	var errs []*FieldError
+// yet, each an *agentspec.FieldError titled "Not On Kubernetes" (joined).
+// It needs nothing but a, so a plan can run it; Apply refuses the same.
+func (b *Backend) Check(a agentspec.Agent) error { return Check(a) }
+
+// Check is Backend.Check, for callers without a cluster.
+func Check(a agentspec.Agent) error {
+	var errs []error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, &FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+		errs = append(errs, &agentspec.FieldError{Field: field, Index: -1, Summary: "Not On Kubernetes", Err: fmt.Errorf(format, args...)})
 	}
 	c := a.Config
 	if a.Meta.Deployment == agentspec.ModeExternal {
@@ -60,16 +54,40 @@ func Check(a deploy.Agent) []*FieldError {
 		bad("container_mode.network", "%q: a cluster has no Docker networks; use \"none\" or \"bridge\" (out to public addresses only), "+
 			"or place the agent in a threegate topology", n)
 	}
-	return errs
+	return errors.Join(errs...)
 }
 
-// checkErr joins Check's findings into one step error.
-func checkErr(a deploy.Agent) error {
+// checkErr is Check's findings, each as a step error.
+func checkErr(a agentspec.Agent) error {
 	var errs []error
-	for _, e := range Check(a) {
-		errs = append(errs, &deploy.StepError{Step: StepValidate, Field: e.Field, What: "checking the agent for Kubernetes", Err: errors.New(e.Detail)})
+	for _, e := range unjoin(Check(a)) {
+		var fe *agentspec.FieldError
+		if errors.As(e, &fe) {
+			errs = append(errs, &agentspec.StepError{Step: StepValidate, Field: fe.Field, What: "checking the agent for Kubernetes", Err: fe.Err})
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// CheckAsk is ResolveAsk for a plan: what the agents' Secrets show of the
+// ask targets.
+func (b *Backend) CheckAsk(ctx context.Context, topologyName string, ids []string) error {
+	_, err := b.s.ResolveAsk(ctx, topologyName, ids)
+	return err
+}
+
+// RunnerName names the agent's runner as a plan says it.
+func (b *Backend) RunnerName(agentID string) string { return "the runner pod of agent " + agentID }
+
+// unjoin lists the errors of an errors.Join, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }
 
 // WorkspaceRef names an agent's workspace claim the way workspace_path
@@ -82,10 +100,10 @@ func (b *Backend) WorkspaceRef(id string) string {
 // has its token, the config hash Apply will give it (with the key its
 // Secret holds; "" when that cannot be read: the plan then shows the hash
 // as unknown).
-func (b *Backend) Plan(ctx context.Context, a deploy.Agent) deploy.Planned {
+func (b *Backend) Plan(ctx context.Context, a agentspec.Agent) agentspec.Planned {
 	id := a.Config.AgentID
-	p := deploy.Planned{WorkspacePath: b.WorkspaceRef(id), Endpoint: b.s.Endpoint(id)}
-	if a.Config.Token == "" || len(Check(a)) > 0 {
+	p := agentspec.Planned{WorkspacePath: b.WorkspaceRef(id), Endpoint: b.s.Endpoint(id)}
+	if a.Config.Token == "" || Check(a) != nil {
 		return p
 	}
 	p.ConfigHash, _ = b.s.planHash(ctx, b.agentOf(a))
@@ -96,7 +114,7 @@ func (b *Backend) Plan(ctx context.Context, a deploy.Agent) deploy.Planned {
 // workspace's soul and memory, which the provider writes itself on Docker,
 // go into the runner's config as its seed: only the message pods mount
 // the claim, so each applies it to /workspace before its loop.
-func (b *Backend) agentOf(a deploy.Agent) Agent {
+func (b *Backend) agentOf(a agentspec.Agent) Agent {
 	cfg := a.Config
 	if a.Meta.ThreegateRole != "" {
 		cfg.Role = a.Meta.ThreegateRole
@@ -144,8 +162,8 @@ func PullPolicyFor(ref string) corev1.PullPolicy {
 
 // Apply checks a for the cluster and applies it. prior and redeploy have no
 // cluster meaning: the Deployment rolls exactly when its config hash moves.
-func (b *Backend) Apply(ctx context.Context, a deploy.Agent, _ *deploy.Prior, _ bool) (deploy.Applied, error) {
-	out := deploy.Applied{Token: a.Config.Token, Reported: deploy.NotReported}
+func (b *Backend) Apply(ctx context.Context, a agentspec.Agent, _ *agentspec.Prior, _ bool) (agentspec.Applied, error) {
+	out := agentspec.Applied{Token: a.Config.Token, Reported: agentspec.NotReported}
 	if err := checkErr(a); err != nil {
 		return out, err
 	}
@@ -158,7 +176,7 @@ func (b *Backend) Apply(ctx context.Context, a deploy.Agent, _ *deploy.Prior, _ 
 	out.Endpoint, out.ConfigHash = got.Endpoint, got.ConfigHash
 	out.RunnerStatus, out.RunnerContainerID = got.RunnerStatus, got.RunnerPod
 	if w := b.podSecurityWarning(ctx); w != "" {
-		out.Warnings = append(out.Warnings, deploy.Warning{Topic: TopicPodSecurity, Detail: w})
+		out.Warnings = append(out.Warnings, agentspec.Warning{Topic: TopicPodSecurity, Detail: w})
 	}
 	return out, nil
 }
@@ -166,16 +184,16 @@ func (b *Backend) Apply(ctx context.Context, a deploy.Agent, _ *deploy.Prior, _ 
 // Read maps the objects' state onto the Docker-shaped observation: a
 // missing claim is a missing workspace, a missing object a runner to
 // restore.
-func (b *Backend) Read(ctx context.Context, a deploy.Agent) (deploy.Observed, error) {
+func (b *Backend) Read(ctx context.Context, a agentspec.Agent) (agentspec.Observed, error) {
 	o, err := b.s.Read(ctx, b.agentOf(a))
 	if err != nil {
-		return deploy.Observed{}, err
+		return agentspec.Observed{}, err
 	}
 	// SOUL.md is not read back: the provider does not mount the claim.
 	// Docker's read-side drift of a managed soul has no counterpart here;
 	// the seed in the config puts a managed soul back at the next
 	// message instead. So the soul reads as configured.
-	out := deploy.Observed{
+	out := agentspec.Observed{
 		WorkspacePath: b.WorkspaceRef(a.Config.AgentID), ConfigHash: o.ConfigHash,
 		RunnerStatus: o.RunnerStatus, RunnerContainerID: o.RunnerPod,
 		Soul: a.Meta.Soul, SoulPresent: true,
@@ -191,7 +209,7 @@ func (b *Backend) Read(ctx context.Context, a deploy.Agent) (deploy.Observed, er
 		if out.RunnerStatus == StatusRunning {
 			out.RunnerStatus = StatusStale
 		}
-		out.Warnings = append(out.Warnings, deploy.Warning{Topic: TopicObjectDrift,
+		out.Warnings = append(out.Warnings, agentspec.Warning{Topic: TopicObjectDrift,
 			Detail: fmt.Sprintf("Agent %s on Kubernetes: missing %v, changed %v; the next apply restores them.", a.Config.AgentID, o.Missing, o.Changed)})
 	}
 	return out, nil
@@ -202,24 +220,24 @@ func (b *Backend) Read(ctx context.Context, a deploy.Agent) (deploy.Observed, er
 const TopicObjectDrift = "kubernetes object drift"
 
 // Remove takes the agent down, keeping its claim unless forced.
-func (b *Backend) Remove(ctx context.Context, a deploy.Agent) error {
+func (b *Backend) Remove(ctx context.Context, a agentspec.Agent) error {
 	return b.s.Remove(ctx, a.Config.AgentID, a.Meta.ForceDestroyWorkspace)
 }
 
 // Import reads an agent back from its Secret and objects.
-func (b *Backend) Import(ctx context.Context, id string) (deploy.Imported, error) {
+func (b *Backend) Import(ctx context.Context, id string) (agentspec.Imported, error) {
 	got, err := b.s.Import(ctx, id)
 	if err != nil {
-		return deploy.Imported{Reported: deploy.NotReported}, err
+		return agentspec.Imported{Reported: agentspec.NotReported}, err
 	}
 	cfg := got.Config
-	meta := deploy.Meta{RunnerImage: got.RunnerImage, Deployment: agentspec.ModeContainer, ThreegateRole: cfg.Role,
+	meta := agentspec.Meta{RunnerImage: got.RunnerImage, Deployment: agentspec.ModeContainer, ThreegateRole: cfg.Role,
 		ThreegateNetwork: got.ThreegateNetwork, ThreegateAsk: got.ThreegateAsk, ForceDestroyWorkspace: got.ForceDestroyWorkspace}
 	if k := cfg.Kubernetes; k != nil && k.Seed != nil {
 		meta.Soul, meta.Memory, meta.ManageSoul = k.Seed.Soul, k.Seed.Memory, k.Seed.ManageSoul
 	}
 	cfg.Listen, cfg.Workspace, cfg.Kubernetes, cfg.Ask = "", b.WorkspaceRef(id), nil, nil
-	return deploy.Imported{Agent: deploy.Agent{Config: cfg, Meta: meta}, Endpoint: b.s.Endpoint(id), Reported: deploy.NotReported}, nil
+	return agentspec.Imported{Agent: agentspec.Agent{Config: cfg, Meta: meta}, Endpoint: b.s.Endpoint(id), Reported: agentspec.NotReported}, nil
 }
 
 // TopicPodSecurity is the Warning Apply gives when the namespace does not

@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 )
 
@@ -210,11 +210,11 @@ func TestBackendSeed(t *testing.T) {
 	svc, cs := fakeService()
 	b := NewBackend(svc)
 	ctx := context.Background()
-	a := deploy.Agent{Config: testAgent("seeded", "img", "").Config,
-		Meta: deploy.Meta{Soul: "You are brief.", Memory: "Nothing yet.", ManageSoul: true, ForceDestroyWorkspace: true}}
+	a := agentspec.Agent{Config: testAgent("seeded", "img", "").Config,
+		Meta: agentspec.Meta{Soul: "You are brief.", Memory: "Nothing yet.", ManageSoul: true, ForceDestroyWorkspace: true}}
 	a.Config.Container.Network = "none"
 	a.Config.Token = "tok"
-	if errs := Check(a); len(errs) != 0 {
+	if errs := Check(a); errs != nil {
 		t.Fatalf("Check: %v", errs)
 	}
 	k := b.agentOf(a)
@@ -225,7 +225,7 @@ func TestBackendSeed(t *testing.T) {
 		t.Error("agentOf changed its argument's config")
 	}
 	key := []byte("0123456789abcdef0123456789abcdef")
-	hash := func(a deploy.Agent) string {
+	hash := func(a agentspec.Agent) string {
 		t.Helper()
 		k := b.agentOf(a)
 		if err := svc.complete(ctx, &k); err != nil {

@@ -28,7 +28,7 @@ const (
 	// finds its target's pod by it (kube.RunnerSelector).
 	ComponentRunner = kube.ComponentRunner
 	// AnnotationConfigHash on the pod template rolls the runner when the
-	// config changes; it is keyed (deploy.ConfigHash), so it reveals no
+	// config changes; it is keyed (agentspec.ConfigHash), so it reveals no
 	// secret.
 	AnnotationConfigHash = engine.LabelPrefix + "config-hash"
 	// AnnotationForceDestroy on the Secret records force_destroy_workspace,

@@ -11,7 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
@@ -44,7 +44,7 @@ func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
 	id, n, ns, cs := a.Config.AgentID, NamesFor(a.Config.AgentID), s.o.Client.Namespace, s.o.Client.Clientset
 	cfg, key, err := s.secretState(ctx, n)
 	if err != nil {
-		return o, stepErr(deploy.StepRead, "", "reading the runner's Secret", err)
+		return o, stepErr(agentspec.StepRead, "", "reading the runner's Secret", err)
 	}
 	if cfg == nil || key == nil {
 		o.Missing = append(o.Missing, "Secret")
@@ -68,10 +68,10 @@ func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
 	err = errors.Join(present("ServiceAccount", saErr), present("Role", roleErr), present("RoleBinding", rbErr),
 		present("Service", svcErr), present("PersistentVolumeClaim", pvcErr), present("Deployment", depErr))
 	if err != nil {
-		return o, stepErr(deploy.StepRead, "", "reading the runner's objects", err)
+		return o, stepErr(agentspec.StepRead, "", "reading the runner's objects", err)
 	}
 	if err := s.readMessagePolicy(ctx, &a.Config, &o); err != nil {
-		return o, stepErr(deploy.StepRead, "", "reading the message pods' policy", err)
+		return o, stepErr(agentspec.StepRead, "", "reading the message pods' policy", err)
 	}
 	if roleErr == nil && !reflect.DeepEqual(role.Rules, RunnerRules()) {
 		o.Changed = append(o.Changed, "Role")
@@ -82,7 +82,7 @@ func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
 	o.RunnerStatus = StatusMissing
 	if depErr == nil {
 		if err := s.readRunner(ctx, id, o.ConfigHash, &o); err != nil {
-			return o, stepErr(deploy.StepRead, "", "reading the runner", err)
+			return o, stepErr(agentspec.StepRead, "", "reading the runner", err)
 		}
 	}
 	return o, nil
@@ -155,7 +155,7 @@ func (s *Service) Remove(ctx context.Context, id string, force bool) error {
 		return nil
 	}
 	if err := ignoreNotFound(cs.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, n.Claim, opts)); err != nil {
-		return stepErr(deploy.StepRemoveWorkspace, "", "deleting the workspace claim "+n.Claim, err)
+		return stepErr(agentspec.StepRemoveWorkspace, "", "deleting the workspace claim "+n.Claim, err)
 	}
 	s.log.Info("workspace claim removed", "agent_id", id, "claim", n.Claim)
 	return nil
@@ -187,7 +187,7 @@ func (s *Service) waitRunnerGone(ctx context.Context, id string) error {
 func (s *Service) Import(ctx context.Context, id string) (Agent, error) {
 	var a Agent
 	if !workspace.ValidID(id) {
-		return a, stepErr(deploy.StepImport, "", "importing "+id, fmt.Errorf("%q is not an agent id (%s)", id, workspace.IDPattern))
+		return a, stepErr(agentspec.StepImport, "", "importing "+id, fmt.Errorf("%q is not an agent id (%s)", id, workspace.IDPattern))
 	}
 	n, ns, cs := NamesFor(id), s.o.Client.Namespace, s.o.Client.Clientset
 	cfg, _, err := s.secretState(ctx, n)
@@ -195,7 +195,7 @@ func (s *Service) Import(ctx context.Context, id string) (Agent, error) {
 		err = fmt.Errorf("no readable runner config in Secret %s/%s", ns, n.Base)
 	}
 	if err != nil {
-		return a, stepErr(deploy.StepImport, "", "importing "+id, err)
+		return a, stepErr(agentspec.StepImport, "", "importing "+id, err)
 	}
 	a.Config = *cfg
 	if sec, err := cs.CoreV1().Secrets(ns).Get(ctx, n.Base, metav1.GetOptions{}); err == nil {
@@ -216,7 +216,7 @@ func (s *Service) Import(ctx context.Context, id string) (Agent, error) {
 			a.RunnerImage = c.Image
 		}
 	case err != nil && !apierrors.IsNotFound(err):
-		return a, stepErr(deploy.StepImport, "", "importing "+id, err)
+		return a, stepErr(agentspec.StepImport, "", "importing "+id, err)
 	}
 	pvc, err := cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, n.Claim, metav1.GetOptions{})
 	if err == nil {

@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
@@ -36,7 +35,7 @@ const DefaultWorkspaceSize = "1Gi"
 // ModeKubernetes is the deployment mode in the config hash.
 const ModeKubernetes = "kubernetes"
 
-// Steps of a lifecycle (see deploy.StepError), beyond deploy's.
+// Steps of a lifecycle (see agentspec.StepError), beyond deploy's.
 const (
 	StepValidate   = "validate"
 	StepObjects    = "runner objects"
@@ -126,9 +125,9 @@ func (s *Service) Endpoint(agentID string) string {
 
 // Runner statuses Apply and Read report.
 const (
-	StatusRunning  = deploy.StatusRunning
-	StatusMissing  = deploy.StatusMissing
-	StatusStale    = deploy.StatusStale
+	StatusRunning  = agentspec.StatusRunning
+	StatusMissing  = agentspec.StatusMissing
+	StatusStale    = agentspec.StatusStale
 	StatusNotReady = "not ready"
 )
 
@@ -144,7 +143,7 @@ type Applied struct {
 }
 
 func stepErr(step, field, what string, err error) error {
-	return &deploy.StepError{Step: step, Field: field, What: what, Err: err}
+	return &agentspec.StepError{Step: step, Field: field, What: what, Err: err}
 }
 
 // complete fills what the service decides and checks the config as the
@@ -164,7 +163,7 @@ func (s *Service) complete(ctx context.Context, a *Agent) error {
 	if k.RuntimeClass == "" && c.Container.Runtime != "" && c.Container.Runtime != agentspec.DefaultRuntime {
 		rc, err := s.RuntimeClass(ctx, c.Container.Runtime)
 		if err != nil {
-			return stepErr(deploy.StepRuntime, "container_mode.runtime", "finding the RuntimeClass", err)
+			return stepErr(agentspec.StepRuntime, "container_mode.runtime", "finding the RuntimeClass", err)
 		}
 		k.RuntimeClass = rc
 	}
@@ -173,11 +172,11 @@ func (s *Service) complete(ctx context.Context, a *Agent) error {
 	c.Listen = fmt.Sprintf("0.0.0.0:%d", s.o.Port)
 	c.Ask = nil
 	if len(a.ThreegateAsk) > 0 {
-		targets, err := deploy.WaitForAsk(ctx, deploy.AskWait, func() ([]agentspec.AskTarget, error) {
+		targets, err := agentspec.WaitForAsk(ctx, agentspec.AskWait, func() ([]agentspec.AskTarget, error) {
 			return s.ResolveAsk(ctx, a.ThreegateNetwork, a.ThreegateAsk)
 		})
 		if err != nil {
-			return stepErr(deploy.StepAsk, "threegate.ask", "resolving the agents to ask", err)
+			return stepErr(agentspec.StepAsk, "threegate.ask", "resolving the agents to ask", err)
 		}
 		c.Ask = targets
 	}
@@ -243,7 +242,7 @@ func (s *Service) secretState(ctx context.Context, n Names) (*agentspec.Config, 
 
 // hash is the config hash the runner's pod template carries.
 func (s *Service) hash(a Agent, key []byte) string {
-	return deploy.ConfigHash(a.Config, deploy.Settings{Mode: ModeKubernetes, Image: a.runnerImage(), Version: s.o.Version}, key)
+	return agentspec.ConfigHash(a.Config, agentspec.DeploySettings{Mode: ModeKubernetes, Image: a.runnerImage(), Version: s.o.Version}, key)
 }
 
 func (s *Service) workspaceClaim(a Agent, n Names) (*corev1.PersistentVolumeClaim, error) {

@@ -132,7 +132,7 @@ func NewHost(o HostOptions) (*Host, error) {
 		pids = agentspec.DefaultPidsLimit
 	}
 	if !o.FileAccess.Unrestricted {
-		if err := landlock.Validate(o.FileAccess); err != nil {
+		if err := agentspec.ValidateFileAccess(o.FileAccess); err != nil {
 			return nil, fmt.Errorf("host backend: %w", err)
 		}
 	}

@@ -379,8 +379,8 @@ func TestNewHostRefusesContradictoryRules(t *testing.T) {
 	}
 	_, err = NewHost(HostOptions{Workspace: ws, RunnerBinary: testutil.RunnerBinary(t),
 		FileAccess: landlock.FileAccess{AllowRead: []string{"relative/path"}}})
-	var fe *landlock.FieldError
-	if !errors.As(err, &fe) || fe.Field != "allow_read" {
+	var fe *agentspec.FieldError
+	if !errors.As(err, &fe) || fe.Field != "file_access.allow_read" {
 		t.Errorf("NewHost with a relative path = %v, want a FieldError on allow_read", err)
 	}
 }

@@ -212,52 +212,6 @@ type Spec struct {
 	Covered []string
 }
 
-// FieldError is a problem with one entry of a file_access list.
-type FieldError struct {
-	// Field is the file_access attribute: "allow_read", "allow_read_write"
-	// or "deny" (or "unrestricted").
-	Field string
-	// Index is the entry's position in the list, or -1.
-	Index int
-	Path  string
-	Msg   string
-}
-
-func (e *FieldError) Error() string {
-	if e.Index < 0 {
-		return fmt.Sprintf("file_access.%s: %s", e.Field, e.Msg)
-	}
-	return fmt.Sprintf("file_access.%s[%d] %q: %s", e.Field, e.Index, e.Path, e.Msg)
-}
-
-// Validate checks a file_access block without touching the filesystem, for
-// plan time. Every problem is a *FieldError; they are joined with
-// errors.Join (use errors.As or unwrap the join to walk them).
-func Validate(fa FileAccess) error {
-	var errs []error
-	check := func(field string, paths []string) {
-		for i, p := range paths {
-			switch {
-			case p == "":
-				errs = append(errs, &FieldError{field, i, p, "a path must not be empty"})
-			case !filepath.IsAbs(p):
-				errs = append(errs, &FieldError{field, i, p, "the path must be absolute (start with /)"})
-			case strings.ContainsRune(p, 0):
-				errs = append(errs, &FieldError{field, i, p, "the path must not contain NUL"})
-			case filepath.Clean(p) != p:
-				errs = append(errs, &FieldError{field, i, p, fmt.Sprintf("the path must be clean (no `.` or `..` elements, no `//`, no trailing `/`); write %q", filepath.Clean(p))})
-			}
-		}
-	}
-	check("allow_read", fa.AllowRead)
-	check("allow_read_write", fa.AllowReadWrite)
-	check("deny", fa.Deny)
-	if fa.Unrestricted && len(fa.Deny) > 0 {
-		errs = append(errs, &FieldError{"deny", -1, "", "deny has no effect with unrestricted = true; remove one of them"})
-	}
-	return errors.Join(errs...)
-}
-
 // ExpandedDenies are the deny entries that lie strictly inside an
 // allow_read or allow_read_write path, as written (plan time: nothing is
 // resolved). They are exact where a mount covers them: the provider's
@@ -329,7 +283,7 @@ type grant struct {
 // needed); a grant under or at a denied path is dropped; a grant holding a
 // denied path is expanded (see the package doc).
 func Compile(s Spec) (*Ruleset, error) {
-	// Not Validate: a hand-written config (deployment "external") may hold
+	// Not agentspec.ValidateFileAccess: a hand-written config (deployment "external") may hold
 	// `..` or a trailing slash, which are cleaned here; only relative paths
 	// are refused, since they have no meaning for a service.
 	for _, l := range []struct {
@@ -338,7 +292,7 @@ func Compile(s Spec) (*Ruleset, error) {
 	}{{"allow_read", s.FileAccess.AllowRead}, {"allow_read_write", s.FileAccess.AllowReadWrite}, {"deny", s.FileAccess.Deny}} {
 		for i, p := range l.paths {
 			if !filepath.IsAbs(p) {
-				return nil, &FieldError{l.field, i, p, "the path must be absolute (start with /)"}
+				return nil, fmt.Errorf("file_access.%s[%d] %q: the path must be absolute (start with /)", l.field, i, p)
 			}
 		}
 	}

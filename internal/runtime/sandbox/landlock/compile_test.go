@@ -2,7 +2,6 @@ package landlock
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -323,33 +322,6 @@ func TestCheckFailsClosed(t *testing.T) {
 		if err != nil && (!errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("Check(%d) = %v, want ErrUnsupported with %q", tc.abi, err, tc.want)
 		}
-	}
-}
-
-func TestValidate(t *testing.T) {
-	err := Validate(FileAccess{
-		AllowRead:      []string{"/ok", "relative", ""},
-		AllowReadWrite: []string{"/a/../b", "/trailing/"},
-		Deny:           []string{"//double"},
-		Unrestricted:   true,
-	})
-	var got []string
-	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		var fe *FieldError
-		if !errors.As(e, &fe) {
-			t.Fatalf("%v is not a *FieldError", e)
-		}
-		got = append(got, fmt.Sprintf("%s[%d]", fe.Field, fe.Index))
-	}
-	want := []string{"allow_read[1]", "allow_read[2]", "allow_read_write[0]", "allow_read_write[1]", "deny[0]", "deny[-1]"}
-	if !slices.Equal(got, want) {
-		t.Errorf("fields\n got %q\nwant %q", got, want)
-	}
-	if !strings.Contains(err.Error(), `write "/b"`) {
-		t.Errorf("the error should suggest the clean path: %v", err)
-	}
-	if err := Validate(FileAccess{AllowRead: []string{"/", "/srv/data"}, Deny: []string{"/srv/data/secret"}}); err != nil {
-		t.Errorf("valid block: %v", err)
 	}
 }
 

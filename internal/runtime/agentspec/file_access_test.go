@@ -1,0 +1,36 @@
+package agentspec
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestValidateFileAccess(t *testing.T) {
+	err := ValidateFileAccess(FileAccess{
+		AllowRead:      []string{"/ok", "relative", ""},
+		AllowReadWrite: []string{"/a/../b", "/trailing/"},
+		Deny:           []string{"//double"},
+		Unrestricted:   true,
+	})
+	var got []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var fe *FieldError
+		if !errors.As(e, &fe) {
+			t.Fatalf("%v is not a *FieldError", e)
+		}
+		got = append(got, fmt.Sprintf("%s[%d]", fe.Field, fe.Index))
+	}
+	want := []string{"file_access.allow_read[1]", "file_access.allow_read[2]", "file_access.allow_read_write[0]", "file_access.allow_read_write[1]", "file_access.deny[0]", "file_access.deny[-1]"}
+	if !slices.Equal(got, want) {
+		t.Errorf("fields\n got %q\nwant %q", got, want)
+	}
+	if !strings.Contains(err.Error(), `write "/b"`) {
+		t.Errorf("the error should suggest the clean path: %v", err)
+	}
+	if err := ValidateFileAccess(FileAccess{AllowRead: []string{"/", "/srv/data"}, Deny: []string{"/srv/data/secret"}}); err != nil {
+		t.Errorf("valid block: %v", err)
+	}
+}
