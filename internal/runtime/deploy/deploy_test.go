@@ -66,9 +66,11 @@ func TestConfigHash(t *testing.T) {
 		"secret name": func(c *agentspec.Config, _ *agentspec.DeploySettings, _ *[]byte) {
 			c.Secrets = map[string]string{"A": "1", "C": "2"}
 		},
-		"memory": func(c *agentspec.Config, _ *agentspec.DeploySettings, _ *[]byte) { c.Container.MemoryLimit = agentspec.SizeOf(1 << 30) },
-		"image":  func(_ *agentspec.Config, s *agentspec.DeploySettings, _ *[]byte) { s.Image = "img:2" },
-		"mode":   func(_ *agentspec.Config, s *agentspec.DeploySettings, _ *[]byte) { s.Mode = "external" },
+		"memory": func(c *agentspec.Config, _ *agentspec.DeploySettings, _ *[]byte) {
+			c.Container.MemoryLimit = agentspec.SizeOf(1 << 30)
+		},
+		"image": func(_ *agentspec.Config, s *agentspec.DeploySettings, _ *[]byte) { s.Image = "img:2" },
+		"mode":  func(_ *agentspec.Config, s *agentspec.DeploySettings, _ *[]byte) { s.Mode = "external" },
 		"key": func(_ *agentspec.Config, _ *agentspec.DeploySettings, k *[]byte) {
 			*k = []byte("another key, also 32 bytes long!")
 		},
