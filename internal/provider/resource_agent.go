@@ -183,7 +183,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	if checkable {
 		addFieldErrors(&resp.Diagnostics, svc.Check(in.Agent), "Not Supported By The Backend", nil)
 		warnExpandedDenies(in, &resp.Diagnostics)
-		r.planRuntime(ctx, in, &resp.Diagnostics)
+		r.planRuntime(ctx, svc, in, &resp.Diagnostics)
 	}
 	planThreegateAsk(ctx, svc.CheckAsk, plan, &resp.Diagnostics)
 	planRunAsk(ctx, r.data.run, plan, &resp.Diagnostics)

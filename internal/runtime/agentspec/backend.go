@@ -2,6 +2,7 @@ package agentspec
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -34,7 +35,16 @@ type Backend interface {
 	// RunnerName names an agent's runner in a plan's words ("the runner
 	// container meepa-runner-a").
 	RunnerName(agentID string) string
+	// CheckRuntime says whether the backend can run message sandboxes
+	// under the OCI runtime called name (the Docker daemon's runtimes, the
+	// cluster's RuntimeClasses), with what it has when it cannot. An error
+	// wrapping ErrBackendUnreachable means it could not ask; apply asks again.
+	CheckRuntime(ctx context.Context, name string) error
 }
+
+// ErrBackendUnreachable marks a check the backend could not make because
+// its daemon or cluster did not answer.
+var ErrBackendUnreachable = errors.New("backend unreachable")
 
 // Agent is one agent as its owner describes it: the runner's config and
 // what lies beyond it (the metadata).

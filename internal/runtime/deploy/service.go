@@ -159,6 +159,18 @@ func (s *Service) docker(ctx context.Context) (client.APIClient, error) {
 	return cli, nil
 }
 
+// CheckRuntime is agentspec.Backend's: the daemon's runtimes.
+func (s *Service) CheckRuntime(ctx context.Context, name string) error {
+	cli, err := s.docker(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: %w", agentspec.ErrBackendUnreachable, err)
+	}
+	if _, err := cli.Ping(ctx); err != nil {
+		return fmt.Errorf("%w: %w", agentspec.ErrBackendUnreachable, err)
+	}
+	return CheckRuntime(ctx, cli, name)
+}
+
 // CheckRuntime asks the daemon whether it has an OCI runtime.
 func CheckRuntime(ctx context.Context, cli client.APIClient, name string) error {
 	info, err := cli.Info(ctx)

@@ -117,9 +117,10 @@ func TestRefusalClosesTrickledBody(t *testing.T) {
 // client per request does), while busy connections keep their slots: the
 // newcomer then gets 503.
 func TestIdleConnectionsMakeRoom(t *testing.T) {
-	release := make(chan struct{})
+	release, started := make(chan struct{}), make(chan struct{}, 3)
 	addr := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/block" {
+			started <- struct{}{}
 			<-release
 		}
 	}), Limits{MaxHeaderBytes: 4 << 10, ReadHeader: time.Minute, Read: time.Minute, Write: time.Minute, Idle: time.Minute}, 3)
@@ -142,7 +143,11 @@ func TestIdleConnectionsMakeRoom(t *testing.T) {
 	for range 3 {
 		go func() { _, _ = get("/block"); done <- struct{}{} }()
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Every slot busy in a handler, not merely dialled (a sleep here lost
+	// the race on a loaded machine).
+	for range 3 {
+		<-started
+	}
 	code, err := get("/")
 	close(release)
 	for range 3 {

@@ -28,6 +28,13 @@ func NewBackend(s *Service) *Backend { return &Backend{s: s} }
 // It needs nothing but a, so a plan can run it; Apply refuses the same.
 func (b *Backend) Check(a agentspec.Agent) error { return Check(a) }
 
+// CheckRuntime is agentspec.Backend's: a RuntimeClass that names the
+// runtime's handler.
+func (b *Backend) CheckRuntime(ctx context.Context, name string) error {
+	_, err := b.s.RuntimeClass(ctx, name)
+	return err
+}
+
 // Check is Backend.Check, for callers without a cluster.
 func Check(a agentspec.Agent) error {
 	var errs []error

@@ -195,7 +195,7 @@ func (s *Service) complete(ctx context.Context, a *Agent) error {
 func (s *Service) RuntimeClass(ctx context.Context, runtime string) (string, error) {
 	list, err := s.o.Client.Clientset.NodeV1().RuntimeClasses().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return "", fmt.Errorf("list RuntimeClasses: %w", err)
+		return "", fmt.Errorf("%w: list RuntimeClasses: %w", agentspec.ErrBackendUnreachable, err)
 	}
 	for _, rc := range list.Items {
 		if rc.Name == runtime {
