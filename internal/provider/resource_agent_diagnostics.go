@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/docker/docker/client"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
@@ -82,11 +81,6 @@ func (r *agentResource) addServiceError(diags *diag.Diagnostics, err error) {
 			diags.AddError(summary, detail)
 		}
 	}
-}
-
-// docker is the service's daemon connection: the provider's lazy one.
-func (r *agentResource) docker(ctx context.Context) (client.APIClient, error) {
-	return r.data.docker.Client(ctx)
 }
 
 // priorOf is what the state recorded of the last apply; nil for none.

@@ -52,14 +52,6 @@ type llmModel struct {
 	AgentBudgetWindowSeconds types.Int64 `tfsdk:"agent_budget_window_seconds"`
 }
 
-// limits are the relay's spending limits the model holds.
-func (l llmModel) limits() agentspec.LLMLimits {
-	return agentspec.LLMLimits{
-		MaxTokensPerCall: l.MaxTokensPerCall.ValueInt64(), MessageTokenBudget: l.MessageTokenBudget.ValueInt64(),
-		AgentTokenBudget: l.AgentTokenBudget.ValueInt64(), AgentBudgetWindowSeconds: l.AgentBudgetWindowSeconds.ValueInt64(),
-	}
-}
-
 type containerModeModel struct {
 	Enabled        types.Bool   `tfsdk:"enabled"`
 	Image          types.String `tfsdk:"image"`

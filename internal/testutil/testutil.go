@@ -82,7 +82,7 @@ func buildRunner(cache string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(work)
+	defer func() { _ = os.RemoveAll(work) }()
 	if err := os.Chmod(work, 0o755); err != nil {
 		return "", err
 	}
@@ -99,7 +99,7 @@ func buildRunner(cache string) (string, error) {
 	}
 	h := sha256.New()
 	_, err = io.Copy(h, f)
-	f.Close()
+	_ = f.Close()
 	if err != nil {
 		return "", err
 	}
