@@ -285,8 +285,8 @@ func (r *threegateNetworkResource) Read(ctx context.Context, req resource.ReadRe
 	}
 	// Set on every path out, a removal too: the framework wants an
 	// identity after every Read without an error.
-	r.setIdentity(ctx, resp.Identity, m.Name, &resp.Diagnostics)
 	b := topologyBackend(ctx, r.data)
+	setIdentity(ctx, resp.Identity, topologyIdentity{Name: m.Name, Backend: types.StringValue(b.Kind())}, &resp.Diagnostics)
 	if m.Proxy == nil { // importing: only the name is known
 		spec, err := b.Import(ctx, m.Name.ValueString())
 		if err != nil {
