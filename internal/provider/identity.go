@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -19,6 +20,7 @@ import (
 var (
 	_ resource.ResourceWithIdentity = (*isolationImageResource)(nil)
 	_ resource.ResourceWithIdentity = (*threegateNetworkResource)(nil)
+	_ resource.ResourceWithIdentity = (*agentResource)(nil)
 )
 
 // imageIdentity names an isolation image by its tag, which its content
@@ -55,6 +57,25 @@ func (r *threegateNetworkResource) IdentitySchema(_ context.Context, _ resource.
 	}}
 }
 
+// agentIdentity names an agent by its id on one backend.
+type agentIdentity struct {
+	AgentID types.String `tfsdk:"agent_id"`
+	Backend types.String `tfsdk:"backend"`
+}
+
+func (r *agentResource) IdentitySchema(_ context.Context, _ resource.IdentitySchemaRequest, resp *resource.IdentitySchemaResponse) {
+	resp.IdentitySchema = identityschema.Schema{Attributes: map[string]identityschema.Attribute{
+		"agent_id": identityschema.StringAttribute{
+			RequiredForImport: true,
+			Description:       "The agent's id, as the resource's agent_id.",
+		},
+		"backend": identityschema.StringAttribute{
+			OptionalForImport: true,
+			Description:       "Where its runner runs: docker (a Docker host) or kubernetes (a cluster namespace). On import it must be the backend the provider is configured for.",
+		},
+	}}
+}
+
 // setIdentity records v as the resource's identity when the CLI keeps
 // identities.
 func setIdentity(ctx context.Context, id *tfsdk.ResourceIdentity, v any, diags *diag.Diagnostics) {
@@ -72,4 +93,19 @@ func importID(ctx context.Context, req resource.ImportStateRequest, attr string,
 	var v types.String
 	diags.Append(req.Identity.GetAttribute(ctx, path.Root(attr), &v)...)
 	return v.ValueString()
+}
+
+// checkIdentityBackend refuses, on the identity's backend attribute, an
+// import whose identity names what on another backend than kind, the
+// configured one's, before anything is read.
+func checkIdentityBackend(ctx context.Context, req resource.ImportStateRequest, kind, what string, diags *diag.Diagnostics) {
+	if req.ID != "" || req.Identity == nil {
+		return
+	}
+	var backend types.String
+	diags.Append(req.Identity.GetAttribute(ctx, path.Root("backend"), &backend)...)
+	if b := backend.ValueString(); b != "" && b != kind {
+		diags.AddAttributeError(path.Root("backend"), "Wrong Backend",
+			fmt.Sprintf("the identity names %s on %s, and this provider is configured for %s; import it with a provider configured for %s.", what, b, kind, b))
+	}
 }

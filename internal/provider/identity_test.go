@@ -81,3 +81,52 @@ resource "threegate_network" "other" {
 		},
 	})
 }
+
+// TestAccAgent_identity: an agent's identity is its id and its backend; it
+// imports by identity (the write-only key and secrets aside, the state
+// comes back), and an identity naming the other backend is refused on its
+// attribute before anything is read.
+func TestAccAgent_identity(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	image := testutil.EnsureRunnerImage(t, cli)
+	stateDir := t.TempDir()
+	id := "tf-acc-agent-ident-" + runID
+	cleanupAgent(t, cli, id)
+	config := agentAccConfig(stateDir, id, image, "512m", "")
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		TerraformVersionChecks:   needsIdentity,
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps: []resource.TestStep{
+			{
+				Config: config,
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectIdentity("meepa_agent.t", map[string]knownvalue.Check{
+						"agent_id": knownvalue.StringExact(id), "backend": knownvalue.StringExact("docker"),
+					}),
+				},
+			},
+			{
+				ResourceName: "meepa_agent.t", ImportState: true, ImportStateKind: resource.ImportBlockWithResourceIdentity,
+				// Write-only: never in state, so never read back.
+				ImportStateVerifyIgnore: []string{"llm.api_key", "secrets"},
+			},
+			{
+				Config: config + fmt.Sprintf(`
+import {
+  to       = meepa_agent.other
+  identity = { agent_id = %q, backend = "kubernetes" }
+}
+resource "meepa_agent" "other" {
+  agent_id       = %q
+  llm            = { provider = "offline" }
+  container_mode = { enabled = true, image = %q }
+}
+`, id, id, image),
+				PlanOnly:    true,
+				ExpectError: errRE(`Wrong Backend.*names an agent on kubernetes, and this provider is configured for docker`),
+			},
+		},
+	})
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/docker/docker/client"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/list"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
 	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
@@ -26,8 +27,9 @@ import (
 const Address = "registry.terraform.io/bogpad/meepa"
 
 var (
-	_ provider.Provider              = (*meepaProvider)(nil)
-	_ provider.ProviderWithFunctions = (*meepaProvider)(nil)
+	_ provider.Provider                  = (*meepaProvider)(nil)
+	_ provider.ProviderWithFunctions     = (*meepaProvider)(nil)
+	_ provider.ProviderWithListResources = (*meepaProvider)(nil)
 )
 
 // New returns the provider factory for the given version.
@@ -128,6 +130,7 @@ func (p *meepaProvider) Configure(ctx context.Context, req provider.ConfigureReq
 	data.pickBackends()
 	resp.ResourceData = data
 	resp.DataSourceData = data
+	resp.ListResourceData = data
 }
 
 func (p *meepaProvider) Resources(context.Context) []func() resource.Resource {
@@ -135,6 +138,14 @@ func (p *meepaProvider) Resources(context.Context) []func() resource.Resource {
 		NewThreegateNetworkResource,
 		NewIsolationImageResource,
 		NewAgentResource,
+	}
+}
+
+// ListResources are what `terraform query` lists (Terraform 1.14+).
+func (p *meepaProvider) ListResources(context.Context) []func() list.ListResource {
+	return []func() list.ListResource{
+		NewAgentListResource,
+		NewTopologyListResource,
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
@@ -299,6 +300,12 @@ func (r *agentResource) Create(ctx context.Context, req resource.CreateRequest, 
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	r.setIdentity(ctx, resp.Identity, plan.AgentID, &resp.Diagnostics)
+}
+
+// setIdentity records the agent's id and the backend its runner is on.
+func (r *agentResource) setIdentity(ctx context.Context, id *tfsdk.ResourceIdentity, agentID types.String, diags *diag.Diagnostics) {
+	setIdentity(ctx, id, agentIdentity{AgentID: agentID, Backend: types.StringValue(topologyBackend(ctx, r.data).Kind())}, diags)
 }
 
 func (r *agentResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -307,6 +314,9 @@ func (r *agentResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	if resp.Diagnostics.HasError() || !requireProviderData(r.data, "meepa_agent", &resp.Diagnostics) {
 		return
 	}
+	// Set on every path out, a removal too: the framework wants an
+	// identity after every Read without an error.
+	r.setIdentity(ctx, resp.Identity, state.AgentID, &resp.Diagnostics)
 	// The API key is not in state; the one on disk is hashed as it is.
 	in := agentOf(ctx, state, "", &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
@@ -356,6 +366,7 @@ func (r *agentResource) Update(ctx context.Context, req resource.UpdateRequest, 
 		return
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &plan)...)
+	r.setIdentity(ctx, resp.Identity, plan.AgentID, &resp.Diagnostics)
 }
 
 // apply runs the service's Apply for plan and fills plan's computed values
@@ -437,12 +448,18 @@ func (r *agentResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 	}
 }
 
-// ImportState takes an agent id and restores the resource from the runner's
-// config and metadata files under the state directory. The write-only API
-// key is never read back.
+// ImportState takes an agent id, as an import ID or as the identity's
+// agent_id, and restores the resource from what the backend keeps of the
+// runner (its config and metadata). The write-only API key is never read
+// back.
 func (r *agentResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
-	if !workspace.ValidID(req.ID) {
-		resp.Diagnostics.AddError("Invalid Import ID", fmt.Sprintf("%q is not an agent id (%s). Import with the agent_id: terraform import meepa_agent.<name> <agent_id>.", req.ID, workspace.IDPattern))
+	checkIdentityBackend(ctx, req, topologyBackend(ctx, r.data).Kind(), "an agent", &resp.Diagnostics)
+	id := importID(ctx, req, "agent_id", &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if !workspace.ValidID(id) {
+		resp.Diagnostics.AddError("Invalid Import ID", fmt.Sprintf("%q is not an agent id (%s). Import with the agent_id: terraform import meepa_agent.<name> <agent_id>, or an import block with identity = { agent_id = ... }.", id, workspace.IDPattern))
 		return
 	}
 	if !requireProviderData(r.data, "meepa_agent", &resp.Diagnostics) {
@@ -451,12 +468,20 @@ func (r *agentResource) ImportState(ctx context.Context, req resource.ImportStat
 	svc, err := r.service(ctx)
 	var imp agentspec.Imported
 	if err == nil {
-		imp, err = svc.Import(ctx, req.ID)
+		imp, err = svc.Import(ctx, id)
 	}
 	if err != nil {
 		r.addServiceError(&resp.Diagnostics, err)
 		return
 	}
+	m := importedModel(imp)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	r.setIdentity(ctx, resp.Identity, m.AgentID, &resp.Diagnostics)
+}
+
+// importedModel is the state an import starts from: what the backend
+// holds of the agent; Read fills in the rest.
+func importedModel(imp agentspec.Imported) agentModel {
 	m := agentModel{
 		WorkspacePath:     types.StringValue(imp.Agent.Config.Workspace),
 		RunnerContainerID: types.StringValue(""),
@@ -468,7 +493,7 @@ func (r *agentResource) ImportState(ctx context.Context, req resource.ImportStat
 		m.Endpoint = types.StringValue(imp.Endpoint)
 	}
 	modelOf(&m, imp.Agent)
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	return m
 }
 
 // service is the agent backend Configure picked, for one request, logging

@@ -382,16 +382,8 @@ func (r *threegateNetworkResource) Delete(ctx context.Context, req resource.Dele
 // identity's name; an identity's backend must be the configured one.
 func (r *threegateNetworkResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
 	b := topologyBackend(ctx, r.data)
+	checkIdentityBackend(ctx, req, b.Kind(), "a topology", &resp.Diagnostics)
 	name := importID(ctx, req, "name", &resp.Diagnostics)
-	if req.ID == "" && req.Identity != nil {
-		var kind types.String
-		resp.Diagnostics.Append(req.Identity.GetAttribute(ctx, path.Root("backend"), &kind)...)
-		if k := kind.ValueString(); k != "" && k != b.Kind() {
-			resp.Diagnostics.AddAttributeError(path.Root("backend"), "Wrong Backend",
-				fmt.Sprintf("the identity names a topology on %s, and this provider is configured for %s; import it with a provider configured for %s.", k, b.Kind(), k))
-			return
-		}
-	}
 	if resp.Diagnostics.HasError() {
 		return
 	}

@@ -23,6 +23,10 @@ type Backend interface {
 	Remove(ctx context.Context, a Agent) error
 	// Import restores an agent from what its backend holds.
 	Import(ctx context.Context, id string) (Imported, error)
+	// List finds the agents this backend holds (its state directory, its
+	// namespace), each by the provider's own labels and files, in id
+	// order: the importable ones and what is left of one that is not.
+	List(ctx context.Context) ([]Listed, error)
 
 	// Check says what of a this backend cannot honour, each a *FieldError
 	// on the setting (joined), or nil. It needs nothing but a, so a plan
@@ -179,6 +183,17 @@ type Imported struct {
 	Endpoint string
 	// Reported is what the live runner said.
 	Reported Reported
+}
+
+// Listed is one agent a backend holds, as List finds it.
+type Listed struct {
+	ID string
+	// Status is the runner's state: StatusRunning, StatusMissing,
+	// StatusExternal, or the backend's word for another ("stopped").
+	Status string
+	// Orphan, when set, says why the agent cannot be imported (a runner
+	// left without its config) and what removes it.
+	Orphan string
 }
 
 // Warning is something the caller should tell the agent's owner.

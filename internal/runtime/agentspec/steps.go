@@ -20,6 +20,7 @@ const (
 	StepReadWorkspace   = "workspace read"
 	StepRemoveWorkspace = "workspace remove"
 	StepImport          = "import"
+	StepList            = "list"
 )
 
 // StepError says which step of a backend's lifecycle failed, and the

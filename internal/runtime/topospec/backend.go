@@ -47,6 +47,19 @@ type Backend interface {
 	// Kind names the backend (KindDocker, KindKubernetes): part of a
 	// topology's identity, since one name can exist on both.
 	Kind() string
+	// List finds the topologies this backend holds by the provider's own
+	// labels, in name order: the importable ones and what is left of one
+	// that is not.
+	List(ctx context.Context) ([]Listed, error)
+}
+
+// Listed is one topology a backend holds, as List finds it.
+type Listed struct {
+	Name string
+	// Orphan, when set, says why the topology cannot be imported (its
+	// proxy is gone, its networks or policies are left) and what removes
+	// what is left.
+	Orphan string
 }
 
 // Role is what a member of a role joins and what it sets in its
