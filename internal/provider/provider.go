@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/docker/docker/client"
+	"github.com/hashicorp/terraform-plugin-framework/action"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
 	"github.com/hashicorp/terraform-plugin-framework/list"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -30,6 +31,7 @@ var (
 	_ provider.Provider                  = (*meepaProvider)(nil)
 	_ provider.ProviderWithFunctions     = (*meepaProvider)(nil)
 	_ provider.ProviderWithListResources = (*meepaProvider)(nil)
+	_ provider.ProviderWithActions       = (*meepaProvider)(nil)
 )
 
 // New returns the provider factory for the given version.
@@ -131,6 +133,7 @@ func (p *meepaProvider) Configure(ctx context.Context, req provider.ConfigureReq
 	resp.ResourceData = data
 	resp.DataSourceData = data
 	resp.ListResourceData = data
+	resp.ActionData = data
 }
 
 func (p *meepaProvider) Resources(context.Context) []func() resource.Resource {
@@ -146,6 +149,13 @@ func (p *meepaProvider) ListResources(context.Context) []func() list.ListResourc
 	return []func() list.ListResource{
 		NewAgentListResource,
 		NewTopologyListResource,
+	}
+}
+
+// Actions are what an apply can run beside its changes (Terraform 1.14+).
+func (p *meepaProvider) Actions(context.Context) []func() action.Action {
+	return []func() action.Action{
+		NewAgentMessageAction,
 	}
 }
 

@@ -34,6 +34,8 @@ var stepSummaries = map[string]string{
 	agentspec.StepRemoveWorkspace: "Workspace Remove Failed",
 	agentspec.StepImport:          "Agent Not Found",
 	agentspec.StepAsk:             "ThreeGate Ask Target Invalid",
+	agentspec.StepList:            "Agent List Failed",
+	agentspec.StepSend:            "Agent Message Failed",
 }
 
 // stepPaths are the attributes at fault for the steps that have one.

@@ -27,6 +27,10 @@ type Backend interface {
 	// namespace), each by the provider's own labels and files, in id
 	// order: the importable ones and what is left of one that is not.
 	List(ctx context.Context) ([]Listed, error)
+	// Send hands text to the agent's running runner as its owner would
+	// (the runner's own token, read from what the backend holds) and
+	// waits for the answer, at most timeout.
+	Send(ctx context.Context, id, text string, timeout time.Duration) (MessageReply, error)
 
 	// Check says what of a this backend cannot honour, each a *FieldError
 	// on the setting (joined), or nil. It needs nothing but a, so a plan

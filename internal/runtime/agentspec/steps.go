@@ -21,6 +21,7 @@ const (
 	StepRemoveWorkspace = "workspace remove"
 	StepImport          = "import"
 	StepList            = "list"
+	StepSend            = "message"
 )
 
 // StepError says which step of a backend's lifecycle failed, and the

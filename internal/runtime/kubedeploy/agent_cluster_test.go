@@ -78,6 +78,11 @@ func TestAgentOnCluster(t *testing.T) {
 	if code, _ := send(t, addr, "wrong-token", "hello"); code != 401 {
 		t.Errorf("a wrong token: %d, want 401", code)
 	}
+	// The backend's own Send (the meepa_agent_message action): the token
+	// from the Secret, through a port-forward of its own.
+	if r, err := NewBackend(svc).Send(ctx, id, "hello", time.Minute); err != nil || r.Failed() || r.Reply != agent.OfflineAnswer("hello") {
+		t.Fatalf("Send = %+v, %v", r, err)
+	}
 
 	obs, err := svc.Read(ctx, a)
 	if err != nil || obs.Drift() || obs.RunnerPod != out.RunnerPod || obs.ConfigHash != out.ConfigHash {

@@ -1,0 +1,35 @@
+package deploy
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
+)
+
+// Send is agentspec.Backend's: the runner's listener and token come from
+// its config under the state directory.
+func (s *Service) Send(ctx context.Context, id, text string, timeout time.Duration) (agentspec.MessageReply, error) {
+	what := "sending a message to agent " + id
+	if !workspace.ValidID(id) {
+		return agentspec.MessageReply{}, stepErr(agentspec.StepSend, "", what, fmt.Errorf("%q is not an agent id (%s)", id, workspace.IDPattern))
+	}
+	cfg, err := agentspec.LoadConfig(s.Layout(id).ConfigFile)
+	if err != nil {
+		return agentspec.MessageReply{}, stepErr(agentspec.StepSend, "", what, fmt.Errorf("no runner config for agent %q under %s: %w", id, s.o.StateDir, err))
+	}
+	l, err := ParseListen(HostListen(cfg.Listen))
+	if err != nil {
+		return agentspec.MessageReply{}, stepErr(agentspec.StepSend, "", what, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	hc, base := l.Client(timeout)
+	r, err := agentspec.PostMessage(ctx, hc, base, cfg.Token, text)
+	if err != nil {
+		return r, stepErr(agentspec.StepSend, "", what+" at "+l.Endpoint(), err)
+	}
+	return r, nil
+}
