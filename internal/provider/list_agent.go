@@ -3,6 +3,8 @@ package provider
 import (
 	"context"
 	"fmt"
+	"iter"
+	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/list"
@@ -41,6 +43,36 @@ func orphansAttribute(left string) schema.Attribute {
 		Optional: true,
 		MarkdownDescription: "List instead what the provider left that nothing can import: " + left +
 			". Each result's display name says what is left and how to remove it.",
+	}
+}
+
+// listItem is one object a list resource found: its id, its display
+// name, and for an orphan what is left of it and how to remove that.
+type listItem struct {
+	id, display, orphan string
+}
+
+// streamList streams the items the list block asked for (the importable
+// ones, or with orphans = true the orphans, which say what they are in
+// their display name); fill sets an item's identity and, when asked and it
+// is not an orphan, its resource.
+func streamList(ctx context.Context, req list.ListRequest, cfg listConfig, items []listItem, fill func(id string, orphan bool, res *list.ListResult)) iter.Seq[list.ListResult] {
+	orphans := cfg.Orphans.ValueBool()
+	return func(push func(list.ListResult) bool) {
+		for _, it := range items {
+			if (it.orphan != "") != orphans {
+				continue
+			}
+			res := req.NewListResult(ctx)
+			res.DisplayName = it.display
+			if it.orphan != "" {
+				res.DisplayName = "orphan " + strings.SplitN(it.display, " (", 2)[0] + ": " + it.orphan
+			}
+			fill(it.id, it.orphan != "", &res)
+			if !push(res) {
+				return
+			}
+		}
 	}
 }
 
@@ -87,26 +119,16 @@ func (r *agentListResource) List(ctx context.Context, req list.ListRequest, stre
 		stream.Results = list.ListResultsStreamDiagnostics(diags)
 		return
 	}
-	orphans := cfg.Orphans.ValueBool()
-	stream.Results = func(push func(list.ListResult) bool) {
-		for _, l := range found {
-			if (l.Orphan != "") != orphans {
-				continue
-			}
-			res := req.NewListResult(ctx)
-			res.DisplayName = fmt.Sprintf("agent %s (runner %s)", l.ID, l.Status)
-			if l.Orphan != "" {
-				res.DisplayName = fmt.Sprintf("orphan agent %s: %s", l.ID, l.Orphan)
-			}
-			r.setIdentity(ctx, res.Identity, types.StringValue(l.ID), &res.Diagnostics)
-			if req.IncludeResource && l.Orphan == "" {
-				r.includeResource(ctx, svc, l.ID, &res)
-			}
-			if !push(res) {
-				return
-			}
-		}
+	items := make([]listItem, len(found))
+	for i, l := range found {
+		items[i] = listItem{id: l.ID, display: fmt.Sprintf("agent %s (runner %s)", l.ID, l.Status), orphan: l.Orphan}
 	}
+	stream.Results = streamList(ctx, req, cfg, items, func(id string, orphan bool, res *list.ListResult) {
+		r.setIdentity(ctx, res.Identity, types.StringValue(id), &res.Diagnostics)
+		if req.IncludeResource && !orphan {
+			r.includeResource(ctx, svc, id, res)
+		}
+	})
 }
 
 // includeResource fills res with the state an import of id starts from.

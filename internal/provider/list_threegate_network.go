@@ -2,7 +2,6 @@ package provider
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/list"
@@ -49,26 +48,16 @@ func (r *topologyListResource) List(ctx context.Context, req list.ListRequest, s
 		stream.Results = list.ListResultsStreamDiagnostics(diags)
 		return
 	}
-	orphans := cfg.Orphans.ValueBool()
-	stream.Results = func(push func(list.ListResult) bool) {
-		for _, l := range found {
-			if (l.Orphan != "") != orphans {
-				continue
-			}
-			res := req.NewListResult(ctx)
-			res.DisplayName = "topology " + l.Name
-			if l.Orphan != "" {
-				res.DisplayName = fmt.Sprintf("orphan topology %s: %s", l.Name, l.Orphan)
-			}
-			r.setIdentity(ctx, res.Identity, types.StringValue(l.Name), &res.Diagnostics)
-			if req.IncludeResource && l.Orphan == "" {
-				includeTopology(ctx, b, l.Name, &res)
-			}
-			if !push(res) {
-				return
-			}
-		}
+	items := make([]listItem, len(found))
+	for i, l := range found {
+		items[i] = listItem{id: l.Name, display: "topology " + l.Name, orphan: l.Orphan}
 	}
+	stream.Results = streamList(ctx, req, cfg, items, func(name string, orphan bool, res *list.ListResult) {
+		r.setIdentity(ctx, res.Identity, types.StringValue(name), &res.Diagnostics)
+		if req.IncludeResource && !orphan {
+			includeTopology(ctx, b, name, res)
+		}
+	})
 }
 
 // includeTopology fills res with what an import of the topology called
