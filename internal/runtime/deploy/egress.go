@@ -3,7 +3,6 @@ package deploy
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"fmt"
 
 	"github.com/docker/docker/client"
@@ -34,7 +33,7 @@ func egressFor(ctx context.Context, cli client.APIClient, topo, agentID, role, p
 		return nil, fmt.Errorf("topology %q: %w", topo, err)
 	}
 	if errs := proxy.Narrows(spec.Proxy.Allow, spec.Docker.AllowPrivate, policy); len(errs) > 0 {
-		return nil, errors.Join(errs...)
+		return nil, proxy.PolicyErrors(errs)
 	}
 	key, err := topology.EgressKey(ctx, cli, topo)
 	if err != nil {

@@ -346,25 +346,45 @@ func (v *verifier) sweep(now int64) {
 // confines, so any would be safe; one that the topology refuses anyway
 // would only be a mistake). It returns one error per offending entry,
 // naming its index in the list it came from ("allow[1]", "allow_cidrs[0]").
-func Narrows(ceiling Allowlist, private []netip.Prefix, p Policy) []error {
-	var errs []error
+func Narrows(ceiling Allowlist, private []netip.Prefix, p Policy) []PolicyError {
+	var errs []PolicyError
 	for i, a := range p.Allow {
-		if !covered(ceiling, a) {
-			errs = append(errs, fmt.Errorf("allow[%d]: %s is not inside the topology's allow list (%s); an agent can only narrow it",
-				i, a, strings.Join(ceiling.Strings(), ", ")))
+		if !ceiling.Covers(a) {
+			errs = append(errs, PolicyError{"allow", i, fmt.Errorf("%s is not inside the topology's allow list (%s); an agent can only narrow it",
+				a, strings.Join(ceiling.Strings(), ", "))})
 		}
 	}
 	for i, c := range p.CIDRs {
 		if why := publicPrefix(c); why != "" && !insideAny(private, c) {
-			errs = append(errs, fmt.Errorf("allow_cidrs[%d]: %s %s; only public ranges narrow an agent (private ranges are the topology's allow_private)", i, c, why))
+			errs = append(errs, PolicyError{"allow_cidrs", i, fmt.Errorf("%s %s; an agent's ranges are public ones, or inside the topology's allow_private", c, why)})
 		}
 	}
 	return errs
 }
 
-// covered says whether some pattern of ceiling allows everything a does.
-func covered(ceiling Allowlist, a Pattern) bool {
-	for _, c := range ceiling {
+// PolicyError is one bad entry of an agent's policy: the list it is in
+// ("allow", "deny", "allow_cidrs") and its index there.
+type PolicyError struct {
+	Field string
+	Index int
+	Err   error
+}
+
+func (e PolicyError) Error() string { return fmt.Sprintf("%s[%d]: %v", e.Field, e.Index, e.Err) }
+func (e PolicyError) Unwrap() error { return e.Err }
+
+// PolicyErrors joins policy errors into one error (nil for none).
+func PolicyErrors(errs []PolicyError) error {
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = e
+	}
+	return errors.Join(out...)
+}
+
+// Covers says whether some pattern of the list allows everything a does.
+func (l Allowlist) Covers(a Pattern) bool {
+	for _, c := range l {
 		if c.Port != a.Port {
 			continue
 		}
@@ -404,6 +424,9 @@ func publicPrefix(p netip.Prefix) string {
 	return ""
 }
 
+// PrefixInside says whether p lies inside one of list.
+func PrefixInside(list []netip.Prefix, p netip.Prefix) bool { return insideAny(list, p) }
+
 func insideAny(list []netip.Prefix, p netip.Prefix) bool {
 	for _, q := range list {
 		if q.Bits() <= p.Bits() && q.Contains(p.Addr()) {
@@ -415,15 +438,15 @@ func insideAny(list []netip.Prefix, p netip.Prefix) bool {
 
 // ParsePolicy parses an agent's policy from its three lists, reporting
 // every bad entry with its list and index.
-func ParsePolicy(allow, deny, cidrs []string) (Policy, []error) {
+func ParsePolicy(allow, deny, cidrs []string) (Policy, []PolicyError) {
 	var p Policy
-	var errs []error
+	var errs []PolicyError
 	one := func(field string, entries []string) Allowlist {
 		var list Allowlist
 		for i, e := range entries {
 			pat, err := ParsePattern(e)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%s[%d]: %w", field, i, err))
+				errs = append(errs, PolicyError{field, i, err})
 				continue
 			}
 			list = append(list, pat)
@@ -434,7 +457,7 @@ func ParsePolicy(allow, deny, cidrs []string) (Policy, []error) {
 	for i, c := range cidrs {
 		pre, err := netip.ParsePrefix(c)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("allow_cidrs[%d]: %q is not a CIDR (e.g. 203.0.113.0/24)", i, c))
+			errs = append(errs, PolicyError{"allow_cidrs", i, fmt.Errorf("%q is not a CIDR (e.g. 8.8.8.0/24)", c)})
 			continue
 		}
 		p.CIDRs = append(p.CIDRs, pre)
