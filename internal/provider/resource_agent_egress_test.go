@@ -145,9 +145,8 @@ resource "meepa_agent" "b" {
 				if err != nil {
 					return err
 				}
-				if !regexp.MustCompile(`"message_id":"` + ids[1] + `"[^\n]*"egress_refused":1[,}]`).MatchString(runnerLog) &&
-					!regexp.MustCompile(`"egress_refused":1[^\n]*"message_id":"`+ids[1]+`"`).MatchString(runnerLog) {
-					return fmt.Errorf("runner log has no egress_refused=1 for message %s:\n%s", ids[1], runnerLog)
+				if !regexp.MustCompile(`message_id=` + ids[1] + ` .* egress_requests=1 egress_refused=1 `).MatchString(runnerLog) {
+					return fmt.Errorf("runner log has no egress_requests=1 egress_refused=1 for message %s:\n%s", ids[1], runnerLog)
 				}
 				return checkCredentials(cli, stateDir, idA, ids[0], spec, image, out.Addr(443))
 			},
@@ -227,7 +226,9 @@ func connectFromFetchnet(cli client.APIClient, spec topospec.Spec, image, auth, 
 	if err != nil {
 		return "", err
 	}
-	defer func() { _ = cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true}) }()
+	defer func() {
+		_ = cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
+	}()
 	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		return "", err
 	}

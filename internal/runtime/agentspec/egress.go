@@ -43,10 +43,11 @@ func validateEgress(c *Config) error {
 	return errors.Join(errs...)
 }
 
-// WithoutApplied is c's egress block with what apply resolves (the key,
-// the proxy) cleared: what a plan knows of it.
+// WithoutApplied is the egress block with what apply resolves (the key,
+// the proxy) cleared: what a plan knows of it (nil without a policy, as a
+// plan without the egress attribute has).
 func (e *Egress) WithoutApplied() *Egress {
-	if e == nil {
+	if e == nil || e.Policy.IsZero() {
 		return nil
 	}
 	return &Egress{Policy: e.Policy}
