@@ -210,7 +210,7 @@ func checkCredentials(cli client.APIClient, stateDir, id, ended string, spec top
 
 // connectFromFetchnet runs the probe's CONNECT from a container on
 // fetchnet (as a FETCH sandbox is) and returns what it observed.
-func connectFromFetchnet(cli client.APIClient, spec topospec.Spec, image, auth, target string) (string, error) {
+func connectFromFetchnet(cli client.APIClient, spec topospec.Spec, image, auth, target string) (observed string, err error) {
 	ctx := context.Background()
 	via := topology.ProxyURL(spec)
 	via = strings.TrimPrefix(via, "http://")
@@ -227,7 +227,9 @@ func connectFromFetchnet(cli client.APIClient, spec topospec.Spec, image, auth, 
 		return "", err
 	}
 	defer func() {
-		_ = cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
+		if rmErr := testutil.Gone(cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})); rmErr != nil && err == nil {
+			err = fmt.Errorf("remove probe: %w", rmErr)
+		}
 	}()
 	if err := cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		return "", err
