@@ -269,7 +269,12 @@ func (sv *Service) removeNetwork(ctx context.Context, id, name string) error {
 		if errdefs.IsNotFound(err) {
 			return nil
 		}
-		if !strings.Contains(err.Error(), "active endpoints") || time.Now().After(deadline) || endpointsLive(ctx, cli, id) {
+		// Both are the daemon still settling the endpoints of containers
+		// just removed (Docker 20.10 also answers the second when the last
+		// endpoint's removal races the network's); FETCH runners, on the
+		// role's networks to revoke at the proxy, are among them.
+		settling := strings.Contains(err.Error(), "active endpoints") || strings.Contains(err.Error(), "endpoint count from store")
+		if !settling || time.Now().After(deadline) || endpointsLive(ctx, cli, id) {
 			in, ierr := cli.NetworkInspect(ctx, id, network.InspectOptions{})
 			if ierr == nil && len(in.Containers) > 0 {
 				var names []string
