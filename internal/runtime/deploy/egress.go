@@ -20,7 +20,7 @@ import (
 func egressFor(ctx context.Context, cli client.APIClient, topo, agentID, role, proxyURL string, planned *agentspec.Egress) (*agentspec.Egress, error) {
 	if role != agentspec.RoleFetch {
 		if planned != nil && !planned.Policy.IsZero() {
-			return nil, fmt.Errorf("threegate.egress: only a fetch agent has an egress policy; this one's role is %s", role)
+			return nil, fmt.Errorf("egress: only a fetch agent has an egress policy; this one's role is %s", role)
 		}
 		return nil, nil
 	}

@@ -117,7 +117,7 @@ func (s *Service) resolve(ctx context.Context, a *agentspec.Agent) (client.APICl
 		a.Config.Role = a.Meta.ThreegateRole
 		eg, err := egressFor(ctx, cli, a.Meta.ThreegateNetwork, a.Config.AgentID, a.Config.Role, r.Env["http_proxy"], a.Config.Egress)
 		if err != nil {
-			return nil, stepErr(agentspec.StepThreegate, "threegate.egress", "preparing the agent's egress identity", err)
+			return nil, stepErr(agentspec.StepThreegate, "threegate", "preparing the agent's egress identity", err)
 		}
 		a.Config.Egress = eg
 		if len(a.Meta.ThreegateAsk) > 0 {
