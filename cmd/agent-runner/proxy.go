@@ -79,7 +79,7 @@ func runProxy(args []string) int {
 	if len(opts.Allow) == 0 {
 		log.Warn("the allowlist is empty: every request will be refused")
 	}
-	log.Info("proxy listening", "address", ln.Addr().String(), "allow", opts.Allow.Strings(),
+	log.Info("proxy listening", "address", ln.Addr().String(), "allow", opts.Allow.Strings(), "credential", opts.Key != nil,
 		"allow_private", []string(f.allowPrivate), "dns", []string(f.dns))
 	return serveUntilSignal(srv, ln, f.grace, log)
 }
@@ -88,6 +88,7 @@ func runProxy(args []string) int {
 type proxyFlags struct {
 	allow, allowFiles, dns, allowPrivate stringList
 	listen, audit, logLevel              string
+	requireCredential                    bool
 	maxConns                             int
 	dialTimeout, idleTimeout, grace      time.Duration
 }
@@ -103,6 +104,8 @@ func (f *proxyFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.dialTimeout, "dial-timeout", proxy.DefaultDialTimeout, "timeout for resolving and connecting upstream")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", proxy.DefaultIdleTimeout, "close tunnels and connections idle this long")
 	fs.DurationVar(&f.grace, "shutdown-grace", 8*time.Second, "on SIGTERM, how long open tunnels may finish")
+	fs.BoolVar(&f.requireCredential, "require-credential", false,
+		"require a per-message egress credential on every request (the topology's key, hex, in $"+proxy.EnvEgressKey+")")
 	fs.StringVar(&f.logLevel, "log-level", "info", "operational log level on stderr (trace, debug, info, warn, error)")
 }
 
@@ -132,7 +135,14 @@ func (f *proxyFlags) options(log hclog.Logger) (proxy.Options, error) {
 		}
 		servers = append(servers, ap)
 	}
+	var key []byte
+	if f.requireCredential {
+		if key, err = proxy.ParseKey(os.Getenv(proxy.EnvEgressKey)); err != nil {
+			return proxy.Options{}, fmt.Errorf("--require-credential: $%s: %w", proxy.EnvEgressKey, err)
+		}
+	}
 	return proxy.Options{
+		Key:          key,
 		Allow:        list,
 		AllowPrivate: prefixes,
 		Resolver:     proxy.NewDNSResolver(servers),

@@ -53,6 +53,17 @@ func (r *planRun) topology(s topospec.Spec) topospec.Problems {
 	return ps
 }
 
+// planned is the topology called name as planned in this run.
+func (r *planRun) planned(name string) (topospec.Spec, bool) {
+	if r == nil {
+		return topospec.Spec{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.topologies[name]
+	return s, ok
+}
+
 // agent records a planned agent and checks the asks between it and the
 // agents planned before it, both ways: its own ask targets (attributed to
 // its threegate.ask) and the core agents that ask it (attributed to its

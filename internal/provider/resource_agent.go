@@ -188,6 +188,10 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	}
 	planThreegateAsk(ctx, svc.CheckAsk, plan, &resp.Diagnostics)
 	planRunAsk(ctx, r.data.run, plan, &resp.Diagnostics)
+	planEgress(ctx, r, in, &resp.Diagnostics)
+	if state != nil {
+		warnEgressWidens(ctx, plan, *state, &resp.Diagnostics)
+	}
 	if state == nil {
 		plan.Token = types.StringUnknown()
 		plan.ConfigHash = types.StringUnknown()

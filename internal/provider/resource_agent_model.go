@@ -26,6 +26,7 @@ type agentModel struct {
 	ContainerMode         types.Object `tfsdk:"container_mode"`
 	FileAccess            types.Object `tfsdk:"file_access"`
 	Threegate             types.Object `tfsdk:"threegate"`
+	Egress                types.Object `tfsdk:"egress"`
 	Runner                types.Object `tfsdk:"runner"`
 	ForceDestroyWorkspace types.Bool   `tfsdk:"force_destroy_workspace"`
 
@@ -308,6 +309,7 @@ func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagn
 		a.Meta.ThreegateNetwork, a.Meta.ThreegateRole = str(tg.Network, "threegate.network"), str(tg.Role, "threegate.role")
 		a.Meta.ThreegateAsk = list(tg.Ask, "threegate.ask")
 	}
+	a.Config.Egress = egressOf(ctx, m.Egress, in.unknown, diags)
 	a.Meta.Soul, a.Meta.Memory = m.Soul.ValueString(), m.Memory.ValueString()
 	a.Meta.ManageSoul, a.Meta.ForceDestroyWorkspace = m.ManageSoul.ValueBool(), m.ForceDestroyWorkspace.ValueBool()
 	a.Meta.Deployment, a.Meta.RunnerImage = str(rn.Deployment, "runner.deployment"), str(rn.Image, "runner.image")
@@ -336,6 +338,7 @@ func modelOf(m *agentModel, a agentspec.Agent) {
 	m.RedactSecrets = types.BoolValue(c.RedactSecrets)
 	network := types.StringValue(c.Container.Network)
 	m.Threegate = types.ObjectNull(threegateAttrTypes)
+	m.Egress = egressValue(c.Egress)
 	if meta.ThreegateNetwork != "" {
 		network = types.StringNull()
 		m.Threegate = types.ObjectValueMust(threegateAttrTypes, map[string]attr.Value{

@@ -280,6 +280,7 @@ func agentSchema() schema.Schema {
 					},
 				},
 			},
+			"egress": egressSchema(),
 			"runner": schema.SingleNestedAttribute{
 				Optional: true, Computed: true, Default: objectdefault.StaticValue(defaultRunner()),
 				MarkdownDescription: "The agent's `agent-runner serve` service.",

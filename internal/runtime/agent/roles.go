@@ -85,7 +85,7 @@ func (t *Toolbox) Fetch(ctx context.Context, raw string) (string, error) {
 	req.Header.Set("User-Agent", "meepa-fetch")
 	c := t.fetchClient
 	if c == nil {
-		c = &http.Client{Transport: &http.Transport{Proxy: fetchProxy}}
+		c = &http.Client{Transport: &http.Transport{Proxy: func(r *http.Request) (*url.URL, error) { return fetchProxy(r, t.getenv) }}}
 	}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -103,19 +103,31 @@ func (t *Toolbox) Fetch(ctx context.Context, raw string) (string, error) {
 	return UntrustedContent(fmt.Sprintf("fetch %s: HTTP %d, %s%s", u.Redacted(), resp.StatusCode, resp.Header.Get("Content-Type"), cut), string(body)), nil
 }
 
+// getenv looks a variable up in the tools' environment (the request's
+// Env: a FETCH message's proxy variables carry its egress credential),
+// then in agent-run's own (the sandbox's, without one).
+func (t *Toolbox) getenv(name string) string {
+	for i := len(t.env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(t.env[i], name+"="); ok {
+			return v
+		}
+	}
+	return os.Getenv(name)
+}
+
 // fetchProxy sends every fetch, each redirect included, to the proxy that
 // FETCH's environment names for the URL's scheme. Unlike Go's
 // ProxyFromEnvironment it honours no no_proxy list and does not exempt
 // loopback: otherwise a fetch (or a redirect an allowed page answers with)
 // would reach llmnet members, the LLM gateway and the runners among them,
 // directly, past the proxy's allowlist. Without a proxy there is no fetch.
-func fetchProxy(req *http.Request) (*url.URL, error) {
+func fetchProxy(req *http.Request, getenv func(string) string) (*url.URL, error) {
 	names := []string{"HTTP_PROXY", "http_proxy"}
 	if req.URL.Scheme == "https" {
 		names = []string{"HTTPS_PROXY", "https_proxy"}
 	}
 	for _, n := range names {
-		if v := os.Getenv(n); v != "" {
+		if v := getenv(n); v != "" {
 			u, err := url.Parse(v)
 			if err != nil || u.Host == "" {
 				return nil, fmt.Errorf("proxy %s: not a URL", n)

@@ -65,6 +65,9 @@ type Config struct {
 	// the relay, to the target's runner (its socket on Docker, its pod on
 	// a cluster), never over a network path from the sandbox.
 	Ask []AskTarget `json:"ask,omitempty"`
+	// Egress, for a FETCH agent of a topology whose proxy requires them,
+	// mints the per-message egress credentials (see Egress).
+	Egress *Egress `json:"egress,omitempty"`
 	// AskTimeoutSeconds bounds one ask; zero means 120, and never more
 	// than the asking message's own timeout.
 	AskTimeoutSeconds int `json:"ask_timeout_seconds,omitempty"`

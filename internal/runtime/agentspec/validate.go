@@ -54,6 +54,9 @@ func Validate(c *Config) error {
 			errs = append(errs, fmt.Errorf("ask[%d]: agent %s: on kubernetes want its runner's port and token, and no listen (its pod is found by its labels)", i, a.AgentID))
 		}
 	}
+	if err := validateEgress(c); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Container.Enabled && c.Container.Image == "" {
 		errs = append(errs, errors.New("container_mode.image is empty"))
 	}

@@ -71,9 +71,11 @@ func ForConfig(c agentspec.Config, p Placement) (Deployment, error) {
 	// per-message containers used to have: the role's networks, or
 	// RunnerNetwork (never Docker's default bridge, where every container
 	// of the host would reach its port).
+	// A FETCH runner also revokes each message's egress credential at the
+	// topology's proxy, on the role's networks.
 	relays := relaysModelCalls(c)
 	switch {
-	case !hostMode && relays && len(c.Container.Networks) > 0:
+	case !hostMode && (relays || c.Egress != nil) && len(c.Container.Networks) > 0:
 		d.Networks = c.Container.Networks
 	case !hostMode && relays && c.Container.Network == "bridge":
 		d.Network = RunnerNetwork

@@ -43,6 +43,7 @@ func hashInputs(a agentspec.Agent) map[string]string {
 	// The plan knows a threegate role by its topology, role and ask ids;
 	// what they resolve to is apply's.
 	c.Container.Networks, c.Container.DNS, c.Env, c.Role, c.Ask = nil, nil, nil, "", nil
+	c.Egress = c.Egress.WithoutApplied()
 	raw, _ := json.Marshal(c)
 	var tree map[string]any
 	_ = json.Unmarshal(raw, &tree)

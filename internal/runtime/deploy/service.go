@@ -137,6 +137,7 @@ func (s *Service) hashRunning(a agentspec.Agent, runnerImage string, key []byte)
 	}
 	if a.Meta.ThreegateNetwork != "" {
 		c.Container.Network, c.Container.Networks, c.Container.DNS, c.Env = "", nil, nil, nil
+		c.Egress = c.Egress.WithoutApplied()
 		set.ThreegateNetwork, set.ThreegateRole = a.Meta.ThreegateNetwork, a.Meta.ThreegateRole
 		// The plan knows the ask targets' ids only; their sockets and
 		// tokens are read at apply.

@@ -89,6 +89,11 @@ type Result struct {
 	Detail   string `json:"detail,omitempty"`
 }
 
+// EnvProxyAuthorization, when set in the probe's environment, is sent as
+// the Proxy-Authorization of its CONNECTs: the egress credential a
+// topology's verification mints for its FETCH probe.
+const EnvProxyAuthorization = "MEEPA_PROBE_PROXY_AUTHORIZATION"
+
 // Run performs c within timeout.
 func Run(ctx context.Context, c Check, timeout time.Duration) Result {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -113,7 +118,11 @@ func Run(ctx context.Context, c Check, timeout time.Duration) Result {
 		if dl, ok := ctx.Deadline(); ok {
 			_ = conn.SetDeadline(dl)
 		}
-		if _, err := fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", c.Target, c.Target); err != nil {
+		auth := ""
+		if v := os.Getenv(EnvProxyAuthorization); v != "" && !strings.ContainsAny(v, "\r\n") {
+			auth = "Proxy-Authorization: " + v + "\r\n"
+		}
+		if _, err := fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", c.Target, c.Target, auth); err != nil {
 			r.Observed, r.Detail = classify(err), "proxy: "+err.Error()
 			return r
 		}

@@ -12,14 +12,23 @@ const (
 	DecisionAllow = "allow" // the policy allowed it and the upstream answered
 	DecisionDeny  = "deny"  // the policy refused it (403) or the request was malformed (400)
 	DecisionError = "error" // the policy allowed it but the upstream failed (502)
+	// DecisionRevoke: a runner ended a message's credential; the reason
+	// gives the message's counts.
+	DecisionRevoke = "revoke"
 )
 
 // AuditRecord is one line of the audit log, written when a request ends.
 // It never holds request bodies, paths, queries or headers: those can carry
 // credentials.
 type AuditRecord struct {
-	Time       string  `json:"time"` // RFC 3339 with nanoseconds, UTC, when the request arrived
-	Client     string  `json:"client"`
+	Time   string `json:"time"` // RFC 3339 with nanoseconds, UTC, when the request arrived
+	Client string `json:"client"`
+	// Agent, Role and Message come from the request's egress credential,
+	// once its MAC holds; empty on a proxy without a key, or a request
+	// without a verifiable credential.
+	Agent      string  `json:"agent,omitempty"`
+	Role       string  `json:"role,omitempty"`
+	Message    string  `json:"message_id,omitempty"`
 	Method     string  `json:"method"`
 	Host       string  `json:"host"`
 	Port       uint16  `json:"port"`

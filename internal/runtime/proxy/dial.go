@@ -14,7 +14,9 @@ import (
 // connect resolves the target, keeps only addresses the policy permits and
 // dials exactly those, one by one. It returns the connection and the IP it
 // connected to (or the refused one).
-func (s *Server) connect(ctx context.Context, t Target) (net.Conn, string, error) {
+// cidrs, when not empty, confine the addresses to those ranges (the
+// credential's Policy.CIDRs).
+func (s *Server) connect(ctx context.Context, t Target, cidrs []netip.Prefix) (net.Conn, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.DialTimeout)
 	defer cancel()
 
@@ -42,6 +44,12 @@ func (s *Server) connect(ctx context.Context, t Target) (net.Conn, string, error
 	var permitted []netip.Addr
 	var firstRefusal *refusal
 	for _, a := range addrs {
+		if len(cidrs) > 0 && !containsAddr(cidrs, a) {
+			if firstRefusal == nil {
+				firstRefusal = &refusal{status: http.StatusForbidden, reason: "address " + a.String() + " is outside the agent's allow_cidrs", ip: a.String()}
+			}
+			continue
+		}
 		if why := s.refusedRange(a, explicit); why != "" {
 			if firstRefusal == nil {
 				firstRefusal = &refusal{status: http.StatusForbidden, reason: "private address " + a.String() + ": " + why, ip: a.String()}
@@ -95,6 +103,15 @@ func (s *Server) refusedRange(a netip.Addr, explicit bool) string {
 		}
 	}
 	return why
+}
+
+func containsAddr(list []netip.Prefix, a netip.Addr) bool {
+	for _, p := range list {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 type vettedKey struct{}

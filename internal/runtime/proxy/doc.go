@@ -46,10 +46,25 @@
 // address being connected is the vetted one and still passes the policy,
 // and the connected peer is compared with it once more.
 //
+// # Per-message credentials
+//
+// With Options.Key (`--require-credential`, the key in $MEEPA_EGRESS_KEY)
+// every request must carry a live credential of one message in
+// Proxy-Authorization (Basic, the agent id as user name), else 407. A
+// credential is minted by the agent's runner under the agent's key derived
+// from the topology's (AgentKey, Mint) and carries the agent, role,
+// message id, expiry and the agent's Policy, which narrows the allowlist
+// for that request (the allowlist still applies). The runner revokes it at
+// the message's end (RevokePath) and gets the message's Counts. See
+// credential.go for the design.
+//
 // # Audit
 //
 // One JSON line per request (AuditRecord), written when the request or
-// tunnel ends; decisions are allow, deny (403 policy, 400 malformed, 503
-// over the connection bound) and error (502, allowed but the upstream
-// failed). Paths, queries, headers and bodies are never logged.
+// tunnel ends; decisions are allow, deny (403 policy, 407 no live
+// credential, 400 malformed, 503 over the connection bound), error (502,
+// allowed but the upstream failed) and revoke (a message ended). With a
+// key, each line names the credential's agent, role and message once its
+// MAC holds. Paths, queries, headers, bodies and credentials are never
+// logged.
 package proxy

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -56,12 +57,18 @@ type Options struct {
 	Audit io.Writer
 	// Logger gets operational messages (not the audit). Default: discarded.
 	Logger hclog.Logger
+	// Key is the topology's egress key (KeySize bytes). Set, every request
+	// must carry a live per-message credential minted under it (else 407),
+	// and the credential's Policy narrows Allow for that request. Nil: no
+	// credentials (a proxy started by hand, or by an earlier release).
+	Key []byte
 }
 
 // Server is the allowlist forward proxy. Create it with New.
 type Server struct {
 	opts  Options
 	audit *auditLog
+	creds *verifier // nil without Options.Key
 	log   hclog.Logger
 	http  *http.Server
 
@@ -101,11 +108,17 @@ func New(opts Options) (*Server, error) {
 			return nil, errors.New("proxy: invalid allow-private prefix")
 		}
 	}
+	if opts.Key != nil && len(opts.Key) != KeySize {
+		return nil, fmt.Errorf("proxy: egress key of %d bytes, want %d", len(opts.Key), KeySize)
+	}
 	s := &Server{
 		opts:     opts,
 		audit:    &auditLog{w: opts.Audit},
 		log:      opts.Logger,
 		hijacked: map[net.Conn]struct{}{},
+	}
+	if opts.Key != nil {
+		s.creds = newVerifier(opts.Key)
 	}
 	d := &net.Dialer{
 		Timeout:        opts.DialTimeout,
@@ -173,12 +186,31 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Client: r.RemoteAddr,
 		Method: sanitizeMethod(r.Method),
 	}
+	var claims *Claims
 	defer func() {
 		rec.DurationMS = durationMS(time.Since(start))
+		if claims != nil {
+			s.creds.count(*claims, rec.Decision == DecisionDeny)
+		}
 		if err := s.audit.write(rec); err != nil {
 			s.log.Error("audit write failed", "error", err)
 		}
 	}()
+
+	if s.creds != nil {
+		c, err := s.credential(r, &rec)
+		if r.Method == http.MethodPost && r.URL.Host == "" && r.URL.Path == RevokePath &&
+			(err == nil || errors.Is(err, ErrRevokedCredential)) {
+			s.revoke(w, &rec, c)
+			return
+		}
+		if err != nil {
+			w.Header().Set("Proxy-Authenticate", `Basic realm="meepa-egress"`)
+			s.refuse(w, &rec, &refusal{status: http.StatusProxyAuthRequired, reason: err.Error()}, r.Host)
+			return
+		}
+		claims = &c
+	}
 
 	var target Target
 	var err error
@@ -196,7 +228,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, &rec, &refusal{status: http.StatusForbidden, reason: "not in allowlist"}, target.String())
 		return
 	}
-	upstream, ip, err := s.connect(r.Context(), target)
+	var cidrs []netip.Prefix
+	if claims != nil {
+		if why := claims.Policy.refuses(target); why != "" {
+			s.refuse(w, &rec, &refusal{status: http.StatusForbidden, reason: why}, target.String())
+			return
+		}
+		cidrs = claims.Policy.CIDRs
+	}
+	upstream, ip, err := s.connect(r.Context(), target, cidrs)
 	rec.IP = ip
 	if err != nil {
 		var ref *refusal
@@ -212,6 +252,31 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		s.forward(w, r, &rec, upstream)
 	}
+}
+
+// credential verifies the request's credential and names its agent,
+// role and message in the audit record (also for an expired or revoked
+// one: the MAC held, so the names are true).
+func (s *Server) credential(r *http.Request, rec *AuditRecord) (Claims, error) {
+	user, cred, err := credentialOf(r.Header)
+	if err != nil {
+		return Claims{}, err
+	}
+	c, err := s.creds.verify(user, cred)
+	if c.Agent != "" {
+		rec.Agent, rec.Role, rec.Message = sanitizeText(c.Agent), sanitizeText(c.Role), sanitizeText(c.Message)
+	}
+	return c, err
+}
+
+// revoke ends the message of c and answers its counts.
+func (s *Server) revoke(w http.ResponseWriter, rec *AuditRecord, c Claims) {
+	n := s.creds.revoke(c)
+	rec.Decision, rec.Status, rec.Reason = DecisionRevoke, http.StatusOK, fmt.Sprintf("revoked after %d requests (%d refused)", n.Requests, n.Refused)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Connection", "close")
+	// The runner reads the counts; one gone before reading them loses them.
+	_ = json.NewEncoder(w).Encode(n)
 }
 
 func (s *Server) plainTarget(r *http.Request) (Target, error) {

@@ -503,6 +503,13 @@ func (res result) write(w http.ResponseWriter, id string) {
 func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox.Backend, p *pending) result {
 	id, queued := p.id, time.Since(p.queuedAt)
 	req := BuildRequest(cfg, id, p.msg)
+	// A FETCH agent's message gets its own egress credential, in its proxy
+	// variables; it is revoked when the message ends.
+	env, egress, err := beginEgress(cfg, id, req.Env)
+	if err != nil {
+		return errorResult(http.StatusInternalServerError, id, agent.ErrKindInternal, "egress credential: "+err.Error())
+	}
+	req.Env = env
 	job := sandbox.Job{MessageID: id, Timeout: cfg.Container.Timeout()}
 	var usage RelayUsage
 	endRelay := func() {}
@@ -540,6 +547,15 @@ func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox
 	begin := time.Now()
 	out, runErr := backend.Run(ctx, job)
 	endRelay()
+	egressReq, egressRefused := agentspec.Unreported, agentspec.Unreported
+	if egress != nil {
+		n, err := egress.end(context.WithoutCancel(ctx))
+		if err != nil {
+			s.log.Warn("egress credential not revoked; it expires with the message's timeout", "message_id", id, "error", err)
+		} else {
+			egressReq, egressRefused = n.Requests, n.Refused
+		}
+	}
 	status, kind, detail, reply := classify(cfg, out, runErr)
 	dur := time.Since(begin)
 
@@ -580,6 +596,8 @@ func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox
 		"llm_budget_refused", usage.BudgetRefused,
 		"llm_agent_window_tokens", usage.AgentWindowTokens,
 		"ask_message_ids", strings.Join(usage.Asks, ","),
+		"egress_requests", egressReq,
+		"egress_refused", egressRefused,
 	}, p.auditFields()...)...)
 	if runErr != nil {
 		s.log.Error("sandbox failed", "message_id", id, "error", agentspec.Redactor(cfg).String(runErr.Error()))

@@ -22,6 +22,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
@@ -72,6 +73,9 @@ type ObservedProxy struct {
 	Config  string            // LabelConfig value
 	Record  string            // LabelSpec value; "" on a proxy made before records
 	IPs     map[string]string // network name -> address
+	// Key is the topology's egress key, from the proxy's environment; nil
+	// on a proxy made before per-message credentials.
+	Key []byte
 }
 
 // Observe inspects the networks and the proxy container of spec.
@@ -114,6 +118,7 @@ func Observe(ctx context.Context, cli client.APIClient, s topospec.Spec) (Observ
 	}
 	if c.Config != nil {
 		p.Config, p.Record = c.Config.Labels[LabelConfig], c.Config.Labels[LabelSpec]
+		p.Key = keyOf(c.Config.Env)
 	}
 	if c.NetworkSettings != nil {
 		for name, ep := range c.NetworkSettings.Networks {
@@ -137,7 +142,7 @@ func networkMatches(n topospec.Network, o ObservedNetwork) bool {
 func ProxyConfigHash(s topospec.Spec) string {
 	h := sha256.New()
 	// A hash.Hash's Write never returns an error.
-	_, _ = fmt.Fprintf(h, "v1\n%s\n%s\n%s\n%s\n%d\n%d\n%s\n", s.Proxy.Image, strings.Join(topospec.ProxyCommand(s), "\x00"),
+	_, _ = fmt.Fprintf(h, "v1\n%s\n%s\n%s\n%s\n%d\n%d\n%s\n", s.Proxy.Image, strings.Join(proxyCommand(s), "\x00"),
 		s.Docker.ProxyIP, s.Docker.EgressIP, ProxyMemory, ProxyPids, ProxyUser)
 	for _, n := range s.Docker.Networks {
 		_, _ = fmt.Fprintf(h, "%s %s\n", n.Name, n.Subnet) // as above
@@ -150,7 +155,7 @@ func ProxyConfigHash(s topospec.Spec) string {
 // daemon keeps a stopped container's endpoints configuration but reports
 // no address), so addresses are only compared while it runs.
 func proxyConfigured(s topospec.Spec, p *ObservedProxy) bool {
-	if p == nil || p.Config != ProxyConfigHash(s) || len(p.IPs) != 2 {
+	if p == nil || p.Config != ProxyConfigHash(s) || len(p.IPs) != 2 || p.Key == nil {
 		return false
 	}
 	if rec, err := record(s); err != nil || p.Record != rec {
@@ -197,6 +202,9 @@ func Drift(s topospec.Spec, o Observed) []string {
 	case p.Record == "":
 		out = append(out, fmt.Sprintf("proxy container %s carries no record of its topology (made by an earlier release); "+
 			"the next apply replaces it with one that does", topospec.ProxyName(s.Name)))
+	case p.Key == nil:
+		out = append(out, fmt.Sprintf("proxy container %s has no egress key (made by an earlier release): its requests carry no "+
+			"per-message identity; the next apply replaces it with one that requires a credential per message", topospec.ProxyName(s.Name)))
 	case !proxyMatches(s, o):
 		out = append(out, fmt.Sprintf("proxy container %s differs from the configuration (image, command, addresses or networks)", topospec.ProxyName(s.Name)))
 	}
@@ -261,7 +269,12 @@ func (sv *Service) removeNetwork(ctx context.Context, id, name string) error {
 		if errdefs.IsNotFound(err) {
 			return nil
 		}
-		if !strings.Contains(err.Error(), "active endpoints") || time.Now().After(deadline) || endpointsLive(ctx, cli, id) {
+		// Both are the daemon still settling the endpoints of containers
+		// just removed (Docker 20.10 also answers the second when the last
+		// endpoint's removal races the network's); FETCH runners, on the
+		// role's networks to revoke at the proxy, are among them.
+		settling := strings.Contains(err.Error(), "active endpoints") || strings.Contains(err.Error(), "endpoint count from store")
+		if !settling || time.Now().After(deadline) || endpointsLive(ctx, cli, id) {
 			in, ierr := cli.NetworkInspect(ctx, id, network.InspectOptions{})
 			if ierr == nil && len(in.Containers) > 0 {
 				var names []string
@@ -313,6 +326,38 @@ func (sv *Service) removeContainer(ctx context.Context, id, name string) error {
 // ProxyHostConfig is the proxy's hardening: read-only rootfs, no
 // capabilities, no privilege escalation, memory (swap equal) and pids caps,
 // restarted by the daemon unless an operator stopped it.
+// keyOf reads the egress key from a proxy container's environment.
+func keyOf(env []string) []byte {
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, proxy.EnvEgressKey+"="); ok {
+			if k, err := proxy.ParseKey(v); err == nil {
+				return k
+			}
+		}
+	}
+	return nil
+}
+
+// EgressKey is the egress key of the topology called name, read from its
+// proxy: what an agent's apply derives the agent's key from. A proxy made
+// before per-message credentials has none: apply the threegate_network
+// first.
+func EgressKey(ctx context.Context, cli client.APIClient, name string) ([]byte, error) {
+	c, err := cli.ContainerInspect(ctx, topospec.ProxyName(name))
+	if err != nil {
+		return nil, fmt.Errorf("proxy container %s: %w", topospec.ProxyName(name), err)
+	}
+	if c.Config == nil || c.Config.Labels[LabelTopology] != name {
+		return nil, fmt.Errorf("container %s is not the proxy of topology %q", topospec.ProxyName(name), name)
+	}
+	k := keyOf(c.Config.Env)
+	if k == nil {
+		return nil, fmt.Errorf("the proxy of topology %q has no egress key (made by an earlier release); apply its threegate_network first, "+
+			"which replaces the proxy with one that requires a per-message credential", name)
+	}
+	return k, nil
+}
+
 func ProxyHostConfig(fetchnet string) *container.HostConfig {
 	pids := int64(ProxyPids)
 	return &container.HostConfig{
@@ -327,8 +372,23 @@ func ProxyHostConfig(fetchnet string) *container.HostConfig {
 	}
 }
 
-func (sv *Service) createProxy(ctx context.Context, s topospec.Spec) error {
+// proxyCommand is the Docker proxy's command line: the topology's, and a
+// credential on every request (the key is in its environment, EnvEgressKey).
+func proxyCommand(s topospec.Spec) []string {
+	return append(topospec.ProxyCommand(s), "--require-credential")
+}
+
+// createProxy makes and starts the proxy with the topology's egress key:
+// key when the proxy it replaces had one, so that the agents' derived
+// keys stay good, else a new one.
+func (sv *Service) createProxy(ctx context.Context, s topospec.Spec, key []byte) error {
 	cli := sv.docker
+	if key == nil {
+		var err error
+		if key, err = proxy.NewKey(); err != nil {
+			return err
+		}
+	}
 	if _, err := cli.ImageInspect(ctx, s.Proxy.Image); err != nil {
 		if errdefs.IsNotFound(err) {
 			return fmt.Errorf("proxy image %s is not present on the daemon (nothing is pulled); build it first, "+
@@ -343,8 +403,9 @@ func (sv *Service) createProxy(ctx context.Context, s topospec.Spec) error {
 	fetch, egress := s.Network(topospec.FetchNet), s.Network(topospec.EgressNet)
 	resp, err := cli.ContainerCreate(ctx, &container.Config{
 		Image:      s.Proxy.Image,
-		Entrypoint: topospec.ProxyCommand(s)[:1],
-		Cmd:        topospec.ProxyCommand(s)[1:],
+		Entrypoint: proxyCommand(s)[:1],
+		Cmd:        proxyCommand(s)[1:],
+		Env:        []string{proxy.EnvEgressKey + "=" + hex.EncodeToString(key)},
 		User:       ProxyUser,
 		Labels:     engine.Labels("proxy", map[string]string{"threegate": s.Name, "threegate.config": ProxyConfigHash(s), "threegate.spec": rec}),
 	}, ProxyHostConfig(fetch.Name), &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{

@@ -150,7 +150,16 @@ func TestThreeGateIsolation(t *testing.T) {
 	// server themselves, over UDP or TCP, nor resolve the name their own
 	// way; the proxy can ask it.
 	asked := dns.Queries.Load()
-	if r := runOn(t, cli, image, s.Network(topospec.FetchNet).Name, "connect="+ProxyURL(s)[len("http://"):]+"/allowed.test:443", s.Network(topospec.LLMNet).Name); r.Observed != probe.Allowed || r.Detail != "outside-443" {
+	viaProxy := "connect=" + ProxyURL(s)[len("http://"):] + "/allowed.test:443"
+	// The proxy requires a live per-message credential: without one, 407.
+	if r := runOn(t, cli, image, s.Network(topospec.FetchNet).Name, viaProxy, s.Network(topospec.LLMNet).Name); r.Observed != "status-407" {
+		t.Errorf("FETCH -> allowed.test:443 through the proxy without a credential: %s %q, want status-407", r.Observed, r.Detail)
+	}
+	auth, err := svc.probeCredential(ctx, s, 2*time.Second)
+	if err != nil || auth == "" {
+		t.Fatalf("no probe credential (%v): the proxy has no egress key", err)
+	}
+	if r := runOnEnv(t, cli, image, s.Network(topospec.FetchNet).Name, []string{probe.EnvProxyAuthorization + "=" + auth}, viaProxy, s.Network(topospec.LLMNet).Name); r.Observed != probe.Allowed || r.Detail != "outside-443" {
 		t.Errorf("FETCH -> allowed.test:443 through the proxy: %s %q, want allowed with the outside-443 banner", r.Observed, r.Detail)
 	}
 	if dns.Queries.Load() == asked {
@@ -185,7 +194,8 @@ func TestThreeGateIsolation(t *testing.T) {
 	t.Logf("PROXY      DNS server tcp/53                open     %s", pd[1].Observed)
 	// The proxy refuses a private-range target even when the allowlist
 	// names it (localhost resolves to loopback inside the proxy).
-	priv := runOn(t, cli, image, s.Network(topospec.FetchNet).Name, "connect="+ProxyURL(s)[len("http://"):]+"/localhost:443", s.Network(topospec.LLMNet).Name)
+	priv := runOnEnv(t, cli, image, s.Network(topospec.FetchNet).Name, []string{probe.EnvProxyAuthorization + "=" + auth},
+		"connect="+ProxyURL(s)[len("http://"):]+"/localhost:443", s.Network(topospec.LLMNet).Name)
 	if priv.Observed != probe.Denied {
 		t.Errorf("proxy should refuse the loopback target localhost:443: %s %s", priv.Observed, priv.Detail)
 	}
@@ -336,10 +346,16 @@ func find(t *testing.T, r topospec.Report, role, what string) topospec.Probe {
 // networks.
 func runOn(t *testing.T, cli client.APIClient, image, net, check string, more ...string) probe.Result {
 	t.Helper()
+	return runOnEnv(t, cli, image, net, nil, check, more...)
+}
+
+// runOnEnv is runOn with the probe's environment.
+func runOnEnv(t *testing.T, cli client.APIClient, image, net string, env []string, check string, more ...string) probe.Result {
+	t.Helper()
 	ctx := context.Background()
 	pids := int64(32)
 	resp, err := cli.ContainerCreate(ctx, &container.Config{
-		Image: image, Entrypoint: []string{"/usr/local/bin/agent-runner"}, Cmd: []string{"probe", "--timeout", "2s", check},
+		Image: image, Entrypoint: []string{"/usr/local/bin/agent-runner"}, Cmd: []string{"probe", "--timeout", "2s", check}, Env: env,
 		User: ProxyUser, Labels: engine.Labels("probe", map[string]string{"test": t.Name()}),
 	}, &container.HostConfig{NetworkMode: container.NetworkMode(net), CapDrop: []string{"ALL"}, ReadonlyRootfs: true,
 		Resources: container.Resources{PidsLimit: &pids}}, nil, nil, "")

@@ -270,6 +270,10 @@ func (sv *Service) ensure(ctx context.Context, s topospec.Spec, applyRules func(
 	if err != nil {
 		return o, err
 	}
+	var key []byte
+	if o.Proxy != nil {
+		key = o.Proxy.Key
+	}
 	if o.Proxy != nil && (len(replace) > 0 || !proxyConfigured(s, o.Proxy)) {
 		sv.log.Debug("proxy container differs; replacing", "topology", s.Name, "container", topospec.ProxyName(s.Name), "id", o.Proxy.ID,
 			"config", o.Proxy.Config, "want_config", ProxyConfigHash(s), "networks_replaced", len(replace))
@@ -301,7 +305,7 @@ func (sv *Service) ensure(ctx context.Context, s topospec.Spec, applyRules func(
 			return o, err
 		}
 	} else if o.Proxy == nil {
-		if err := sv.createProxy(ctx, s); err != nil {
+		if err := sv.createProxy(ctx, s, key); err != nil {
 			return o, err
 		}
 	}

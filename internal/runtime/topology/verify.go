@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/probe"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
@@ -85,6 +87,11 @@ func (sv *Service) Verify(ctx context.Context, s topospec.Spec, o topospec.Verif
 	fe := newRoleProbe(s, topospec.RoleFetch, roles[topospec.RoleFetch])
 	for k, v := range roles[topospec.RoleFetch].Env {
 		fe.env = append(fe.env, k+"="+v)
+	}
+	if auth, err := sv.probeCredential(ctx, s, o.Timeout); err != nil {
+		return topospec.Report{}, err
+	} else if auth != "" {
+		fe.env = append(fe.env, probe.EnvProxyAuthorization+"="+auth)
 	}
 	fe.Add("proxy", topospec.ExpectOpen, probe.Check{Kind: probe.TCP, Target: proxyAddr})
 	if o.AllowedTarget != "" {
@@ -169,6 +176,24 @@ func pass(expected, observed string) bool {
 		return observed == probe.Resolved
 	}
 	return false
+}
+
+// probeCredential is the Proxy-Authorization of the FETCH probe: a
+// credential of its own ("threegate-verify", the topology's whole list),
+// live for the probe's run only. "" when the proxy has no key (made by an
+// earlier release, or missing: its rows say so).
+func (sv *Service) probeCredential(ctx context.Context, s topospec.Spec, timeout time.Duration) (string, error) {
+	key, err := EgressKey(ctx, sv.docker, s.Name)
+	if err != nil {
+		return "", nil
+	}
+	const agent = "threegate-verify"
+	cred, err := proxy.Mint(proxy.AgentKey(key, agent), proxy.Claims{Agent: agent, Role: topospec.RoleFetch,
+		Message: fmt.Sprintf("verify-%d", time.Now().UnixNano()), Expiry: time.Now().Add(2*time.Minute + 4*timeout).Unix()})
+	if err != nil {
+		return "", err
+	}
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(agent+":"+cred)), nil
 }
 
 // runRole runs one probe container with the role's networks and fills the
