@@ -356,7 +356,13 @@ func RunnerName(agentID string) string {
 	base := "meepa-" + agentID
 	if len(base) > 47 || strings.Contains(agentID, "_") || len(validation.IsDNS1035Label(base)) > 0 {
 		sum := sha256.Sum256([]byte(agentID))
-		safe := strings.ReplaceAll(agentID, "_", "-")
+		// An id of workspace.IDPattern has only "_" to replace.
+		safe := strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+				return r
+			}
+			return '-'
+		}, agentID)
 		if len(safe) > 30 {
 			safe = safe[:30]
 		}
