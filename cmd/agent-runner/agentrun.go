@@ -100,6 +100,18 @@ func runAgent(args []string) int {
 			return 1
 		}
 	}
+	if *role == agentspec.RoleToolExec {
+		// TOOL-EXEC needs no network (on Docker its sandbox has none; its
+		// model calls come over the relay on stdio): after the checks
+		// above, no socket of any family for it or any tool it starts, so
+		// no DNS query or packet leaves, whatever a cluster's policies
+		// let through (issue 25: this test cluster's kube-router passes
+		// the service range).
+		if err := landlock.InstallSocketFilter(true); err != nil {
+			fmt.Fprintf(os.Stderr, "agent-run: socket filter: %v\n", err)
+			return 1
+		}
+	}
 	// Before the request (API key, secrets) is read: the tools this loop
 	// starts run as its uid and must not read its memory.
 	if err := landlock.SetNonDumpable(); err != nil {
