@@ -2,6 +2,7 @@ package kubedeploy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -318,4 +319,43 @@ func serviceAccount(n Names, ns string, c *agentspec.Config) (*corev1.ServiceAcc
 	}
 	sa.Annotations = adm.Annotations()
 	return sa, nil
+}
+
+// admissionIntact reports whether a ServiceAccount's annotations still
+// say what the config's message pods are.
+func admissionIntact(have map[string]string, c *agentspec.Config, ns string) bool {
+	want, err := AdmissionFor(c, ns)
+	if err != nil {
+		return false
+	}
+	for k, v := range want.Annotations() {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// readShared adds to o.Missing the objects every agent shares that are
+// gone: the namespace's two NetworkPolicies and, unless skipped, the
+// admission policy and its binding (each apply restores them).
+func (s *Service) readShared(ctx context.Context, o *Observed) error {
+	cs := s.o.Client.Clientset
+	missing := func(kind string, err error) error {
+		if apierrors.IsNotFound(err) {
+			o.Missing = append(o.Missing, kind)
+			return nil
+		}
+		return err
+	}
+	nps := cs.NetworkingV1().NetworkPolicies(s.o.Client.Namespace)
+	_, e1 := nps.Get(ctx, DefaultDenyPolicyName, metav1.GetOptions{})
+	_, e2 := nps.Get(ctx, OpenRunnerPolicyName, metav1.GetOptions{})
+	errs := []error{missing("NetworkPolicy "+DefaultDenyPolicyName, e1), missing("NetworkPolicy "+OpenRunnerPolicyName, e2)}
+	if !s.o.SkipAdmission {
+		_, e3 := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, AdmissionPolicyName, metav1.GetOptions{})
+		_, e4 := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, AdmissionBindingName, metav1.GetOptions{})
+		errs = append(errs, missing("ValidatingAdmissionPolicy", e3), missing("ValidatingAdmissionPolicyBinding", e4))
+	}
+	return errors.Join(errs...)
 }
