@@ -188,8 +188,8 @@ func AdmissionPolicy() *admv1.ValidatingAdmissionPolicy {
 	add := func(expr, msg string) {
 		vals = append(vals, admv1.Validation{Expression: expr, Message: msg, Reason: ptr(metav1.StatusReasonForbidden)})
 	}
-	add("!variables.mine || (request.subResource == '' && request.operation in ['CREATE', 'DELETE']) || "+
-		"(request.subResource == 'attach' && request.operation == 'CONNECT')",
+	add("!variables.mine || (variables.sub == '' && request.operation in ['CREATE', 'DELETE']) || "+
+		"(variables.sub == 'attach' && request.operation == 'CONNECT')",
 		"a runner may create and delete its message pods and attach to them, nothing else")
 	add("!variables.mine || request.operation == 'CREATE' || request.name.startsWith(variables.prefix)",
 		"a runner may delete and attach to its own agent's message pods only (named after the runner)")
@@ -215,8 +215,10 @@ func AdmissionPolicy() *admv1.ValidatingAdmissionPolicy {
 			FailurePolicy: &fail,
 			Variables: []admv1.Variable{
 				{Name: "mine", Expression: "request.userInfo.username == 'system:serviceaccount:' + params.metadata.namespace + ':' + params.metadata.name"},
+				// An empty subresource is absent, not "".
+				{Name: "sub", Expression: "has(request.subResource) ? request.subResource : ''"},
 				{Name: "prefix", Expression: "params.metadata.name + " + lit(kube.MessagePodInfix)},
-				{Name: "creating", Expression: "variables.mine && request.operation == 'CREATE' && request.subResource == ''"},
+				{Name: "creating", Expression: "variables.mine && request.operation == 'CREATE' && variables.sub == ''"},
 				{Name: "labels", Expression: "has(object.metadata.labels) ? object.metadata.labels : {}"},
 				{Name: "ctr", Expression: "object.spec.containers[0]"},
 			},

@@ -44,8 +44,12 @@ func runnerAs(t *testing.T, c *kube.Client, id string) (kubernetes.Interface, *r
 // attach opens an attach to a pod's agent container with an empty stdin
 // (its agent-run reads EOF and ends); nil means the API server let it.
 func attach(cs kubernetes.Interface, cfg *rest.Config, ns, pod string) error {
+	return attachTo(cs, cfg, ns, pod, kube.ContainerName)
+}
+
+func attachTo(cs kubernetes.Interface, cfg *rest.Config, ns, pod, container string) error {
 	req := cs.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(pod).SubResource("attach").
-		VersionedParams(&corev1.PodAttachOptions{Container: kube.ContainerName, Stdin: true, Stdout: true}, scheme.ParameterCodec)
+		VersionedParams(&corev1.PodAttachOptions{Container: container, Stdin: true, Stdout: true}, scheme.ParameterCodec)
 	ex, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
 	if err != nil {
 		return err
@@ -88,9 +92,15 @@ func TestRunnerConfinedOnCluster(t *testing.T) {
 		}
 	}
 	checkPolicyTypes(t, c)
+	cfgA := secretConfig(t, c, "adm-a")
+	cs, cfg := runnerAs(t, c, "adm-a")
+	pods := cs.CoreV1().Pods(c.Namespace)
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	if _, err := pods.Create(ctx, ownPod(t, c, &cfgA), dry); err != nil {
+		t.Fatalf("the runner's own message pod (dry run): %v", err)
+	}
 	// The runners made their prestarted pods under the policy.
 	podA, podB := waitPrestarted(t, c, "adm-a", ""), waitPrestarted(t, c, "adm-b", "")
-	cfgA := secretConfig(t, c, "adm-a")
 	nb := NamesFor("adm-b")
 	runnerB, err := c.Clientset.CoreV1().Pods(c.Namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector("adm-b")})
 	testutil.Must(t, err)
@@ -103,9 +113,6 @@ func TestRunnerConfinedOnCluster(t *testing.T) {
 	_, err = c.Clientset.CoreV1().Pods(c.Namespace).Create(ctx, proxy, metav1.CreateOptions{})
 	testutil.Must(t, err)
 
-	cs, cfg := runnerAs(t, c, "adm-a")
-	pods := cs.CoreV1().Pods(c.Namespace)
-	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	create := func(change func(p *corev1.Pod)) error {
 		p := ownPod(t, c, &cfgA)
 		change(p)
@@ -200,7 +207,7 @@ func TestRunnerConfinedOnCluster(t *testing.T) {
 			})
 		}},
 		{"attach to another agent's prestarted pod", func() error { return attach(cs, cfg, c.Namespace, podB) }},
-		{"attach to another agent's runner", func() error { return attach(cs, cfg, c.Namespace, runnerB.Items[0].Name) }},
+		{"attach to another agent's runner", func() error { return attachTo(cs, cfg, c.Namespace, runnerB.Items[0].Name, containerName) }},
 		{"delete another agent's message pod", func() error { return del(podB) }},
 		{"delete another agent's runner", func() error { return del(runnerB.Items[0].Name) }},
 		{"delete the proxy", func() error { return del(proxy.Name) }},
