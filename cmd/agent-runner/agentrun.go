@@ -16,6 +16,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/podio"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/probe"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
@@ -73,8 +74,13 @@ func runAgent(args []string) int {
 	var blocked, open []probe.Check
 	fs.Func("await-blocked", "a check (tcp=host:port) that must find no way through before anything runs: the pod's network policies are in force; repeatable", addCheck(&blocked))
 	fs.Func("await-open", "a check (tcp=host:port) that must get through before anything runs; repeatable", addCheck(&open))
+	role := fs.String("role", "", "the sandbox's own role (core, fetch, tool_exec, or none for an agent without one), fixed when the sandbox is made: a request for another role is refused, so a request written into the wrong sandbox cannot widen its tools (Kubernetes message pods)")
 	awaitLimit := fs.Duration("await-limit", probe.DefaultAwaitLimit, "how long to wait for the await checks before giving up")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := checkRoleFlag(*role); err != nil {
+		fmt.Fprintf(os.Stderr, "agent-run: --role: %v\n", err)
 		return 2
 	}
 	// Before anything of the message runs: the syscalls no sandbox is
@@ -91,6 +97,18 @@ func runAgent(args []string) int {
 		// nothing of the message may run.
 		if err := probe.Await(context.Background(), blocked, open, *awaitLimit); err != nil {
 			fmt.Fprintf(os.Stderr, "agent-run: %v\n", err)
+			return 1
+		}
+	}
+	if *role == agentspec.RoleToolExec {
+		// TOOL-EXEC needs no network (on Docker its sandbox has none; its
+		// model calls come over the relay on stdio): after the checks
+		// above, no socket of any family for it or any tool it starts, so
+		// no DNS query or packet leaves, whatever a cluster's policies
+		// let through (issue 25: this test cluster's kube-router passes
+		// the service range).
+		if err := landlock.InstallSocketFilter(true); err != nil {
+			fmt.Fprintf(os.Stderr, "agent-run: socket filter: %v\n", err)
 			return 1
 		}
 	}
@@ -123,6 +141,9 @@ func runAgent(args []string) int {
 	if err != nil {
 		prepared.Close(log)
 		reply = &agent.Reply{ErrorKind: agent.ErrKindRequest, Error: fmt.Sprintf("read stdin: %v", err)}
+	} else if err := requestRole(data, *role); err != nil {
+		prepared.Close(log)
+		reply = &agent.Reply{ErrorKind: agent.ErrKindRequest, Error: err.Error()}
 	} else {
 		reply = agent.RunJSON(ctx, data, agent.Options{Workspace: *workspace, Logger: log, Prepared: prepared, RelayConn: std.relay})
 	}
@@ -140,6 +161,40 @@ func runAgent(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// checkRoleFlag accepts "" (no --role: the request's role stands, as in a
+// Docker container or host mode, whose runner alone hands it requests),
+// "none" and the roles of agentspec.
+func checkRoleFlag(role string) error {
+	if role == "" || role == kube.RoleNone {
+		return nil
+	}
+	return agentspec.CheckRole(role)
+}
+
+// requestRole refuses a request whose role is not the sandbox's --role.
+// The role decides the tools (agent.RoleTools); on a cluster it is part
+// of the pod's own command line, which the runner admission policy checks
+// against the agent's, so what a pod may do is what it was made as.
+func requestRole(data []byte, role string) error {
+	if role == "" {
+		return nil
+	}
+	var r struct {
+		Role string `json:"role"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil // RunJSON reports the malformed request
+	}
+	want := role
+	if want == kube.RoleNone {
+		want = ""
+	}
+	if r.Role != want {
+		return fmt.Errorf("the request is for role %q, this sandbox was made for %q: refused", r.Role, role)
+	}
+	return nil
 }
 
 // stdio is how agent-run reads its request and writes its reply.

@@ -39,7 +39,7 @@ func (d *providerData) pickBackends() {
 				return nil, err
 			}
 			return kubedeploy.NewBackend(kubedeploy.NewService(kubedeploy.Options{
-				Client: c, Version: d.version, APIServer: d.kube.apiServer, Logger: loggerFor(ctx),
+				Client: c, Version: d.version, APIServer: d.kube.apiServer, SkipAdmission: d.kube.skipAdmission, Logger: loggerFor(ctx),
 			})), nil
 		}
 		return

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
 )
 
 // kubernetesModel is the provider's kubernetes block.
@@ -24,6 +25,7 @@ type kubernetesModel struct {
 	Context    types.String `tfsdk:"context"`
 	Namespace  types.String `tfsdk:"namespace"`
 	APIServer  types.String `tfsdk:"api_server"`
+	Admission  types.Bool   `tfsdk:"runner_admission_policy"`
 }
 
 // registryModel is the provider's registry block.
@@ -53,6 +55,15 @@ func kubernetesSchema() schema.SingleNestedAttribute {
 			"api_server": schema.StringAttribute{Optional: true, Validators: []validator.String{hostPortAddr()},
 				MarkdownDescription: "`host:port` at which pods reach the API server, for clusters whose `kubernetes` Service has no data " +
 					"plane (no kube-proxy). Defaults to what the kubelet tells every pod."},
+			"runner_admission_policy": schema.BoolAttribute{Optional: true,
+				MarkdownDescription: "Whether agents' runners are confined by the ValidatingAdmissionPolicy `" + kubedeploy.AdmissionPolicyName +
+					"` and its binding, which the provider applies (cluster-scoped: it needs the right to make both). With it the API " +
+					"server lets a runner's ServiceAccount create only its own agent's hardened message pods (its labels, role, image, " +
+					"workspace claim, no Secret or token volumes) and delete and attach to those only. Default `true`: a plan for an " +
+					"agent on a cluster without `admissionregistration.k8s.io/v1` (Kubernetes before 1.30) is refused. `false` is the " +
+					"operator's word that the namespace is one trust domain: a runner whose pod is taken over may then create any pod " +
+					"there, read every agent's Secret and act as any runner. It is a provider setting, not an agent's, because the " +
+					"policy guards every agent of the cluster against every other: one agent cannot opt out alone."},
 		},
 	}
 }
@@ -80,8 +91,10 @@ func registrySchema() schema.SingleNestedAttribute {
 type kubeSettings struct {
 	cfg       kube.Config
 	apiServer string
-	mu        sync.Mutex
-	cli       *kube.Client
+	// skipAdmission is runner_admission_policy = false.
+	skipAdmission bool
+	mu            sync.Mutex
+	cli           *kube.Client
 }
 
 // Client connects on first use (kube.Connect reads the kubeconfig; the
@@ -115,6 +128,8 @@ func readBackend(ctx context.Context, cfg providerModel, diags *diag.Diagnostics
 		k = &kubeSettings{
 			cfg:       kube.Config{ConfigPath: m.ConfigPath.ValueString(), Context: m.Context.ValueString(), Namespace: m.Namespace.ValueString()},
 			apiServer: m.APIServer.ValueString(),
+			// Unset is true: confined unless the operator says otherwise.
+			skipAdmission: !m.Admission.IsNull() && !m.Admission.ValueBool(),
 		}
 	}
 	var reg *kube.RegistryConfig

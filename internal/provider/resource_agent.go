@@ -185,6 +185,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 		addFieldErrors(&resp.Diagnostics, svc.Check(in.Agent), "Not Supported By The Backend", nil)
 		warnExpandedDenies(in, &resp.Diagnostics)
 		r.planRuntime(ctx, svc, in, &resp.Diagnostics)
+		r.planAdmission(ctx, svc, &resp.Diagnostics)
 	}
 	planThreegateAsk(ctx, svc.CheckAsk, plan, &resp.Diagnostics)
 	planRunAsk(ctx, r.data.run, plan, &resp.Diagnostics)

@@ -27,6 +27,8 @@ func send(t *testing.T, p *Pods, id, text string) (agent.Reply, sandbox.Outcome)
 		AgentID: "k",
 		Message: agent.Message{ID: id, Text: text},
 		LLM:     agentspec.LLMConfig{Provider: agentspec.ProviderOffline},
+		// The pod's own role (its --role), as the runner's config gives it.
+		Role: strings.ToLower(p.opts.Spec.Role),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +64,7 @@ func TestPodRoundTripAndHardening(t *testing.T) {
 	if r.Reply != agent.OfflineAnswer("hi") || out.ExitCode != 0 || out.OOMKilled || out.TimedOut || out.ImageID == "" || out.StartLatency <= 0 {
 		t.Fatalf("reply %q outcome %+v", r.Reply, out)
 	}
-	if !strings.HasPrefix(out.SandboxID, "meepa-msg-") {
+	if !strings.HasPrefix(out.SandboxID, MessagePodPrefix(spec.AgentID)) {
 		t.Errorf("sandbox id %q, want the pod's name", out.SandboxID)
 	}
 

@@ -1,6 +1,8 @@
 package kube
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"regexp"
@@ -113,7 +115,7 @@ func HardenedPod(s PodSpec, namespace, messageID string) (*corev1.Pod, error) {
 	}
 	cmd := s.Command
 	if len(cmd) == 0 {
-		cmd = append(slices.Clone(sandbox.DefaultCommand), "--frames")
+		cmd = append(slices.Clone(sandbox.DefaultCommand), "--frames", RoleFlag(s.Role))
 		for _, a := range s.AwaitBlocked {
 			cmd = append(cmd, "--await-blocked=tcp="+a)
 		}
@@ -126,7 +128,7 @@ func HardenedPod(s PodSpec, namespace, messageID string) (*corev1.Pod, error) {
 	onMismatch := corev1.FSGroupChangeOnRootMismatch
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			GenerateName: podNamePrefix(s.AgentID),
+			GenerateName: MessagePodPrefix(s.AgentID),
 			Namespace:    namespace,
 			Labels:       labels,
 		},
@@ -169,6 +171,19 @@ func HardenedPod(s PodSpec, namespace, messageID string) (*corev1.Pod, error) {
 	}
 	return pod, nil
 }
+
+// RoleFlag is agent-run's --role argument for a pod of a ThreeGate role as
+// package topology names it ("" for an agent without a role): the pod's
+// tools come from its own command line, never from the request it reads.
+func RoleFlag(threegateRole string) string {
+	if threegateRole == "" {
+		return "--role=" + RoleNone
+	}
+	return "--role=" + strings.ToLower(threegateRole)
+}
+
+// RoleNone is --role's value for an agent without a role.
+const RoleNone = "none"
 
 // agentContainer is the pod's one container: the agent loop with stdin
 // open for one attach and the tightest security context.
@@ -333,22 +348,38 @@ func RunnerSelector(agentID string) string {
 		sandbox.LabelAgent + "=" + agentID
 }
 
-// podNamePrefix is "meepa-msg-<agent>-" cut and cleaned to a DNS label
-// prefix; the API server appends a random suffix.
-func podNamePrefix(agentID string) string {
-	safe := strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
-			return r
-		case r >= 'A' && r <= 'Z':
-			return r + 'a' - 'A'
+// RunnerName is the name of an agent's runner objects (its ServiceAccount
+// among them): "meepa-<id>" when that is a short DNS label, else a
+// cleaned, cut id and a hash of the whole id (so "a_b" and "a-b" never
+// share objects). It never contains a dot.
+func RunnerName(agentID string) string {
+	base := "meepa-" + agentID
+	if len(base) > 47 || strings.Contains(agentID, "_") || len(validation.IsDNS1035Label(base)) > 0 {
+		sum := sha256.Sum256([]byte(agentID))
+		// An id of workspace.IDPattern has only "_" to replace.
+		safe := strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+				return r
+			}
+			return '-'
+		}, agentID)
+		if len(safe) > 30 {
+			safe = safe[:30]
 		}
-		return '-'
-	}, agentID)
-	if len(safe) > 40 {
-		safe = safe[:40]
+		base = "meepa-" + strings.Trim(safe, "-") + "-" + hex.EncodeToString(sum[:4])
 	}
-	return "meepa-msg-" + strings.Trim(safe, "-") + "-"
+	return base
 }
+
+// MessagePodPrefix is the name prefix of an agent's message pods:
+// RunnerName(agentID) + ".msg-"; the API server appends a random suffix.
+// The name proves the agent to the runner admission policy
+// (kubedeploy.AdmissionPolicy), which sees a pod's name but not the pod on
+// an attach: a runner's name has no dot, so no other agent's runner name,
+// and no runner pod's name, starts with it.
+func MessagePodPrefix(agentID string) string { return RunnerName(agentID) + MessagePodInfix }
+
+// MessagePodInfix separates the runner's name from a message pod's suffix.
+const MessagePodInfix = ".msg-"
 
 func ptr[T any](v T) *T { return &v }

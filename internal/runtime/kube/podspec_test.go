@@ -29,7 +29,7 @@ func TestHardenedPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := p.Spec
-	if p.Namespace != "agents" || !strings.HasPrefix(p.GenerateName, "meepa-msg-tool-exec-1-") {
+	if p.Namespace != "agents" || p.GenerateName != RunnerName("tool_exec.1")+".msg-" {
 		t.Errorf("namespace %q generateName %q", p.Namespace, p.GenerateName)
 	}
 	wantLabels := map[string]string{
@@ -75,7 +75,7 @@ func TestHardenedPod(t *testing.T) {
 	if !c.Stdin || !c.StdinOnce || c.TTY || len(c.Ports) != 0 || c.WorkingDir != sandbox.WorkspaceDir || c.ImagePullPolicy != corev1.PullIfNotPresent {
 		t.Errorf("stdin %v once %v tty %v ports %v workdir %q pull %s", c.Stdin, c.StdinOnce, c.TTY, c.Ports, c.WorkingDir, c.ImagePullPolicy)
 	}
-	if strings.Join(c.Command, " ") != "agent-runner agent-run --frames" || len(c.Args) != 0 {
+	if strings.Join(c.Command, " ") != "agent-runner agent-run --frames --role=tool_exec" || len(c.Args) != 0 {
 		t.Errorf("command %q args %q", c.Command, c.Args)
 	}
 	var env []string

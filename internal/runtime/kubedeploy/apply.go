@@ -17,7 +17,10 @@ import (
 )
 
 // Apply makes the agent real and waits until its runner is available: the
-// config Secret, the ServiceAccount with its Role and RoleBinding, the
+// namespace's default-deny policies and the runner admission policy (both
+// shared by every agent), the config Secret, the ServiceAccount (with what
+// its message pods must be, for the admission policy) with its Role and
+// RoleBinding, the
 // workspace claim (made once, never changed), the network policies its
 // pods need (the model endpoint's, the no-network one), the Deployment and
 // the Service. A changed config changes the pod template's hash and so rolls
@@ -63,6 +66,12 @@ func (s *Service) Apply(ctx context.Context, a Agent) (Applied, error) {
 		return out, s.rollback(ctx, id, isNew, err)
 	}
 	if err := s.applyMessagePolicy(ctx, a); err != nil {
+		return out, s.rollback(ctx, id, isNew, err)
+	}
+	if err := s.applyNamespacePolicies(ctx); err != nil {
+		return out, s.rollback(ctx, id, isNew, err)
+	}
+	if err := s.applyAdmission(ctx); err != nil {
 		return out, s.rollback(ctx, id, isNew, err)
 	}
 	if err := s.applyObjects(ctx, a, n, key, out.ConfigHash, ep); err != nil {
@@ -139,6 +148,10 @@ func (s *Service) applyObjects(ctx context.Context, a Agent, n Names, key []byte
 	if err != nil {
 		return stepErr(agentspec.StepDeploy, "", "describing the runner Deployment", err)
 	}
+	sa, err := serviceAccount(n, ns, &a.Config)
+	if err != nil {
+		return stepErr(agentspec.StepDeploy, "", "describing the runner's message pods for its admission policy", err)
+	}
 	steps := []struct {
 		kind string
 		do   func() error
@@ -150,7 +163,7 @@ func (s *Service) applyObjects(ctx context.Context, a Agent, n Names, key []byte
 			}
 			return upsert(ctx, cs.CoreV1().Secrets(ns), sec, nil)
 		}},
-		{"ServiceAccount", func() error { return upsert(ctx, cs.CoreV1().ServiceAccounts(ns), ServiceAccount(n, ns, id), nil) }},
+		{"ServiceAccount", func() error { return upsert(ctx, cs.CoreV1().ServiceAccounts(ns), sa, nil) }},
 		{"Role", func() error { return upsert(ctx, cs.RbacV1().Roles(ns), Role(n, ns, id), nil) }},
 		{"RoleBinding", func() error { return upsert(ctx, cs.RbacV1().RoleBindings(ns), RoleBinding(n, ns, id), nil) }},
 		{"Deployment", func() error { return upsert(ctx, cs.AppsV1().Deployments(ns), dep, nil) }},

@@ -1,13 +1,10 @@
 package kubedeploy
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"net"
 	"strconv"
-	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
@@ -74,15 +70,7 @@ type Names struct {
 // short DNS label, else a cleaned, cut id and a hash of the whole id (so
 // "a_b" and "a-b" never share objects).
 func NamesFor(agentID string) Names {
-	base := "meepa-" + agentID
-	if len(base) > 47 || strings.Contains(agentID, "_") || len(validation.IsDNS1035Label(base)) > 0 {
-		sum := sha256.Sum256([]byte(agentID))
-		safe := strings.ReplaceAll(agentID, "_", "-")
-		if len(safe) > 30 {
-			safe = safe[:30]
-		}
-		base = "meepa-" + strings.Trim(safe, "-") + "-" + hex.EncodeToString(sum[:4])
-	}
+	base := kube.RunnerName(agentID)
 	return Names{Base: base, Claim: base + "-workspace"}
 }
 

@@ -59,7 +59,7 @@ func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
 		}
 		return err
 	}
-	_, saErr := cs.CoreV1().ServiceAccounts(ns).Get(ctx, n.Base, metav1.GetOptions{})
+	sa, saErr := cs.CoreV1().ServiceAccounts(ns).Get(ctx, n.Base, metav1.GetOptions{})
 	role, roleErr := cs.RbacV1().Roles(ns).Get(ctx, n.Base, metav1.GetOptions{})
 	rb, rbErr := cs.RbacV1().RoleBindings(ns).Get(ctx, n.Base, metav1.GetOptions{})
 	_, svcErr := cs.CoreV1().Services(ns).Get(ctx, n.Base, metav1.GetOptions{})
@@ -69,6 +69,14 @@ func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
 		present("Service", svcErr), present("PersistentVolumeClaim", pvcErr), present("Deployment", depErr))
 	if err != nil {
 		return o, stepErr(agentspec.StepRead, "", "reading the runner's objects", err)
+	}
+	if saErr == nil && cfg != nil && !admissionIntact(sa.Annotations, cfg, ns) {
+		// What the admission policy holds the runner's pods to was
+		// edited: the next apply restores it.
+		o.Changed = append(o.Changed, "ServiceAccount")
+	}
+	if err := s.readShared(ctx, &o); err != nil {
+		return o, stepErr(agentspec.StepRead, "", "reading the namespace's policies and the runner admission policy", err)
 	}
 	if err := s.readMessagePolicy(ctx, &a.Config, &o); err != nil {
 		return o, stepErr(agentspec.StepRead, "", "reading the message pods' policy", err)

@@ -56,7 +56,11 @@ type Options struct {
 	// cluster whose kubernetes Service has no data plane (the project's
 	// test cluster runs no kube-proxy).
 	APIServer string
-	Logger    logging.Logger
+	// SkipAdmission ships no runner admission policy (AdmissionPolicy):
+	// for a cluster without the API, at the operator's word. Runners may
+	// then create any pod of their namespace that Pod Security admits.
+	SkipAdmission bool
+	Logger        logging.Logger
 }
 
 // Service runs the lifecycle of agents on Kubernetes: apply, read, remove.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 func fakeService() (*Service, *fake.Clientset) {
@@ -52,6 +53,11 @@ func TestObjectsReadRemove(t *testing.T) {
 	if err := svc.applyMessagePolicy(ctx, a); err != nil {
 		t.Fatal(err)
 	}
+	// What every agent shares (a fake has no admission API to discover).
+	testutil.Must(t, svc.applyNamespacePolicies(ctx))
+	adm := cs.AdmissionregistrationV1()
+	testutil.Must(t, create(adm.ValidatingAdmissionPolicies().Create(ctx, AdmissionPolicy(), metav1.CreateOptions{})))
+	testutil.Must(t, create(adm.ValidatingAdmissionPolicyBindings().Create(ctx, AdmissionBinding(), metav1.CreateOptions{})))
 	sec, err := cs.CoreV1().Secrets("agents").Get(ctx, n.Base, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -74,6 +80,17 @@ func TestObjectsReadRemove(t *testing.T) {
 	if obs, _ := svc.Read(ctx, a); !slices.Equal(obs.Missing, []string{"RoleBinding"}) {
 		t.Errorf("Read after deleting the RoleBinding: %+v", obs)
 	}
+	// The ServiceAccount's word on the runner's pods, widened by hand, is
+	// drift; so is a shared policy gone.
+	sa, err := cs.CoreV1().ServiceAccounts("agents").Get(ctx, n.Base, metav1.GetOptions{})
+	testutil.Must(t, err)
+	sa.Annotations[AnnoPodImage] = "attacker/image:1"
+	testutil.Must(t, create(cs.CoreV1().ServiceAccounts("agents").Update(ctx, sa, metav1.UpdateOptions{})))
+	testutil.Must(t, cs.NetworkingV1().NetworkPolicies("agents").Delete(ctx, DefaultDenyPolicyName, metav1.DeleteOptions{}))
+	if obs, _ := svc.Read(ctx, a); !slices.Contains(obs.Changed, "ServiceAccount") || !slices.Contains(obs.Missing, "NetworkPolicy "+DefaultDenyPolicyName) {
+		t.Errorf("Read after editing the ServiceAccount and deleting the default-deny policy: %+v", obs)
+	}
+	testutil.Must(t, svc.applyNamespacePolicies(ctx))
 	if err := svc.Remove(ctx, "writer", false); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,50 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
+)
+
+type admissionStub struct {
+	agentspec.Backend
+	err error
+}
+
+func (s admissionStub) CheckAdmission(context.Context) error { return s.err }
+
+// A cluster without the admission API is refused at plan with the reason
+// and the way out; runner_admission_policy = false plans with a warning;
+// a cluster that could not be asked leaves it to apply.
+func TestPlanAdmission(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		err      error
+		skip     bool
+		errs     int
+		warnings int
+		says     string
+	}{
+		{"served", nil, false, 0, 0, ""},
+		{"missing", kubedeploy.ErrNoAdmissionAPI, false, 1, 0, "runner_admission_policy = false"},
+		{"opted out", kubedeploy.ErrNoAdmissionAPI, true, 0, 1, "Keep one trust domain per namespace"},
+		{"unreachable", fmt.Errorf("%w: dial", agentspec.ErrBackendUnreachable), false, 0, 1, "apply checks it"},
+	} {
+		r := &agentResource{data: &providerData{kube: &kubeSettings{skipAdmission: tc.skip}}}
+		var d diag.Diagnostics
+		r.planAdmission(context.Background(), admissionStub{err: tc.err}, &d)
+		if d.ErrorsCount() != tc.errs || d.WarningsCount() != tc.warnings {
+			t.Errorf("%s: %d errors, %d warnings: %v", tc.name, d.ErrorsCount(), d.WarningsCount(), d)
+			continue
+		}
+		if tc.says != "" && !strings.Contains(d[0].Detail(), tc.says) {
+			t.Errorf("%s: %q does not say %q", tc.name, d[0].Detail(), tc.says)
+		}
+	}
+}

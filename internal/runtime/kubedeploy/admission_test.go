@@ -1,0 +1,70 @@
+package kubedeploy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+)
+
+// What the policy holds a runner's pods to comes from the pod the runner
+// would make for its config, and every rule applies to the parameter's own
+// runner only: other users' requests (the admin, the controllers) are
+// never judged by it.
+func TestAdmissionFor(t *testing.T) {
+	c := agentspec.Config{
+		AgentID: "tx", Role: agentspec.RoleToolExec,
+		Container:  agentspec.ContainerMode{Enabled: true, Image: "reg/img:1", MemoryLimit: agentspec.SizeOf(256 << 20)},
+		Kubernetes: &agentspec.Kubernetes{WorkspaceClaim: "meepa-tx-workspace", Topology: "tg", CPULimit: "500m", RuntimeClass: "gvisor"},
+	}
+	a, err := AdmissionFor(&c, "agents")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Admission{AgentID: "tx", Image: "reg/img:1", Claim: "meepa-tx-workspace", Topology: "tg", Role: "TOOL_EXEC",
+		RoleFlag: "--role=tool_exec", RuntimeClass: "gvisor", Memory: "256Mi", CPU: "500m"}
+	if a != want {
+		t.Errorf("AdmissionFor = %+v, want %+v", a, want)
+	}
+	if got := a.Annotations(); len(got) != 9 || got[AnnoPodImage] != "reg/img:1" || got[AnnoPodRoleFlag] != "--role=tool_exec" {
+		t.Errorf("annotations %v", got)
+	}
+	c.Kubernetes = nil
+	if _, err := AdmissionFor(&c, "agents"); err == nil {
+		t.Error("a config without a kubernetes section was accepted")
+	}
+}
+
+func TestAdmissionPolicy(t *testing.T) {
+	p := AdmissionPolicy()
+	if p.Spec.ParamKind == nil || p.Spec.ParamKind.Kind != "ServiceAccount" || p.Spec.FailurePolicy == nil || *p.Spec.FailurePolicy != "Fail" {
+		t.Errorf("policy spec %+v", p.Spec)
+	}
+	if len(p.Spec.Validations) < 20 {
+		t.Errorf("%d validations", len(p.Spec.Validations))
+	}
+	for _, v := range p.Spec.Validations {
+		if !strings.HasPrefix(v.Expression, "!variables.mine ||") && !strings.HasPrefix(v.Expression, "!variables.creating ||") {
+			t.Errorf("a rule that judges others' requests too: %s", v.Expression)
+		}
+		if v.Message == "" {
+			t.Errorf("no message: %s", v.Expression)
+		}
+	}
+	b := AdmissionBinding()
+	if b.Spec.PolicyName != p.Name || b.Spec.ParamRef == nil || b.Spec.ParamRef.Selector == nil || b.Spec.ParamRef.Namespace != "" ||
+		len(b.Spec.ValidationActions) != 1 || b.Spec.ValidationActions[0] != "Deny" {
+		t.Errorf("binding %+v", b.Spec)
+	}
+	// The runner's ServiceAccount is selected as a parameter.
+	sa := ServiceAccount(NamesFor("x"), "agents", "x")
+	for k, v := range b.Spec.ParamRef.Selector.MatchLabels {
+		if sa.Labels[k] != v {
+			t.Errorf("the binding selects %s=%s, the runner's ServiceAccount has %q", k, v, sa.Labels[k])
+		}
+	}
+	if strings.Contains(kube.RunnerName("a.b"), ".") {
+		t.Error("a runner name with a dot: its message pod prefix would not prove the agent")
+	}
+}
