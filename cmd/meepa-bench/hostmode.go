@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/relay"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
@@ -47,7 +47,7 @@ func benchHostMode(ctx context.Context, dir string, rounds int, containerSend, s
 		FileAccess: agentspec.FileAccess{AllowNetwork: true},
 		LLM:        agentspec.LLMConfig{Provider: "offline"},
 	}
-	r, err := serveRunner(ctx, cfg, func(_ context.Context, cfg *agentspec.Config, _ *runner.Relay, log hclog.Logger) (sandbox.Backend, string, error) {
+	r, err := serveRunner(ctx, cfg, func(_ context.Context, cfg *agentspec.Config, _ *relay.Relay, log hclog.Logger) (sandbox.Backend, string, error) {
 		o := backends.HostOptions(cfg, log)
 		o.RunnerBinary = bin
 		h, err := sandbox.NewHost(o)

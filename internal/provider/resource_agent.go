@@ -182,8 +182,9 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	}
 	deployment := planDerived(ctx, svc, &plan, in, token)
 	if checkable {
-		addFieldErrors(&resp.Diagnostics, svc.Check(in.Agent), "Not Supported By The Backend", nil)
-		warnExpandedDenies(in, &resp.Diagnostics)
+		ws, err := svc.Check(in.Agent)
+		addFieldErrors(&resp.Diagnostics, err, "Not Supported By The Backend", nil)
+		addWarnings(&resp.Diagnostics, ws)
 		r.planRuntime(ctx, svc, in, &resp.Diagnostics)
 		r.planAdmission(ctx, svc, &resp.Diagnostics)
 	}
@@ -226,17 +227,6 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 		}
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
-}
-
-// warnExpandedDenies says at plan which denies inside an allowed tree the
-// runner will expand around instead of hiding (see deploy.DenyWarnings).
-func warnExpandedDenies(in agentInput, diags *diag.Diagnostics) {
-	for _, w := range deploy.DenyWarnings(in.Agent) {
-		diags.AddAttributeWarning(path.Root("file_access").AtName("deny"), "Deny Inside Allow Is Expanded", w)
-	}
-	if w := deploy.HostNetworkWarning(in.Agent); w != "" {
-		diags.AddAttributeWarning(path.Root("file_access").AtName("allow_network"), "Host-Mode Network Not Contained", w)
-	}
 }
 
 // planDerived fills what the backend derives before apply (id, workspace,
@@ -340,9 +330,7 @@ func (r *agentResource) Read(ctx context.Context, req resource.ReadRequest, resp
 		r.addServiceError(&resp.Diagnostics, err)
 		return
 	}
-	for _, w := range o.Warnings {
-		resp.Diagnostics.AddWarning(warningSummaries[w.Topic], w.Detail)
-	}
+	addWarnings(&resp.Diagnostics, o.Warnings)
 	// A missing workspace is drift: the plan shows its path coming back.
 	state.WorkspacePath = types.StringValue(o.WorkspacePath)
 	if o.WorkspacePath != "" && state.ManageSoul.ValueBool() && o.Soul != state.Soul.ValueString() {
@@ -397,9 +385,7 @@ func (r *agentResource) apply(ctx context.Context, config tfConfigGetter, plan, 
 		return
 	}
 	out, err := svc.Apply(ctx, a, priorOf(ctx, prior), redeploy)
-	for _, w := range out.Warnings {
-		diags.AddWarning(warningSummaries[w.Topic], w.Detail)
-	}
+	addWarnings(diags, out.Warnings)
 	if err != nil {
 		r.addServiceError(diags, err)
 		return

@@ -55,6 +55,25 @@ var warningSummaries = map[string]string{
 	deploy.TopicBridgeDrift:     "Managed Bridge Network Drift",
 	kubedeploy.TopicObjectDrift: "Kubernetes Object Drift",
 	kubedeploy.TopicPodSecurity: "Namespace Without Restricted Pod Security",
+	deploy.TopicExpandedDeny:    "Deny Inside Allow Is Expanded",
+	deploy.TopicHostNetwork:     "Host-Mode Network Not Contained",
+	deploy.TopicRunscNames:      "Names Do Not Resolve Under gVisor",
+}
+
+// addWarnings adds the agent backend's warnings: on the attribute of the
+// setting each concerns, else on the resource.
+func addWarnings(diags *diag.Diagnostics, ws []agentspec.Warning) {
+	for _, w := range ws {
+		summary := warningSummaries[w.Topic]
+		if summary == "" {
+			summary = w.Topic
+		}
+		if w.Field == "" {
+			diags.AddWarning(summary, w.Detail)
+			continue
+		}
+		diags.AddAttributeWarning(fieldPath(w.Field, -1, ""), summary, w.Detail)
+	}
 }
 
 // addServiceError turns the agent service's error (one step's, or a step's

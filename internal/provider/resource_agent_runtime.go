@@ -23,12 +23,6 @@ func (r *agentResource) planRuntime(ctx context.Context, svc agentspec.Backend, 
 		return
 	}
 	at := path.Root("container_mode").AtName("runtime")
-	if cm.Runtime == "runsc" && cm.Network == "bridge" && len(cm.Networks) == 0 && a.Meta.ThreegateNetwork == "" {
-		diags.AddAttributeWarning(path.Root("container_mode").AtName("network"), "Names Do Not Resolve Under gVisor",
-			"With runtime = \"runsc\" a message reaches the outside by address only: gVisor's own network stack cannot reach "+
-				"Docker's embedded DNS server (127.0.0.11), which answers every container on a user-defined network such as the "+
-				"managed bridge, so a host name does not resolve. Use runc for an agent that needs names (docs/guides/gvisor.md).")
-	}
 	switch err := svc.CheckRuntime(ctx, cm.Runtime); {
 	case errors.Is(err, agentspec.ErrBackendUnreachable):
 		diags.AddAttributeWarning(at, "Runtime Not Checked",

@@ -33,9 +33,10 @@ type Backend interface {
 	Send(ctx context.Context, id, text string, timeout time.Duration) (MessageReply, error)
 
 	// Check says what of a this backend cannot honour, each a *FieldError
-	// on the setting (joined), or nil. It needs nothing but a, so a plan
-	// runs it; Apply refuses the same.
-	Check(a Agent) error
+	// on the setting (joined), or nil, and what it will do with a that the
+	// owner should know (warnings, each on the setting it concerns). It
+	// needs nothing but a, so a plan runs it; Apply refuses the same.
+	Check(a Agent) ([]Warning, error)
 	// CheckAsk checks the agents a core agent of the topology asks, as far
 	// as they are deployed: an error for each that can never be asked; one
 	// not deployed yet wraps ErrAskTargetNotDeployed (its apply waits).
@@ -205,6 +206,9 @@ type Warning struct {
 	// Topic names the kind ("workspace ownership", a backend's drift).
 	Topic  string
 	Detail string
+	// Field is the setting the warning concerns, a dotted path as in
+	// FieldError ("container_mode.network"); "" for the agent as a whole.
+	Field string
 }
 
 // StopTimeout lets a runner being replaced finish its message in flight:

@@ -113,7 +113,7 @@ type ContainerMode struct {
 	// DNS is the only upstream the engine's resolver forwards to, for the
 	// runner and its per-message containers on Networks (a ThreeGate
 	// topology's DNS sink: names outside the topology go nowhere).
-	DNS []string `json:"dns,omitempty"`
+	DNS []Addr `json:"dns,omitempty"`
 	// PidsLimit bounds processes and threads; zero means DefaultPidsLimit.
 	PidsLimit int64 `json:"pids_limit"`
 	// User is "uid:gid" or "uid" for the agent loop; unset means the

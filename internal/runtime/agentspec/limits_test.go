@@ -3,6 +3,8 @@ package agentspec
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,6 +88,7 @@ const oldConfig = `{
     "timeout_seconds": 300,
     "pids_limit": 256,
     "user": "3000",
+    "dns": ["10.213.1.127", "fd00::0001"],
     "prestart": true
   },
   "file_access": {},
@@ -107,6 +110,9 @@ func TestOldConfigReadsTyped(t *testing.T) {
 	if c.Container.MemoryLimit.Bytes() != 1<<30 || c.Container.User.User() != (User{3000, 3000}) {
 		t.Fatalf("memory %d, user %v", c.Container.MemoryLimit.Bytes(), c.Container.User.User())
 	}
+	if dns := c.Container.DNS; len(dns) != 2 || dns[0].Addr() != netip.MustParseAddr("10.213.1.127") || dns[1].Addr() != netip.MustParseAddr("fd00::1") {
+		t.Fatalf("dns %v", dns)
+	}
 	raw, err := json.Marshal(c)
 	if err != nil {
 		t.Fatal(err)
@@ -118,9 +124,9 @@ func TestOldConfigReadsTyped(t *testing.T) {
 	if err := json.Unmarshal([]byte(oldConfig), &want); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"memory_limit", "user"} {
+	for _, k := range []string{"memory_limit", "user", "dns"} {
 		g, w := got["container_mode"].(map[string]any)[k], want["container_mode"].(map[string]any)[k]
-		if g != w {
+		if fmt.Sprint(g) != fmt.Sprint(w) {
 			t.Errorf("container_mode.%s written back as %#v, the old file has %#v", k, g, w)
 		}
 	}
@@ -137,8 +143,13 @@ func TestLoadRefusesBadSize(t *testing.T) {
 	for field, old := range map[string]string{
 		"container_mode.memory_limit": `"memory_limit": "1G"`,
 		"container_mode.user":         `"user": "3000"`,
+		"container_mode.dns":          `"dns": ["10.213.1.127", "fd00::0001"]`,
 	} {
-		for _, bad := range []string{`"lots"`, `"0"`, `512`} {
+		bads := []string{`"lots"`, `"0"`, `512`}
+		if field == "container_mode.dns" {
+			bads = []string{`["sink"]`, `["10.213.1.127", ""]`, `["fe80::1%eth0"]`, `[1]`}
+		}
+		for _, bad := range bads {
 			raw := strings.Replace(oldConfig, old, strings.SplitN(old, ":", 2)[0]+": "+bad, 1)
 			path := filepath.Join(t.TempDir(), "config.json")
 			if err := os.WriteFile(path, []byte(raw), 0o600); err != nil {

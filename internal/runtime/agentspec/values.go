@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"reflect"
 	"strconv"
 
@@ -185,4 +186,60 @@ func fieldOfDecode(err error) error {
 		msg = fmt.Sprintf("a JSON %s cannot be read as %s", te.Value, te.Type)
 	}
 	return &FieldError{Field: te.Field, Index: -1, Err: errors.New(msg)}
+}
+
+// Addr is an IP address of the config (container_mode.dns): parsed once
+// where it enters, its spelling kept as Size's is.
+type Addr struct {
+	a    netip.Addr
+	text string
+}
+
+// ParseAddr is the one parser of a config's address: an IPv4 or IPv6
+// address, no zone, no name.
+func ParseAddr(s string) (Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return Addr{}, fmt.Errorf("%q is not an IP address (a DNS upstream is an address, e.g. \"10.213.1.127\")", s)
+	}
+	return Addr{a: a, text: s}, nil
+}
+
+// AddrOf is a as an Addr, written in its canonical form.
+func AddrOf(a netip.Addr) Addr { return Addr{a: a, text: a.String()} }
+
+// AddrsOf is AddrOf of each; nil for none.
+func AddrsOf(as []netip.Addr) []Addr {
+	var out []Addr
+	for _, a := range as {
+		out = append(out, AddrOf(a))
+	}
+	return out
+}
+
+// Addr is the address; the zero netip.Addr when unset.
+func (a Addr) Addr() netip.Addr { return a.a }
+
+// String is the spelling a was parsed from.
+func (a Addr) String() string { return a.text }
+
+func (a Addr) MarshalText() ([]byte, error) { return []byte(a.text), nil }
+
+func (a *Addr) UnmarshalText(b []byte) error {
+	v, err := ParseAddr(string(b))
+	if err != nil {
+		return valueError[Addr](err)
+	}
+	*a = v
+	return nil
+}
+
+// AddrStrings is the spelling of each address, as Docker's HostConfig
+// takes them; nil for none.
+func AddrStrings(as []Addr) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, a.String())
+	}
+	return out
 }

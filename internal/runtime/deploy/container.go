@@ -18,6 +18,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 	"github.com/docker/go-connections/nat"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
@@ -105,7 +106,7 @@ type Deployment struct {
 	Networks []string
 	// DNS is the only upstream of the engine's resolver on Networks (a
 	// ThreeGate topology's DNS sink); empty leaves the engine's choice.
-	DNS []string
+	DNS []agentspec.Addr
 	// SecurityOpt is extra, e.g. a seccomp profile that lets Landlock's
 	// syscalls through for host mode.
 	SecurityOpt []string
@@ -222,7 +223,7 @@ func Spec(d Deployment) (*container.Config, *container.HostConfig, *network.Netw
 	if len(d.DNS) > 0 {
 		// Names outside the runner's networks go to the sink, never to the
 		// host's resolvers; no search domain sends a bare name out either.
-		hc.DNS, hc.DNSSearch = d.DNS, []string{"."}
+		hc.DNS, hc.DNSSearch = agentspec.AddrStrings(d.DNS), []string{"."}
 	}
 	if d.Listener.Port != 0 {
 		port := nat.Port(strconv.Itoa(d.Listener.Port) + "/tcp")

@@ -69,7 +69,7 @@ func TestThreegateMembersDNSStaysOnLLMNet(t *testing.T) {
 		{topospec.RoleCore, agentspec.RoleCore}, {topospec.RoleFetch, agentspec.RoleFetch}, {topospec.RoleToolExec, agentspec.RoleToolExec},
 	} {
 		r := roles[tc.topoRole]
-		if len(r.DNS) != 1 || r.DNS[0] != topology.DNSSink(s).String() {
+		if len(r.DNS) != 1 || r.DNS[0] != topology.DNSSink(s) {
 			t.Fatalf("%s: role DNS %v, want the sink %s", tc.topoRole, r.DNS, topology.DNSSink(s))
 		}
 		id := "dns-" + strings.ReplaceAll(tc.role, "_", "-")
@@ -82,7 +82,7 @@ func TestThreegateMembersDNSStaysOnLLMNet(t *testing.T) {
 		}
 		cfg := agentspec.Config{AgentID: id, Workspace: ws, Role: tc.role, RelayDir: relay,
 			LLM:       agentspec.LLMConfig{Provider: "openai", Model: "m", BaseURL: "http://" + gateway + ":4000/v1"},
-			Container: agentspec.ContainerMode{Enabled: true, Image: image, Networks: r.Networks, DNS: r.DNS}}
+			Container: agentspec.ContainerMode{Enabled: true, Image: image, Networks: r.Networks, DNS: agentspec.AddrsOf(r.DNS)}}
 
 		// The runner container.
 		layout := LayoutFor(state, id)

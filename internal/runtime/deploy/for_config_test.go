@@ -203,3 +203,24 @@ func TestHostNetworkWarning(t *testing.T) {
 		}
 	}
 }
+
+// Check warns, on container_mode.network, that a gVisor agent on the
+// managed bridge resolves no names; runc there, or gVisor without a
+// network or in a topology, is not warned.
+func TestCheckWarnsRunscOnTheBridge(t *testing.T) {
+	agentWith := func(runtime, network, topology string) agentspec.Agent {
+		return agentspec.Agent{
+			Config: agentspec.Config{AgentID: "w", Container: agentspec.ContainerMode{Enabled: true, Runtime: runtime, Network: network}},
+			Meta:   agentspec.Meta{ThreegateNetwork: topology},
+		}
+	}
+	ws, err := (&Service{}).Check(agentWith("runsc", "bridge", ""))
+	if err != nil || len(ws) != 1 || ws[0].Topic != TopicRunscNames || ws[0].Field != "container_mode.network" || !strings.Contains(ws[0].Detail, "127.0.0.11") {
+		t.Errorf("runsc on the bridge: %+v, %v", ws, err)
+	}
+	for _, a := range []agentspec.Agent{agentWith("runc", "bridge", ""), agentWith("runsc", "none", ""), agentWith("runsc", "bridge", "tg")} {
+		if ws, err := (&Service{}).Check(a); err != nil || len(ws) != 0 {
+			t.Errorf("%+v: %+v, %v", a.Config.Container, ws, err)
+		}
+	}
+}

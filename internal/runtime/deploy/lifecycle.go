@@ -110,7 +110,7 @@ func (s *Service) resolve(ctx context.Context, a *agentspec.Agent) (client.APICl
 		nets := r.Networks
 		a.Config.Container.Network = ""
 		a.Config.Container.Networks = nets
-		a.Config.Container.DNS = r.DNS
+		a.Config.Container.DNS = agentspec.AddrsOf(r.DNS)
 		a.Config.Env = r.Env
 		// The runner enforces the role's tools and TOOL-EXEC's no-network
 		// sandbox; a core agent gets the runners it may ask.

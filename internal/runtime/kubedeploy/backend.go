@@ -26,7 +26,7 @@ func NewBackend(s *Service) *Backend { return &Backend{s: s} }
 // Check lists what of a has no meaning on a cluster, or no counterpart
 // yet, each an *agentspec.FieldError titled "Not On Kubernetes" (joined).
 // It needs nothing but a, so a plan can run it; Apply refuses the same.
-func (b *Backend) Check(a agentspec.Agent) error { return Check(a) }
+func (b *Backend) Check(a agentspec.Agent) ([]agentspec.Warning, error) { return nil, Check(a) }
 
 // CheckRuntime is agentspec.Backend's: a RuntimeClass that names the
 // runtime's handler.

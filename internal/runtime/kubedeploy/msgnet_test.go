@@ -261,3 +261,14 @@ func TestBackendSeed(t *testing.T) {
 		t.Errorf("Read: soul %q present %v, %v", o.Soul, o.SoulPresent, err)
 	}
 }
+
+// A cluster's agent under gVisor on the bridge gets none of Docker's
+// warnings: the embedded DNS server that gVisor cannot reach is Docker's.
+func TestCheckGivesNoDockerWarning(t *testing.T) {
+	svc, _ := fakeService()
+	a := agentspec.Agent{Config: testAgent("runsc-bridge", "img", "").Config}
+	a.Config.Container.Runtime, a.Config.Container.Network = "runsc", "bridge"
+	if ws, err := NewBackend(svc).Check(a); err != nil || len(ws) != 0 {
+		t.Errorf("Check: %+v, %v", ws, err)
+	}
+}

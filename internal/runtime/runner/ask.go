@@ -13,6 +13,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/relay"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
@@ -26,20 +27,10 @@ import (
 const (
 	// DefaultAskTimeout bounds one ask when the config says nothing.
 	DefaultAskTimeout = 120 * time.Second
-	// maxAskText bounds what an ask sends.
-	maxAskText = 64 << 10
 	// HeaderParentMessage names, on an asked message, the message that
 	// asked; both audit lines carry the pair.
 	HeaderParentMessage = "X-Meepa-Parent-Message"
 )
-
-// Asks are what one message may ask: the targets, the bound of one ask,
-// and how a target's runner is reached (nil Dial: by its Listen).
-type Asks struct {
-	Targets []agentspec.AskTarget
-	Limit   time.Duration
-	Dial    AskDialer
-}
 
 // AskDialer opens the connection of one ask to the target's runner.
 type AskDialer func(ctx context.Context, t agentspec.AskTarget) (net.Conn, error)
@@ -54,17 +45,26 @@ type runnerDialer interface {
 // address (on Docker) is dialled there, one without (on a cluster,
 // agentspec.Validate) through a backend that knows where other runners
 // are (a runnerDialer), and fails on any other (dialListen).
-func asksFor(cfg *agentspec.Config, backend sandbox.Backend) Asks {
-	a := Asks{Targets: cfg.Ask, Limit: askLimit(cfg), Dial: dialListen}
-	if d, ok := backend.(runnerDialer); ok {
-		a.Dial = func(ctx context.Context, t agentspec.AskTarget) (net.Conn, error) {
-			if t.Listen != "" {
-				return dialListen(ctx, t)
-			}
-			return d.DialRunner(ctx, t)
-		}
+func asksFor(cfg *agentspec.Config, backend sandbox.Backend) relay.Asks {
+	dial := askDialer(backend)
+	return relay.Asks{Targets: cfg.Ask, Limit: askLimit(cfg), Post: func(ctx context.Context, t agentspec.AskTarget, parent, text string) (agent.AskAnswer, int, error) {
+		return postAsk(ctx, dial, t, parent, text)
+	}}
+}
+
+// askDialer reaches a target by its listen address, or through backend
+// when it is a runnerDialer and the target has none.
+func askDialer(backend sandbox.Backend) AskDialer {
+	d, ok := backend.(runnerDialer)
+	if !ok {
+		return dialListen
 	}
-	return a
+	return func(ctx context.Context, t agentspec.AskTarget) (net.Conn, error) {
+		if t.Listen != "" {
+			return dialListen(ctx, t)
+		}
+		return d.DialRunner(ctx, t)
+	}
 }
 
 // dialListen reaches a runner at its listen address, a unix socket or
@@ -78,50 +78,6 @@ func dialListen(ctx context.Context, t agentspec.AskTarget) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 	}
 	return (&net.Dialer{}).DialContext(ctx, "tcp", t.Listen)
-}
-
-func (r *Relay) serveAsk(w http.ResponseWriter, req *http.Request, s *relaySession, refuse func(int, string)) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxAskText+1024))
-	if err != nil {
-		refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("ask over %d bytes", maxAskText))
-		return
-	}
-	var ask agent.AskRequest
-	if json.Unmarshal(body, &ask) != nil || strings.TrimSpace(ask.Text) == "" {
-		refuse(http.StatusBadRequest, `want {"agent_id", "text"}`)
-		return
-	}
-	var target *agentspec.AskTarget
-	var names []string
-	for i, t := range s.asks.Targets {
-		names = append(names, t.AgentID)
-		if t.AgentID == ask.AgentID {
-			target = &s.asks.Targets[i]
-		}
-	}
-	if target == nil {
-		refuse(http.StatusForbidden, fmt.Sprintf("agent %q is not one this agent may ask (threegate.ask: %s)", ask.AgentID, strings.Join(names, ", ")))
-		return
-	}
-	ctx, cancel := context.WithTimeout(req.Context(), s.asks.Limit)
-	defer cancel()
-	begin := time.Now()
-	ans, status, err := postAsk(ctx, s.asks.Dial, *target, s.messageID, ask.Text)
-	if ans.MessageID != "" {
-		s.mu.Lock()
-		s.usage.Asks = append(s.usage.Asks, ans.MessageID)
-		s.mu.Unlock()
-	}
-	r.log.Info("ask", "message_id", s.messageID, "ask_agent_id", target.AgentID, "ask_message_id", ans.MessageID,
-		"status", status, "duration_ms", time.Since(begin).Milliseconds())
-	if err != nil {
-		if ctx.Err() != nil {
-			err = fmt.Errorf("no answer within %s", s.asks.Limit)
-		}
-		ans.Error = err.Error()
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(ans)
 }
 
 // postAsk sends one message to the target's runner and returns its reply

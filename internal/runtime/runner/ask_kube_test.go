@@ -40,15 +40,15 @@ func TestAsksFor(t *testing.T) {
 	if len(a.Targets) != 1 || a.Limit != 7*time.Second {
 		t.Errorf("asks %+v", a)
 	}
-	if _, err := a.Dial(ctx, a.Targets[0]); err == nil || err.Error() != "dialed" || b.dialed == nil || b.dialed.AgentID != "te" {
+	if _, err := askDialer(b)(ctx, a.Targets[0]); err == nil || err.Error() != "dialed" || b.dialed == nil || b.dialed.AgentID != "te" {
 		t.Errorf("dial on kubernetes: %v, backend dialled %+v", err, b.dialed)
 	}
-	if _, err := asksFor(cfg, nil).Dial(ctx, a.Targets[0]); err == nil || !strings.Contains(err.Error(), "cannot find runner pods") {
+	if _, err := askDialer(nil)(ctx, a.Targets[0]); err == nil || !strings.Contains(err.Error(), "cannot find runner pods") {
 		t.Errorf("a backend without a pod lookup: %v", err)
 	}
 	srv := askServer(t)
 	cfg.Kubernetes = nil
-	conn, err := asksFor(cfg, b).Dial(ctx, agentspec.AskTarget{Listen: srv.Listener.Addr().String()})
+	conn, err := askDialer(b)(ctx, agentspec.AskTarget{Listen: srv.Listener.Addr().String()})
 	if err != nil {
 		t.Fatalf("dial by listen on Docker: %v", err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/relay"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
@@ -446,7 +447,7 @@ func TestAsyncAuditLine(t *testing.T) {
 	logs := &syncBuffer{}
 	s, err := New(context.Background(), testConfig(), Options{
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "agent-runner", Level: hclog.Info, JSONFormat: true, Output: logs}),
-		NewBackend: func(context.Context, *agentspec.Config, *Relay, hclog.Logger) (sandbox.Backend, string, error) {
+		NewBackend: func(context.Context, *agentspec.Config, *relay.Relay, hclog.Logger) (sandbox.Backend, string, error) {
 			return b, backends.ModeContainer, nil
 		},
 	})

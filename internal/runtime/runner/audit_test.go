@@ -17,6 +17,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/relay"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
@@ -73,7 +74,7 @@ func TestAuditLineOnePerMessageNoTextNoSecrets(t *testing.T) {
 	s, err := New(context.Background(), cfg, Options{
 		// Trace: not even the most verbose level may show the text or a secret.
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "agent-runner", Level: hclog.Trace, JSONFormat: true, Output: logs}),
-		NewBackend: func(context.Context, *agentspec.Config, *Relay, hclog.Logger) (sandbox.Backend, string, error) {
+		NewBackend: func(context.Context, *agentspec.Config, *relay.Relay, hclog.Logger) (sandbox.Backend, string, error) {
 			return b, backends.ModeContainer, nil
 		},
 	})

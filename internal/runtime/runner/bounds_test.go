@@ -16,6 +16,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/relay"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
@@ -25,7 +26,7 @@ func serveAPI(t *testing.T, b *scripted) string {
 	t.Helper()
 	s, err := New(context.Background(), testConfig(), Options{
 		Logger: hclog.NewNullLogger(),
-		NewBackend: func(context.Context, *agentspec.Config, *Relay, hclog.Logger) (sandbox.Backend, string, error) {
+		NewBackend: func(context.Context, *agentspec.Config, *relay.Relay, hclog.Logger) (sandbox.Backend, string, error) {
 			return b, backends.ModeContainer, nil
 		},
 	})
@@ -135,13 +136,13 @@ func TestAPIRefusalClosesTrickledBody(t *testing.T) {
 // The relay's socket, which every process of a per-message container
 // reaches, is bounded the same way.
 func TestRelaySocketBounded(t *testing.T) {
-	r := newRelay(hclog.NewNullLogger(), newMetrics())
+	r := relay.New(hclog.NewNullLogger(), newMetrics(), nil)
 	dir := filepath.Join(t.TempDir(), "relay")
 	if err := r.Listen(dir); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.Close() })
-	dial := func() (net.Conn, error) { return net.Dial("unix", filepath.Join(dir, RelaySocketName)) }
+	dial := func() (net.Conn, error) { return net.Dial("unix", filepath.Join(dir, relay.SocketName)) }
 	trickleAfterRefusal(t, dial, "/openai/chat/completions")
 	before := heapInUse()
 	peak := flood(t, dial, 200, 900<<10)

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -122,5 +123,34 @@ func TestConfigOutsideWorkspace(t *testing.T) {
 		if err := kube.ValidateConfig(c); (want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), want) {
 			t.Errorf("journal_dir %q: %v, want %q", j, err, want)
 		}
+	}
+}
+
+// A budget out of range, or below the one it contains, is refused by the
+// same check the provider runs at plan.
+func TestValidateLLMLimits(t *testing.T) {
+	for _, tc := range []struct {
+		limits agentspec.LLMLimits
+		field  string
+	}{
+		{agentspec.LLMLimits{MaxTokensPerCall: -1}, "llm.max_tokens_per_call"},
+		{agentspec.LLMLimits{MaxTokensPerCall: agentspec.MaxMaxTokensPerCall + 1}, "llm.max_tokens_per_call"},
+		{agentspec.LLMLimits{MessageTokenBudget: -5}, "llm.message_token_budget"},
+		{agentspec.LLMLimits{MessageTokenBudget: 100}, "llm.message_token_budget"}, // below the default per-call cap
+		{agentspec.LLMLimits{AgentTokenBudget: 1000}, "llm.agent_token_budget"},    // below the default message budget
+		{agentspec.LLMLimits{AgentBudgetWindowSeconds: 59}, "llm.agent_budget_window_seconds"},
+	} {
+		c := testConfig()
+		c.LLMLimits = tc.limits
+		err := agentspec.ValidateSettings(c)
+		var fe *agentspec.FieldError
+		if err == nil || !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("%+v: %v, want an error on %s", tc.limits, err, tc.field)
+		}
+	}
+	c := testConfig()
+	c.LLMLimits = agentspec.LLMLimits{MaxTokensPerCall: 100, MessageTokenBudget: 100, AgentTokenBudget: 100, AgentBudgetWindowSeconds: 60}
+	if err := agentspec.ValidateSettings(c); err != nil {
+		t.Errorf("tight but coherent limits refused: %v", err)
 	}
 }

@@ -79,7 +79,8 @@
 //
 // The sandbox a message runs in comes ready from package backends (the
 // Docker container, the host child or a Pod, chosen there once per
-// config), already connected to this runner's LLM relay; the server asks
+// config), already connected to this runner's LLM relay (package relay,
+// which counts into the server's metrics); the server asks
 // the backend how its sandboxes reach the relay (sandbox.RelayLink) and
 // nothing about which kind it is.
 package runner

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/relay"
 )
 
 // States of a journal record. A message is accepted before the runner
@@ -123,7 +125,7 @@ func (j *journal) load(e os.DirEntry) (record, bool) {
 		}
 		return record{}, false
 	}
-	if strings.HasSuffix(name, ".corrupt") || name == budgetFileName {
+	if strings.HasSuffix(name, ".corrupt") || name == relay.BudgetFileName {
 		return record{}, false
 	}
 	r, size, err := readRecord(path, name)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/relay"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
@@ -519,7 +520,7 @@ func BenchmarkMessageJournal(b *testing.B) {
 				cfg.Journal = b.TempDir()
 			}
 			s, err := New(context.Background(), cfg, Options{Logger: hclog.NewNullLogger(),
-				NewBackend: func(context.Context, *agentspec.Config, *Relay, hclog.Logger) (sandbox.Backend, string, error) {
+				NewBackend: func(context.Context, *agentspec.Config, *relay.Relay, hclog.Logger) (sandbox.Backend, string, error) {
 					return echoBackend(), backends.ModeContainer, nil
 				}})
 			if err != nil {
@@ -549,7 +550,7 @@ func TestAuditLineResumedAndKey(t *testing.T) {
 	var buf syncBuffer
 	s, err := New(context.Background(), journalConfig(t.TempDir()), Options{
 		Logger: hclog.New(&hclog.LoggerOptions{Output: &buf, JSONFormat: true, Level: hclog.Trace}),
-		NewBackend: func(context.Context, *agentspec.Config, *Relay, hclog.Logger) (sandbox.Backend, string, error) {
+		NewBackend: func(context.Context, *agentspec.Config, *relay.Relay, hclog.Logger) (sandbox.Backend, string, error) {
 			return echoBackend(), backends.ModeContainer, nil
 		},
 	})

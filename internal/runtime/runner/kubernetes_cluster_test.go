@@ -21,6 +21,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/relay"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testkube"
@@ -65,8 +66,8 @@ func kubeAgentConfig(t *testing.T, c *kube.Client, id string) (*agentspec.Config
 // podBackend makes the pod backend with the test's client instead of the
 // in-cluster service account.
 func podBackend(c *kube.Client) BackendFactory {
-	return func(ctx context.Context, cfg *agentspec.Config, relay *Relay, log hclog.Logger) (sandbox.Backend, string, error) {
-		return backends.NewKube(ctx, c, cfg, relay, log)
+	return func(ctx context.Context, cfg *agentspec.Config, rl *relay.Relay, log hclog.Logger) (sandbox.Backend, string, error) {
+		return backends.NewKube(ctx, c, cfg, rl, log)
 	}
 }
 

@@ -118,31 +118,31 @@ func (m *metrics) rejected(outcome string) {
 	m.mu.Unlock()
 }
 
-// relayed records one call to the LLM relay by outcome (ok, refused,
+// Relayed records one call to the LLM relay by outcome (ok, refused,
 // unauthorized, upstream_error).
-func (m *metrics) relayed(outcome string) {
+func (m *metrics) Relayed(outcome string) {
 	m.mu.Lock()
 	m.relayCalls[outcome]++
 	m.mu.Unlock()
 }
 
-// tokens adds what a relayed model answer reported.
-func (m *metrics) tokens(in, out int64) {
+// Tokens adds what a relayed model answer reported.
+func (m *metrics) Tokens(in, out int64) {
 	m.mu.Lock()
 	m.inputTokens += uint64(max(in, 0))
 	m.outputTokens += uint64(max(out, 0))
 	m.mu.Unlock()
 }
 
-// budgetRefused counts a call that a token budget refused.
-func (m *metrics) budgetRefused(which string) {
+// BudgetRefused counts a call that a token budget refused.
+func (m *metrics) BudgetRefused(which string) {
 	m.mu.Lock()
 	m.budgetRefusals[which]++
 	m.mu.Unlock()
 }
 
-// agentWindow sets the agent's count in its current budget window.
-func (m *metrics) agentWindow(n int64) {
+// AgentWindow sets the agent's count in its current budget window.
+func (m *metrics) AgentWindow(n int64) {
 	m.mu.Lock()
 	m.agentWindowTok = n
 	m.mu.Unlock()

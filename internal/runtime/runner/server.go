@@ -27,6 +27,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/httpbound"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/relay"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/version"
@@ -104,11 +105,11 @@ type HealthReporter interface {
 
 // BackendFactory makes the sandbox backend for a config, its sandboxes
 // connected to relay; backends.New by default.
-type BackendFactory func(ctx context.Context, cfg *agentspec.Config, relay *Relay, log hclog.Logger) (sandbox.Backend, string, error)
+type BackendFactory func(ctx context.Context, cfg *agentspec.Config, rl *relay.Relay, log hclog.Logger) (sandbox.Backend, string, error)
 
 // newBackend is backends.New with the runner's own relay.
-func newBackend(ctx context.Context, cfg *agentspec.Config, relay *Relay, log hclog.Logger) (sandbox.Backend, string, error) {
-	return backends.New(ctx, cfg, relay, log)
+func newBackend(ctx context.Context, cfg *agentspec.Config, rl *relay.Relay, log hclog.Logger) (sandbox.Backend, string, error) {
+	return backends.New(ctx, cfg, rl, log)
 }
 
 // Options for New. Zero values: an hclog logger named agent-runner at info
@@ -124,7 +125,7 @@ type Server struct {
 	newBackend BackendFactory
 	metrics    *metrics
 	// relay carries the agent loop's LLM calls and holds the API key.
-	relay *Relay
+	relay *relay.Relay
 
 	// turn is the per-agent mutex: one sandbox at a time. Waiting for it is
 	// the queue, bounded by cfg.QueueSize.
@@ -197,23 +198,22 @@ func New(ctx context.Context, cfg *agentspec.Config, o Options) (*Server, error)
 		turn:       make(chan struct{}, 1),
 		outcomes:   newOutcomeStore(),
 	}
-	s.relay = newRelay(s.log, s.metrics)
 	var recs []record
 	if cfg.Journal != "" {
 		j, r, err := openJournal(cfg.Journal, s.log)
 		if err != nil {
-			return nil, errors.Join(err, s.relay.Close())
+			return nil, err
 		}
 		s.journal, recs = j, r
 		s.outcomes.evicted, s.outcomes.buried = j.drop, j.bury
 	}
 	// The agent's token budget is counted next to the journal, so that a
 	// restart does not hand out a fresh window.
-	budget, err := openAgentBudget(cfg.Journal)
+	budget, err := relay.OpenBudget(cfg.Journal)
 	if err != nil {
-		return nil, errors.Join(err, s.relay.Close())
+		return nil, err
 	}
-	s.relay.budget = budget
+	s.relay = relay.New(s.log, s.metrics, budget)
 	// The backend removes the sandboxes a crash left before the journal is
 	// resumed: an interrupted message has stopped for good by then.
 	b, mode, err := s.newBackend(ctx, cfg, s.relay, s.log)
@@ -511,7 +511,7 @@ func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox
 	}
 	req.Env = env
 	job := sandbox.Job{MessageID: id, Timeout: cfg.Container.Timeout()}
-	var usage RelayUsage
+	var usage relay.Usage
 	endRelay := func() {}
 	if agentspec.NeedsRelay(cfg) {
 		// The loop gets a token for this message and the relay's address;
@@ -520,8 +520,8 @@ func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox
 		// The token dies with the message, whatever a tool left behind.
 		endRelay = func() { usage = end() }
 		req.LLM.APIKey = token
-		if usesRelay(cfg.LLM.Provider) {
-			req.LLM.BaseURL = RelayBaseURL(cfg.LLM.Provider)
+		if relay.Uses(cfg.LLM.Provider) {
+			req.LLM.BaseURL = relay.BaseURL(cfg.LLM.Provider)
 		}
 		for _, a := range cfg.Ask {
 			req.Asks = append(req.Asks, agent.AskTarget{AgentID: a.AgentID, Role: a.Role})
@@ -532,7 +532,7 @@ func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox
 		case sandbox.RelayAttached:
 			req.Relay = &agent.Relay{Stream: true}
 		case sandbox.RelayMounted:
-			req.Relay = &agent.Relay{Socket: sandbox.RelayMountDir + "/" + RelaySocketName}
+			req.Relay = &agent.Relay{Socket: sandbox.RelayMountDir + "/" + relay.SocketName}
 		case sandbox.RelayInherited:
 			req.Relay = &agent.Relay{FD: agent.RelayFD}
 		default:

@@ -17,6 +17,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/relay"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
@@ -93,7 +94,7 @@ func newTestServer(t *testing.T, cfg *agentspec.Config, b *scripted) (*Server, *
 // with the relay's socket listening in RelayDir when the config's messages
 // use the relay.
 func scriptedBackend(b *scripted) BackendFactory {
-	return func(_ context.Context, cfg *agentspec.Config, r *Relay, _ hclog.Logger) (sandbox.Backend, string, error) {
+	return func(_ context.Context, cfg *agentspec.Config, r *relay.Relay, _ hclog.Logger) (sandbox.Backend, string, error) {
 		if agentspec.NeedsRelay(cfg) {
 			if _, err := r.ListenIn(backends.RelayDir(cfg)); err != nil {
 				return nil, backends.ModeContainer, err
@@ -360,7 +361,7 @@ func TestReloadSwapsBackend(t *testing.T) {
 	queue := []*scripted{old, next}
 	s, err := New(context.Background(), testConfig(), Options{
 		Logger: hclog.NewNullLogger(),
-		NewBackend: func(context.Context, *agentspec.Config, *Relay, hclog.Logger) (sandbox.Backend, string, error) {
+		NewBackend: func(context.Context, *agentspec.Config, *relay.Relay, hclog.Logger) (sandbox.Backend, string, error) {
 			b := queue[0]
 			queue = queue[1:]
 			return b, backends.ModeContainer, nil

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"fmt"
-	"net/netip"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -60,7 +59,7 @@ type Spec struct {
 	// DNS, with Networks, is the only upstream the engine's resolver
 	// forwards names it does not know to (a ThreeGate topology's DNS
 	// sink); empty leaves the engine's choice, the host's resolvers.
-	DNS []string
+	DNS []agentspec.Addr
 	// User is the container's user; unset: AgentUser(AgentID), the
 	// agent's own uid. Root and nobody are refused (UserFor).
 	User agentspec.UserSpec
@@ -267,14 +266,9 @@ func HardenedSpec(s Spec, messageID string) (*container.Config, *container.HostC
 		})
 	}
 	if len(s.Networks) > 0 && len(s.DNS) > 0 {
-		for _, a := range s.DNS {
-			if _, err := netip.ParseAddr(a); err != nil {
-				return nil, nil, nil, fmt.Errorf("container spec: dns %q: %w", a, err)
-			}
-		}
 		// No search domain: a bare name is the engine's to answer, never
 		// the host's domain's.
-		hc.DNS, hc.DNSSearch = s.DNS, []string{"."}
+		hc.DNS, hc.DNSSearch = agentspec.AddrStrings(s.DNS), []string{"."}
 	}
 	return cfg, hc, &network.NetworkingConfig{EndpointsConfig: endpoints}, nil
 }

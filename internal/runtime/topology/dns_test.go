@@ -1,9 +1,11 @@
 package topology
 
 import (
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
+	"net/netip"
 	"slices"
 	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 // Every role's members get the sink as their only DNS upstream: the last
@@ -23,7 +25,7 @@ func TestRolesDNSSink(t *testing.T) {
 		t.Fatalf("sink %s is taken (gateway %s, proxy %s/%s)", sink, llm.Gateway, s.Docker.ProxyIP, s.Docker.EgressIP)
 	}
 	for name, r := range Roles(s) {
-		if !slices.Equal(r.DNS, []string{sink.String()}) {
+		if !slices.Equal(r.DNS, []netip.Addr{sink}) {
 			t.Errorf("%s: DNS %v, want [%s]", name, r.DNS, sink)
 		}
 		if !slices.Contains(r.Networks, llm.Name) {

@@ -233,7 +233,7 @@ func Roles(s topospec.Spec) map[string]topospec.Role {
 		return out
 	}
 	url := ProxyURL(s)
-	dns := []string{DNSSink(s).String()}
+	dns := []netip.Addr{DNSSink(s)}
 	noProxy := strings.Join([]string{"localhost", "127.0.0.1", s.Network(topospec.LLMNet).Subnet.String()}, ",")
 	return map[string]topospec.Role{
 		topospec.RoleCore: {Networks: names(RoleNetworks[topospec.RoleCore]), Env: map[string]string{}, DNS: dns},

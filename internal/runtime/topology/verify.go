@@ -28,9 +28,9 @@ import (
 
 type roleProbe struct {
 	topospec.ProbeRows
-	name     string   // the probe container's name
-	networks []string // network names; empty = network none
-	dns      []string // HostConfig.DNS, as the role's members get it
+	name     string       // the probe container's name
+	networks []string     // network names; empty = network none
+	dns      []netip.Addr // HostConfig.DNS, as the role's members get it
 	env      []string
 }
 
@@ -218,7 +218,7 @@ func (sv *Service) runRole(ctx context.Context, s topospec.Spec, o topospec.Veri
 		Image: o.Image, Entrypoint: []string{"/usr/local/bin/agent-runner"}, Cmd: args, Env: rp.env, User: ProxyUser,
 		Labels: engine.Labels("probe", map[string]string{"threegate": s.Name, "threegate.role": rp.Role}),
 	}, &container.HostConfig{
-		NetworkMode: container.NetworkMode(mode), ReadonlyRootfs: true, CapDrop: []string{"ALL"}, DNS: rp.dns, DNSSearch: search,
+		NetworkMode: container.NetworkMode(mode), ReadonlyRootfs: true, CapDrop: []string{"ALL"}, DNS: addrStrings(rp.dns), DNSSearch: search,
 		SecurityOpt: []string{"no-new-privileges"},
 		Resources:   container.Resources{Memory: 64 << 20, MemorySwap: 64 << 20, PidsLimit: &pids},
 	}, nil, nil, name)
@@ -372,4 +372,13 @@ func firstOr(s []string, def string) string {
 		return s[0]
 	}
 	return def
+}
+
+// addrStrings is each address as Docker's HostConfig takes it.
+func addrStrings(as []netip.Addr) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, a.String())
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package topospec
 import (
 	"context"
 	"fmt"
+	"net/netip"
 )
 
 // The backends' kinds.
@@ -71,7 +72,7 @@ type Role struct {
 	SandboxNetwork string            // network of the execution sandbox; "" = the role's networks
 	// DNS is the upstream a member's engine resolver forwards to (Docker's
 	// HostConfig.DNS): the topology's DNS sink.
-	DNS []string
+	DNS []netip.Addr
 }
 
 // Planned is what a spec decides before apply. An empty string or a nil

@@ -24,7 +24,7 @@ import (
 )
 
 // Relay is the runner's LLM relay as the backends connect their sandboxes
-// to it (runner.Relay).
+// to it (relay.Relay).
 type Relay interface {
 	// ListenIn opens the relay's unix socket in dir, or keeps the one it
 	// has, and returns the directory in use (Docker mounts it).

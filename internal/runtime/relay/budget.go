@@ -1,4 +1,4 @@
-package runner
+package relay
 
 import (
 	"encoding/json"
@@ -11,17 +11,17 @@ import (
 	"time"
 )
 
-// budgetFileName is the agent budget's record in the journal directory
+// BudgetFileName is the agent budget's record in the journal directory
 // (the one directory of the runner's state that a runner container keeps
 // across restarts); the journal's loader leaves it alone.
-const budgetFileName = "llm-budget.json"
+const BudgetFileName = "llm-budget.json"
 
-// agentBudget counts the tokens the agent's relayed calls used in the
+// Budget counts the tokens the agent's relayed calls used in the
 // current window (LLMLimits.AgentBudgetWindowSeconds). With a path it is
 // written there after every counted call, so a restarted runner goes on
 // counting the same window instead of handing out a fresh budget; a window
 // that ended while the runner was down starts again with the next call.
-type agentBudget struct {
+type Budget struct {
 	mu   sync.Mutex
 	path string // "": kept in memory only
 	// now is time.Now but for tests.
@@ -34,15 +34,15 @@ type budgetRecord struct {
 	Tokens      int64     `json:"tokens"`
 }
 
-// openAgentBudget reads the record in dir (none yet is a fresh window). A
+// OpenBudget reads the record in dir (none yet is a fresh window). A
 // record that cannot be read is an error: starting from zero would hand a
 // runaway a new budget.
-func openAgentBudget(dir string) (*agentBudget, error) {
-	b := &agentBudget{now: time.Now}
+func OpenBudget(dir string) (*Budget, error) {
+	b := &Budget{now: time.Now}
 	if dir == "" {
 		return b, nil
 	}
-	b.path = filepath.Join(dir, budgetFileName)
+	b.path = filepath.Join(dir, BudgetFileName)
 	raw, err := os.ReadFile(b.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -58,14 +58,14 @@ func openAgentBudget(dir string) (*agentBudget, error) {
 
 // used is the window's count, after starting a new window if the last one
 // is over.
-func (b *agentBudget) used(window time.Duration) int64 {
+func (b *Budget) used(window time.Duration) int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.roll(window)
 	return b.rec.Tokens
 }
 
-func (b *agentBudget) roll(window time.Duration) {
+func (b *Budget) roll(window time.Duration) {
 	now := b.now()
 	// A start in the future (a clock set back) is treated as over, so a
 	// wrong clock can shorten a window but never stretch it forever.
@@ -75,7 +75,7 @@ func (b *agentBudget) roll(window time.Duration) {
 }
 
 // add counts n tokens and writes the record; it returns the window's count.
-func (b *agentBudget) add(n int64, window time.Duration) (int64, error) {
+func (b *Budget) add(n int64, window time.Duration) (int64, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.roll(window)

@@ -1,10 +1,6 @@
-package runner
+package relay
 
 import (
-	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +8,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -23,13 +18,13 @@ import (
 // out through the model.
 func TestRelayRefusesStreamSpellingsAndServerTools(t *testing.T) {
 	model := newFakeModel(t)
-	r := newRelay(hclog.NewNullLogger(), newMetrics())
+	r := New(hclog.NewNullLogger(), &counts{}, nil)
 	dir := filepath.Join(t.TempDir(), "relay")
 	if err := r.Listen(dir); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Cleanup(t, "relay", r.Close)
-	c := relayClient(filepath.Join(dir, RelaySocketName))
+	c := relayClient(filepath.Join(dir, SocketName))
 	for _, tc := range []struct {
 		provider, path, body string
 		status               int
@@ -52,39 +47,5 @@ func TestRelayRefusesStreamSpellingsAndServerTools(t *testing.T) {
 			t.Errorf("%s %s: %d %s, want %d", tc.provider, tc.body, st, strings.TrimSpace(body), tc.status)
 		}
 		end()
-	}
-}
-
-// What the loop's own SDK clients send, with the LLM settings the runner
-// hands them, passes the relay's body check.
-func TestRelayPassesTheLoopsOwnBodies(t *testing.T) {
-	for _, provider := range []string{agentspec.ProviderOpenAI, agentspec.ProviderAnthropic} {
-		var got []byte
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			got, _ = io.ReadAll(r.Body)
-			w.WriteHeader(http.StatusBadRequest) // the body is all the test wants
-		}))
-		base := srv.URL + "/v1"
-		if provider == agentspec.ProviderAnthropic {
-			base = srv.URL
-		}
-		cfg := testConfig()
-		cfg.LLM = agentspec.LLMConfig{Provider: provider, Model: "m"}
-		llm := BuildRequest(cfg, "m1", MessageRequest{Text: "hi"}).LLM
-		llm.BaseURL, llm.APIKey = base, "k"
-		c, err := agent.NewClient(llm, srv.Client())
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = c.Complete(context.Background(), agent.Completion{System: "s",
-			Messages: []agent.ChatMessage{{Role: agent.RoleUser, Text: "hi"}},
-			Tools:    []agent.ToolSpec{{Name: "shell", Description: "d", Parameters: map[string]any{"type": "object", "properties": map[string]any{}}}}})
-		srv.Close()
-		if len(got) == 0 {
-			t.Fatalf("%s: no body", provider)
-		}
-		if why := relayBodyRefusal(relayPolicy{provider: provider, model: "m", maxTokens: agentspec.DefaultMaxTokensPerCall}, got); why != "" {
-			t.Errorf("%s: the loop's own body is refused (%s): %s", provider, why, got)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package runner
+package relay
 
 import (
 	"encoding/base64"
@@ -24,11 +24,11 @@ import (
 // caps are refused.
 func TestRelayScrub(t *testing.T) {
 	const key = "sk-scrub-3b7e19a0c4d2"
-	r := newRelay(hclog.NewNullLogger(), newMetrics())
+	r := New(hclog.NewNullLogger(), &counts{}, nil)
 	dir := filepath.Join(t.TempDir(), "relay")
 	testutil.Must(t, r.Listen(dir))
 	testutil.Cleanup(t, "relay", r.Close)
-	c := relayClient(filepath.Join(dir, RelaySocketName))
+	c := relayClient(filepath.Join(dir, SocketName))
 	llm := agentspec.LLMConfig{Provider: agentspec.ProviderOffline, APIKey: key}
 	token, end := r.Begin("msg-scrub", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
 
@@ -50,7 +50,7 @@ func TestRelayScrub(t *testing.T) {
 	if st, _ := relayPost(t, c, agent.ScrubPath, token, strings.Repeat("x", agent.MaxScrubBytes+1)); st != http.StatusRequestEntityTooLarge {
 		t.Errorf("oversize text: %d, want 413", st)
 	}
-	c = relayClient(filepath.Join(dir, RelaySocketName)) // the refusal closed the connection
+	c = relayClient(filepath.Join(dir, SocketName)) // the refusal closed the connection
 	n := 0
 	for ; n < maxScrubCallsPerMessage+1; n++ {
 		if st, _ := relayPost(t, c, agent.ScrubPath, token, "x"); st != http.StatusOK {
@@ -64,7 +64,7 @@ func TestRelayScrub(t *testing.T) {
 		t.Errorf("%d scrubs answered in one message, the cap is %d", n+8, maxScrubCallsPerMessage)
 	}
 	end()
-	c = relayClient(filepath.Join(dir, RelaySocketName))
+	c = relayClient(filepath.Join(dir, SocketName))
 	if st, got := relayPost(t, c, agent.ScrubPath, token, key); st != http.StatusUnauthorized || strings.Contains(got, key) {
 		t.Errorf("dead token: %d %q", st, got)
 	}

@@ -1,4 +1,4 @@
-package runner
+package relay
 
 import (
 	"encoding/base64"
@@ -47,13 +47,13 @@ func TestRelayRedactsEncodedKey(t *testing.T) {
 	}))
 	t.Cleanup(model.Close)
 
-	r := newRelay(hclog.NewNullLogger(), newMetrics())
+	r := New(hclog.NewNullLogger(), &counts{}, nil)
 	dir := filepath.Join(t.TempDir(), "relay")
 	if err := r.Listen(dir); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Cleanup(t, "relay", r.Close)
-	c := relayClient(filepath.Join(dir, RelaySocketName))
+	c := relayClient(filepath.Join(dir, SocketName))
 	llm := agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.URL + "/v1/", APIKey: key}
 	token, end := r.Begin("msg-echo", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
 	defer end()

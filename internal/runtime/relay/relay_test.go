@@ -1,7 +1,8 @@
-package runner
+package relay
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,11 +19,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/runner/backends"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -103,14 +100,14 @@ func relayPost(t *testing.T, c *http.Client, path, auth, body string) (int, stri
 func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 	const key = "sk-relay-test-5d1e0c"
 	model := newFakeModel(t)
-	m := newMetrics()
-	r := newRelay(hclog.NewNullLogger(), m)
+	m := &counts{}
+	r := New(hclog.NewNullLogger(), m, nil)
 	dir := filepath.Join(t.TempDir(), "relay")
 	if err := r.Listen(dir); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Cleanup(t, "relay", r.Close)
-	c := relayClient(filepath.Join(dir, RelaySocketName))
+	c := relayClient(filepath.Join(dir, SocketName))
 	llm := agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL + "/v1/", APIKey: key}
 
 	token, end := r.Begin("msg-1", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
@@ -134,7 +131,7 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 		{"the other wire format", "/anthropic/v1/messages", token, `{}`, 404},
 		{"streaming", "/openai/chat/completions", token, `{"stream":true}`, 400},
 		{"not JSON", "/openai/chat/completions", token, `x`, 400},
-		{"too large", "/openai/chat/completions", token, `{"x":"` + strings.Repeat("a", MaxRelayRequestBytes) + `"}`, 413},
+		{"too large", "/openai/chat/completions", token, `{"x":"` + strings.Repeat("a", MaxRequestBytes) + `"}`, 413},
 	}
 	for _, rc := range refusals {
 		if st, body := relayPost(t, c, rc.path, rc.auth, rc.body); st != rc.status {
@@ -142,7 +139,7 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 		}
 	}
 	// A proxy-style request for another host is refused, not forwarded.
-	conn, err := net.Dial("unix", filepath.Join(dir, RelaySocketName))
+	conn, err := net.Dial("unix", filepath.Join(dir, SocketName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,12 +181,8 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 	}
 	end2()
 
-	var sb strings.Builder
-	testutil.Must(t, m.write(&sb, gauges{}))
-	for _, want := range []string{`meepa_runner_llm_tokens_total{direction="input"} 22`, `meepa_runner_llm_relay_calls_total{outcome="unauthorized"} 3`} {
-		if !strings.Contains(sb.String(), want) {
-			t.Errorf("metrics lack %q:\n%s", want, sb.String())
-		}
+	if m.in != 22 || m.calls["unauthorized"] != 3 {
+		t.Errorf("metrics: %d input tokens, %d unauthorized calls; want 22 and 3", m.in, m.calls["unauthorized"])
 	}
 	if auth, _ := model.seen(); len(auth) != 4 {
 		t.Errorf("the model endpoint got %d calls, want 4 (two of each message, the echo and the redirect): %q", len(auth), auth)
@@ -201,7 +194,7 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 func TestRelayAnthropicOverPair(t *testing.T) {
 	const key = "sk-ant-relay-test-77aa"
 	model := newFakeModel(t)
-	r := newRelay(hclog.NewNullLogger(), newMetrics())
+	r := New(hclog.NewNullLogger(), &counts{}, nil)
 	llm := agentspec.LLMConfig{Provider: agentspec.ProviderAnthropic, Model: "m", BaseURL: model.srv.URL + "/", APIKey: key}
 	token, end := r.Begin("msg-a", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
 	child, stop, err := r.Pair()
@@ -254,114 +247,65 @@ func TestRelayDirRefusesForeignDir(t *testing.T) {
 	if err := os.Symlink(t.TempDir(), link); err != nil {
 		t.Fatal(err)
 	}
-	if err := newRelay(hclog.NewNullLogger(), newMetrics()).Listen(link); err == nil {
+	if err := New(hclog.NewNullLogger(), &counts{}, nil).Listen(link); err == nil {
 		t.Error("a symlinked relay dir was accepted")
 	}
 }
 
-// The runner hands the loop a relay token and socket, never the key; the
-// token works for that message's calls only, and the audit line and
-// /metrics count the tokens.
-func TestRunnerRequestCarriesRelayNotKey(t *testing.T) {
-	model := newFakeModel(t)
-	cfg := testConfig()
-	cfg.RelayDir = filepath.Join(t.TempDir(), "relay")
-	cfg.LLM = agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL + "/v1", APIKey: "sk-very-secret"}
-	var during int
-	b := &scripted{answer: func(req agent.Request) (sandbox.Outcome, error) {
-		// What a per-message container does: call the relay through the
-		// socket in the mounted directory (here, the host path).
-		during, _ = relayPost(t, relayClient(filepath.Join(cfg.RelayDir, RelaySocketName)), "/openai/chat/completions", req.LLM.APIKey, okBody)
-		return replyOutcome(agent.Reply{MessageID: req.Message.ID, Reply: "ok"})
-	}}
-	_, ts := newTestServer(t, cfg, b)
-	if code, m := post(t, ts.URL, "tok-123", `{"text":"hi"}`); code != 200 {
-		t.Fatalf("status %d: %v", code, m)
-	}
-	req := b.jobs[0]
-	if req.LLM.APIKey == "" || strings.Contains(req.LLM.APIKey, "sk-very-secret") || req.LLM.BaseURL != "http://meepa-relay/openai/" ||
-		req.Relay == nil || req.Relay.Socket != "/run/meepa/"+RelaySocketName {
-		t.Errorf("request LLM %+v relay %+v", req.LLM, req.Relay)
-	}
-	raw, _ := json.Marshal(req)
-	if strings.Contains(string(raw), "sk-very-secret") {
-		t.Errorf("the key is in the stdin request: %s", raw)
-	}
-	if during != 200 {
-		t.Errorf("relay call during the message: %d", during)
-	}
-	if st, _ := relayPost(t, relayClient(filepath.Join(cfg.RelayDir, RelaySocketName)), "/openai/chat/completions", req.LLM.APIKey, `{}`); st != 401 {
-		t.Errorf("the message's token after it ended: %d, want 401", st)
-	}
-	if auth, _ := model.seen(); len(auth) != 1 || auth[0] != "Bearer sk-very-secret" {
-		t.Errorf("endpoint auth %q", auth)
-	}
-	resp, err := http.Get(ts.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsText, _ := io.ReadAll(resp.Body)
-	_ = resp.Body.Close() // read in full
-	if !strings.Contains(string(metricsText), `meepa_runner_llm_tokens_total{direction="output"} 7`) {
-		t.Errorf("metrics:\n%s", metricsText)
-	}
+// counts is the Metrics of a test: what the relay counted.
+type counts struct {
+	mu      sync.Mutex
+	calls   map[string]int
+	in, out int64
+	refused map[string]int
+	window  int64
 }
 
-// The relay directory is mounted only where it is used, and a TOOL-EXEC
-// agent's sandbox has no network whatever its config names; in host mode
-// its child gets no TCP.
-func TestSandboxOptionsFollowRoleAndRelay(t *testing.T) {
-	cfg := testConfig()
-	cfg.Container.Networks = []string{"tg-llmnet"}
-	if o := backends.DockerOptions(cfg, nil); o.Spec.RelayDir != backends.RelayDir(cfg) || len(o.Spec.Networks) != 1 {
-		t.Errorf("offline agent with a key (the relay scrubs its writes): relay dir %q, networks %v", o.Spec.RelayDir, o.Spec.Networks)
+func (c *counts) Relayed(outcome string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.calls == nil {
+		c.calls = map[string]int{}
 	}
-	cfg.LLM.APIKey = ""
-	if o := backends.DockerOptions(cfg, nil); o.Spec.RelayDir != "" || len(o.Spec.Networks) != 1 {
-		t.Errorf("offline agent without a key: relay dir %q, networks %v", o.Spec.RelayDir, o.Spec.Networks)
+	c.calls[outcome]++
+}
+
+func (c *counts) Tokens(in, out int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.in += in
+	c.out += out
+}
+
+func (c *counts) BudgetRefused(which string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refused == nil {
+		c.refused = map[string]int{}
 	}
-	cfg.LLM.APIKey = "sk-very-secret"
-	cfg.LLM.Provider = agentspec.ProviderOpenAI
-	if o := backends.DockerOptions(cfg, nil); o.Spec.RelayDir != backends.RelayDir(cfg) {
-		t.Errorf("openai agent: relay dir %q", o.Spec.RelayDir)
-	}
-	cfg.Role = agentspec.RoleToolExec
-	if o := backends.DockerOptions(cfg, nil); o.Spec.Network != "none" || o.Spec.Networks != nil {
-		t.Errorf("tool_exec: network %q %v, want none", o.Spec.Network, o.Spec.Networks)
-	}
-	cfg.FileAccess.AllowNetwork = true
-	if o := backends.HostOptions(cfg, nil); o.FileAccess.AllowNetwork {
-		t.Error("tool_exec in host mode keeps TCP")
-	}
-	for _, bad := range []func(c *agentspec.Config){
-		func(c *agentspec.Config) { c.Role = "admin" },
-		func(c *agentspec.Config) {
-			c.Role = "fetch"
-			c.Ask = []agentspec.AskTarget{{AgentID: "x", Role: "tool_exec", Listen: "unix:///s", Token: "t"}}
-		},
-		func(c *agentspec.Config) {
-			c.Role = "core"
-			c.Ask = []agentspec.AskTarget{{AgentID: "x", Role: "core", Listen: "unix:///s", Token: "t"}}
-		},
-		func(c *agentspec.Config) {
-			c.Role = "core"
-			c.Ask = []agentspec.AskTarget{{AgentID: "x", Role: "fetch", Listen: "10.0.0.1:80", Token: "t"}}
-		},
-		func(c *agentspec.Config) {
-			// A port is a cluster target's; on Docker the listen decides.
-			c.Role = "core"
-			c.Ask = []agentspec.AskTarget{{AgentID: "x", Role: "fetch", Listen: "unix:///s", Port: 8080, Token: "t"}}
-		},
-		func(c *agentspec.Config) {
-			c.Role = "tool_exec"
-			c.Container.Enabled = false
-			c.FileAccess.Unrestricted = true
-		},
-	} {
-		c := testConfig()
-		bad(c)
-		if err := kube.ValidateConfig(c); err == nil {
-			t.Errorf("config accepted: role %q ask %+v", c.Role, c.Ask)
-		}
-	}
+	c.refused[which]++
+}
+
+func (c *counts) AgentWindow(n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.window = n
+}
+
+// syncBuffer is a log sink the test reads while the relay writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]byte(nil), b.buf.Bytes()...)
 }

@@ -1,4 +1,4 @@
-package runner
+package relay
 
 import (
 	"bytes"
@@ -29,37 +29,14 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/redact"
 )
 
-// The LLM relay keeps the API key out of every sandbox. The agent loop (and,
-// with inject_credentials_env, its tools) talk to the relay with a token
-// that is valid for one message only; the relay checks it, forwards the call
-// to the agent's configured base_url with the real key, and counts the
-// tokens the answer reports.
-//
-// The loop reaches the relay without any network route:
-//   - container mode: a unix socket in RelayDir, bind-mounted read-only at
-//     sandbox.RelayMountDir in every per-message container (a prestarted
-//     container too: the token arrives with the request on stdin);
-//   - host mode: one end of a socketpair made for the message and inherited
-//     by the child as fd agent.RelayFD. The child never creates an AF_UNIX
-//     socket, so its seccomp filter can keep refusing socket(AF_UNIX), which
-//     is what keeps it away from every other unix socket on the host.
-//
-// Only what the loop itself sends is forwarded: POST of the configured
-// provider's one model endpoint (OpenAI-compatible chat/completions, or
-// Anthropic v1/messages), for the configured model only, non-streaming,
-// without server-side tools, within size and token limits (LLMLimits);
-// redirects are not followed, so the key never leaves for another host. What
-// the endpoint answers comes back only on success: an error answer's body
-// is the endpoint's to word, and one that echoes the key (in whatever
-// encoding) must not reach the sandbox, so the relay words its own.
 const (
-	// MaxRelayRequestBytes bounds one relayed request body (the loop's whole
+	// MaxRequestBytes bounds one relayed request body (the loop's whole
 	// conversation); the same bound as agent-run's own request.
-	MaxRelayRequestBytes = agent.MaxRequestBytes
-	// MaxRelayResponseBytes bounds one relayed answer.
-	MaxRelayResponseBytes = 8 << 20
-	// RelaySocketName is the relay's socket inside RelayDir.
-	RelaySocketName = "llm.sock"
+	MaxRequestBytes = agent.MaxRequestBytes
+	// MaxResponseBytes bounds one relayed answer.
+	MaxResponseBytes = 8 << 20
+	// SocketName is the relay's socket inside RelayDir.
+	SocketName = "llm.sock"
 	// relayHost is the host name the loop's base URL carries; the relay
 	// ignores it, since the socket alone decides where a request goes.
 	relayHost = "meepa-relay"
@@ -70,8 +47,8 @@ const (
 	defaultAnthropicVersion = "2023-06-01"
 )
 
-// RelayUsage is what one message did through the relay.
-type RelayUsage struct {
+// Usage is what one message did through the relay.
+type Usage struct {
 	Calls   int
 	Refused int
 	// Asks are the message ids of the asks this message made.
@@ -98,23 +75,37 @@ type relaySession struct {
 	red *redact.Redactor
 
 	mu    sync.Mutex
-	usage RelayUsage
+	usage Usage
 	// scrubCalls and scrubBytes count what serveScrub did for the message.
 	scrubCalls int
 	scrubBytes int64
 }
 
+// Metrics is what the relay counts, for the runner's /metrics.
+type Metrics interface {
+	// Relayed counts one call by outcome (ok, refused, unauthorized,
+	// upstream_error).
+	Relayed(outcome string)
+	// Tokens adds what a relayed model answer reported.
+	Tokens(in, out int64)
+	// BudgetRefused counts a call refused by the budget named ("message"
+	// or "agent").
+	BudgetRefused(which string)
+	// AgentWindow is the agent's count in its current budget window.
+	AgentWindow(n int64)
+}
+
 // Relay serves the LLM relay for one runner.
 type Relay struct {
 	log     hclog.Logger
-	metrics *metrics
+	metrics Metrics
 	// upstream carries the relayed calls; it never follows a redirect.
 	upstream *http.Client
 
 	mu       sync.Mutex
 	sessions map[[32]byte]*relaySession // by sha256 of the token
 	// budget counts the agent's tokens over LLMLimits' window.
-	budget *agentBudget
+	budget *Budget
 
 	// The container-mode socket; empty until Listen.
 	dir    string
@@ -122,7 +113,13 @@ type Relay struct {
 	server *http.Server
 }
 
-func newRelay(log hclog.Logger, m *metrics) *Relay {
+// New is a relay that counts into m and keeps the agent's window in budget
+// (OpenBudget; nil: a fresh one, in memory only). It serves nothing until
+// Listen, Pair or ServeConn.
+func New(log hclog.Logger, m Metrics, budget *Budget) *Relay {
+	if budget == nil {
+		budget = &Budget{now: time.Now}
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxResponseHeaderBytes = 64 << 10
 	return &Relay{
@@ -135,7 +132,7 @@ func newRelay(log hclog.Logger, m *metrics) *Relay {
 			},
 		},
 		sessions: map[[32]byte]*relaySession{},
-		budget:   &agentBudget{now: time.Now},
+		budget:   budget,
 	}
 }
 
@@ -157,7 +154,7 @@ func (r *Relay) Listen(dir string) error {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return fmt.Errorf("relay dir: %w", err)
 	}
-	sock := filepath.Join(dir, RelaySocketName)
+	sock := filepath.Join(dir, SocketName)
 	if fi, err := os.Lstat(sock); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
 			return fmt.Errorf("relay socket %s exists and is not a socket", sock)
@@ -209,7 +206,7 @@ func (r *Relay) Close() error {
 
 // Begin opens a message's session and returns its token: 32 random bytes,
 // hex. end closes it and returns what the message did through the relay.
-func (r *Relay) Begin(messageID string, llm agentspec.LLMConfig, limits agentspec.LLMLimits, timeout time.Duration, asks Asks) (token string, end func() RelayUsage) {
+func (r *Relay) Begin(messageID string, llm agentspec.LLMConfig, limits agentspec.LLMLimits, timeout time.Duration, asks Asks) (token string, end func() Usage) {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	token = "meepa-relay-" + hex.EncodeToString(b[:])
@@ -218,7 +215,7 @@ func (r *Relay) Begin(messageID string, llm agentspec.LLMConfig, limits agentspe
 	r.mu.Lock()
 	r.sessions[key] = s
 	r.mu.Unlock()
-	return token, func() RelayUsage {
+	return token, func() Usage {
 		r.mu.Lock()
 		delete(r.sessions, key)
 		r.mu.Unlock()
@@ -311,7 +308,7 @@ func (r *Relay) session(req *http.Request) *relaySession {
 func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	s := r.session(req)
 	if s == nil {
-		r.metrics.relayed("unauthorized")
+		r.metrics.Relayed("unauthorized")
 		relayError(w, http.StatusUnauthorized, "no live message has this token")
 		return
 	}
@@ -319,7 +316,7 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		s.mu.Lock()
 		s.usage.Refused++
 		s.mu.Unlock()
-		r.metrics.relayed("refused")
+		r.metrics.Relayed("refused")
 		r.log.Warn("relay refused", "message_id", s.messageID, "method", req.Method, "path", bounded(req.URL.Path, 80), "reason", msg)
 		relayError(w, status, msg)
 	}
@@ -346,9 +343,9 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		refuse(http.StatusMethodNotAllowed, "use POST")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxRelayRequestBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxRequestBytes))
 	if err != nil {
-		refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", MaxRelayRequestBytes))
+		refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", MaxRequestBytes))
 		return
 	}
 	if why := relayBodyRefusal(policyOf(s), body); why != "" {
@@ -361,7 +358,7 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			s.usage.BudgetRefused = which
 		}
 		s.mu.Unlock()
-		r.metrics.budgetRefused(which)
+		r.metrics.BudgetRefused(which)
 		// 403, not 429: the SDKs retry a 429, and waiting does not help
 		// before the window ends.
 		refuse(http.StatusForbidden, why)
@@ -402,25 +399,25 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		s.mu.Lock()
 		s.usage.Calls++
 		s.mu.Unlock()
-		r.metrics.relayed("upstream_error")
+		r.metrics.Relayed("upstream_error")
 		relayError(w, http.StatusBadGateway, "model endpoint: "+s.red.String(err.Error()))
 		return
 	}
 	defer func() { _ = resp.Body.Close() }() // read-only
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, MaxRelayResponseBytes+1))
-	if err != nil || len(answer) > MaxRelayResponseBytes {
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+	if err != nil || len(answer) > MaxResponseBytes {
 		s.mu.Lock()
 		s.usage.Calls++
 		s.mu.Unlock()
-		r.metrics.relayed("upstream_error")
-		relayError(w, http.StatusBadGateway, fmt.Sprintf("model answer unreadable or over %d bytes", MaxRelayResponseBytes))
+		r.metrics.Relayed("upstream_error")
+		relayError(w, http.StatusBadGateway, fmt.Sprintf("model answer unreadable or over %d bytes", MaxResponseBytes))
 		return
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		s.mu.Lock()
 		s.usage.Calls++
 		s.mu.Unlock()
-		r.metrics.relayed("upstream_error")
+		r.metrics.Relayed("upstream_error")
 		// Neither the sandbox nor the log gets the body: the status and its
 		// size say enough to tell a bad key from a bad request, and the
 		// body may carry the key in an encoding no redactor knows.
@@ -435,10 +432,10 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	s.usage.InputTokens += in
 	s.usage.OutputTokens += outTok
 	s.mu.Unlock()
-	r.metrics.relayed("ok")
-	r.metrics.tokens(in, outTok)
+	r.metrics.Relayed("ok")
+	r.metrics.Tokens(in, outTok)
 	window, err := r.budget.add(in+outTok, s.limits.Window())
-	r.metrics.agentWindow(window)
+	r.metrics.AgentWindow(window)
 	if err != nil {
 		// The count in memory holds; a restart would lose this call's share.
 		r.log.Error("llm budget: record not written", "error", err)
@@ -709,9 +706,9 @@ func defaultBase(provider string) string {
 	return agentspec.DefaultOpenAIBaseURL
 }
 
-// RelayBaseURL is the base URL the loop is given for provider: the relay's
+// BaseURL is the base URL the loop is given for provider: the relay's
 // prefix for that wire format, on a host name the relay ignores.
-func RelayBaseURL(provider string) string {
+func BaseURL(provider string) string {
 	if provider == agentspec.ProviderAnthropic {
 		return "http://" + relayHost + relayAnthropicPrefix
 	}
@@ -744,7 +741,7 @@ func bounded(s string, n int) string {
 	return s
 }
 
-// usesRelay says whether a provider calls a model endpoint (offline does not).
-func usesRelay(provider string) bool {
+// Uses says whether a provider calls a model endpoint (offline does not).
+func Uses(provider string) bool {
 	return provider == agentspec.ProviderOpenAI || provider == agentspec.ProviderAnthropic
 }

@@ -1,14 +1,12 @@
-package runner
+package relay
 
 import (
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,9 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -58,14 +54,14 @@ func answerOK(w http.ResponseWriter, _ *http.Request) {
 
 // listenRelay is a relay on a socket in a temporary directory, and a
 // client of it.
-func listenRelay(t *testing.T, log hclog.Logger, m *metrics) (*Relay, *http.Client) {
-	r := newRelay(log, m)
+func listenRelay(t *testing.T, log hclog.Logger, m Metrics) (*Relay, *http.Client) {
+	r := New(log, m, nil)
 	dir := filepath.Join(t.TempDir(), "relay")
 	if err := r.Listen(dir); err != nil {
 		t.Fatal(err)
 	}
 	testutil.Cleanup(t, "relay", r.Close)
-	return r, relayClient(filepath.Join(dir, RelaySocketName))
+	return r, relayClient(filepath.Join(dir, SocketName))
 }
 
 func relayPath(provider string) string {
@@ -84,7 +80,7 @@ func TestRelayForwardsOnlyTheConfiguredModel(t *testing.T) {
 	for _, provider := range []string{agentspec.ProviderOpenAI, agentspec.ProviderAnthropic} {
 		t.Run(provider, func(t *testing.T) {
 			model := newRecordingModel(t, answerOK)
-			r, c := listenRelay(t, hclog.NewNullLogger(), newMetrics())
+			r, c := listenRelay(t, hclog.NewNullLogger(), &counts{})
 			llm := agentspec.LLMConfig{Provider: provider, Model: configured, BaseURL: model.srv.URL, APIKey: "sk-model-swap"}
 			tok, end := r.Begin("m1", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
 			defer end()
@@ -128,7 +124,7 @@ func TestRelayBoundsTokensAndChoices(t *testing.T) {
 	for _, provider := range []string{agentspec.ProviderOpenAI, agentspec.ProviderAnthropic} {
 		t.Run(provider, func(t *testing.T) {
 			model := newRecordingModel(t, answerOK)
-			r, c := listenRelay(t, hclog.NewNullLogger(), newMetrics())
+			r, c := listenRelay(t, hclog.NewNullLogger(), &counts{})
 			llm := agentspec.LLMConfig{Provider: provider, Model: "m", BaseURL: model.srv.URL, APIKey: "sk-fanout"}
 			tok, end := r.Begin("m1", llm, agentspec.LLMLimits{MaxTokensPerCall: 100}, 10*time.Second, Asks{})
 			defer end()
@@ -184,7 +180,7 @@ func TestRelayErrorBodiesAreTheRelays(t *testing.T) {
 					_, _ = fmt.Fprintf(w, `{"error":{"type":"invalid_key","message":"bad key %s"}}`, echoed)
 				})
 				logs := &syncBuffer{}
-				r, c := listenRelay(t, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Trace}), newMetrics())
+				r, c := listenRelay(t, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Trace}), &counts{})
 				llm := agentspec.LLMConfig{Provider: provider, Model: "m", BaseURL: model.srv.URL, APIKey: key}
 				tok, end := r.Begin("m1", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
 				st, body := relayPost(t, c, relayPath(provider), tok, okBody)
@@ -214,7 +210,7 @@ func TestRelayErrorBodiesAreTheRelays(t *testing.T) {
 // the messages of a window. /metrics counts both.
 func TestRelayTokenBudgets(t *testing.T) {
 	model := newRecordingModel(t, answerOK) // 18 tokens a call
-	m := newMetrics()
+	m := &counts{}
 	r, c := listenRelay(t, hclog.NewNullLogger(), m)
 	llm := agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL, APIKey: "sk-budget"}
 	limits := agentspec.LLMLimits{MaxTokensPerCall: 16, MessageTokenBudget: 30, AgentTokenBudget: 50}
@@ -247,117 +243,29 @@ func TestRelayTokenBudgets(t *testing.T) {
 	if n := len(model.seen()); n != 3 {
 		t.Errorf("the endpoint got %d calls, want 3", n)
 	}
-	var sb strings.Builder
-	testutil.Must(t, m.write(&sb, gauges{}))
-	for _, want := range []string{
-		`meepa_runner_llm_budget_refusals_total{budget="message"} 1`,
-		`meepa_runner_llm_budget_refusals_total{budget="agent"} 1`,
-		`meepa_runner_llm_agent_window_tokens 54`,
-	} {
-		if !strings.Contains(sb.String(), want) {
-			t.Errorf("metrics lack %q:\n%s", want, sb.String())
-		}
+	if m.refused["message"] != 1 || m.refused["agent"] != 1 || m.window != 54 {
+		t.Errorf("metrics: budget refusals %v, window %d; want one of each and 54", m.refused, m.window)
 	}
 }
 
-// The agent's window survives a restart: a new runner on the same journal
-// directory goes on refusing, and the audit line says which budget refused
-// and the window's count. Once the window is over, calls pass again.
-func TestAgentBudgetSurvivesRestart(t *testing.T) {
-	model := newRecordingModel(t, answerOK)
-	journal := filepath.Join(t.TempDir(), "journal")
-	cfg := testConfig()
-	cfg.RelayDir = filepath.Join(t.TempDir(), "relay")
-	cfg.Journal = journal
-	cfg.LLM = agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL, APIKey: "sk-restart"}
-	cfg.LLMLimits = agentspec.LLMLimits{MaxTokensPerCall: 16, MessageTokenBudget: 20, AgentTokenBudget: 30, AgentBudgetWindowSeconds: 3600}
-	var statuses []int
-	b := &scripted{answer: func(req agent.Request) (sandbox.Outcome, error) {
-		for range 2 {
-			st, _ := relayPost(t, relayClient(filepath.Join(cfg.RelayDir, RelaySocketName)), "/openai/chat/completions", req.LLM.APIKey, okBody)
-			statuses = append(statuses, st)
-		}
-		return replyOutcome(agent.Reply{MessageID: req.Message.ID, Reply: "ok"})
-	}}
-	start := func() (*Server, *httptest.Server, *syncBuffer) {
-		logs := &syncBuffer{}
-		s, err := New(t.Context(), cfg, Options{
-			Logger:     hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Info}),
-			NewBackend: scriptedBackend(b),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts := httptest.NewServer(s.handler())
-		t.Cleanup(ts.Close)
-		return s, ts, logs
-	}
-	s, ts, logs := start()
-	if code, m := post(t, ts.URL, "tok-123", `{"text":"hi"}`); code != 200 {
-		t.Fatalf("status %d: %v", code, m)
-	}
-	// 18 → 36: the second call crossed the message's 20 and the agent's 30.
-	if fmt.Sprint(statuses) != "[200 200]" || !strings.Contains(string(logs.Bytes()), "llm_agent_window_tokens=36") {
-		t.Errorf("first runner: calls %v, log:\n%s", statuses, logs.Bytes())
-	}
-	ts.Close()
-	testutil.Must(t, s.Shutdown(t.Context()))
-
-	statuses = nil
-	_, ts, logs = start()
-	if code, m := post(t, ts.URL, "tok-123", `{"text":"hi"}`); code != 200 {
-		t.Fatalf("status %d: %v", code, m)
-	}
-	if fmt.Sprint(statuses) != "[403 403]" {
-		t.Errorf("after a restart: calls %v, want both refused by the agent budget", statuses)
-	}
-	if l := string(logs.Bytes()); !strings.Contains(l, "llm_budget_refused=agent") || !strings.Contains(l, "llm_agent_window_tokens=36") {
-		t.Errorf("the audit line lacks the budget:\n%s", l)
-	}
-	if n := len(model.seen()); n != 2 {
-		t.Errorf("the endpoint got %d calls, want 2", n)
-	}
-	// The journal leaves the budget's record alone.
-	if _, err := os.Stat(filepath.Join(journal, budgetFileName)); err != nil {
-		t.Error(err)
-	}
-
-	// A window that is over starts again.
-	bud, err := openAgentBudget(journal)
+// A window that is over starts again.
+func TestBudgetWindowEnds(t *testing.T) {
+	dir := t.TempDir()
+	bud, err := OpenBudget(dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := bud.add(36, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if bud, err = OpenBudget(dir); err != nil {
+		t.Fatal(err)
+	}
+	if n := bud.used(time.Hour); n != 36 {
+		t.Errorf("reopened: %d tokens counted, want 36", n)
 	}
 	bud.now = func() time.Time { return time.Now().Add(time.Hour) }
 	if n := bud.used(time.Hour); n != 0 {
 		t.Errorf("after the window: %d tokens counted, want 0", n)
-	}
-}
-
-// A budget out of range, or below the one it contains, is refused by the
-// same check the provider runs at plan.
-func TestValidateLLMLimits(t *testing.T) {
-	for _, tc := range []struct {
-		limits agentspec.LLMLimits
-		field  string
-	}{
-		{agentspec.LLMLimits{MaxTokensPerCall: -1}, "llm.max_tokens_per_call"},
-		{agentspec.LLMLimits{MaxTokensPerCall: agentspec.MaxMaxTokensPerCall + 1}, "llm.max_tokens_per_call"},
-		{agentspec.LLMLimits{MessageTokenBudget: -5}, "llm.message_token_budget"},
-		{agentspec.LLMLimits{MessageTokenBudget: 100}, "llm.message_token_budget"}, // below the default per-call cap
-		{agentspec.LLMLimits{AgentTokenBudget: 1000}, "llm.agent_token_budget"},    // below the default message budget
-		{agentspec.LLMLimits{AgentBudgetWindowSeconds: 59}, "llm.agent_budget_window_seconds"},
-	} {
-		c := testConfig()
-		c.LLMLimits = tc.limits
-		err := agentspec.ValidateSettings(c)
-		var fe *agentspec.FieldError
-		if err == nil || !errors.As(err, &fe) || fe.Field != tc.field {
-			t.Errorf("%+v: %v, want an error on %s", tc.limits, err, tc.field)
-		}
-	}
-	c := testConfig()
-	c.LLMLimits = agentspec.LLMLimits{MaxTokensPerCall: 100, MessageTokenBudget: 100, AgentTokenBudget: 100, AgentBudgetWindowSeconds: 60}
-	if err := agentspec.ValidateSettings(c); err != nil {
-		t.Errorf("tight but coherent limits refused: %v", err)
 	}
 }
