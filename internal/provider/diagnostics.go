@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 var execLookPath = exec.LookPath
@@ -23,28 +24,89 @@ func addRuntimeError(diags *diag.Diagnostics, summary, what string, err error) {
 	diags.AddError(summary, fmt.Sprintf("%s: %v", what, err))
 }
 
-// addFieldErrors is the one way a field error becomes a diagnostic: each
-// error joined in err that is an *agentspec.FieldError goes on the
-// attribute it names, titled by its own Summary (else summary), with its
-// text as the detail; describe, where a caller has its own words for some,
-// gives summary and detail instead. An error that names no field is added
-// to the resource under summary.
-func addFieldErrors(diags *diag.Diagnostics, err error, summary string, describe func(fe *agentspec.FieldError) (summary, detail string)) {
+// addErrors is the one way a backend's error becomes diagnostics. Each
+// error joined in err that says where it is at fault (an
+// *agentspec.FieldError, an *agentspec.StepError with a field, a
+// topospec.Problem, a *topospec.Failure with a field) goes on that
+// attribute; one that names no field goes on the resource. Its title is
+// its own where it has one, else summary; its detail is its own text,
+// after "what: " when what is given and the error names no field. describe,
+// where a caller has its own words for some field errors, gives their
+// title and detail instead.
+func addErrors(diags *diag.Diagnostics, err error, summary, what string, describe func(fe *agentspec.FieldError) (summary, detail string)) {
 	for _, e := range unjoin(err) {
+		f := faultOf(e)
+		if f.title == "" {
+			f.title = summary
+		}
 		var fe *agentspec.FieldError
-		if !errors.As(e, &fe) {
-			diags.AddError(summary, e.Error())
-			continue
+		if describe != nil && errors.As(e, &fe) {
+			f.title, f.detail = describe(fe)
 		}
-		s, d := fe.Summary, fe.Error()
-		if s == "" {
-			s = summary
+		switch {
+		case f.at != nil:
+			diags.AddAttributeError(*f.at, f.title, f.detail)
+		case what != "" && !f.own:
+			diags.AddError(f.title, what+": "+f.detail)
+		default:
+			diags.AddError(f.title, f.detail)
 		}
-		if describe != nil {
-			s, d = describe(fe)
-		}
-		diags.AddAttributeError(fieldPath(fe.Field, fe.Index, fe.Key), s, d)
 	}
+}
+
+// fault is where an error is at fault and what it says: its attribute
+// (nil: the resource), its title ("": the caller's) and its detail; own
+// when the error already says what it worked on.
+type fault struct {
+	at            *path.Path
+	title, detail string
+	own           bool
+}
+
+// faultOf reads what each backend's error type says of itself.
+func faultOf(e error) fault {
+	var (
+		fe *agentspec.FieldError
+		se *agentspec.StepError
+		tf *topospec.Failure
+		tp topospec.Problem
+	)
+	at := func(field string, index int, key string) *path.Path {
+		if field == "" {
+			return nil
+		}
+		p := fieldPath(field, index, key)
+		return &p
+	}
+	switch {
+	case errors.As(e, &tp):
+		f := fault{at: at(joinField(tp.Field, tp.Sub), tp.Index, ""), title: tp.Summary, detail: tp.Detail}
+		if tp.Sub != "" {
+			// Terraform points at the whole resource block for errors
+			// inside a nested attribute, so the text names the attribute.
+			f.detail = f.at.String() + ": " + f.detail
+		}
+		return f
+	case errors.As(e, &tf):
+		f := fault{at: at(joinField(tf.Field, tf.Sub), -1, ""), title: tf.Summary, detail: tf.Err.Error(), own: true}
+		if f.at == nil {
+			f.detail = tf.What + ": " + f.detail
+		}
+		return f
+	case errors.As(e, &se):
+		return fault{at: at(stepFields[se.Field], -1, ""), title: stepSummaries[se.Step], detail: stepDetail(se), own: true}
+	case errors.As(e, &fe):
+		return fault{at: at(fe.Field, fe.Index, fe.Key), title: fe.Summary, detail: fe.Error()}
+	}
+	return fault{detail: e.Error()}
+}
+
+// joinField is a field and its sub-field as one dotted path.
+func joinField(field, sub string) string {
+	if sub == "" {
+		return field
+	}
+	return field + "." + sub
 }
 
 // schemaFields are the fields whose attribute sits elsewhere in the

@@ -140,7 +140,7 @@ func readBackend(ctx context.Context, cfg providerModel, diags *diag.Diagnostics
 			Address: m.Address.ValueString(), Username: m.Username.ValueString(), Password: m.Password.ValueString(),
 			Token: m.Token.ValueString(), Insecure: m.Insecure.ValueBool(),
 		}
-		addFieldErrors(diags, reg.Validate(), "Invalid Registry", nil)
+		addErrors(diags, reg.Validate(), "Invalid Registry", "", nil)
 	}
 	return k, reg
 }

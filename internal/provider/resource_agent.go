@@ -183,7 +183,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	deployment := planDerived(ctx, svc, &plan, in, token)
 	if checkable {
 		ws, err := svc.Check(in.Agent)
-		addFieldErrors(&resp.Diagnostics, err, "Not Supported By The Backend", nil)
+		addErrors(&resp.Diagnostics, err, "Not Supported By The Backend", "", nil)
 		addWarnings(&resp.Diagnostics, ws)
 		r.planRuntime(ctx, svc, in, &resp.Diagnostics)
 		r.planAdmission(ctx, svc, &resp.Diagnostics)

@@ -2,16 +2,13 @@ package provider
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
-	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
 )
 
@@ -38,12 +35,13 @@ var stepSummaries = map[string]string{
 	agentspec.StepSend:            "Agent Message Failed",
 }
 
-// stepPaths are the attributes at fault for the steps that have one.
-var stepPaths = map[string]path.Path{
-	"listen":                 path.Root("runner").AtName("listen"),
-	"container_mode.runtime": path.Root("container_mode").AtName("runtime"),
-	"threegate":              path.Root("threegate"),
-	"threegate.ask":          path.Root("threegate").AtName("ask"),
+// stepFields are the attributes at fault for the steps that name one,
+// by the field the step names (in the config file's terms).
+var stepFields = map[string]string{
+	"listen":                 "runner.listen",
+	"container_mode.runtime": "container_mode.runtime",
+	"threegate":              "threegate",
+	"threegate.ask":          "threegate.ask",
 }
 
 // warningSummaries title the service's warnings.
@@ -76,32 +74,25 @@ func addWarnings(diags *diag.Diagnostics, ws []agentspec.Warning) {
 	}
 }
 
-// addServiceError turns the agent service's error (one step's, or a step's
-// and its rollback's, joined) into diagnostics.
+// addServiceError adds the agent backend's error (one step's, or a step's
+// and its rollback's, joined).
 func (r *agentResource) addServiceError(diags *diag.Diagnostics, err error) {
-	for _, e := range unjoin(err) {
-		var se *agentspec.StepError
-		if !errors.As(e, &se) {
-			diags.AddError("Agent Operation Failed", e.Error())
-			continue
-		}
-		summary, detail := stepSummaries[se.Step], se.Error()
-		switch se.Step {
-		case agentspec.StepDocker:
-			detail = fmt.Sprintf("The provider could not reach the Docker daemon at %s: %v\n\n"+
-				"Start the daemon, or point the provider's docker_host (or DOCKER_HOST) at one that runs.",
-				engine.HostOf(r.data.docker.opts), se.Err)
-		case agentspec.StepImport:
-			detail = se.Err.Error() + ". Import works for agents this provider (with this state_dir) made."
-		case agentspec.StepListen:
-			detail = se.Err.Error()
-		}
-		if p, ok := stepPaths[se.Field]; ok {
-			diags.AddAttributeError(p, summary, detail)
-		} else {
-			diags.AddError(summary, detail)
-		}
+	addErrors(diags, err, "Agent Operation Failed", "", nil)
+}
+
+// stepDetail is a failed step's text, with what to do for the steps an
+// operator can mend.
+func stepDetail(se *agentspec.StepError) string {
+	switch se.Step {
+	case agentspec.StepDocker:
+		return fmt.Sprintf("The provider could not reach the Docker daemon: %v\n\n"+
+			"Start the daemon, or point the provider's docker_host (or DOCKER_HOST) at one that runs.", se.Err)
+	case agentspec.StepImport:
+		return se.Err.Error() + ". Import works for agents this provider (with this state_dir) made."
+	case agentspec.StepListen:
+		return se.Err.Error()
 	}
+	return se.Error()
 }
 
 // priorOf is what the state recorded of the last apply; nil for none.

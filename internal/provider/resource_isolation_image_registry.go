@@ -52,7 +52,7 @@ func (r *isolationImageResource) pusher(ctx context.Context, diags *diag.Diagnos
 	}
 	p, err := kube.NewImagePusher(cli, *r.data.registry, loggerFor(ctx))
 	if err != nil {
-		addFieldErrors(diags, err, "Invalid Registry", nil)
+		addErrors(diags, err, "Invalid Registry", "", nil)
 		return nil
 	}
 	return p

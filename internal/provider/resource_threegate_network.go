@@ -398,41 +398,17 @@ func (r *threegateNetworkResource) ImportState(ctx context.Context, req resource
 	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), name)...)
 }
 
-// addFailure adds a backend's error: on its attribute when it names one,
-// under its own words when it has them, else under summary and what.
+// addFailure adds a topology backend's error: on its attribute when it
+// names one, under its own words when it has them, else under summary and
+// what.
 func addFailure(diags *diag.Diagnostics, err error, summary, what string) {
-	var f *topospec.Failure
-	switch {
-	case errors.As(err, &f) && f.Field != "":
-		at := path.Root(f.Field)
-		if f.Sub != "" {
-			at = at.AtName(f.Sub)
-		}
-		diags.AddAttributeError(at, f.Summary, f.Err.Error())
-	case errors.As(err, &f):
-		addRuntimeError(diags, f.Summary, f.What, f.Err)
-	default:
-		addRuntimeError(diags, summary, what, err)
-	}
+	addErrors(diags, err, summary, what, nil)
 }
 
-// addProblems turns topology problems into attribute errors.
+// addProblems adds topology problems, each on its attribute.
 func addProblems(diags *diag.Diagnostics, ps topospec.Problems) {
 	for _, p := range ps {
-		at := path.Root(p.Field)
-		detail := p.Detail
-		if p.Sub != "" {
-			at = at.AtName(p.Sub)
-		}
-		if p.Index >= 0 {
-			at = at.AtListIndex(p.Index)
-		}
-		if p.Sub != "" {
-			// Terraform points at the whole resource block for errors inside
-			// a nested attribute, so name the attribute in the text.
-			detail = at.String() + ": " + detail
-		}
-		diags.AddAttributeError(at, p.Summary, detail)
+		addErrors(diags, p, "", "", nil)
 	}
 }
 

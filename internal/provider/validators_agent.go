@@ -160,7 +160,7 @@ func validateSettings(in agentInput, diags *diag.Diagnostics) {
 		}
 		judged = append(judged, e)
 	}
-	addFieldErrors(diags, errors.Join(judged...), "Invalid Agent Settings", describeSetting)
+	addErrors(diags, errors.Join(judged...), "Invalid Agent Settings", "", describeSetting)
 }
 
 // judgedWith are the settings a verdict on a field reads besides the
@@ -210,11 +210,11 @@ func describeSetting(fe *agentspec.FieldError) (summary, detail string) {
 func containerValues(cm containerModeModel, diags *diag.Diagnostics) (agentspec.Size, agentspec.UserSpec) {
 	mem, err := agentspec.ParseSize(cm.MemoryLimit.ValueString())
 	if err != nil {
-		addFieldErrors(diags, &agentspec.FieldError{Field: "container_mode.memory_limit", Index: -1, Err: err}, "Invalid Agent", describeSetting)
+		addErrors(diags, &agentspec.FieldError{Field: "container_mode.memory_limit", Index: -1, Err: err}, "Invalid Agent", "", describeSetting)
 	}
 	user, err := agentspec.ParseUserSpec(cm.User.ValueString())
 	if err != nil {
-		addFieldErrors(diags, &agentspec.FieldError{Field: "container_mode.user", Index: -1, Err: err}, "Invalid Agent", describeSetting)
+		addErrors(diags, &agentspec.FieldError{Field: "container_mode.user", Index: -1, Err: err}, "Invalid Agent", "", describeSetting)
 	}
 	return mem, user
 }
