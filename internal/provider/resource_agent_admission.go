@@ -17,19 +17,11 @@ type admissionChecker interface {
 
 // planAdmission refuses at plan an agent on a cluster that cannot confine
 // its runner (no ValidatingAdmissionPolicy API), unless the provider's
-// kubernetes.runner_admission_policy is false, which it then warns of.
-// Apply asks the same function again.
+// kubernetes.runner_admission_policy is false (the backend's Check warns
+// of that). Apply asks the same function again.
 func (r *agentResource) planAdmission(ctx context.Context, svc agentspec.Backend, diags *diag.Diagnostics) {
 	chk, ok := svc.(admissionChecker)
 	if !ok {
-		return
-	}
-	if r.data != nil && r.data.kube != nil && r.data.kube.skipAdmission {
-		diags.AddWarning("Runners Not Confined By Admission",
-			"kubernetes.runner_admission_policy = false: no admission policy narrows what this agent's runner may do, so a "+
-				"runner whose pod is taken over may create any pod of the namespace that Pod Security admits (one that mounts "+
-				"another agent's Secret or workspace, or runs as another runner's ServiceAccount) and attach to or delete any "+
-				"pod there. Keep one trust domain per namespace.")
 		return
 	}
 	switch err := chk.CheckAdmission(ctx); {

@@ -20,23 +20,22 @@ type admissionStub struct {
 func (s admissionStub) CheckAdmission(context.Context) error { return s.err }
 
 // A cluster without the admission API is refused at plan with the reason
-// and the way out; runner_admission_policy = false plans with a warning;
-// a cluster that could not be asked leaves it to apply.
+// and the way out; a cluster that could not be asked leaves it to apply.
+// (runner_admission_policy = false: the backend's CheckAdmission passes and
+// its Check warns, TestCheckWarnsAdmissionOff.)
 func TestPlanAdmission(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		err      error
-		skip     bool
 		errs     int
 		warnings int
 		says     string
 	}{
-		{"served", nil, false, 0, 0, ""},
-		{"missing", kubedeploy.ErrNoAdmissionAPI, false, 1, 0, "runner_admission_policy = false"},
-		{"opted out", kubedeploy.ErrNoAdmissionAPI, true, 0, 1, "Keep one trust domain per namespace"},
-		{"unreachable", fmt.Errorf("%w: dial", agentspec.ErrBackendUnreachable), false, 0, 1, "apply checks it"},
+		{"served", nil, 0, 0, ""},
+		{"missing", kubedeploy.ErrNoAdmissionAPI, 1, 0, "runner_admission_policy = false"},
+		{"unreachable", fmt.Errorf("%w: dial", agentspec.ErrBackendUnreachable), 0, 1, "apply checks it"},
 	} {
-		r := &agentResource{data: &providerData{kube: &kubeSettings{skipAdmission: tc.skip}}}
+		r := &agentResource{data: &providerData{kube: &kubeSettings{}}}
 		var d diag.Diagnostics
 		r.planAdmission(context.Background(), admissionStub{err: tc.err}, &d)
 		if d.ErrorsCount() != tc.errs || d.WarningsCount() != tc.warnings {

@@ -46,16 +46,17 @@ var stepFields = map[string]string{
 
 // warningSummaries title the service's warnings.
 var warningSummaries = map[string]string{
-	"workspace ownership":       "Workspace Ownership",
-	"workspace recreated":       "Workspace Recreated",
-	deploy.TopicVersionDrift:    "Runner Version Drift",
-	deploy.TopicImageDrift:      "Runner Image Drift",
-	deploy.TopicBridgeDrift:     "Managed Bridge Network Drift",
-	kubedeploy.TopicObjectDrift: "Kubernetes Object Drift",
-	kubedeploy.TopicPodSecurity: "Namespace Without Restricted Pod Security",
-	deploy.TopicExpandedDeny:    "Deny Inside Allow Is Expanded",
-	deploy.TopicHostNetwork:     "Host-Mode Network Not Contained",
-	deploy.TopicRunscNames:      "Names Do Not Resolve Under gVisor",
+	"workspace ownership":        "Workspace Ownership",
+	"workspace recreated":        "Workspace Recreated",
+	deploy.TopicVersionDrift:     "Runner Version Drift",
+	deploy.TopicImageDrift:       "Runner Image Drift",
+	deploy.TopicBridgeDrift:      "Managed Bridge Network Drift",
+	kubedeploy.TopicObjectDrift:  "Kubernetes Object Drift",
+	kubedeploy.TopicPodSecurity:  "Namespace Without Restricted Pod Security",
+	kubedeploy.TopicAdmissionOff: "Runners Not Confined By Admission",
+	deploy.TopicExpandedDeny:     "Deny Inside Allow Is Expanded",
+	deploy.TopicHostNetwork:      "Host-Mode Network Not Contained",
+	deploy.TopicRunscNames:       "Names Do Not Resolve Under gVisor",
 }
 
 // addWarnings adds the agent backend's warnings: on the attribute of the

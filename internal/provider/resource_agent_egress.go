@@ -112,12 +112,6 @@ func planEgress(ctx context.Context, r *agentResource, in agentInput, diags *dia
 				orNoTopology(in.Meta.ThreegateRole)+".")
 		return
 	}
-	if r.data.kube != nil {
-		diags.AddAttributeError(path.Root("egress"), "Not Supported By The Backend",
-			"egress: per-agent egress policies are enforced by the Docker topology's proxy only; on a cluster the topology's "+
-				"proxy Deployment does not check per-message credentials yet. Remove egress, or run the agent on Docker.")
-		return
-	}
 	spec, ok := r.data.run.planned(in.Meta.ThreegateNetwork)
 	if !ok {
 		var err error

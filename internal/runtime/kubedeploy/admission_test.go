@@ -1,6 +1,7 @@
 package kubedeploy
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -66,5 +67,25 @@ func TestAdmissionPolicy(t *testing.T) {
 	}
 	if strings.Contains(kube.RunnerName("a.b"), ".") {
 		t.Error("a runner name with a dot: its message pod prefix would not prove the agent")
+	}
+}
+
+// Check warns, on every plan, when the provider ships no admission policy
+// (runner_admission_policy = false) and gives no warning otherwise; an
+// egress policy, which only the Docker topology's proxy enforces, is
+// refused on its attribute.
+func TestCheckWarnsAdmissionOff(t *testing.T) {
+	a := agentspec.Agent{Config: agentspec.Config{AgentID: "a", Container: agentspec.ContainerMode{Enabled: true}}}
+	for _, skip := range []bool{false, true} {
+		ws, err := NewBackend(NewService(Options{SkipAdmission: skip})).Check(a)
+		if err != nil || (len(ws) == 1) != skip || (skip && (ws[0].Topic != TopicAdmissionOff || !strings.Contains(ws[0].Detail, "one trust domain per namespace"))) {
+			t.Errorf("skip %v: Check = %+v, %v", skip, ws, err)
+		}
+	}
+	a.Config.Egress = &agentspec.Egress{}
+	_, err := NewBackend(NewService(Options{})).Check(a)
+	var fe *agentspec.FieldError
+	if !errors.As(err, &fe) || fe.Field != "egress" {
+		t.Errorf("Check with egress = %v, want a field error on egress", err)
 	}
 }

@@ -26,7 +26,20 @@ func NewBackend(s *Service) *Backend { return &Backend{s: s} }
 // Check lists what of a has no meaning on a cluster, or no counterpart
 // yet, each an *agentspec.FieldError titled "Not On Kubernetes" (joined).
 // It needs nothing but a, so a plan can run it; Apply refuses the same.
-func (b *Backend) Check(a agentspec.Agent) ([]agentspec.Warning, error) { return nil, Check(a) }
+func (b *Backend) Check(a agentspec.Agent) ([]agentspec.Warning, error) {
+	var ws []agentspec.Warning
+	if b.s.o.SkipAdmission {
+		ws = append(ws, agentspec.Warning{Topic: TopicAdmissionOff, Detail: "kubernetes.runner_admission_policy = false: no admission " +
+			"policy narrows what this agent's runner may do, so a runner whose pod is taken over may create any pod of the namespace " +
+			"that Pod Security admits (one that mounts another agent's Secret or workspace, or runs as another runner's " +
+			"ServiceAccount) and attach to or delete any pod there. Keep one trust domain per namespace."})
+	}
+	return ws, Check(a)
+}
+
+// TopicAdmissionOff is the Warning Check gives when the provider ships no
+// runner admission policy.
+const TopicAdmissionOff = "runner admission off"
 
 // CheckRuntime is agentspec.Backend's: a RuntimeClass that names the
 // runtime's handler.
@@ -57,6 +70,10 @@ func Check(a agentspec.Agent) error {
 	// soul, memory and manage_soul travel in the runner's config and are
 	// applied by each message pod (agentOf); container_mode.network "none"
 	// and "bridge" are a NetworkPolicy on the message pods (MessagePolicy).
+	if c.Egress != nil {
+		bad("egress", "per-agent egress policies are enforced by the Docker topology's proxy; a cluster's proxy Deployment does not "+
+			"check per-message credentials yet. Remove egress, or run the agent on Docker")
+	}
 	if n := c.Container.Network; a.Meta.ThreegateNetwork == "" && n != "" && n != "none" && n != "bridge" {
 		bad("container_mode.network", "%q: a cluster has no Docker networks; use \"none\" or \"bridge\" (out to public addresses only), "+
 			"or place the agent in a threegate topology", n)
