@@ -35,7 +35,7 @@ func TestHostModeKeyNeverInWorkspace(t *testing.T) {
 			cfg := &agentspec.Config{
 				AgentID:       "tf-host-keyscrub",
 				Container:     agentspec.ContainerMode{TimeoutSeconds: 60},
-				FileAccess:    agentspec.FileAccess{AllowNetwork: true},
+				FileAccess:    landlock.FileAccess{AllowNetwork: true},
 				RedactSecrets: true,
 			}
 			cfg.LLM.Provider, cfg.LLM.Model, cfg.LLM.BaseURL, cfg.LLM.APIKey = provider, "m", model.URL()+"/v1", key

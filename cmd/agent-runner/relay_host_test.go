@@ -96,7 +96,7 @@ echo "== token $OPENAI_API_KEY"`
 			cfg := &agentspec.Config{
 				AgentID:              "tf-host-relay",
 				Container:            agentspec.ContainerMode{TimeoutSeconds: 60},
-				FileAccess:           agentspec.FileAccess{AllowNetwork: true},
+				FileAccess:           landlock.FileAccess{AllowNetwork: true},
 				InjectCredentialsEnv: inject,
 				// A leak must show in the reply, not be masked in it.
 				RedactSecrets: false,

@@ -73,7 +73,7 @@ func TestServeHostModeInContainer(t *testing.T) {
 			cfg := &agentspec.Config{
 				AgentID: "tf-acc-host-ctr", Workspace: ws, Listen: "unix://" + sock, Token: "test-token",
 				Container:  agentspec.ContainerMode{TimeoutSeconds: 60},
-				FileAccess: agentspec.FileAccess{AllowRead: []string{a}, AllowNetwork: false},
+				FileAccess: landlock.FileAccess{AllowRead: []string{a}, AllowNetwork: false},
 			}
 			cfg.LLM.Provider = "offline"
 			cfgPath := filepath.Join(dir, "runner.json")

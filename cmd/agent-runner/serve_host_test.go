@@ -24,7 +24,7 @@ import (
 // hostServe runs `agent-runner serve` in host mode (no container mode) on a
 // unix socket and returns an HTTP client for it, the service's stderr and
 // the agent's workspace.
-func hostServe(t *testing.T, fa agentspec.FileAccess, env []string, flags ...string) (*http.Client, *lockedBuffer, string) {
+func hostServe(t *testing.T, fa landlock.FileAccess, env []string, flags ...string) (*http.Client, *lockedBuffer, string) {
 	t.Helper()
 	bin := testutil.RunnerBinary(t)
 	dir := testutil.SharedTempDir(t)
@@ -101,7 +101,7 @@ func TestServeHostMode(t *testing.T) {
 	}
 	testutil.Must(t, os.WriteFile(filepath.Join(a, "data.txt"), []byte("read-me"), 0o644))
 	testutil.Must(t, os.WriteFile(filepath.Join(secret, "key"), []byte("top-secret"), 0o644))
-	fa := agentspec.FileAccess{AllowRead: []string{a}, AllowReadWrite: []string{b}, Deny: []string{secret}, AllowNetwork: true}
+	fa := landlock.FileAccess{AllowRead: []string{a}, AllowReadWrite: []string{b}, Deny: []string{secret}, AllowNetwork: true}
 
 	c, _, _ := hostServe(t, fa, nil)
 	resp, err := c.Get("http://runner/healthz")
@@ -149,7 +149,7 @@ func TestServeHostModeFailsClosed(t *testing.T) {
 	// cannot be enforced, so a message with allow_network = false must fail
 	// with a sandbox error and run nothing: the command, had it run in any
 	// form, would have left a file in the workspace (always writable).
-	c, _, ws := hostServe(t, agentspec.FileAccess{AllowNetwork: false}, []string{landlock.MaxABIEnv + "=3"})
+	c, _, ws := hostServe(t, landlock.FileAccess{AllowNetwork: false}, []string{landlock.MaxABIEnv + "=3"})
 	status, m := post(t, c, "!sh echo ran > ran.txt")
 	e, _ := m["error"].(map[string]any)
 	if status != http.StatusInternalServerError || e["kind"] != "sandbox" ||
@@ -183,7 +183,7 @@ func TestServeUnrestrictedConfigWarns(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c, stderr, _ := hostServe(t, agentspec.FileAccess{Unrestricted: true}, nil)
+	c, stderr, _ := hostServe(t, landlock.FileAccess{Unrestricted: true}, nil)
 	status, m := post(t, c, "!sh cat "+outside)
 	if status != 200 || !strings.Contains(fmt.Sprint(m["reply"]), "not granted") {
 		t.Errorf("unrestricted from the config: reading an ungranted file: %d %v", status, m)
@@ -196,7 +196,7 @@ func TestServeUnrestrictedConfigWarns(t *testing.T) {
 		t.Errorf("the warning names the flag, which was not given:\n%s", log)
 	}
 
-	c, stderr, _ = hostServe(t, agentspec.FileAccess{AllowNetwork: true}, nil)
+	c, stderr, _ = hostServe(t, landlock.FileAccess{AllowNetwork: true}, nil)
 	status, m = post(t, c, "!sh cat "+outside)
 	if reply := fmt.Sprint(m["reply"]); status != 200 || strings.Contains(reply, "not granted") {
 		t.Errorf("restricted: reading an ungranted file: %d %v", status, m)

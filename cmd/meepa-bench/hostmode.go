@@ -44,7 +44,7 @@ func benchHostMode(ctx context.Context, dir string, rounds int, containerSend, s
 		Listen:     "unix://" + filepath.Join(dir, "host.sock"),
 		Token:      "bench-host",
 		Container:  agentspec.ContainerMode{TimeoutSeconds: 60},
-		FileAccess: agentspec.FileAccess{AllowNetwork: true},
+		FileAccess: landlock.FileAccess{AllowNetwork: true},
 		LLM:        agentspec.LLMConfig{Provider: "offline"},
 	}
 	r, err := serveRunner(ctx, cfg, func(_ context.Context, cfg *agentspec.Config, _ *relay.Relay, log hclog.Logger) (sandbox.Backend, string, error) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -42,7 +43,7 @@ func TestAccAgent_list(t *testing.T) {
 		cleanupAgent(t, cli, agent)
 		_, err := cli.ContainerCreate(context.Background(), &container.Config{
 			Image: image, Entrypoint: []string{"agent-runner"},
-			Labels: engine.Labels(deploy.ComponentRunner, map[string]string{deploy.LabelAgentID: agent}),
+			Labels: engine.Labels(deploy.ComponentRunner, map[string]string{sandbox.LabelAgent: agent}),
 		}, &container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeBind, Source: layout.Dir, Target: layout.Dir, ReadOnly: true}}},
 			nil, nil, deploy.ContainerName(agent))
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/firewall"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/guard"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -56,8 +57,8 @@ func testBridgeNetwork(t *testing.T, mode string) {
 	cleanupAgent(t, cli, id)
 	testutil.Cleanup(t, "remove the managed bridge", func() error {
 		ctx := context.Background()
-		err := guard.Remove(ctx, cli, bridge.Name)
-		in, ierr := cli.NetworkInspect(ctx, bridge.Name, network.InspectOptions{})
+		err := guard.Remove(ctx, cli, sandbox.ManagedBridge)
+		in, ierr := cli.NetworkInspect(ctx, sandbox.ManagedBridge, network.InspectOptions{})
 		if ierr != nil {
 			return errors.Join(err, testutil.Gone(ierr))
 		}
@@ -84,7 +85,7 @@ resource "meepa_agent" "t" {
 }
 `, stateDir, id, image, mode)
 	probe := func(s *terraform.State) error {
-		in, err := cli.NetworkInspect(context.Background(), bridge.Name, network.InspectOptions{})
+		in, err := cli.NetworkInspect(context.Background(), sandbox.ManagedBridge, network.InspectOptions{})
 		if err != nil {
 			return fmt.Errorf("managed bridge after apply: %w", err)
 		}
@@ -117,7 +118,7 @@ resource "meepa_agent" "t" {
 			{
 				// Drift: the guard is gone; Read says so and the plan applies again.
 				PreConfig: func() {
-					if err := guard.Remove(context.Background(), cli, bridge.Name); err != nil {
+					if err := guard.Remove(context.Background(), cli, sandbox.ManagedBridge); err != nil {
 						t.Fatal(err)
 					}
 				},

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types/basetypes"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
 type agentModel struct {
@@ -275,7 +276,7 @@ func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagn
 			AgentBudgetWindowSeconds: integer(llm.AgentBudgetWindowSeconds, "llm.agent_budget_window_seconds"),
 		},
 	}
-	fileAccess := agentspec.FileAccess{
+	fileAccess := landlock.FileAccess{
 		Unrestricted: boolean(fa.Unrestricted, "file_access.unrestricted"), AllowRead: list(fa.AllowRead, "file_access.allow_read"),
 		AllowReadWrite: list(fa.AllowReadWrite, "file_access.allow_read_write"), Deny: list(fa.Deny, "file_access.deny"),
 		AllowHomeDotfiles: boolean(fa.AllowHomeDotfiles, "file_access.allow_home_dotfiles"), AllowNetwork: boolean(fa.AllowNetwork, "file_access.allow_network"),

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
@@ -38,7 +39,7 @@ func newPlanFixture(t *testing.T, edit func(*agentspec.Agent)) planFixture {
 			Container: agentspec.ContainerMode{Enabled: true, Image: "meepagateway-isolated:1", MemoryLimit: agentspec.SizeOf(agentspec.DefaultMemoryBytes),
 				TimeoutSeconds: agentspec.DefaultTimeoutSeconds, Network: agentspec.DefaultNetwork, PidsLimit: agentspec.DefaultPidsLimit,
 				Runtime: agentspec.DefaultRuntime, Prestart: true},
-			FileAccess:           agentspec.FileAccess{AllowNetwork: true},
+			FileAccess:           landlock.FileAccess{AllowNetwork: true},
 			LLM:                  agentspec.LLMConfig{Provider: "offline"},
 			InjectCredentialsEnv: true, RedactSecrets: true, MaxSteps: agentspec.DefaultMaxSteps,
 			LLMLimits: agentspec.LLMLimits{}.Effective(),

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
 func TestAgentSchemaImplementation(t *testing.T) {
@@ -57,7 +58,7 @@ func TestRuntimeRoundTrip(t *testing.T) {
 		AgentID: "a1", Workspace: "/s/agents/a1", Listen: "unix:///s/runners/a1/run/runner.sock", Token: "tok",
 		Container: agentspec.ContainerMode{Enabled: true, Image: "img:1", MemoryLimit: agentspec.SizeOf(1 << 30), TimeoutSeconds: 60, Network: "none",
 			PidsLimit: 128, User: userSpec(t, "1000:1000"), Runtime: "runc", Prestart: false},
-		FileAccess: agentspec.FileAccess{AllowRead: []string{"/srv/a"}, AllowReadWrite: []string{"/srv/b"}, Deny: []string{"/srv/b/c"},
+		FileAccess: landlock.FileAccess{AllowRead: []string{"/srv/a"}, AllowReadWrite: []string{"/srv/b"}, Deny: []string{"/srv/b/c"},
 			AllowHomeDotfiles: true, AllowNetwork: false},
 		LLM:                  agentspec.LLMConfig{Provider: "openai", Model: "m", BaseURL: "http://x/v1", APIKey: "sk"},
 		Secrets:              map[string]string{"A": "1"},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
 // TestPlanAndRunnerAgree feeds the same agent settings to the plan's
@@ -120,7 +121,7 @@ func TestPlanAndRunnerAgree(t *testing.T) {
 					Network: agentspec.DefaultNetwork, PidsLimit: agentspec.DefaultPidsLimit,
 					Runtime: agentspec.DefaultRuntime, Prestart: true,
 				},
-				FileAccess:       agentspec.FileAccess{AllowNetwork: true},
+				FileAccess:       landlock.FileAccess{AllowNetwork: true},
 				LLM:              agentspec.LLMConfig{Provider: "offline"},
 				InjectSecretsEnv: true, InjectCredentialsEnv: true, RedactSecrets: true,
 				MaxSteps: agentspec.DefaultMaxSteps,

@@ -36,9 +36,12 @@ type Config struct {
 	// MaxRequestBytes bounds a message request's body; zero means 1 MiB.
 	MaxRequestBytes int64 `json:"max_request_bytes,omitempty"`
 
-	Container  ContainerMode `json:"container_mode"`
-	FileAccess FileAccess    `json:"file_access"`
-	LLM        LLMConfig     `json:"llm"`
+	Container ContainerMode `json:"container_mode"`
+	// FileAccess is the file_access block, enforced with Landlock when
+	// container mode is off: the Landlock compiler's own type, so the two
+	// can never drift apart.
+	FileAccess landlock.FileAccess `json:"file_access"`
+	LLM        LLMConfig           `json:"llm"`
 	// Secrets are extra secret values handed to the agent loop on stdin.
 	Secrets map[string]string `json:"secrets,omitempty"`
 	// Flags from the spec's image_config, applied per agent.
@@ -144,11 +147,6 @@ type AskTarget struct {
 	Port    int    `json:"port,omitempty"`
 	Token   string `json:"token"`
 }
-
-// FileAccess is the spec's file_access block, enforced with Landlock when
-// container mode is off. It is the Landlock compiler's own type, so the two
-// can never drift apart.
-type FileAccess = landlock.FileAccess
 
 // Timeout is the per-message limit.
 func (c ContainerMode) Timeout() time.Duration {

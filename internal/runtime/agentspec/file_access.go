@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
 // ValidateFileAccess checks a file_access block without touching the
@@ -12,7 +14,7 @@ import (
 // block (landlock.Compile): every path absolute and clean, no deny beside
 // unrestricted. Every problem is a *FieldError at file_access.<list> and
 // the entry's index; they are joined.
-func ValidateFileAccess(fa FileAccess) error {
+func ValidateFileAccess(fa landlock.FileAccess) error {
 	var errs []error
 	check := func(list string, paths []string) {
 		for i, p := range paths {

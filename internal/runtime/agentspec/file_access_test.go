@@ -6,10 +6,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
 func TestValidateFileAccess(t *testing.T) {
-	err := ValidateFileAccess(FileAccess{
+	err := ValidateFileAccess(landlock.FileAccess{
 		AllowRead:      []string{"/ok", "relative", ""},
 		AllowReadWrite: []string{"/a/../b", "/trailing/"},
 		Deny:           []string{"//double"},
@@ -30,7 +32,7 @@ func TestValidateFileAccess(t *testing.T) {
 	if !strings.Contains(err.Error(), `write "/b"`) {
 		t.Errorf("the error should suggest the clean path: %v", err)
 	}
-	if err := ValidateFileAccess(FileAccess{AllowRead: []string{"/", "/srv/data"}, Deny: []string{"/srv/data/secret"}}); err != nil {
+	if err := ValidateFileAccess(landlock.FileAccess{AllowRead: []string{"/", "/srv/data"}, Deny: []string{"/srv/data/secret"}}); err != nil {
 		t.Errorf("valid block: %v", err)
 	}
 }

@@ -48,9 +48,8 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
-// Name is the managed network; Interface its Linux bridge.
+// Interface is the Linux bridge of the managed network (sandbox.ManagedBridge).
 const (
-	Name      = sandbox.ManagedBridge
 	Interface = "meepa-br0"
 	// HealthyWait bounds how long Ensure waits for the guard to confirm
 	// the rules.
@@ -77,27 +76,27 @@ func createOptions() network.CreateOptions {
 		Driver:     "bridge",
 		EnableIPv6: &ipv6,
 		Options:    map[string]string{optBridgeName: Interface, optICC: "false"},
-		Labels:     engine.Labels("network", map[string]string{guard.LabelBridge: Name}),
+		Labels:     engine.Labels("network", map[string]string{guard.LabelBridge: sandbox.ManagedBridge}),
 	}
 }
 
 // problems lists what is wrong with an existing network of that name.
 func problems(in network.Inspect) []string {
 	var out []string
-	if in.Labels[engine.LabelManagedBy] != engine.ManagedByValue || in.Labels[guard.LabelBridge] != Name {
-		out = append(out, fmt.Sprintf("network %s was not made by this provider (no %s label)", Name, guard.LabelBridge))
+	if in.Labels[engine.LabelManagedBy] != engine.ManagedByValue || in.Labels[guard.LabelBridge] != sandbox.ManagedBridge {
+		out = append(out, fmt.Sprintf("network %s was not made by this provider (no %s label)", sandbox.ManagedBridge, guard.LabelBridge))
 	}
 	if in.Driver != "bridge" {
-		out = append(out, fmt.Sprintf("network %s has driver %q, want bridge", Name, in.Driver))
+		out = append(out, fmt.Sprintf("network %s has driver %q, want bridge", sandbox.ManagedBridge, in.Driver))
 	}
 	if in.Options[optICC] != "false" {
-		out = append(out, fmt.Sprintf("network %s allows inter-container communication (%s is %q)", Name, optICC, in.Options[optICC]))
+		out = append(out, fmt.Sprintf("network %s allows inter-container communication (%s is %q)", sandbox.ManagedBridge, optICC, in.Options[optICC]))
 	}
 	if in.Options[optBridgeName] != Interface {
-		out = append(out, fmt.Sprintf("network %s has bridge interface %q, want %s", Name, in.Options[optBridgeName], Interface))
+		out = append(out, fmt.Sprintf("network %s has bridge interface %q, want %s", sandbox.ManagedBridge, in.Options[optBridgeName], Interface))
 	}
 	if in.EnableIPv6 {
-		out = append(out, fmt.Sprintf("network %s has IPv6 on, which no rule covers", Name))
+		out = append(out, fmt.Sprintf("network %s has IPv6 on, which no rule covers", sandbox.ManagedBridge))
 	}
 	if _, err := subnet(in); err != nil {
 		out = append(out, err.Error())
@@ -112,48 +111,48 @@ func subnet(in network.Inspect) (netip.Prefix, error) {
 			return p, nil
 		}
 	}
-	return netip.Prefix{}, fmt.Errorf("network %s has no IPv4 subnet", Name)
+	return netip.Prefix{}, fmt.Errorf("network %s has no IPv4 subnet", sandbox.ManagedBridge)
 }
 
 // Params are the firewall parameters of the live network, with dns the
 // resolvers DNS may go to (HostResolvers).
 func Params(in network.Inspect, dns []netip.Addr) (firewall.BridgeParams, error) {
 	p, err := subnet(in)
-	return firewall.BridgeParams{Name: Name, Interface: Interface, Subnet: p, DNS: dns}, err
+	return firewall.BridgeParams{Name: sandbox.ManagedBridge, Interface: Interface, Subnet: p, DNS: dns}, err
 }
 
 // ensureNetwork returns the managed network, creating it when absent and
 // replacing a wrong one of ours that no container uses.
 func ensureNetwork(ctx context.Context, cli client.APIClient, log logging.Logger) (network.Inspect, error) {
-	in, err := cli.NetworkInspect(ctx, Name, network.InspectOptions{})
+	in, err := cli.NetworkInspect(ctx, sandbox.ManagedBridge, network.InspectOptions{})
 	switch {
 	case errdefs.IsNotFound(err):
 	case err != nil:
-		return in, fmt.Errorf("network inspect %s: %w", Name, err)
+		return in, fmt.Errorf("network inspect %s: %w", sandbox.ManagedBridge, err)
 	default:
 		p := problems(in)
 		if len(p) == 0 {
 			return in, nil
 		}
-		if in.Labels[guard.LabelBridge] != Name || len(in.Containers) > 0 {
-			return in, fmt.Errorf("network %s: %v; remove it (docker network rm %s) once no container uses it, and apply again", Name, p, Name)
+		if in.Labels[guard.LabelBridge] != sandbox.ManagedBridge || len(in.Containers) > 0 {
+			return in, fmt.Errorf("network %s: %v; remove it (docker network rm %s) once no container uses it, and apply again", sandbox.ManagedBridge, p, sandbox.ManagedBridge)
 		}
-		log.Warn("managed bridge network differs; recreating", "network", Name, "problems", p)
+		log.Warn("managed bridge network differs; recreating", "network", sandbox.ManagedBridge, "problems", p)
 		if err := cli.NetworkRemove(ctx, in.ID); err != nil && !errdefs.IsNotFound(err) {
-			return in, fmt.Errorf("network remove %s: %w", Name, err)
+			return in, fmt.Errorf("network remove %s: %w", sandbox.ManagedBridge, err)
 		}
 	}
-	resp, err := cli.NetworkCreate(ctx, Name, createOptions())
+	resp, err := cli.NetworkCreate(ctx, sandbox.ManagedBridge, createOptions())
 	if err != nil && !errdefs.IsConflict(err) {
-		return in, fmt.Errorf("network create %s: %w", Name, err)
+		return in, fmt.Errorf("network create %s: %w", sandbox.ManagedBridge, err)
 	}
-	if in, err = cli.NetworkInspect(ctx, Name, network.InspectOptions{}); err != nil {
-		return in, fmt.Errorf("network inspect %s: %w", Name, err)
+	if in, err = cli.NetworkInspect(ctx, sandbox.ManagedBridge, network.InspectOptions{}); err != nil {
+		return in, fmt.Errorf("network inspect %s: %w", sandbox.ManagedBridge, err)
 	}
 	if p := problems(in); len(p) > 0 {
-		return in, fmt.Errorf("network %s after create: %v", Name, p)
+		return in, fmt.Errorf("network %s after create: %v", sandbox.ManagedBridge, p)
 	}
-	log.Debug("managed bridge network created", "network", Name, "id", resp.ID, "interface", Interface, "subnet", in.IPAM.Config)
+	log.Debug("managed bridge network created", "network", sandbox.ManagedBridge, "id", resp.ID, "interface", Interface, "subnet", in.IPAM.Config)
 	return in, nil
 }
 
@@ -161,17 +160,17 @@ func ensureNetwork(ctx context.Context, cli client.APIClient, log logging.Logger
 // runs, so that agents with different isolation images share one guard
 // instead of replacing it at every apply; else the caller's.
 func want(ctx context.Context, cli client.APIClient, p firewall.BridgeParams, image string) (guard.Want, error) {
-	c, err := cli.ContainerInspect(ctx, guard.Name(Name))
+	c, err := cli.ContainerInspect(ctx, guard.Name(sandbox.ManagedBridge))
 	switch {
 	case errdefs.IsNotFound(err):
 	case err != nil:
-		return guard.Want{}, fmt.Errorf("container inspect %s: %w", guard.Name(Name), err)
+		return guard.Want{}, fmt.Errorf("container inspect %s: %w", guard.Name(sandbox.ManagedBridge), err)
 	case c.Config != nil && c.Config.Image != "":
 		if _, err := cli.ImageInspect(ctx, c.Config.Image); err == nil {
 			image = c.Config.Image
 		}
 	}
-	return guard.Want{Topology: Name, Image: image, Bridge: &p}, nil
+	return guard.Want{Topology: sandbox.ManagedBridge, Image: image, Bridge: &p}, nil
 }
 
 // Ensure makes the managed network, its rules and its guard, and returns
@@ -207,14 +206,14 @@ func Ensure(ctx context.Context, cli client.APIClient, image string, dns []netip
 	if len(drift) > 0 {
 		// A guard holding another subnet's rules would keep them; replace it.
 		log.Debug("managed bridge guard differs; replacing", "drift", drift)
-		if err := guard.Remove(ctx, cli, Name); err != nil {
+		if err := guard.Remove(ctx, cli, sandbox.ManagedBridge); err != nil {
 			return err
 		}
 	}
 	if err := guard.Ensure(ctx, cli, w, HealthyWait); err != nil {
-		return fmt.Errorf("managed bridge %s: %w", Name, err)
+		return fmt.Errorf("managed bridge %s: %w", sandbox.ManagedBridge, err)
 	}
-	log.Debug("managed bridge in force", "network", Name, "subnet", p.Subnet.String(), "guard", guard.Name(Name))
+	log.Debug("managed bridge in force", "network", sandbox.ManagedBridge, "subnet", p.Subnet.String(), "guard", guard.Name(sandbox.ManagedBridge))
 	return nil
 }
 
@@ -222,12 +221,12 @@ func Ensure(ctx context.Context, cli client.APIClient, image string, dns []netip
 // different (empty: in force): the network, its settings, the guard and,
 // when this process may read iptables, the rules themselves.
 func Drift(ctx context.Context, cli client.APIClient, image string, dns []netip.Addr) ([]string, error) {
-	in, err := cli.NetworkInspect(ctx, Name, network.InspectOptions{})
+	in, err := cli.NetworkInspect(ctx, sandbox.ManagedBridge, network.InspectOptions{})
 	if errdefs.IsNotFound(err) {
-		return []string{fmt.Sprintf("managed bridge network %s is missing", Name)}, nil
+		return []string{fmt.Sprintf("managed bridge network %s is missing", sandbox.ManagedBridge)}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("network inspect %s: %w", Name, err)
+		return nil, fmt.Errorf("network inspect %s: %w", sandbox.ManagedBridge, err)
 	}
 	out := problems(in)
 	p, err := Params(in, dns)

@@ -63,7 +63,7 @@ func TestManagedBridgeDocker(t *testing.T) {
 		t.Fatalf("lookup through the host's private resolver: %q (%d queries)", got, resolver.Queries.Load())
 	}
 	dns := []netip.Addr{resolverIP}
-	in, err := cli.NetworkInspect(ctx, bridge.Name, network.InspectOptions{})
+	in, err := cli.NetworkInspect(ctx, sandbox.ManagedBridge, network.InspectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestManagedBridgeDocker(t *testing.T) {
 	if err := bridge.Ensure(ctx, cli, image, dns, nil); err != nil {
 		t.Fatal(err)
 	}
-	if again, err := cli.NetworkInspect(ctx, bridge.Name, network.InspectOptions{}); err != nil || again.ID != in.ID {
+	if again, err := cli.NetworkInspect(ctx, sandbox.ManagedBridge, network.InspectOptions{}); err != nil || again.ID != in.ID {
 		t.Fatalf("second Ensure replaced the network: %v", err)
 	}
 	if in.EnableIPv6 || in.Options["com.docker.network.bridge.enable_icc"] != "false" || in.Labels[engine.LabelManagedBy] != engine.ManagedByValue {
@@ -127,7 +127,7 @@ func TestManagedBridgeDocker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fwd := firewall.BridgeForwardChain(bridge.Name)
+	fwd := firewall.BridgeForwardChain(sandbox.ManagedBridge)
 	for _, args := range [][]string{{"-F", fwd}, append([]string{"-D", firewall.DockerUser}, set.Jumps[0].Args()...)} {
 		if out, err := exec.Command("iptables", append([]string{"-w", "10"}, args...)...).CombinedOutput(); err != nil {
 			t.Fatalf("iptables %v: %v: %s", args, err, out)
@@ -151,7 +151,7 @@ func TestManagedBridgeDocker(t *testing.T) {
 
 	// Fail closed: without the guard no container starts on the network,
 	// and Read's drift says so.
-	if err := guard.Remove(ctx, cli, bridge.Name); err != nil {
+	if err := guard.Remove(ctx, cli, sandbox.ManagedBridge); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.Run(ctx, sandbox.Job{MessageID: "m-refused", Timeout: 30 * time.Second}); !errors.Is(err, sandbox.ErrNotEnforced) {
@@ -223,7 +223,7 @@ func lookup(t *testing.T, cli client.APIClient, image, dns string) string {
 	ctx := context.Background()
 	c, err := cli.ContainerCreate(ctx, &container.Config{
 		Image: image, Cmd: []string{"sh", "-c", "nslookup allowed.test 127.0.0.11 2>&1"}, Labels: engine.Labels("test", nil),
-	}, &container.HostConfig{NetworkMode: bridge.Name, DNS: []string{dns}}, nil, nil, "")
+	}, &container.HostConfig{NetworkMode: sandbox.ManagedBridge, DNS: []string{dns}}, nil, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func startPeer(t *testing.T, cli client.APIClient, image string) (string, string
 	c, err := cli.ContainerCreate(ctx, &container.Config{
 		Image: image, Cmd: []string{"sh", "-c", "while :; do echo peer | nc -l -p 8080; done"},
 		Labels: engine.Labels("test", nil),
-	}, &container.HostConfig{NetworkMode: bridge.Name}, nil, nil, name)
+	}, &container.HostConfig{NetworkMode: sandbox.ManagedBridge}, nil, nil, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,9 +277,9 @@ func startPeer(t *testing.T, cli client.APIClient, image string) (string, string
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep := in.NetworkSettings.Networks[bridge.Name]
+	ep := in.NetworkSettings.Networks[sandbox.ManagedBridge]
 	if ep == nil || ep.IPAddress == "" {
-		t.Fatalf("peer has no address on %s", bridge.Name)
+		t.Fatalf("peer has no address on %s", sandbox.ManagedBridge)
 	}
 	return name, ep.IPAddress
 }
@@ -289,8 +289,8 @@ func startPeer(t *testing.T, cli client.APIClient, image string) (string, string
 func cleanupBridge(t *testing.T, cli client.APIClient) {
 	t.Cleanup(func() {
 		ctx := context.Background()
-		err := guard.Remove(ctx, cli, bridge.Name)
-		in, ierr := cli.NetworkInspect(ctx, bridge.Name, network.InspectOptions{})
+		err := guard.Remove(ctx, cli, sandbox.ManagedBridge)
+		in, ierr := cli.NetworkInspect(ctx, sandbox.ManagedBridge, network.InspectOptions{})
 		switch {
 		case errdefs.IsNotFound(ierr):
 			// No network: nothing of its rules can be named, and none made.

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 
 	"github.com/docker/docker/client"
 
@@ -58,7 +59,7 @@ func (s *Service) ensureBridge(ctx context.Context, cli client.APIClient, a agen
 		return nil
 	}
 	if err := bridge.Ensure(ctx, cli, bridgeImage(a), bridge.HostResolvers(), s.log); err != nil {
-		return stepErr(StepBridge, bridgeAttr(a), "making the managed bridge network "+bridge.Name, err)
+		return stepErr(StepBridge, bridgeAttr(a), "making the managed bridge network "+sandbox.ManagedBridge, err)
 	}
 	return nil
 }
@@ -72,7 +73,7 @@ func (s *Service) bridgeDrift(ctx context.Context, cli client.APIClient, a agent
 	}
 	drift, err := bridge.Drift(ctx, cli, bridgeImage(a), bridge.HostResolvers())
 	if err != nil {
-		return stepErr(agentspec.StepRead, bridgeAttr(a), "reading the managed bridge network "+bridge.Name, err)
+		return stepErr(agentspec.StepRead, bridgeAttr(a), "reading the managed bridge network "+sandbox.ManagedBridge, err)
 	}
 	for _, d := range drift {
 		o.Warnings = append(o.Warnings, agentspec.Warning{Topic: TopicBridgeDrift, Detail: d})

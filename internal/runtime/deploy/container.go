@@ -26,8 +26,6 @@ import (
 // Labels on the runner container (under engine.LabelPrefix).
 const (
 	ComponentRunner = "runner"
-	// LabelAgentID is the label the per-message containers carry too.
-	LabelAgentID    = sandbox.LabelAgent
 	LabelConfigHash = engine.LabelPrefix + "config-hash"
 )
 
@@ -160,8 +158,8 @@ func Spec(d Deployment) (*container.Config, *container.HostConfig, *network.Netw
 		Env:        append([]string{"TMPDIR=/tmp"}, d.Env...),
 		WorkingDir: "/",
 		Labels: engine.Labels(ComponentRunner, map[string]string{
-			LabelAgentID:    d.AgentID,
-			LabelConfigHash: d.ConfigHash,
+			sandbox.LabelAgent: d.AgentID,
+			LabelConfigHash:    d.ConfigHash,
 		}),
 		StopTimeout: &stopSecs,
 	}

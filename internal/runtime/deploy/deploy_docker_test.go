@@ -14,6 +14,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -62,7 +63,7 @@ func TestOneRunnerPerAgent(t *testing.T) {
 			}
 			list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
 				filters.Arg("label", engine.LabelComponent+"="+ComponentRunner),
-				filters.Arg("label", LabelAgentID+"="+id),
+				filters.Arg("label", sandbox.LabelAgent+"="+id),
 			)})
 			if err == nil {
 				running := int32(0)

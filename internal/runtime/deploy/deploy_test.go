@@ -12,6 +12,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 )
 
 func TestParseListen(t *testing.T) {
@@ -193,7 +194,7 @@ func TestSpecHardening(t *testing.T) {
 	if !slices.Equal(cfg.Cmd, []string{"serve", "--config", l.ConfigFile}) || !slices.Equal(cfg.Entrypoint, []string{"agent-runner"}) {
 		t.Errorf("command %v %v", cfg.Entrypoint, cfg.Cmd)
 	}
-	if cfg.Labels[engine.LabelManagedBy] != engine.ManagedByValue || cfg.Labels[LabelAgentID] != "a1" || cfg.Labels[LabelConfigHash] != "h1" ||
+	if cfg.Labels[engine.LabelManagedBy] != engine.ManagedByValue || cfg.Labels[sandbox.LabelAgent] != "a1" || cfg.Labels[LabelConfigHash] != "h1" ||
 		cfg.Labels[engine.LabelComponent] != ComponentRunner {
 		t.Errorf("labels %v", cfg.Labels)
 	}

@@ -148,7 +148,7 @@ func hostModeCaps() []string {
 // runner container's mounts hide them. A symlink is not covered (the mount
 // would land on its target); a path made later is expanded around by the
 // runner instead, which it logs.
-func covers(fa agentspec.FileAccess) []Cover {
+func covers(fa landlock.FileAccess) []Cover {
 	var out []Cover
 	for _, in := range landlock.DeniesInside(fa) {
 		fi, err := os.Lstat(in.Path)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
 func TestForConfigContainerMode(t *testing.T) {
@@ -19,7 +20,7 @@ func TestForConfigContainerMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := agentspec.Config{AgentID: "a1", Container: agentspec.ContainerMode{Enabled: true, MemoryLimit: agentspec.SizeOf(1 << 30), PidsLimit: 64, TimeoutSeconds: 60},
-		FileAccess: agentspec.FileAccess{AllowRead: []string{"/srv/a"}, AllowNetwork: true}}
+		FileAccess: landlock.FileAccess{AllowRead: []string{"/srv/a"}, AllowNetwork: true}}
 	p := Placement{Image: "img:1", Layout: LayoutFor("/s", "a1"), Listener: Listener{Unix: "/s/run.sock"}, Workspace: "/s/agents/a1",
 		ConfigHash: "h", DockerSocket: sock}
 	d, err := ForConfig(c, p)
@@ -51,7 +52,7 @@ func TestForConfigContainerMode(t *testing.T) {
 
 func TestForConfigHostMode(t *testing.T) {
 	c := agentspec.Config{AgentID: "a1", Container: agentspec.ContainerMode{MemoryLimit: agentspec.SizeOf(512 << 20), PidsLimit: 64, TimeoutSeconds: 3600},
-		FileAccess: agentspec.FileAccess{AllowRead: []string{"/srv/a"}, AllowReadWrite: []string{"/srv/b"}}}
+		FileAccess: landlock.FileAccess{AllowRead: []string{"/srv/a"}, AllowReadWrite: []string{"/srv/b"}}}
 	p := Placement{Image: "img:1", Layout: LayoutFor("/s", "a1"), Listener: Listener{Unix: "/s/run.sock"}, DockerSocket: "/var/run/docker.sock"}
 	d, err := ForConfig(c, p)
 	if err != nil {
@@ -123,7 +124,7 @@ func TestForConfigCoversDeniesInsideAllows(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := agentspec.Config{AgentID: "a1", Container: agentspec.ContainerMode{MemoryLimit: agentspec.SizeOf(512 << 20), PidsLimit: 64},
-		FileAccess: agentspec.FileAccess{AllowReadWrite: []string{rw}, Deny: []string{
+		FileAccess: landlock.FileAccess{AllowReadWrite: []string{rw}, Deny: []string{
 			filepath.Join(rw, "secret"), filepath.Join(rw, "key.txt"), filepath.Join(rw, "later"),
 			filepath.Join(rw, "link"), filepath.Join(root, "elsewhere"),
 		}}}
@@ -165,7 +166,7 @@ func TestDenyWarnings(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(rw, "secret"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	a := agentspec.Agent{Config: agentspec.Config{FileAccess: agentspec.FileAccess{AllowReadWrite: []string{rw},
+	a := agentspec.Agent{Config: agentspec.Config{FileAccess: landlock.FileAccess{AllowReadWrite: []string{rw},
 		Deny: []string{filepath.Join(rw, "secret"), filepath.Join(rw, "later")}}}}
 	// The runner container covers what exists; only the missing path is
 	// expanded around.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
@@ -55,7 +56,7 @@ func (s *Service) List(ctx context.Context) ([]agentspec.Listed, error) {
 		return fail(err)
 	}
 	for _, c := range runners {
-		id := c.Labels[LabelAgentID]
+		id := c.Labels[sandbox.LabelAgent]
 		if !workspace.ValidID(id) || !mountsDir(c, s.Layout(id).Dir) {
 			continue
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -42,7 +43,7 @@ func TestServiceContainerAgent(t *testing.T) {
 			AgentID: id,
 			Container: agentspec.ContainerMode{Enabled: true, Image: image, MemoryLimit: agentspec.SizeOf(64 << 20), TimeoutSeconds: 30, Network: "none",
 				PidsLimit: 64, Runtime: agentspec.DefaultRuntime},
-			FileAccess: agentspec.FileAccess{AllowNetwork: true},
+			FileAccess: landlock.FileAccess{AllowNetwork: true},
 			LLM:        agentspec.LLMConfig{Provider: "offline"},
 			MaxSteps:   agentspec.DefaultMaxSteps,
 		},

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
 // recordingLogger keeps every line, formatted, for the assertions below.
@@ -55,7 +56,7 @@ func externalAgent() agentspec.Agent {
 			AgentID: "a1",
 			Container: agentspec.ContainerMode{MemoryLimit: agentspec.SizeOf(agentspec.DefaultMemoryBytes), TimeoutSeconds: 60, Network: agentspec.DefaultNetwork,
 				PidsLimit: agentspec.DefaultPidsLimit, Runtime: agentspec.DefaultRuntime, Prestart: true},
-			FileAccess: agentspec.FileAccess{AllowNetwork: true},
+			FileAccess: landlock.FileAccess{AllowNetwork: true},
 			LLM:        agentspec.LLMConfig{Provider: "offline", APIKey: "sk-test-secret-key"},
 			Secrets:    map[string]string{"TOOL_TOKEN": "tool-secret-value"},
 			MaxSteps:   agentspec.DefaultMaxSteps, InjectSecretsEnv: true, RedactSecrets: true,

@@ -69,7 +69,7 @@ func (k *Pods) startPod(ctx context.Context, messageID string) (_ *podRun, err e
 	if err != nil {
 		return nil, err
 	}
-	pod.Labels[LabelInstance] = k.instance
+	pod.Labels[sandbox.LabelInstance] = k.instance
 	created, err := k.c.Clientset.CoreV1().Pods(k.c.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("pod create: %w", err)
@@ -138,7 +138,7 @@ func (k *Pods) attach(name string) (*podRun, error) {
 	pr, pw := io.Pipe()
 	outR, outW := io.Pipe()
 	sctx, cancel := context.WithCancel(context.Background())
-	r := &podRun{name: name, stdin: pw, in: podio.NewWriter(pw), stdout: &sandbox.Capped{Max: sandbox.MaxStdout},
+	r := &podRun{name: name, stdin: pw, in: podio.NewWriter(pw), stdout: &sandbox.Capped{Max: agentspec.MaxReplyBytes},
 		stderr: &sandbox.Tail{Max: sandbox.StderrTailLen}, streamed: make(chan struct{}), cancel: cancel}
 	r.relay, r.relaySink = podio.Pipe(r.in)
 	demuxed := make(chan error, 1)

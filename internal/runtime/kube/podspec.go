@@ -31,10 +31,8 @@ const (
 	// ComponentRunner is the component label of an agent's runner pod
 	// (kubedeploy's Deployment); per-message pods carry sandbox.Component.
 	ComponentRunner = "runner"
-	// LabelInstance names the backend (one runner process) that made a pod.
-	LabelInstance = sandbox.LabelInstance
-	volWorkspace  = "workspace"
-	volTmp        = "tmp"
+	volWorkspace    = "workspace"
+	volTmp          = "tmp"
 )
 
 // PodSpec is what varies between agents' per-message pods; everything else
@@ -307,7 +305,7 @@ func podLabels(s PodSpec, messageID string) (map[string]string, error) {
 		maps.Copy(labels, ThreeGateExecutionLabels(s.Topology, s.Role))
 	}
 	for k, v := range s.Labels {
-		if _, own := labels[k]; own || k == LabelInstance || threegateKey(k) {
+		if _, own := labels[k]; own || k == sandbox.LabelInstance || threegateKey(k) {
 			return nil, fmt.Errorf("label %s is set by the sandbox itself", k)
 		}
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {

@@ -161,7 +161,7 @@ func TestHardenedPodRefuses(t *testing.T) {
 		"empty image":   {func(s *PodSpec) { s.Image = "" }, "image"},
 		"long agent id": {func(s *PodSpec) { s.AgentID = strings.Repeat("a", 64) }, "label"},
 		"own label":     {func(s *PodSpec) { s.Labels = map[string]string{sandbox.LabelAgent: "other"} }, "set by the sandbox"},
-		"instance":      {func(s *PodSpec) { s.Labels = map[string]string{LabelInstance: "x"} }, "set by the sandbox"},
+		"instance":      {func(s *PodSpec) { s.Labels = map[string]string{sandbox.LabelInstance: "x"} }, "set by the sandbox"},
 		"bad key":       {func(s *PodSpec) { s.Labels = map[string]string{"a b": "x"} }, "label key"},
 		"bad value":     {func(s *PodSpec) { s.Labels = map[string]string{"k": "-x-"} }, "label"},
 		"role only":     {func(s *PodSpec) { s.Topology = "" }, "both or neither"},

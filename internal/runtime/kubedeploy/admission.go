@@ -121,7 +121,7 @@ type rule struct{ expr, msg string }
 // AdmissionPolicy is the one policy for every runner of the cluster.
 func AdmissionPolicy() *admv1.ValidatingAdmissionPolicy {
 	fail := admv1.Fail
-	labelKeys := list(engine.LabelManagedBy, engine.LabelComponent, sandbox.LabelAgent, sandbox.LabelMessage, kube.LabelInstance,
+	labelKeys := list(engine.LabelManagedBy, engine.LabelComponent, sandbox.LabelAgent, sandbox.LabelMessage, sandbox.LabelInstance,
 		kube.ThreeGateLabelTopology, kube.ThreeGateLabelRole, kube.ThreeGateLabelExecution)
 	has := func(k, v string) string {
 		return "(" + lit(k) + " in variables.labels && variables.labels[" + lit(k) + "] == " + v + ")"
@@ -201,7 +201,7 @@ func AdmissionPolicy() *admv1.ValidatingAdmissionPolicy {
 		add("!variables.creating || ("+r.expr+")", r.msg)
 	}
 	return &admv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: AdmissionPolicyName, Labels: engine.Labels(ComponentRunner, nil)},
+		ObjectMeta: metav1.ObjectMeta{Name: AdmissionPolicyName, Labels: engine.Labels(kube.ComponentRunner, nil)},
 		Spec: admv1.ValidatingAdmissionPolicySpec{
 			ParamKind: &admv1.ParamKind{APIVersion: "v1", Kind: "ServiceAccount"},
 			MatchConstraints: &admv1.MatchResources{
@@ -233,11 +233,11 @@ func AdmissionPolicy() *admv1.ValidatingAdmissionPolicy {
 func AdmissionBinding() *admv1.ValidatingAdmissionPolicyBinding {
 	allow := admv1.AllowAction
 	return &admv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: AdmissionBindingName, Labels: engine.Labels(ComponentRunner, nil)},
+		ObjectMeta: metav1.ObjectMeta{Name: AdmissionBindingName, Labels: engine.Labels(kube.ComponentRunner, nil)},
 		Spec: admv1.ValidatingAdmissionPolicyBindingSpec{
 			PolicyName: AdmissionPolicyName,
 			ParamRef: &admv1.ParamRef{
-				Selector:                &metav1.LabelSelector{MatchLabels: engine.Labels(ComponentRunner, nil)},
+				Selector:                &metav1.LabelSelector{MatchLabels: engine.Labels(kube.ComponentRunner, nil)},
 				ParameterNotFoundAction: &allow,
 			},
 			ValidationActions: []admv1.ValidationAction{admv1.Deny},

@@ -241,7 +241,7 @@ func ownPod(t *testing.T, c *kube.Client, cfg *agentspec.Config) *corev1.Pod {
 	t.Helper()
 	p, err := kube.HardenedPod(kube.OptionsFor(cfg, nil).Spec, c.Namespace, "attack")
 	testutil.Must(t, err)
-	p.Labels[kube.LabelInstance] = "test"
+	p.Labels[sandbox.LabelInstance] = "test"
 	return p
 }
 

@@ -57,7 +57,7 @@ func TestAgentOnCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("apply (new agent) took %s", time.Since(begin).Round(time.Millisecond))
-	if out.RunnerStatus != StatusRunning || out.RunnerPod == "" || out.Token == "" || out.ConfigHash == "" {
+	if out.RunnerStatus != agentspec.StatusRunning || out.RunnerPod == "" || out.Token == "" || out.ConfigHash == "" {
 		t.Fatalf("Apply = %+v", out)
 	}
 	a.Config.Token = out.Token

@@ -81,7 +81,7 @@ func (s *Service) Apply(ctx context.Context, a Agent) (Applied, error) {
 	if err != nil {
 		return out, s.rollback(ctx, id, isNew, stepErr(agentspec.StepHealth, "", "the runner of "+id+" did not become available", err))
 	}
-	out.RunnerStatus, out.RunnerPod = StatusRunning, pod.Name
+	out.RunnerStatus, out.RunnerPod = agentspec.StatusRunning, pod.Name
 	s.log.Info("runner available", "agent_id", id, "pod", pod.Name, "config_hash", out.ConfigHash)
 	if !agentspec.OwnPolicy(&a.Config) {
 		// The runner of the new config runs: no pod of the old one is

@@ -230,8 +230,8 @@ func (b *Backend) Read(ctx context.Context, a agentspec.Agent) (agentspec.Observ
 	if len(o.Missing) > 0 || len(o.Changed) > 0 {
 		// The next apply puts every object back; a status other than
 		// running makes the plan show it.
-		if out.RunnerStatus == StatusRunning {
-			out.RunnerStatus = StatusStale
+		if out.RunnerStatus == agentspec.StatusRunning {
+			out.RunnerStatus = agentspec.StatusStale
 		}
 		out.Warnings = append(out.Warnings, agentspec.Warning{Topic: TopicObjectDrift,
 			Detail: fmt.Sprintf("Agent %s on Kubernetes: missing %v, changed %v; the next apply restores them.", a.Config.AgentID, o.Missing, o.Changed)})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
@@ -17,7 +18,7 @@ import (
 // Deployment left without one is an orphan.
 func (b *Backend) List(ctx context.Context) ([]agentspec.Listed, error) {
 	ns, cs := b.s.o.Client.Namespace, b.s.o.Client.Clientset
-	sel := metav1.ListOptions{LabelSelector: engine.LabelManagedBy + "=" + engine.ManagedByValue + "," + engine.LabelComponent + "=" + ComponentRunner}
+	sel := metav1.ListOptions{LabelSelector: engine.LabelManagedBy + "=" + engine.ManagedByValue + "," + engine.LabelComponent + "=" + kube.ComponentRunner}
 	fail := func(err error) ([]agentspec.Listed, error) {
 		return nil, stepErr(agentspec.StepList, "", "listing the agents in namespace "+ns, err)
 	}
@@ -48,7 +49,7 @@ func (b *Backend) List(ctx context.Context) ([]agentspec.Listed, error) {
 		}
 		l.Status = StatusNotReady
 		if d.Status.ReadyReplicas > 0 {
-			l.Status = StatusRunning
+			l.Status = agentspec.StatusRunning
 		}
 	}
 	out := make([]agentspec.Listed, 0, len(byID))

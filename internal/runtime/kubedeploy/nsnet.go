@@ -32,7 +32,7 @@ const (
 // DefaultDenyPolicy isolates every pod of ns in both directions.
 func DefaultDenyPolicy(ns string) *netv1.NetworkPolicy {
 	return &netv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: DefaultDenyPolicyName, Namespace: ns, Labels: engine.Labels(ComponentRunner, nil)},
+		ObjectMeta: metav1.ObjectMeta{Name: DefaultDenyPolicyName, Namespace: ns, Labels: engine.Labels(kube.ComponentRunner, nil)},
 		Spec: netv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{},
 			PolicyTypes: []netv1.PolicyType{netv1.PolicyTypeIngress, netv1.PolicyTypeEgress},
@@ -44,10 +44,10 @@ func DefaultDenyPolicy(ns string) *netv1.NetworkPolicy {
 // reach, and be reached from, anything.
 func OpenRunnerPolicy(ns string) *netv1.NetworkPolicy {
 	return &netv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: OpenRunnerPolicyName, Namespace: ns, Labels: engine.Labels(ComponentRunner, nil)},
+		ObjectMeta: metav1.ObjectMeta{Name: OpenRunnerPolicyName, Namespace: ns, Labels: engine.Labels(kube.ComponentRunner, nil)},
 		Spec: netv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{
-				MatchLabels:      engine.Labels(ComponentRunner, nil),
+				MatchLabels:      engine.Labels(kube.ComponentRunner, nil),
 				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: kube.ThreeGateLabelRunner, Operator: metav1.LabelSelectorOpDoesNotExist}},
 			},
 			PolicyTypes: []netv1.PolicyType{netv1.PolicyTypeIngress, netv1.PolicyTypeEgress},

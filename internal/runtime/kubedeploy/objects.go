@@ -19,10 +19,6 @@ import (
 
 // Names, keys and paths of a runner's objects.
 const (
-	// ComponentRunner is the component label of every object of a runner
-	// (the per-message pods carry sandbox.Component); an asking runner
-	// finds its target's pod by it (kube.RunnerSelector).
-	ComponentRunner = kube.ComponentRunner
 	// AnnotationConfigHash on the pod template rolls the runner when the
 	// config changes; it is keyed (agentspec.ConfigHash), so it reveals no
 	// secret.
@@ -77,7 +73,7 @@ func NamesFor(agentID string) Names {
 // Labels are the ownership labels of an agent's runner objects; the
 // Deployment selects its pods by them.
 func Labels(agentID string) map[string]string {
-	return engine.Labels(ComponentRunner, map[string]string{"agent": agentID})
+	return engine.Labels(kube.ComponentRunner, map[string]string{"agent": agentID})
 }
 
 // Selector is Labels as a label selector.

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -79,7 +80,7 @@ func TestRunnerDeployment(t *testing.T) {
 	if tpl.Annotations[AnnotationConfigHash] != "h1" || len(tpl.Annotations) != 1 {
 		t.Errorf("template annotations %v", tpl.Annotations)
 	}
-	if !reflect.DeepEqual(d.Spec.Selector.MatchLabels, tpl.Labels) || tpl.Labels["io.meepa.component"] != ComponentRunner {
+	if !reflect.DeepEqual(d.Spec.Selector.MatchLabels, tpl.Labels) || tpl.Labels["io.meepa.component"] != kube.ComponentRunner {
 		t.Errorf("selector %v labels %v", d.Spec.Selector.MatchLabels, tpl.Labels)
 	}
 	s := tpl.Spec

@@ -26,15 +26,15 @@ type Observed struct {
 	// ConfigHash is the hash of the config in the Secret; "" when the
 	// Secret is gone or unreadable.
 	ConfigHash string
-	// RunnerStatus is StatusRunning, StatusNotReady, StatusStale (the pod
-	// runs another config) or StatusMissing (no Deployment).
+	// RunnerStatus is agentspec.StatusRunning, StatusNotReady, agentspec.StatusStale (the pod
+	// runs another config) or agentspec.StatusMissing (no Deployment).
 	RunnerStatus string
 	RunnerPod    string
 }
 
 // Drift reports whether the next apply has something to restore.
 func (o Observed) Drift() bool {
-	return len(o.Missing) > 0 || len(o.Changed) > 0 || o.RunnerStatus != StatusRunning
+	return len(o.Missing) > 0 || len(o.Changed) > 0 || o.RunnerStatus != agentspec.StatusRunning
 }
 
 // Read observes an agent's objects as they are. a is the agent as last
@@ -87,7 +87,7 @@ func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
 	if rbErr == nil && !reflect.DeepEqual(rb.Subjects, RoleBinding(n, ns, id).Subjects) {
 		o.Changed = append(o.Changed, "RoleBinding")
 	}
-	o.RunnerStatus = StatusMissing
+	o.RunnerStatus = agentspec.StatusMissing
 	if depErr == nil {
 		if err := s.readRunner(ctx, id, o.ConfigHash, &o); err != nil {
 			return o, stepErr(agentspec.StepRead, "", "reading the runner", err)
@@ -101,7 +101,7 @@ func (s *Service) Read(ctx context.Context, a Agent) (Observed, error) {
 func (s *Service) readRunner(ctx context.Context, id, hash string, o *Observed) error {
 	pod, err := s.runnerState(ctx, id, hash)
 	if pod != nil {
-		o.RunnerStatus, o.RunnerPod = StatusRunning, pod.Name
+		o.RunnerStatus, o.RunnerPod = agentspec.StatusRunning, pod.Name
 		return nil
 	}
 	o.RunnerStatus = StatusNotReady
@@ -114,7 +114,7 @@ func (s *Service) readRunner(ctx context.Context, id, hash string, o *Observed) 
 	}
 	for _, p := range pods {
 		if p.DeletionTimestamp == nil && p.Annotations[AnnotationConfigHash] != hash {
-			o.RunnerStatus, o.RunnerPod = StatusStale, p.Name
+			o.RunnerStatus, o.RunnerPod = agentspec.StatusStale, p.Name
 		}
 	}
 	return nil

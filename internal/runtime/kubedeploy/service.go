@@ -129,9 +129,6 @@ func (s *Service) Endpoint(agentID string) string {
 
 // Runner statuses Apply and Read report.
 const (
-	StatusRunning  = agentspec.StatusRunning
-	StatusMissing  = agentspec.StatusMissing
-	StatusStale    = agentspec.StatusStale
 	StatusNotReady = "not ready"
 )
 

@@ -8,7 +8,7 @@ import (
 
 // relayLimits bound the relay's socket, which every process of a
 // per-message container can reach (a tool as well as the loop): headers
-// well above what the SDKs send, the request (MaxRequestBytes at
+// well above what the SDKs send, the request (agent.MaxRequestBytes at
 // most, over a unix socket) within a minute, the answer taken within 30 s.
 // A model call or an ask takes as long as its own timeout says. A refusal
 // (a dead token above all) ends the connection.

@@ -30,9 +30,6 @@ import (
 )
 
 const (
-	// MaxRequestBytes bounds one relayed request body (the loop's whole
-	// conversation); the same bound as agent-run's own request.
-	MaxRequestBytes = agent.MaxRequestBytes
 	// MaxResponseBytes bounds one relayed answer.
 	MaxResponseBytes = 8 << 20
 	// SocketName is the relay's socket inside RelayDir.
@@ -343,9 +340,9 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		refuse(http.StatusMethodNotAllowed, "use POST")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxRequestBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, agent.MaxRequestBytes))
 	if err != nil {
-		refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", MaxRequestBytes))
+		refuse(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", agent.MaxRequestBytes))
 		return
 	}
 	if why := relayBodyRefusal(policyOf(s), body); why != "" {

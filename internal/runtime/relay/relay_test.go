@@ -19,6 +19,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -131,7 +132,7 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 		{"the other wire format", "/anthropic/v1/messages", token, `{}`, 404},
 		{"streaming", "/openai/chat/completions", token, `{"stream":true}`, 400},
 		{"not JSON", "/openai/chat/completions", token, `x`, 400},
-		{"too large", "/openai/chat/completions", token, `{"x":"` + strings.Repeat("a", MaxRequestBytes) + `"}`, 413},
+		{"too large", "/openai/chat/completions", token, `{"x":"` + strings.Repeat("a", agent.MaxRequestBytes) + `"}`, 413},
 	}
 	for _, rc := range refusals {
 		if st, body := relayPost(t, c, rc.path, rc.auth, rc.body); st != rc.status {

@@ -25,10 +25,9 @@ import (
 )
 
 // Limits on what a container may send back. The reply is one JSON document;
-// anything past MaxStdout is a protocol error (ErrReplyTooLarge), not
+// anything past agentspec.MaxReplyBytes is a protocol error (ErrReplyTooLarge), not
 // memory for the runner: the rest is read and dropped.
 const (
-	MaxStdout     = agentspec.MaxReplyBytes
 	StderrTailLen = 4 << 10
 	// cleanupTimeout bounds kill and remove, which run on a fresh context so
 	// that a cancelled request still cleans up.

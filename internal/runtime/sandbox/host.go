@@ -446,7 +446,7 @@ func (h *Host) Run(ctx context.Context, job Job) (Outcome, error) {
 	// process); the close is the EOF the child reads up to.
 	_ = cfgW.Close()
 
-	stdout := &Capped{Max: MaxStdout}
+	stdout := &Capped{Max: agentspec.MaxReplyBytes}
 	stderr := &Tail{Max: StderrTailLen}
 	var readers sync.WaitGroup
 	readers.Add(2)

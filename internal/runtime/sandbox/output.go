@@ -6,6 +6,7 @@ import (
 	"io"
 	"sync"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/docker/docker/pkg/stdcopy"
 )
 
@@ -28,7 +29,7 @@ type output struct {
 
 func readOutput(r io.Reader, final func([]byte) bool) *output {
 	o := &output{
-		stdout:  Capped{Max: MaxStdout},
+		stdout:  Capped{Max: agentspec.MaxReplyBytes},
 		stderr:  Tail{Max: StderrTailLen},
 		final:   final,
 		settled: make(chan struct{}),
@@ -88,11 +89,11 @@ func (w outWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// ErrReplyTooLarge is the error of a sandbox that wrote more than MaxStdout
+// ErrReplyTooLarge is the error of a sandbox that wrote more than agentspec.MaxReplyBytes
 // bytes on stdout. agent-run cuts its reply to fit (agent.FitReply), so
 // only a sandbox that does not run it faithfully gets this; what it wrote
 // is dropped.
-var ErrReplyTooLarge = fmt.Errorf("the sandbox wrote more than %d bytes on stdout (the reply cap); its reply is dropped", MaxStdout)
+var ErrReplyTooLarge = fmt.Errorf("the sandbox wrote more than %d bytes on stdout (the reply cap); its reply is dropped", agentspec.MaxReplyBytes)
 
 // Capped keeps up to Max bytes (in Buf) and notes overflow (Over), and
 // keeps draining so the sandbox is never blocked on a full pipe. Every

@@ -33,7 +33,7 @@ import (
 	"strings"
 )
 
-// FileAccess is the spec's file_access block (agentspec.FileAccess is an alias
+// FileAccess is the spec's file_access block (landlock.FileAccess is an alias
 // of it). It is declared here so that the sandbox, which imports this
 // package, never imports the runner.
 type FileAccess struct {
