@@ -156,6 +156,7 @@ func (p *meepaProvider) ListResources(context.Context) []func() list.ListResourc
 func (p *meepaProvider) Actions(context.Context) []func() action.Action {
 	return []func() action.Action{
 		NewAgentMessageAction,
+		NewThreegateVerifyAction,
 	}
 }
 
