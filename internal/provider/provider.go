@@ -149,6 +149,7 @@ func (p *meepaProvider) ListResources(context.Context) []func() list.ListResourc
 	return []func() list.ListResource{
 		NewAgentListResource,
 		NewTopologyListResource,
+		NewIsolationImageListResource,
 	}
 }
 
