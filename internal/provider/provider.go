@@ -158,6 +158,7 @@ func (p *meepaProvider) Actions(context.Context) []func() action.Action {
 	return []func() action.Action{
 		NewAgentMessageAction,
 		NewThreegateVerifyAction,
+		NewImagePruneAction,
 	}
 }
 
