@@ -50,7 +50,7 @@ type verifyInput struct {
 
 func verifyInputs() map[string]verifyInput {
 	return map[string]verifyInput{
-		"name": {required: true, desc: "Name of the `threegate_network` topology."},
+		"name":        {required: true, desc: "Name of the `threegate_network` topology."},
 		"probe_image": {desc: "Image to run the probes in; it must contain `/usr/local/bin/agent-runner`. Defaults to the proxy's image."},
 		"allowed_target": {str: []validator.String{hostPort()},
 			desc: "A `host:port` the allowlist admits: FETCH must get a tunnel to it through the proxy. " +
