@@ -149,6 +149,7 @@ func (p *meepaProvider) ListResources(context.Context) []func() list.ListResourc
 	return []func() list.ListResource{
 		NewAgentListResource,
 		NewTopologyListResource,
+		NewIsolationImageListResource,
 	}
 }
 
@@ -156,6 +157,8 @@ func (p *meepaProvider) ListResources(context.Context) []func() list.ListResourc
 func (p *meepaProvider) Actions(context.Context) []func() action.Action {
 	return []func() action.Action{
 		NewAgentMessageAction,
+		NewThreegateVerifyAction,
+		NewImagePruneAction,
 	}
 }
 

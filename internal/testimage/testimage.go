@@ -71,6 +71,13 @@ func Runner(ctx context.Context, cli client.APIClient, tag, base, runnerPath str
 // executable), labelled as a test image. A failed build's error carries the
 // build log.
 func Build(ctx context.Context, cli client.APIClient, tag, dockerfile string, files map[string][]byte) error {
+	return BuildLabelled(ctx, cli, tag, dockerfile, files, engine.Labels("test-image", nil))
+}
+
+// BuildLabelled is Build with the given labels in place of the test
+// image's: a test that needs an image looking like one the provider made
+// (its component label) builds it so.
+func BuildLabelled(ctx context.Context, cli client.APIClient, tag, dockerfile string, files map[string][]byte, labels map[string]string) error {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	write := func(name string, mode int64, data []byte) error {
@@ -92,7 +99,7 @@ func Build(ctx context.Context, cli client.APIClient, tag, dockerfile string, fi
 		return fmt.Errorf("build %s: %w", tag, err)
 	}
 	resp, err := cli.ImageBuild(ctx, &buf, build.ImageBuildOptions{
-		Tags: []string{tag}, Remove: true, ForceRemove: true, Labels: engine.Labels("test-image", nil),
+		Tags: []string{tag}, Remove: true, ForceRemove: true, Labels: labels,
 	})
 	if err != nil {
 		return fmt.Errorf("build %s: %w", tag, err)
