@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -f "${TF_CLI_CONFIG_FILE:-}" ] || unset TF_CLI_CONFIG_FILE
-SUBSET='^(TestFunction|TestExampleModuleTests|TestAccQuickstartModuleTest|TestAccIsolationImage_lifecycle|TestAccThreegateNetwork_lifecycle|TestAccAgent_lifecycle|TestAccAgent_threegate|TestAccFleetModuleThroughTheCLI|TestAccKube_agent|TestAgent|TestThreegateNetwork_|TestIsolationImage_|TestKube_|TestPlan|TestModifyPlan|TestAccThreegateVerifyAction|TestAccImagePruneAction|.*Identity|.*_identity|.*_list)'
+SUBSET='^(TestFunction|TestExampleModuleTests|TestAccQuickstartModuleTest|TestAccIsolationImage_lifecycle|TestAccThreegateNetwork_lifecycle|TestAccAgent_lifecycle|TestAccAgent_threegate|TestAccFleetModuleThroughTheCLI|TestAccKube_agent|TestAgent|TestThreegateNetwork_|TestIsolationImage_|TestKube_|TestPlan|TestModifyPlan|TestAccThreegateVerifyAction|TestAccAgentMessageAction|TestAccImagePruneAction|.*Identity|.*_identity|.*_list)'
 kubeconfig=$(./scripts/k8s-up.sh)
 rc=0
 for cli in terraform tofu; do
