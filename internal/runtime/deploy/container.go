@@ -118,6 +118,11 @@ type Deployment struct {
 	// Env is extra environment for the service (never secrets: they are in
 	// the config file).
 	Env []string
+	// Fresh is set for an agent that was never applied (no prior state):
+	// Deploy creates its runner without first stopping and removing one,
+	// and does that only when the daemon refuses the name (a runner left
+	// by an earlier run that crashed before its state was saved).
+	Fresh bool
 }
 
 func (d Deployment) withDefaults() Deployment {
@@ -233,11 +238,16 @@ func Spec(d Deployment) (*container.Config, *container.HostConfig, *network.Netw
 
 // Deploy replaces the agent's runner with a new one and starts it: the old
 // one (if any) is stopped — it finishes its message in flight — and removed
-// before the new one is created, so the two never run at once.
+// before the new one is created, so the two never run at once. For a Fresh
+// agent the create comes first: the name is unique on the daemon, so a
+// create that succeeds proves there was no runner to replace, and one the
+// daemon refuses for its name is replaced as above.
 func Deploy(ctx context.Context, cli client.APIClient, d Deployment) (string, error) {
 	d = d.withDefaults()
-	if err := Remove(ctx, cli, d.AgentID, d.StopTimeout); err != nil {
-		return "", err
+	if !d.Fresh {
+		if err := Remove(ctx, cli, d.AgentID, d.StopTimeout); err != nil {
+			return "", err
+		}
 	}
 	if d.Network == RunnerNetwork {
 		if err := ensureRunnerNetwork(ctx, cli); err != nil {
@@ -246,6 +256,12 @@ func Deploy(ctx context.Context, cli client.APIClient, d Deployment) (string, er
 	}
 	cfg, hc, nc := Spec(d)
 	resp, err := cli.ContainerCreate(ctx, cfg, hc, nc, nil, ContainerName(d.AgentID))
+	if d.Fresh && cerrdefs.IsConflict(err) {
+		if rerr := Remove(ctx, cli, d.AgentID, d.StopTimeout); rerr != nil {
+			return "", rerr
+		}
+		resp, err = cli.ContainerCreate(ctx, cfg, hc, nc, nil, ContainerName(d.AgentID))
+	}
 	if err != nil {
 		return "", fmt.Errorf("runner create: %w", err)
 	}
@@ -332,6 +348,14 @@ func removeOrphans(ctx context.Context, cli client.APIClient, agentID string) er
 	return nil
 }
 
+// Health polling backs off from healthFirstPoll, doubling up to
+// healthMaxPoll: a runner is up in tens of milliseconds, so a fixed step
+// would add most of a step to every apply.
+const (
+	healthFirstPoll = 2 * time.Millisecond
+	healthMaxPoll   = 100 * time.Millisecond
+)
+
 // WaitHealthy polls the runner's /healthz until it answers 200 or timeout
 // passes. When the container stops meanwhile, it fails at once with the tail
 // of the container's log (the runner logs no secrets).
@@ -339,6 +363,7 @@ func WaitHealthy(ctx context.Context, cli client.APIClient, containerID string, 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last error
+	delay := healthFirstPoll
 	for {
 		h, err := CheckHealth(ctx, l)
 		if err == nil {
@@ -358,8 +383,9 @@ func WaitHealthy(ctx context.Context, cli client.APIClient, containerID string, 
 				tail = "\n" + LogTail(context.WithoutCancel(ctx), cli, containerID, 20)
 			}
 			return nil, fmt.Errorf("runner not healthy after %s: %w%s", timeout, last, tail)
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(delay):
 		}
+		delay = min(2*delay, healthMaxPoll)
 	}
 }
 

@@ -216,6 +216,7 @@ func (s *Service) deployRunner(ctx context.Context, cli client.APIClient, a agen
 	dep, err := ForConfig(a.Config, Placement{
 		Image: a.RunnerImage(), Layout: s.Layout(id), Listener: l, Workspace: a.Config.Workspace, ConfigHash: hash, DockerSocket: s.o.DockerSocket,
 	})
+	dep.Fresh = isNew
 	if err != nil {
 		return stepErr(agentspec.StepDeploy, "", "preparing the runner of "+id, err)
 	}

@@ -8,7 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -234,11 +237,7 @@ func (b *Builder) Build(ctx context.Context, req Request) (Result, error) {
 		oldID = old.ID
 	}
 	labels := isolationLabels(req, names, baseID)
-	ctxTar, err := buildContext(RenderIsolation(names.Image), map[string][]byte{}, req.Runner.Path)
-	if err != nil {
-		return res, err
-	}
-	res.IsolatedID, err = b.build(ctx, names.Isolated, ctxTar, labels, logf)
+	res.IsolatedID, err = b.build(ctx, names.Isolated, RenderIsolation(names.Image), req.Runner.Path, labels, logf)
 	if err != nil {
 		return res, undo(fmt.Errorf("build isolation image %s: %w", names.Isolated, err))
 	}
@@ -271,11 +270,7 @@ func (b *Builder) containerImage(ctx context.Context, s Spec, n Names, baseID st
 		LabelBaseImageID: baseID,
 		LabelTemplate:    TemplateVersion,
 	})
-	tarball, err := buildContext(n.Dockerfile, nil, "")
-	if err != nil {
-		return "", err
-	}
-	id, err := b.build(ctx, n.Image, tarball, labels, logf)
+	id, err := b.build(ctx, n.Image, n.Dockerfile, "", labels, logf)
 	if err != nil {
 		return "", fmt.Errorf("build container image %s: %w", n.Image, err)
 	}
@@ -336,12 +331,23 @@ func (b *Builder) ensureBase(ctx context.Context, ref string, pull Pull, logf fu
 	return id, nil
 }
 
-// build runs one legacy-builder build from a tar context and returns the
-// image id. On failure the error carries the last lines of the build log.
-func (b *Builder) build(ctx context.Context, tag string, tarball io.Reader, labels map[string]string, logf func(string)) (string, error) {
+// build runs one legacy-builder build of dockerfile (with runnerPath as
+// "agent-runner" in its context, when set) and returns the image id. The
+// labels go into the Dockerfile as one LABEL instruction. On failure the
+// error carries the last lines of the build log.
+func (b *Builder) build(ctx context.Context, tag, dockerfile, runnerPath string, labels map[string]string, logf func(string)) (string, error) {
+	line, err := labelInstruction(labels)
+	if err != nil {
+		return "", err
+	}
+	tarball, err := buildContext(dockerfile+line, runnerPath)
+	if err != nil {
+		return "", err
+	}
+	// Closing the read end stops the writer when the daemon stops reading.
+	defer func() { _ = tarball.Close() }()
 	resp, err := b.cli.ImageBuild(ctx, tarball, build.ImageBuildOptions{
 		Tags:        []string{tag},
-		Labels:      labels,
 		Remove:      true,
 		ForceRemove: true,
 		PullParent:  false,
@@ -367,39 +373,87 @@ func (b *Builder) build(ctx context.Context, tag string, tarball io.Reader, labe
 	return ins.ID, nil
 }
 
-// buildContext makes the tar build context: the Dockerfile, files, and the
+// labelInstruction renders labels as one Dockerfile LABEL instruction, keys
+// sorted, each value quoted as ENV's are (the same word parser reads both);
+// "" for none. The classic builder makes a step, and an image config, per
+// instruction, so one instruction for all of them is one step.
+func labelInstruction(labels map[string]string) (string, error) {
+	if len(labels) == 0 {
+		return "", nil
+	}
+	var b strings.Builder
+	b.WriteString("LABEL")
+	for i, k := range slices.Sorted(maps.Keys(labels)) {
+		v := labels[k]
+		if !labelKey.MatchString(k) {
+			return "", fmt.Errorf("label key %q is not one this project makes", k)
+		}
+		if err := ValidateEnvValue(v); err != nil {
+			return "", fmt.Errorf("label %s: %w", k, err)
+		}
+		if i > 0 {
+			b.WriteString(" \\\n     ")
+		}
+		fmt.Fprintf(&b, " %s=%s", k, quoteEnvValue(v))
+	}
+	b.WriteString("\n")
+	return b.String(), nil
+}
+
+// labelKey is the form of every label key this project sets.
+var labelKey = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*$`)
+
+// buildContext streams the tar build context: the Dockerfile and the
 // runner (read from runnerPath, when set) as "agent-runner", mode 0755.
-func buildContext(dockerfile string, files map[string][]byte, runnerPath string) (io.Reader, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	add := func(name string, mode int64, data []byte) error {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: int64(len(data)), Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		_, err := tw.Write(data)
-		return err
-	}
-	if err := add("Dockerfile", 0o644, []byte(dockerfile)); err != nil {
-		return nil, fmt.Errorf("build context: %w", err)
-	}
-	for name, data := range files {
-		if err := add(name, 0o644, data); err != nil {
-			return nil, fmt.Errorf("build context: %w", err)
-		}
-	}
+// The tar is written into a pipe as the daemon reads it, so memory stays
+// a copy buffer whatever the runner's size. The runner is opened here, so
+// a missing one fails before the build starts; the caller closes the
+// reader.
+func buildContext(dockerfile, runnerPath string) (io.ReadCloser, error) {
+	var runner *os.File
+	var size int64
 	if runnerPath != "" {
-		data, err := os.ReadFile(runnerPath)
+		f, err := os.Open(runnerPath)
 		if err != nil {
 			return nil, fmt.Errorf("read agent-runner: %w", err)
 		}
-		if err := add("agent-runner", 0o755, data); err != nil {
-			return nil, fmt.Errorf("build context: %w", err)
+		fi, err := f.Stat()
+		if err != nil {
+			_ = f.Close() // read-only
+			return nil, fmt.Errorf("read agent-runner: %w", err)
+		}
+		runner, size = f, fi.Size()
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(writeContext(pw, dockerfile, runner, size))
+	}()
+	return pr, nil
+}
+
+func writeContext(w io.Writer, dockerfile string, runner *os.File, size int64) error {
+	tw := tar.NewWriter(w)
+	if err := tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile)), Typeflag: tar.TypeReg}); err != nil {
+		return fmt.Errorf("build context: %w", err)
+	}
+	if _, err := io.WriteString(tw, dockerfile); err != nil {
+		return fmt.Errorf("build context: %w", err)
+	}
+	if runner != nil {
+		defer func() { _ = runner.Close() }() // read-only
+		if err := tw.WriteHeader(&tar.Header{Name: "agent-runner", Mode: 0o755, Size: size, Typeflag: tar.TypeReg}); err != nil {
+			return fmt.Errorf("build context: %w", err)
+		}
+		// CopyN: a runner that grew while it was sent must not overrun its
+		// header; one that shrank fails the build.
+		if _, err := io.CopyN(tw, runner, size); err != nil {
+			return fmt.Errorf("read agent-runner: %w", err)
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return nil, fmt.Errorf("build context: %w", err)
+		return fmt.Errorf("build context: %w", err)
 	}
-	return &buf, nil
+	return nil
 }
 
 // RunnerVersion runs `agent-runner version` once in ref (no network,
