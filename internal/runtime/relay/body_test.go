@@ -24,7 +24,7 @@ func TestRelayRefusesStreamSpellingsAndServerTools(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Cleanup(t, "relay", r.Close)
-	c := relayClient(filepath.Join(dir, SocketName))
+	c := testutil.RelayClient(filepath.Join(dir, SocketName))
 	for _, tc := range []struct {
 		provider, path, body string
 		status               int
@@ -43,7 +43,7 @@ func TestRelayRefusesStreamSpellingsAndServerTools(t *testing.T) {
 			llm.BaseURL = model.srv.URL
 		}
 		tok, end := r.Begin("m1", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
-		if st, body := relayPost(t, c, tc.path, tok, tc.body); st != tc.status {
+		if st, body := testutil.RelayPost(t, c, tc.path, tok, tc.body); st != tc.status {
 			t.Errorf("%s %s: %d %s, want %d", tc.provider, tc.body, st, strings.TrimSpace(body), tc.status)
 		}
 		end()

@@ -61,7 +61,7 @@ func listenRelay(t *testing.T, log hclog.Logger, m Metrics) (*Relay, *http.Clien
 		t.Fatal(err)
 	}
 	testutil.Cleanup(t, "relay", r.Close)
-	return r, relayClient(filepath.Join(dir, SocketName))
+	return r, testutil.RelayClient(filepath.Join(dir, SocketName))
 }
 
 func relayPath(provider string) string {
@@ -98,7 +98,7 @@ func TestRelayForwardsOnlyTheConfiguredModel(t *testing.T) {
 				`{"max_tokens":16}`,
 				`{"model":null,"max_tokens":16}`,
 			} {
-				if st, answer := relayPost(t, c, relayPath(provider), tok, body); st != http.StatusBadRequest {
+				if st, answer := testutil.RelayPost(t, c, relayPath(provider), tok, body); st != http.StatusBadRequest {
 					t.Errorf("%s: %d %s, want 400", body, st, strings.TrimSpace(answer))
 				}
 			}
@@ -107,7 +107,7 @@ func TestRelayForwardsOnlyTheConfiguredModel(t *testing.T) {
 			}
 			// The configured model, also spelled with an escape, passes.
 			for _, body := range []string{`{"model":"gpt-4o-mini","max_tokens":16}`, `{"model":"gpt-4o\u002dmini","max_tokens":16}`} {
-				if st, answer := relayPost(t, c, relayPath(provider), tok, body); st != http.StatusOK {
+				if st, answer := testutil.RelayPost(t, c, relayPath(provider), tok, body); st != http.StatusOK {
 					t.Errorf("%s: %d %s, want 200", body, st, answer)
 				}
 			}
@@ -149,7 +149,7 @@ func TestRelayBoundsTokensAndChoices(t *testing.T) {
 				{`{"model":"m","max_tokens":100,"n":1}`, 200},
 				{`{"model":"m","max_completion_tokens":100}`, 200},
 			} {
-				if st, answer := relayPost(t, c, relayPath(provider), tok, tc.body); st != tc.status {
+				if st, answer := testutil.RelayPost(t, c, relayPath(provider), tok, tc.body); st != tc.status {
 					t.Errorf("%s: %d %s, want %d", tc.body, st, strings.TrimSpace(answer), tc.status)
 				}
 			}
@@ -183,7 +183,7 @@ func TestRelayErrorBodiesAreTheRelays(t *testing.T) {
 				r, c := listenRelay(t, hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Trace}), &counts{})
 				llm := agentspec.LLMConfig{Provider: provider, Model: "m", BaseURL: model.srv.URL, APIKey: key}
 				tok, end := r.Begin("m1", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
-				st, body := relayPost(t, c, relayPath(provider), tok, okBody)
+				st, body := testutil.RelayPost(t, c, relayPath(provider), tok, okBody)
 				end()
 				if len(model.seen()) != 1 {
 					t.Fatalf("the call did not reach the endpoint: %d %s", st, body)
@@ -217,7 +217,7 @@ func TestRelayTokenBudgets(t *testing.T) {
 	calls := func(tok string, n int) []int {
 		var got []int
 		for range n {
-			st, _ := relayPost(t, c, "/openai/chat/completions", tok, okBody)
+			st, _ := testutil.RelayPost(t, c, "/openai/chat/completions", tok, okBody)
 			got = append(got, st)
 		}
 		return got

@@ -53,12 +53,12 @@ func TestRelayRedactsEncodedKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Cleanup(t, "relay", r.Close)
-	c := relayClient(filepath.Join(dir, SocketName))
+	c := testutil.RelayClient(filepath.Join(dir, SocketName))
 	llm := agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.URL + "/v1/", APIKey: key}
 	token, end := r.Begin("msg-echo", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
 	defer end()
 
-	st, body := relayPost(t, c, "/openai/chat/completions", token, `{"model":"m","max_tokens":10}`)
+	st, body := testutil.RelayPost(t, c, "/openai/chat/completions", token, `{"model":"m","max_tokens":10}`)
 	if st != http.StatusOK {
 		t.Fatalf("relayed call: %d %s", st, body)
 	}
@@ -69,7 +69,7 @@ func TestRelayRedactsEncodedKey(t *testing.T) {
 	}
 	// A refusal that echoes it (whether the relay passes the endpoint's
 	// error body or makes its own) carries none of it either.
-	st, refused := relayPost(t, c, "/openai/chat/completions", token, `{"model":"m","max_tokens":10,"q":"ECHO-401"}`)
+	st, refused := testutil.RelayPost(t, c, "/openai/chat/completions", token, `{"model":"m","max_tokens":10,"q":"ECHO-401"}`)
 	if st != http.StatusUnauthorized {
 		t.Errorf("echoing refusal: %d %s, want 401", st, refused)
 	}

@@ -74,27 +74,6 @@ func (f *fakeModel) seen() ([]string, []string) {
 // default limits.
 const okBody = `{"model":"m","max_tokens":16}`
 
-func relayClient(sock string) *http.Client {
-	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
-}
-
-func relayPost(t *testing.T, c *http.Client, path, auth, body string) (int, string) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, "http://meepa-relay"+path, strings.NewReader(body))
-	if auth != "" {
-		req.Header.Set("Authorization", "Bearer "+auth)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }() // read in full
-	raw, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(raw)
-}
-
 // The relay adds the key on the way out and nowhere else, answers only a
 // live message's token, forwards only the configured endpoint, and counts
 // the tokens the answers report.
@@ -108,11 +87,11 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Cleanup(t, "relay", r.Close)
-	c := relayClient(filepath.Join(dir, SocketName))
+	c := testutil.RelayClient(filepath.Join(dir, SocketName))
 	llm := agentspec.LLMConfig{Provider: agentspec.ProviderOpenAI, Model: "m", BaseURL: model.srv.URL + "/v1/", APIKey: key}
 
 	token, end := r.Begin("msg-1", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
-	st, body := relayPost(t, c, "/openai/chat/completions", token, okBody)
+	st, body := testutil.RelayPost(t, c, "/openai/chat/completions", token, okBody)
 	if st != 200 || !strings.Contains(body, `"hi"`) {
 		t.Fatalf("relayed call: %d %s", st, body)
 	}
@@ -135,7 +114,7 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 		{"too large", "/openai/chat/completions", token, `{"x":"` + strings.Repeat("a", agent.MaxRequestBytes) + `"}`, 413},
 	}
 	for _, rc := range refusals {
-		if st, body := relayPost(t, c, rc.path, rc.auth, rc.body); st != rc.status {
+		if st, body := testutil.RelayPost(t, c, rc.path, rc.auth, rc.body); st != rc.status {
 			t.Errorf("%s: %d %s, want %d", rc.name, st, body, rc.status)
 		}
 	}
@@ -160,10 +139,10 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 	// The key, echoed by the endpoint, does not come back: an error's
 	// body is the relay's own; a redirect is handed back, never followed
 	// with the key.
-	if st, body := relayPost(t, c, "/openai/chat/completions", token, `{"model":"m","max_tokens":16,"q":"ECHO-AUTH"}`); st != 401 || strings.Contains(body, key) || !strings.Contains(body, "meepa_relay") {
+	if st, body := testutil.RelayPost(t, c, "/openai/chat/completions", token, `{"model":"m","max_tokens":16,"q":"ECHO-AUTH"}`); st != 401 || strings.Contains(body, key) || !strings.Contains(body, "meepa_relay") {
 		t.Errorf("echoed key: %d %s", st, body)
 	}
-	if st, _ := relayPost(t, c, "/openai/chat/completions", token, `{"model":"m","max_tokens":16,"q":"REDIRECT"}`); st != http.StatusTemporaryRedirect {
+	if st, _ := testutil.RelayPost(t, c, "/openai/chat/completions", token, `{"model":"m","max_tokens":16,"q":"REDIRECT"}`); st != http.StatusTemporaryRedirect {
 		t.Errorf("redirect: %d, want it handed back as 307", st)
 	}
 
@@ -173,11 +152,11 @@ func TestRelayForwardsOnlyWithLiveToken(t *testing.T) {
 	}
 	// The message is over: its token is dead, and a new message's token
 	// works only for itself.
-	if st, _ := relayPost(t, c, "/openai/chat/completions", token, `{}`); st != 401 {
+	if st, _ := testutil.RelayPost(t, c, "/openai/chat/completions", token, `{}`); st != 401 {
 		t.Errorf("token of an ended message: %d, want 401", st)
 	}
 	t2, end2 := r.Begin("msg-2", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
-	if st, _ := relayPost(t, c, "/openai/chat/completions", t2, okBody); st != 200 {
+	if st, _ := testutil.RelayPost(t, c, "/openai/chat/completions", t2, okBody); st != 200 {
 		t.Errorf("second message: %d", st)
 	}
 	end2()

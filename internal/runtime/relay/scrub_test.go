@@ -28,7 +28,7 @@ func TestRelayScrub(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "relay")
 	testutil.Must(t, r.Listen(dir))
 	testutil.Cleanup(t, "relay", r.Close)
-	c := relayClient(filepath.Join(dir, SocketName))
+	c := testutil.RelayClient(filepath.Join(dir, SocketName))
 	llm := agentspec.LLMConfig{Provider: agentspec.ProviderOffline, APIKey: key}
 	token, end := r.Begin("msg-scrub", llm, agentspec.LLMLimits{}, 10*time.Second, Asks{})
 
@@ -37,23 +37,23 @@ func TestRelayScrub(t *testing.T) {
 		"b64 " + base64.StdEncoding.EncodeToString([]byte(key)),
 		"spaced " + strings.Join(strings.Split(key, ""), " "),
 	} {
-		st, got := relayPost(t, c, agent.ScrubPath, token, text)
+		st, got := testutil.RelayPost(t, c, agent.ScrubPath, token, text)
 		if st != http.StatusOK || strings.Contains(got, key) || !strings.Contains(got, redact.Redacted) {
 			t.Errorf("scrub %q: %d %q", text, st, got)
 		}
 	}
 	for _, text := range []string{key[:len(key)-1], key[1:], key[:10], strings.Replace(key, "3b7e", "3b7f", 1), "ordinary text"} {
-		if st, got := relayPost(t, c, agent.ScrubPath, token, text); st != http.StatusOK || got != text {
+		if st, got := testutil.RelayPost(t, c, agent.ScrubPath, token, text); st != http.StatusOK || got != text {
 			t.Errorf("scrub %q: %d %q, want it back as sent", text, st, got)
 		}
 	}
-	if st, _ := relayPost(t, c, agent.ScrubPath, token, strings.Repeat("x", agent.MaxScrubBytes+1)); st != http.StatusRequestEntityTooLarge {
+	if st, _ := testutil.RelayPost(t, c, agent.ScrubPath, token, strings.Repeat("x", agent.MaxScrubBytes+1)); st != http.StatusRequestEntityTooLarge {
 		t.Errorf("oversize text: %d, want 413", st)
 	}
-	c = relayClient(filepath.Join(dir, SocketName)) // the refusal closed the connection
+	c = testutil.RelayClient(filepath.Join(dir, SocketName)) // the refusal closed the connection
 	n := 0
 	for ; n < maxScrubCallsPerMessage+1; n++ {
-		if st, _ := relayPost(t, c, agent.ScrubPath, token, "x"); st != http.StatusOK {
+		if st, _ := testutil.RelayPost(t, c, agent.ScrubPath, token, "x"); st != http.StatusOK {
 			if st != http.StatusForbidden {
 				t.Errorf("past the cap: %d, want 403", st)
 			}
@@ -64,8 +64,8 @@ func TestRelayScrub(t *testing.T) {
 		t.Errorf("%d scrubs answered in one message, the cap is %d", n+8, maxScrubCallsPerMessage)
 	}
 	end()
-	c = relayClient(filepath.Join(dir, SocketName))
-	if st, got := relayPost(t, c, agent.ScrubPath, token, key); st != http.StatusUnauthorized || strings.Contains(got, key) {
+	c = testutil.RelayClient(filepath.Join(dir, SocketName))
+	if st, got := testutil.RelayPost(t, c, agent.ScrubPath, token, key); st != http.StatusUnauthorized || strings.Contains(got, key) {
 		t.Errorf("dead token: %d %q", st, got)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -59,27 +58,6 @@ func (f *fakeModel) seen() []string {
 // default limits.
 const okBody = `{"model":"m","max_tokens":16}`
 
-func relayClient(sock string) *http.Client {
-	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
-}
-
-func relayPost(t *testing.T, c *http.Client, path, auth, body string) (int, string) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, "http://meepa-relay"+path, strings.NewReader(body))
-	if auth != "" {
-		req.Header.Set("Authorization", "Bearer "+auth)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }() // read in full
-	raw, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(raw)
-}
-
 // The runner hands the loop a relay token and socket, never the key; the
 // token works for that message's calls only, and the audit line and
 // /metrics count the tokens.
@@ -92,7 +70,7 @@ func TestRunnerRequestCarriesRelayNotKey(t *testing.T) {
 	b := &scripted{answer: func(req agent.Request) (sandbox.Outcome, error) {
 		// What a per-message container does: call the relay through the
 		// socket in the mounted directory (here, the host path).
-		during, _ = relayPost(t, relayClient(filepath.Join(cfg.RelayDir, relay.SocketName)), "/openai/chat/completions", req.LLM.APIKey, okBody)
+		during, _ = testutil.RelayPost(t, testutil.RelayClient(filepath.Join(cfg.RelayDir, relay.SocketName)), "/openai/chat/completions", req.LLM.APIKey, okBody)
 		return replyOutcome(agent.Reply{MessageID: req.Message.ID, Reply: "ok"})
 	}}
 	_, ts := newTestServer(t, cfg, b)
@@ -111,7 +89,7 @@ func TestRunnerRequestCarriesRelayNotKey(t *testing.T) {
 	if during != 200 {
 		t.Errorf("relay call during the message: %d", during)
 	}
-	if st, _ := relayPost(t, relayClient(filepath.Join(cfg.RelayDir, relay.SocketName)), "/openai/chat/completions", req.LLM.APIKey, `{}`); st != 401 {
+	if st, _ := testutil.RelayPost(t, testutil.RelayClient(filepath.Join(cfg.RelayDir, relay.SocketName)), "/openai/chat/completions", req.LLM.APIKey, `{}`); st != 401 {
 		t.Errorf("the message's token after it ended: %d, want 401", st)
 	}
 	if auth := model.seen(); len(auth) != 1 || auth[0] != "Bearer sk-very-secret" {
@@ -202,7 +180,7 @@ func TestAgentBudgetSurvivesRestart(t *testing.T) {
 	var statuses []int
 	b := &scripted{answer: func(req agent.Request) (sandbox.Outcome, error) {
 		for range 2 {
-			st, _ := relayPost(t, relayClient(filepath.Join(cfg.RelayDir, relay.SocketName)), "/openai/chat/completions", req.LLM.APIKey, okBody)
+			st, _ := testutil.RelayPost(t, testutil.RelayClient(filepath.Join(cfg.RelayDir, relay.SocketName)), "/openai/chat/completions", req.LLM.APIKey, okBody)
 			statuses = append(statuses, st)
 		}
 		return replyOutcome(agent.Reply{MessageID: req.Message.ID, Reply: "ok"})
@@ -276,7 +254,7 @@ func TestRelayPassesTheLoopsOwnBodies(t *testing.T) {
 		llm := BuildRequest(cfg, "m1", MessageRequest{Text: "hi"}).LLM
 		tok, end := rl.Begin("m1", cfg.LLM, cfg.LLMLimits, 10*time.Second, relay.Asks{})
 		llm.BaseURL, llm.APIKey = relay.BaseURL(provider), tok
-		c, err := agent.NewClient(llm, relayClient(filepath.Join(dir, relay.SocketName)))
+		c, err := agent.NewClient(llm, testutil.RelayClient(filepath.Join(dir, relay.SocketName)))
 		if err != nil {
 			t.Fatal(err)
 		}
