@@ -51,3 +51,28 @@ func EgressKey(ctx context.Context, c *Client, name string) ([]byte, error) {
 	}
 	return k, nil
 }
+
+// AnnotationTopologySpec on a topology's proxy Deployment is the
+// topology's record (topospec.MarshalRecord).
+const AnnotationTopologySpec = "meepa.io/threegate-spec"
+
+// LiveTopology is topology name as its proxy Deployment records it: what
+// a FETCH agent's apply checks the agent's egress policy against.
+func LiveTopology(ctx context.Context, c *Client, name string) (topospec.Spec, error) {
+	d, err := c.Clientset.AppsV1().Deployments(c.Namespace).Get(ctx, topospec.ProxyName(name), metav1.GetOptions{})
+	if err != nil {
+		return topospec.Spec{}, fmt.Errorf("topology %q: its proxy Deployment %s: %w", name, topospec.ProxyName(name), err)
+	}
+	if d.Labels[ThreeGateLabelTopology] != name {
+		return topospec.Spec{}, fmt.Errorf("Deployment %s is not the proxy of topology %q", d.Name, name)
+	}
+	text, ok := d.Annotations[AnnotationTopologySpec]
+	if !ok {
+		return topospec.Spec{}, fmt.Errorf("topology %q: its proxy Deployment carries no record (made by an earlier release); apply its threegate_network first", name)
+	}
+	s, err := topospec.ParseRecord(text)
+	if err != nil {
+		return s, fmt.Errorf("topology %q: the record on Deployment %s: %w", name, d.Name, err)
+	}
+	return s, nil
+}

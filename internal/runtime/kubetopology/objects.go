@@ -31,7 +31,7 @@ const (
 	// AnnotationSpec on the Deployment is the topology's record
 	// (topospec.MarshalRecord), read back by Import; changing it does not
 	// roll the pod.
-	AnnotationSpec = "meepa.io/threegate-spec"
+	AnnotationSpec = kube.AnnotationTopologySpec
 	// AnnotationKeyID on the pod template names the topology's egress key
 	// (KeyID, not the key): a new key Secret rolls the pod, which reads
 	// the key from its environment at start.
