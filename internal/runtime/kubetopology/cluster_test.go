@@ -261,15 +261,18 @@ func expectDrift(t *testing.T, svc *Service, s topospec.Spec, want string) {
 }
 
 // startPod runs script in a busybox-based pod with labels and returns its
-// name.
+// name. The pod is hardened as the restricted Pod Security level wants.
 func startPod(t *testing.T, c *kube.Client, name string, labels map[string]string, image, script string) string {
 	t.Helper()
-	no, one := false, int64(1)
+	no, yes, one, uid := false, true, int64(1), ProxyUID
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &one, AutomountServiceAccountToken: &no,
-			Containers: []corev1.Container{{Name: "c", Image: image, ImagePullPolicy: corev1.PullNever, Command: []string{"/bin/sh", "-c", script}}},
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid,
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{Name: "c", Image: image, ImagePullPolicy: corev1.PullNever, Command: []string{"/bin/sh", "-c", script},
+				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: &no, Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
 		},
 	}
 	_, err := c.Clientset.CoreV1().Pods(c.Namespace).Create(context.Background(), p, metav1.CreateOptions{})
