@@ -43,7 +43,7 @@ func EgressKey(ctx context.Context, c *Client, name string) ([]byte, error) {
 		return nil, fmt.Errorf("topology %q: read its egress key Secret %s: %w", name, EgressKeySecretName(name), err)
 	}
 	if sec.Labels[ThreeGateLabelTopology] != name {
-		return nil, fmt.Errorf("Secret %s is not the egress key of topology %q (label %s)", sec.Name, name, ThreeGateLabelTopology)
+		return nil, fmt.Errorf("secret %s is not the egress key of topology %q (label %s)", sec.Name, name, ThreeGateLabelTopology)
 	}
 	k, err := proxy.ParseKey(string(sec.Data[EgressKeyField]))
 	if err != nil {
@@ -64,7 +64,7 @@ func LiveTopology(ctx context.Context, c *Client, name string) (topospec.Spec, e
 		return topospec.Spec{}, fmt.Errorf("topology %q: its proxy Deployment %s: %w", name, topospec.ProxyName(name), err)
 	}
 	if d.Labels[ThreeGateLabelTopology] != name {
-		return topospec.Spec{}, fmt.Errorf("Deployment %s is not the proxy of topology %q", d.Name, name)
+		return topospec.Spec{}, fmt.Errorf("deployment %s is not the proxy of topology %q", d.Name, name)
 	}
 	text, ok := d.Annotations[AnnotationTopologySpec]
 	if !ok {

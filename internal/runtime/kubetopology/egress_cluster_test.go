@@ -97,7 +97,7 @@ func TestFetchEgressOnCluster(t *testing.T) {
 		defer func() { _ = resp.Body.Close() }()
 		raw, _ := io.ReadAll(resp.Body)
 		var r map[string]any
-		if err := json.Unmarshal(raw, &r); err != nil || resp.StatusCode != 200 {
+		if err := json.Unmarshal(raw, &r); err != nil || resp.StatusCode != http.StatusOK {
 			rl, _ := c.Clientset.CoreV1().Pods(c.Namespace).GetLogs(out.RunnerPod, &corev1.PodLogOptions{}).DoRaw(ctx)
 			pp, _ := svc.proxyPods(ctx, s.Name)
 			var pl []byte
