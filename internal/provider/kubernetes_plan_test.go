@@ -89,8 +89,6 @@ provider "meepa" {
 		"host mode": {provider("") + agent(`runner = { image = "img:1" }`), `container_mode.enabled: on Kubernetes every message runs in a fresh Pod`},
 		"listen":    {provider("") + agent(container+"\n  runner = { listen = \"127.0.0.1:9000\" }"), `runner.listen: on Kubernetes the runner listens`},
 		"external":  {provider("") + agent(container+"\n  runner = { deployment = \"external\" }"), `runner.deployment: on Kubernetes the runner is always a Deployment`},
-		"egress": {provider("") + agent(container+"\n  threegate = { network = \"tg\", role = \"fetch\" }\n  egress = { allow = [\"example.com:443\"] }"),
-			`Not On Kubernetes[\s\S]*egress: per-agent egress policies are enforced by the Docker topology's`},
 		"image without registry": {fmt.Sprintf(`
 provider "meepa" {
   kubernetes = { config_path = %q }

@@ -1,8 +1,10 @@
 package agentspec
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
@@ -51,4 +53,40 @@ func (e *Egress) WithoutApplied() *Egress {
 		return nil
 	}
 	return &Egress{Policy: e.Policy}
+}
+
+// EgressTopology is what a FETCH agent's apply reads of its live
+// topology: the allow list and private ranges its policy must stay
+// inside, the topology's egress key and the proxy's URL.
+type EgressTopology struct {
+	Allow        proxy.Allowlist
+	AllowPrivate []netip.Prefix
+	Key          []byte
+	Proxy        string
+}
+
+// EgressFor is a FETCH agent's egress block, on every backend: its key
+// derived from the topology's, the proxy URL, and the owner's policy
+// (planned), checked once more against the live topology (the plan
+// checked it against the planned one). live reads the topology; it is
+// called for a FETCH agent only. Other roles reach no proxy and get none.
+func EgressFor(agentID, role string, planned *Egress, live func() (EgressTopology, error)) (*Egress, error) {
+	if role != RoleFetch {
+		if planned != nil && !planned.Policy.IsZero() {
+			return nil, fmt.Errorf("egress: only a fetch agent has an egress policy; this one's role is %s", role)
+		}
+		return nil, nil
+	}
+	var policy proxy.Policy
+	if planned != nil {
+		policy = planned.Policy
+	}
+	t, err := live()
+	if err != nil {
+		return nil, err
+	}
+	if errs := proxy.Narrows(t.Allow, t.AllowPrivate, policy); len(errs) > 0 {
+		return nil, proxy.PolicyErrors(errs)
+	}
+	return &Egress{Key: hex.EncodeToString(proxy.AgentKey(t.Key, agentID)), Proxy: t.Proxy, Policy: policy}, nil
 }

@@ -74,8 +74,10 @@ func ThreeGateObjectLabels(name string) map[string]string {
 //	runner pods              ← the nodes, on the runner port (port-forward, probes)
 //	CORE runners             → FETCH and TOOL_EXEC runners, on the runner port (ask)
 //	FETCH execution pods     → the proxy pods, on the proxy port
+//	FETCH runners            → the proxy pods, on the proxy port (revoking
+//	                           each message's egress credential)
 //	CORE, TOOL_EXEC execution pods → nothing
-//	PROXY                    ← FETCH execution pods, on the proxy port
+//	PROXY                    ← FETCH execution pods and runners, on the proxy port
 //	PROXY                    → tcp/443, and DNS (udp and tcp 53), on
 //	                           public addresses only
 //
@@ -107,8 +109,14 @@ func ThreeGatePolicies(in PolicyInput) ([]netv1.NetworkPolicy, error) {
 			To:    []netv1.NetworkPolicyPeer{{PodSelector: n.proxySelector()}},
 			Ports: tcp(n.ProxyPort),
 		}}),
+		// A FETCH runner revokes each message's egress credential at the
+		// proxy (proxy.RevokePath) when the message ends.
+		n.policy("fetch-runner-proxy", n.runners(topospec.RoleFetch), nil, []netv1.NetworkPolicyEgressRule{{
+			To:    []netv1.NetworkPolicyPeer{{PodSelector: n.proxySelector()}},
+			Ports: tcp(n.ProxyPort),
+		}}),
 		n.policy("proxy", n.proxySelector(), []netv1.NetworkPolicyIngressRule{{
-			From:  []netv1.NetworkPolicyPeer{{PodSelector: n.executions(topospec.RoleFetch)}},
+			From:  []netv1.NetworkPolicyPeer{{PodSelector: n.executions(topospec.RoleFetch)}, {PodSelector: n.runners(topospec.RoleFetch)}},
 			Ports: tcp(n.ProxyPort),
 		}}, n.proxyEgress()),
 	}

@@ -171,7 +171,7 @@ func TestThreeGateConnectivity(t *testing.T) {
 	api := []string{"api-endpoint", "api-service", "api-public"}
 	allowed := map[string][]string{
 		"core-runner":  append([]string{"llm", "llm-range-2", "fetch-runner", "tool-runner"}, api...),
-		"fetch-runner": append([]string{"llm2"}, api...),
+		"fetch-runner": append([]string{"llm2", "proxy"}, api...), // the proxy: revoking egress credentials
 		"tool-runner":  api,
 		"core-exec":    nil,
 		"fetch-exec":   {"proxy"},

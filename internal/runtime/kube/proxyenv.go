@@ -57,3 +57,19 @@ func proxyURL(p corev1.Pod) (string, bool) {
 	}
 	return "http://" + netip.AddrPortFrom(ip, uint16(port)).String(), true
 }
+
+// EgressProxy is the URL of the FETCH topology's ready proxy pod, found
+// afresh for each message (a replaced proxy pod has a new address): the
+// runner puts the message's credential into it and revokes there. ""
+// for a pod of another role or outside a topology.
+func (k *Pods) EgressProxy(ctx context.Context) (string, error) {
+	s := k.opts.Spec
+	if s.Role != topospec.RoleFetch || s.Topology == "" {
+		return "", nil
+	}
+	env, err := ProxyEnv(ctx, k.c, s.Topology)
+	if err != nil {
+		return "", err
+	}
+	return env["http_proxy"], nil
+}

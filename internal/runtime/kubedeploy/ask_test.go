@@ -7,10 +7,15 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
 // putAgent writes an agent's config Secret as Apply leaves it.
@@ -18,6 +23,9 @@ func putAgent(t *testing.T, svc *Service, id, role, topology string) {
 	t.Helper()
 	a := testAgent(id, "img", "")
 	a.Config.Token, a.Config.Role, a.ThreegateNetwork = "tok-"+id, role, topology
+	if role == agentspec.RoleFetch {
+		putTopology(t, svc, topology)
+	}
 	if err := svc.complete(context.Background(), &a); err != nil {
 		t.Fatal(err)
 	}
@@ -134,4 +142,25 @@ func TestImportAsk(t *testing.T) {
 	if err != nil || imp.ThreegateNetwork != "tg" || len(imp.ThreegateAsk) != 1 || imp.ThreegateAsk[0] != "te" {
 		t.Errorf("Import = %+v, %v", imp, err)
 	}
+}
+
+// putTopology writes what a FETCH agent's apply reads of its topology:
+// the key Secret, the proxy Deployment's record and a running proxy pod.
+func putTopology(t *testing.T, svc *Service, name string) {
+	t.Helper()
+	ctx, cs, ns := context.Background(), svc.o.Client.Clientset, "agents"
+	if _, err := cs.CoreV1().Secrets(ns).Get(ctx, kube.EgressKeySecretName(name), metav1.GetOptions{}); err == nil {
+		return
+	}
+	rec, err := topospec.MarshalRecord(topospec.Spec{Name: name})
+	testutil.Must(t, err)
+	_, err = cs.CoreV1().Secrets(ns).Create(ctx, kube.EgressKeySecret(name, ns, make([]byte, proxy.KeySize)), metav1.CreateOptions{})
+	testutil.Must(t, err)
+	_, err = cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: topospec.ProxyName(name),
+		Labels: kube.ThreeGateObjectLabels(name), Annotations: map[string]string{kube.AnnotationTopologySpec: rec}}}, metav1.CreateOptions{})
+	testutil.Must(t, err)
+	_, err = cs.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: topospec.ProxyName(name) + "-0", Labels: kube.ThreeGateProxyLabels(name)},
+		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "proxy"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.9", ContainerStatuses: []corev1.ContainerStatus{{State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}}, metav1.CreateOptions{})
+	testutil.Must(t, err)
 }

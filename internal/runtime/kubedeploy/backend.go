@@ -70,10 +70,6 @@ func Check(a agentspec.Agent) error {
 	// soul, memory and manage_soul travel in the runner's config and are
 	// applied by each message pod (agentOf); container_mode.network "none"
 	// and "bridge" are a NetworkPolicy on the message pods (MessagePolicy).
-	if c.Egress != nil {
-		bad("egress", "per-agent egress policies are enforced by the Docker topology's proxy; a cluster's proxy Deployment does not "+
-			"check per-message credentials yet. Remove egress, or run the agent on Docker")
-	}
 	if n := c.Container.Network; a.Meta.ThreegateNetwork == "" && n != "" && n != "none" && n != "bridge" {
 		bad("container_mode.network", "%q: a cluster has no Docker networks; use \"none\" or \"bridge\" (out to public addresses only), "+
 			"or place the agent in a threegate topology", n)

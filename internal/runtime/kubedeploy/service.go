@@ -181,6 +181,18 @@ func (s *Service) complete(ctx context.Context, a *Agent) error {
 		}
 		c.Ask = targets
 	}
+	if a.ThreegateNetwork != "" {
+		// A FETCH runner mints each message's egress credential with its
+		// agent's key, derived from the topology's key Secret, which the
+		// runner itself cannot read.
+		eg, err := agentspec.EgressFor(c.AgentID, c.Role, c.Egress, func() (agentspec.EgressTopology, error) {
+			return s.egressTopology(ctx, a.ThreegateNetwork)
+		})
+		if err != nil {
+			return stepErr(agentspec.StepThreegate, "threegate", "preparing the agent's egress identity", err)
+		}
+		c.Egress = eg
+	}
 	c.Workspace = sandbox.WorkspaceDir
 	if !workspace.ValidID(c.AgentID) {
 		return stepErr(StepValidate, "agent_id", "checking the agent id", fmt.Errorf("%q is not an agent id (%s)", c.AgentID, workspace.IDPattern))
@@ -263,4 +275,23 @@ func ignoreNotFound(err error) error {
 		return nil
 	}
 	return err
+}
+
+// egressTopology reads what a FETCH agent's egress block is made of from
+// the cluster: the topology's record and key Secret, and its ready proxy
+// pod's URL.
+func (s *Service) egressTopology(ctx context.Context, name string) (agentspec.EgressTopology, error) {
+	spec, err := kube.LiveTopology(ctx, s.o.Client, name)
+	if err != nil {
+		return agentspec.EgressTopology{}, err
+	}
+	key, err := kube.EgressKey(ctx, s.o.Client, name)
+	if err != nil {
+		return agentspec.EgressTopology{}, err
+	}
+	env, err := kube.ProxyEnv(ctx, s.o.Client, name)
+	if err != nil {
+		return agentspec.EgressTopology{}, err
+	}
+	return agentspec.EgressTopology{Allow: spec.Proxy.Allow, AllowPrivate: spec.Docker.AllowPrivate, Key: key, Proxy: env["http_proxy"]}, nil
 }

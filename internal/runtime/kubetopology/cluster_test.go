@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testkube"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
@@ -48,8 +49,8 @@ func TestTopologyLifecycleOnCluster(t *testing.T) {
 	if !st.ProxyReady || !st.ProxyPodIP.IsValid() || st.ProxyURL != "http://"+st.ProxyPodIP.String()+":3128" || len(st.Drift) != 0 {
 		t.Fatalf("after apply: %+v; want a ready proxy at its pod address and no drift", st)
 	}
-	if len(st.Policies) != 6 {
-		t.Errorf("policies %v, want the 6 of the topology", st.Policies)
+	if len(st.Policies) != 7 {
+		t.Errorf("policies %v, want the 7 of the topology", st.Policies)
 	}
 	readClean(t, svc, s)
 
@@ -115,6 +116,19 @@ func TestTopologyLifecycleOnCluster(t *testing.T) {
 		t.Errorf("writing the record rolled the proxy pod (%v -> %v, %v)", pod, after, err)
 	}
 
+	// A proxy Deployment of the release before egress credentials (no key
+	// from the Secret, no --require-credential) is drift; Apply replaces it.
+	d, err = deps.Get(ctx, topospec.ProxyName("tg"), metav1.GetOptions{})
+	testutil.Must(t, err)
+	pc := &d.Spec.Template.Spec.Containers[0]
+	pc.Env, pc.Args = nil, pc.Args[:len(pc.Args)-1]
+	_, err = deps.Update(ctx, d, metav1.UpdateOptions{})
+	testutil.Must(t, err)
+	expectDrift(t, svc, s, "has no egress key")
+	_, err = svc.Apply(ctx, s)
+	testutil.Must(t, err)
+	readClean(t, svc, s)
+
 	// Teardown refuses while a member runs, and names it.
 	member := startPod(t, c, "member", kube.ThreeGateExecutionLabels("tg", topospec.RoleToolExec), image, "sleep 300")
 	err = svc.Teardown(ctx, "tg")
@@ -179,11 +193,22 @@ func TestProxyReachOnCluster(t *testing.T) {
 	hostPort := strings.TrimPrefix(st.ProxyURL, "http://")
 	ap := netip.MustParseAddrPort(hostPort)
 	// A member that connects asks the proxy for a destination off its
-	// allow list: the proxy's refusal shows that the agent-runner proxy
-	// itself answers at ProxyURL.
-	script := fmt.Sprintf("sleep 3; if nc -w 2 %[1]s %[2]d -e /bin/true 2>/dev/null; then echo open; "+
-		"printf 'CONNECT 198.51.100.1:443 HTTP/1.1\\r\\nHost: 198.51.100.1:443\\r\\n\\r\\n' | nc -w 3 %[1]s %[2]d 2>/dev/null | head -1; "+
-		"else echo blocked; fi", ap.Addr(), ap.Port())
+	// allow list three times: with no credential and with a forged one
+	// the proxy answers 407; with one derived from the topology's key
+	// Secret, 403 (the allow list): the agent-runner proxy itself answers
+	// at ProxyURL, and requires a credential.
+	key, err := kube.EgressKey(ctx, c, s.Name)
+	testutil.Must(t, err)
+	live, err := topospec.ProbeCredential(key, 10*time.Second)
+	testutil.Must(t, err)
+	forged, err := topospec.ProbeCredential(make([]byte, proxy.KeySize), 10*time.Second)
+	testutil.Must(t, err)
+	script := fmt.Sprintf("sleep 3; if nc -w 2 %[1]s %[2]d -e /bin/true 2>/dev/null; then echo open; ", ap.Addr(), ap.Port())
+	for _, auth := range []string{"", "Proxy-Authorization: " + forged + "\\r\\n", "Proxy-Authorization: " + live + "\\r\\n"} {
+		script += fmt.Sprintf("printf 'CONNECT 198.51.100.1:443 HTTP/1.1\\r\\nHost: 198.51.100.1:443\\r\\n%[3]s\\r\\n' | nc -w 3 %[1]s %[2]d 2>/dev/null | head -1; ",
+			ap.Addr(), ap.Port(), auth)
+	}
+	script += "else echo blocked; fi"
 	want := map[string]string{topospec.RoleFetch: "open", topospec.RoleCore: "blocked", topospec.RoleToolExec: "blocked"}
 	names := map[string]string{}
 	for role := range want {
@@ -192,16 +217,17 @@ func TestProxyReachOnCluster(t *testing.T) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-10s %-22s %-8s %-8s\n", "FROM", "TO", "EXPECTED", "OBSERVED")
 	for _, role := range []string{topospec.RoleFetch, topospec.RoleCore, topospec.RoleToolExec} {
-		out := strings.SplitN(podOutput(t, c, names[role]), "\n", 2)
+		out := strings.Split(strings.TrimSpace(podOutput(t, c, names[role])), "\n")
 		got := out[0]
 		if got == "open" {
-			reply := ""
-			if len(out) > 1 {
-				reply = strings.TrimSpace(out[1])
-			}
-			t.Logf("%s execution pod: the proxy answered a CONNECT off its allow list with %q", role, reply)
-			if !strings.HasPrefix(reply, "HTTP/1.1 403") {
-				t.Errorf("%s: the proxy's answer to a CONNECT off the allow list is %q, want HTTP/1.1 403", role, reply)
+			replies := out[1:]
+			t.Logf("%s execution pod: the proxy answered a CONNECT off its allow list (no, forged, live credential) with %q", role, replies)
+			wantReplies := []string{"HTTP/1.1 407", "HTTP/1.1 407", "HTTP/1.1 403"}
+			for i, w := range wantReplies {
+				if i >= len(replies) || !strings.HasPrefix(strings.TrimSpace(replies[i]), w) {
+					t.Errorf("%s: the proxy's answers %q, want %q", role, replies, wantReplies)
+					break
+				}
 			}
 		}
 		fmt.Fprintf(&table, "%-10s %-22s %-8s %-8s\n", role+"-exec", "proxy "+hostPort, want[role], got)
@@ -235,15 +261,18 @@ func expectDrift(t *testing.T, svc *Service, s topospec.Spec, want string) {
 }
 
 // startPod runs script in a busybox-based pod with labels and returns its
-// name.
+// name. The pod is hardened as the restricted Pod Security level wants.
 func startPod(t *testing.T, c *kube.Client, name string, labels map[string]string, image, script string) string {
 	t.Helper()
-	no, one := false, int64(1)
+	no, yes, one, uid := false, true, int64(1), ProxyUID
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever, TerminationGracePeriodSeconds: &one, AutomountServiceAccountToken: &no,
-			Containers: []corev1.Container{{Name: "c", Image: image, ImagePullPolicy: corev1.PullNever, Command: []string{"/bin/sh", "-c", script}}},
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid,
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{Name: "c", Image: image, ImagePullPolicy: corev1.PullNever, Command: []string{"/bin/sh", "-c", script},
+				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: &no, Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
 		},
 	}
 	_, err := c.Clientset.CoreV1().Pods(c.Namespace).Create(context.Background(), p, metav1.CreateOptions{})

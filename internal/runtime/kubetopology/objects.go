@@ -3,8 +3,9 @@ package kubetopology
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"strings"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
 )
 
 // Limits and identity of the proxy pod. The proxy holds one goroutine and
@@ -29,9 +31,13 @@ const (
 	// AnnotationSpec on the Deployment is the topology's record
 	// (topospec.MarshalRecord), read back by Import; changing it does not
 	// roll the pod.
-	AnnotationSpec = "meepa.io/threegate-spec"
-	proxyContainer = "proxy"
-	proxyPortName  = "proxy"
+	AnnotationSpec = kube.AnnotationTopologySpec
+	// AnnotationKeyID on the pod template names the topology's egress key
+	// (KeyID, not the key): a new key Secret rolls the pod, which reads
+	// the key from its environment at start.
+	AnnotationKeyID = "meepa.io/threegate-key-id"
+	proxyContainer  = "proxy"
+	proxyPortName   = "proxy"
 )
 
 // ProxyPodLabels are the labels of the proxy pods: the member labels of
@@ -50,7 +56,21 @@ func objectMeta(name, ns, objName string) metav1.ObjectMeta {
 
 // ConfigHash identifies the proxy's image and command.
 func ConfigHash(s topospec.Spec) string {
-	h := sha256.Sum256([]byte("v1\x00" + s.Proxy.Image + "\x00" + strings.Join(topospec.ProxyCommand(s), "\x00")))
+	h := sha256.Sum256([]byte("v1\x00" + s.Proxy.Image + "\x00" + strings.Join(proxyCommand(s), "\x00")))
+	return hex.EncodeToString(h[:8])
+}
+
+// proxyCommand is the proxy pod's command line: the topology's, and a
+// per-message credential on every request (the key comes from the key
+// Secret into the environment, proxy.EnvEgressKey).
+func proxyCommand(s topospec.Spec) []string {
+	return append(topospec.ProxyCommand(s), "--require-credential")
+}
+
+// KeyID names an egress key without revealing it: the first bytes of a
+// hash of it, for the pod template's AnnotationKeyID.
+func KeyID(key []byte) string {
+	h := sha256.Sum256(append([]byte("meepa-egress-key-id\x00"), key...))
 	return hex.EncodeToString(h[:8])
 }
 
@@ -59,8 +79,10 @@ func ConfigHash(s topospec.Spec) string {
 // pod of the project: not root, read-only root filesystem, every
 // capability dropped, no privilege escalation, RuntimeDefault seccomp, no
 // service-account token (it never calls the API), no service links,
-// memory and CPU limits.
-func ProxyDeployment(s topospec.Spec, ns string, pull corev1.PullPolicy) (*appsv1.Deployment, error) {
+// memory and CPU limits. Its egress key comes from the topology's key
+// Secret (kube.EgressKeySecret) as an environment variable; keyID is
+// KeyID of that key.
+func ProxyDeployment(s topospec.Spec, ns string, pull corev1.PullPolicy, keyID string) (*appsv1.Deployment, error) {
 	rec, err := topospec.MarshalRecord(s)
 	if err != nil {
 		return nil, err
@@ -73,7 +95,7 @@ func ProxyDeployment(s topospec.Spec, ns string, pull corev1.PullPolicy) (*appsv
 	limits := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(ProxyMemory), corev1.ResourceCPU: resource.MustParse(ProxyCPU)}
 	requests := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(ProxyMemory), corev1.ResourceCPU: resource.MustParse("50m")}
 	labels := ProxyPodLabels(s.Name)
-	cmd := topospec.ProxyCommand(s)
+	cmd := proxyCommand(s)
 	return &appsv1.Deployment{
 		ObjectMeta: meta,
 		Spec: appsv1.DeploymentSpec{
@@ -82,7 +104,7 @@ func ProxyDeployment(s topospec.Spec, ns string, pull corev1.PullPolicy) (*appsv
 			Selector:             &metav1.LabelSelector{MatchLabels: kube.ThreeGateProxyLabels(s.Name)},
 			RevisionHistoryLimit: &one,
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{AnnotationConfig: ConfigHash(s)}},
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{AnnotationConfig: ConfigHash(s), AnnotationKeyID: keyID}},
 				Spec: corev1.PodSpec{
 					AutomountServiceAccountToken:  &no,
 					EnableServiceLinks:            &no,
@@ -98,8 +120,11 @@ func ProxyDeployment(s topospec.Spec, ns string, pull corev1.PullPolicy) (*appsv
 						ImagePullPolicy: pull,
 						Command:         cmd[:1],
 						Args:            cmd[1:],
-						Ports:           []corev1.ContainerPort{{Name: proxyPortName, ContainerPort: int32(s.Proxy.Port), Protocol: corev1.ProtocolTCP}},
-						Resources:       corev1.ResourceRequirements{Limits: limits, Requests: requests},
+						Env: []corev1.EnvVar{{Name: proxy.EnvEgressKey, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+							LocalObjectReference: corev1.LocalObjectReference{Name: kube.EgressKeySecretName(s.Name)}, Key: kube.EgressKeyField,
+						}}}},
+						Ports:     []corev1.ContainerPort{{Name: proxyPortName, ContainerPort: int32(s.Proxy.Port), Protocol: corev1.ProtocolTCP}},
+						Resources: corev1.ResourceRequirements{Limits: limits, Requests: requests},
 						// No readiness probe: the kubelet's would come from
 						// the node, which the proxy's policy does not admit.
 						// Apply waits for the proxy's "listening" log line

@@ -22,6 +22,7 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
@@ -113,8 +114,9 @@ type wanted struct {
 	service    *corev1.Service
 }
 
-// desired validates s and builds its objects for this cluster.
-func (sv *Service) desired(ctx context.Context, s topospec.Spec) (wanted, error) {
+// desired validates s and builds its objects for this cluster; keyID is
+// KeyID of the topology's egress key ("" when it has none yet).
+func (sv *Service) desired(ctx context.Context, s topospec.Spec, keyID string) (wanted, error) {
 	if ps := Check(s); len(ps) > 0 {
 		return wanted{}, fmt.Errorf("topology %q: %w", s.Name, ps[0])
 	}
@@ -129,7 +131,7 @@ func (sv *Service) desired(ctx context.Context, s topospec.Spec) (wanted, error)
 	if err != nil {
 		return wanted{}, fmt.Errorf("topology %q cannot be enforced on this cluster: %w", s.Name, err)
 	}
-	d, err := ProxyDeployment(s, sv.c.Namespace, sv.o.PullPolicy)
+	d, err := ProxyDeployment(s, sv.c.Namespace, sv.o.PullPolicy, keyID)
 	if err != nil {
 		return wanted{}, err
 	}
@@ -141,7 +143,14 @@ func (sv *Service) desired(ctx context.Context, s topospec.Spec) (wanted, error)
 // Only what differs is changed. A Status with Drift means the cluster
 // still differs after apply.
 func (sv *Service) Apply(ctx context.Context, s topospec.Spec) (Status, error) {
-	w, err := sv.desired(ctx, s)
+	if ps := Check(s); len(ps) > 0 {
+		return Status{}, fmt.Errorf("topology %q: %w", s.Name, ps[0])
+	}
+	key, err := sv.ensureKey(ctx, s.Name)
+	if err != nil {
+		return Status{}, err
+	}
+	w, err := sv.desired(ctx, s, KeyID(key))
 	if err != nil {
 		return Status{}, err
 	}
@@ -170,11 +179,23 @@ func (sv *Service) Apply(ctx context.Context, s topospec.Spec) (Status, error) {
 
 // Read observes the topology's objects and lists their drift.
 func (sv *Service) Read(ctx context.Context, s topospec.Spec) (Status, error) {
-	w, err := sv.desired(ctx, s)
+	keyID, keyDrift := "", ""
+	switch key, err := kube.EgressKey(ctx, sv.c, s.Name); {
+	case err == nil:
+		keyID = KeyID(key)
+	case ctx.Err() != nil:
+		return Status{}, ctx.Err()
+	default:
+		keyDrift = err.Error()
+	}
+	w, err := sv.desired(ctx, s, keyID)
 	if err != nil {
 		return Status{}, err
 	}
 	st, err := sv.status(ctx, s, w)
+	if err == nil && keyDrift != "" && !st.Gone() {
+		st.Drift = append(st.Drift, keyDrift)
+	}
 	switch {
 	case err != nil:
 	case st.Gone():
@@ -272,6 +293,33 @@ func (sv *Service) deletePolicy(ctx context.Context, name, policy string) error 
 	return nil
 }
 
+// ensureKey returns the topology's egress key, making its key Secret
+// when there is none. The key is never changed: the FETCH agents' keys
+// are derived from it.
+func (sv *Service) ensureKey(ctx context.Context, name string) ([]byte, error) {
+	api := sv.c.Clientset.CoreV1().Secrets(sv.c.Namespace)
+	sn := kube.EgressKeySecretName(name)
+	live, err := api.Get(ctx, sn, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		key, err := proxy.NewKey()
+		if err != nil {
+			return nil, err
+		}
+		if _, err := api.Create(ctx, kube.EgressKeySecret(name, sv.c.Namespace, key), metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("create egress key secret %s: %w", sn, err)
+		}
+		sv.log.Info("egress key secret created", "topology", name, "secret", sn, "key_id", KeyID(key))
+		return key, nil
+	case err != nil:
+		return nil, fmt.Errorf("get egress key secret %s: %w", sn, err)
+	}
+	if err := owned(live.Labels, name, "secret "+sn); err != nil {
+		return nil, err
+	}
+	return kube.EgressKey(ctx, sv.c, name)
+}
+
 func (sv *Service) ensureDeployment(ctx context.Context, name string, want *appsv1.Deployment) error {
 	api := sv.c.Clientset.AppsV1().Deployments(sv.c.Namespace)
 	live, err := api.Get(ctx, want.Name, metav1.GetOptions{})
@@ -321,6 +369,13 @@ func deploymentDrift(want, live *appsv1.Deployment) []string {
 	wc, lc := want.Spec.Template.Spec.Containers[0], container(live)
 	if lc == nil {
 		return append(out, fmt.Sprintf("proxy deployment %s has no %s container", n, proxyContainer))
+	}
+	switch {
+	case !equality.Semantic.DeepEqual(wc.Env, lc.Env):
+		out = append(out, fmt.Sprintf("proxy deployment %s has no egress key (made by an earlier release, or edited): its requests carry no "+
+			"per-message identity; the next apply replaces its pod with one that requires a credential per message", n))
+	case live.Spec.Template.Annotations[AnnotationKeyID] != want.Spec.Template.Annotations[AnnotationKeyID]:
+		out = append(out, fmt.Sprintf("proxy pod of %s runs with another egress key than the topology's key Secret holds", n))
 	}
 	if lc.Image != wc.Image {
 		out = append(out, fmt.Sprintf("proxy image is %s, want %s", lc.Image, wc.Image))
@@ -507,6 +562,14 @@ func (sv *Service) Teardown(ctx context.Context, name string) error {
 	}
 	if err := sv.waitProxyGone(ctx, name); err != nil {
 		return err
+	}
+	sn := kube.EgressKeySecretName(name)
+	err = sv.c.Clientset.CoreV1().Secrets(sv.c.Namespace).Delete(ctx, sn, metav1.DeleteOptions{})
+	switch {
+	case err == nil:
+		sv.log.Info("egress key secret removed", "topology", name, "secret", sn)
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("delete egress key secret %s: %w", sn, err)
 	}
 	err = sv.c.Clientset.CoreV1().Services(sv.c.Namespace).Delete(ctx, pn, metav1.DeleteOptions{})
 	switch {

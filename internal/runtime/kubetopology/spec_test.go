@@ -9,6 +9,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
@@ -117,7 +118,7 @@ func TestProxyDeploymentHardened(t *testing.T) {
 	if c.Resources.Limits.Memory().String() != ProxyMemory || c.Resources.Limits.Cpu().IsZero() {
 		t.Errorf("limits %v", c.Resources.Limits)
 	}
-	if c.Image != "img:1" || c.ImagePullPolicy != corev1.PullNever || strings.Join(append(c.Command, c.Args...), " ") != strings.Join(topospec.ProxyCommand(s), " ") {
+	if c.Image != "img:1" || c.ImagePullPolicy != corev1.PullNever || strings.Join(append(c.Command, c.Args...), " ") != strings.Join(topospec.ProxyCommand(s), " ")+" --require-credential" {
 		t.Errorf("container %s %s %v %v", c.Image, c.ImagePullPolicy, c.Command, c.Args)
 	}
 	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 3128 {
@@ -125,6 +126,11 @@ func TestProxyDeploymentHardened(t *testing.T) {
 	}
 	if tpl.Annotations[AnnotationConfig] != ConfigHash(s) {
 		t.Error("no config hash on the pod template")
+	}
+	// The key comes from the topology's key Secret, never a literal.
+	if len(c.Env) != 1 || c.Env[0].Name != proxy.EnvEgressKey || c.Env[0].Value != "" || c.Env[0].ValueFrom == nil ||
+		c.Env[0].ValueFrom.SecretKeyRef == nil || c.Env[0].ValueFrom.SecretKeyRef.Name != kube.EgressKeySecretName(s.Name) {
+		t.Errorf("env %+v: want the egress key from the key Secret", c.Env)
 	}
 }
 
@@ -161,7 +167,7 @@ func TestDeploymentDrift(t *testing.T) {
 
 func mustDeployment(t *testing.T, s topospec.Spec) *appsv1.Deployment {
 	t.Helper()
-	d, err := ProxyDeployment(s, "ns", corev1.PullNever)
+	d, err := ProxyDeployment(s, "ns", corev1.PullNever, "k1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,7 @@ const LabelProbe = "meepa.io/threegate-probe"
 type kubeProbe struct {
 	topospec.ProbeRows // Role is the Report's role column, e.g. "CORE/runner"
 	labels             map[string]string
+	env                []corev1.EnvVar
 }
 
 // Verify runs short-lived probe pods that wear the member labels of each
@@ -99,9 +100,18 @@ func (sv *Service) Verify(ctx context.Context, s topospec.Spec, o topospec.Verif
 
 	fetchRunner := &kubeProbe{ProbeRows: topospec.ProbeRows{Role: topospec.RoleFetch + "/runner"}, labels: kube.ThreeGateRunnerLabels(s.Name, topospec.RoleFetch)}
 	fetchRunner.Add("API server", topospec.ExpectOpen, tcp(api))
-	fetchRunner.Add("proxy", topospec.ExpectBlocked, tcp(proxyAddr))
+	fetchRunner.Add("proxy", topospec.ExpectOpen, tcp(proxyAddr)) // to revoke its messages' credentials
 
 	fetch := &kubeProbe{ProbeRows: topospec.ProbeRows{Role: topospec.RoleFetch + "/execution"}, labels: kube.ThreeGateExecutionLabels(s.Name, topospec.RoleFetch)}
+	key, err := kube.EgressKey(ctx, sv.c, s.Name)
+	if err != nil {
+		return topospec.Report{}, err
+	}
+	auth, err := topospec.ProbeCredential(key, o.Timeout)
+	if err != nil {
+		return topospec.Report{}, err
+	}
+	fetch.env = []corev1.EnvVar{{Name: probe.EnvProxyAuthorization, Value: auth}}
 	fetch.Add("proxy", topospec.ExpectOpen, tcp(proxyAddr))
 	if o.AllowedTarget != "" {
 		fetch.Add("allowed host via proxy", topospec.ExpectAllowed, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.AllowedTarget})
@@ -230,7 +240,7 @@ func (sv *Service) runProbe(ctx context.Context, s topospec.Spec, o topospec.Ver
 			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: &yes, RunAsUser: &uid, RunAsGroup: &uid,
 				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 			Containers: []corev1.Container{{
-				Name: "probe", Image: o.Image, ImagePullPolicy: sv.o.PullPolicy, Command: cmd,
+				Name: "probe", Image: o.Image, ImagePullPolicy: sv.o.PullPolicy, Command: cmd, Env: kp.env,
 				SecurityContext: &corev1.SecurityContext{
 					Privileged: &no, AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
 					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},

@@ -3,9 +3,10 @@ package kubetopology
 import (
 	"context"
 	"fmt"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"strings"
 	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

@@ -26,13 +26,24 @@ type egressMessage struct {
 	agent, cred, proxyURL string
 }
 
+// proxyLocator is a backend that finds the topology's proxy afresh for
+// each message (a cluster's: the proxy pod's address changes when it is
+// replaced); "" means the config's.
+type proxyLocator interface {
+	EgressProxy(ctx context.Context) (string, error)
+}
+
 // beginEgress mints the message's credential and returns the request env
 // with it in the proxy variables' userinfo (env is cloned, never
-// changed). Without cfg.Egress it returns env as it is and nil.
-func beginEgress(cfg *agentspec.Config, id string, env map[string]string) (map[string]string, *egressMessage, error) {
+// changed), at proxyURL, or the config's proxy when it is "". Without
+// cfg.Egress it returns env as it is and nil.
+func beginEgress(cfg *agentspec.Config, id string, env map[string]string, proxyURL string) (map[string]string, *egressMessage, error) {
 	e := cfg.Egress
 	if e == nil {
 		return env, nil, nil
+	}
+	if proxyURL == "" {
+		proxyURL = e.Proxy
 	}
 	key, err := hex.DecodeString(e.Key)
 	if err != nil {
@@ -43,7 +54,7 @@ func beginEgress(cfg *agentspec.Config, id string, env map[string]string) (map[s
 	if err != nil {
 		return env, nil, err
 	}
-	u, err := proxy.ProxyURLWith(e.Proxy, cfg.AgentID, cred)
+	u, err := proxy.ProxyURLWith(proxyURL, cfg.AgentID, cred)
 	if err != nil {
 		return env, nil, err
 	}
@@ -54,7 +65,7 @@ func beginEgress(cfg *agentspec.Config, id string, env map[string]string) (map[s
 	for _, k := range []string{"http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"} {
 		out[k] = u
 	}
-	return out, &egressMessage{agent: cfg.AgentID, cred: cred, proxyURL: strings.TrimSuffix(e.Proxy, "/")}, nil
+	return out, &egressMessage{agent: cfg.AgentID, cred: cred, proxyURL: strings.TrimSuffix(proxyURL, "/")}, nil
 }
 
 // end revokes the credential at the proxy and returns the message's

@@ -505,7 +505,14 @@ func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox
 	req := BuildRequest(cfg, id, p.msg)
 	// A FETCH agent's message gets its own egress credential, in its proxy
 	// variables; it is revoked when the message ends.
-	env, egress, err := beginEgress(cfg, id, req.Env)
+	proxyURL := ""
+	if l, ok := backend.(proxyLocator); ok && cfg.Egress != nil {
+		var err error
+		if proxyURL, err = l.EgressProxy(ctx); err != nil {
+			return errorResult(http.StatusServiceUnavailable, id, agent.ErrKindSandbox, "egress proxy: "+err.Error())
+		}
+	}
+	env, egress, err := beginEgress(cfg, id, req.Env, proxyURL)
 	if err != nil {
 		return errorResult(http.StatusInternalServerError, id, agent.ErrKindInternal, "egress credential: "+err.Error())
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/probe"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
@@ -178,22 +176,15 @@ func pass(expected, observed string) bool {
 	return false
 }
 
-// probeCredential is the Proxy-Authorization of the FETCH probe: a
-// credential of its own ("threegate-verify", the topology's whole list),
-// live for the probe's run only. "" when the proxy has no key (made by an
+// probeCredential is the Proxy-Authorization of the FETCH probe
+// (topospec.ProbeCredential). "" when the proxy has no key (made by an
 // earlier release, or missing: its rows say so).
 func (sv *Service) probeCredential(ctx context.Context, s topospec.Spec, timeout time.Duration) (string, error) {
 	key, err := EgressKey(ctx, sv.docker, s.Name)
 	if err != nil {
 		return "", nil
 	}
-	const agent = "threegate-verify"
-	cred, err := proxy.Mint(proxy.AgentKey(key, agent), proxy.Claims{Agent: agent, Role: topospec.RoleFetch,
-		Message: fmt.Sprintf("verify-%d", time.Now().UnixNano()), Expiry: time.Now().Add(2*time.Minute + 4*timeout).Unix()})
-	if err != nil {
-		return "", err
-	}
-	return "Basic " + base64.StdEncoding.EncodeToString([]byte(agent+":"+cred)), nil
+	return topospec.ProbeCredential(key, timeout)
 }
 
 // runRole runs one probe container with the role's networks and fills the

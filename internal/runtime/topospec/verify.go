@@ -1,11 +1,13 @@
 package topospec
 
 import (
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/probe"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
 )
 
 // VerifyOptions say what to probe. Targets left empty are not probed: the
@@ -140,4 +142,21 @@ type ProbeRows struct {
 func (r *ProbeRows) Add(what, expected string, c probe.Check) {
 	r.Rows = append(r.Rows, Probe{Role: r.Role, What: what, Check: c.String(), Expected: expected})
 	r.Checks = append(r.Checks, c)
+}
+
+// ProbeAgent is the agent name of the credential a verification mints
+// for its FETCH probe.
+const ProbeAgent = "threegate-verify"
+
+// ProbeCredential is the Proxy-Authorization (probe.EnvProxyAuthorization)
+// of a verification's FETCH probe: a credential of its own (ProbeAgent,
+// the topology's whole list), derived from the topology's egress key and
+// live for the probe's run only (timeout is the probe's per check).
+func ProbeCredential(key []byte, timeout time.Duration) (string, error) {
+	cred, err := proxy.Mint(proxy.AgentKey(key, ProbeAgent), proxy.Claims{Agent: ProbeAgent, Role: RoleFetch,
+		Message: fmt.Sprintf("verify-%d", time.Now().UnixNano()), Expiry: time.Now().Add(2*time.Minute + 4*timeout).Unix()})
+	if err != nil {
+		return "", err
+	}
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(ProbeAgent+":"+cred)), nil
 }
