@@ -2,9 +2,7 @@ package provider
 
 import (
 	"context"
-	"fmt"
 	"iter"
-	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/list"
@@ -46,10 +44,13 @@ func orphansAttribute(left string) schema.Attribute {
 	}
 }
 
-// listItem is one object a list resource found: its id, its display
-// name, and for an orphan what is left of it and how to remove that.
+// listItem is one object a list resource found: its id and kind, which
+// make its display name, and for an orphan what is left of it and how to
+// remove that.
 type listItem struct {
-	id, display, orphan string
+	id, kind, orphan string
+	// state, when set, follows the name in parentheses.
+	state string
 }
 
 // streamList streams the items the list block asked for (the importable
@@ -64,9 +65,12 @@ func streamList(ctx context.Context, req list.ListRequest, cfg listConfig, items
 				continue
 			}
 			res := req.NewListResult(ctx)
-			res.DisplayName = it.display
+			res.DisplayName = it.kind + " " + it.id
+			if it.state != "" {
+				res.DisplayName += " (" + it.state + ")"
+			}
 			if it.orphan != "" {
-				res.DisplayName = "orphan " + strings.SplitN(it.display, " (", 2)[0] + ": " + it.orphan
+				res.DisplayName = "orphan " + it.kind + " " + it.id + ": " + it.orphan
 			}
 			fill(it.id, it.orphan != "", &res)
 			if !push(res) {
@@ -121,7 +125,7 @@ func (r *agentListResource) List(ctx context.Context, req list.ListRequest, stre
 	}
 	items := make([]listItem, len(found))
 	for i, l := range found {
-		items[i] = listItem{id: l.ID, display: fmt.Sprintf("agent %s (runner %s)", l.ID, l.Status), orphan: l.Orphan}
+		items[i] = listItem{id: l.ID, kind: "agent", state: "runner " + l.Status, orphan: l.Orphan}
 	}
 	stream.Results = streamList(ctx, req, cfg, items, func(id string, orphan bool, res *list.ListResult) {
 		r.setIdentity(ctx, res.Identity, types.StringValue(id), &res.Diagnostics)

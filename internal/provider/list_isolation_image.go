@@ -52,7 +52,7 @@ func (r *isolationImageListResource) List(ctx context.Context, req list.ListRequ
 	}
 	items := make([]listItem, len(found))
 	for i, l := range found {
-		items[i] = listItem{id: l.Tag, display: "image " + l.Tag, orphan: l.Orphan}
+		items[i] = listItem{id: l.Tag, kind: "image", orphan: l.Orphan}
 	}
 	stream.Results = streamList(ctx, req, cfg, items, func(tag string, orphan bool, res *list.ListResult) {
 		m := isolationImageModel{IsolatedImage: types.StringValue(tag), ID: types.StringValue(tag),

@@ -50,7 +50,7 @@ func (r *topologyListResource) List(ctx context.Context, req list.ListRequest, s
 	}
 	items := make([]listItem, len(found))
 	for i, l := range found {
-		items[i] = listItem{id: l.Name, display: "topology " + l.Name, orphan: l.Orphan}
+		items[i] = listItem{id: l.Name, kind: "topology", orphan: l.Orphan}
 	}
 	stream.Results = streamList(ctx, req, cfg, items, func(name string, orphan bool, res *list.ListResult) {
 		r.setIdentity(ctx, res.Identity, types.StringValue(name), &res.Diagnostics)
