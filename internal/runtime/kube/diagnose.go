@@ -22,7 +22,7 @@ import (
 // exiting: no wait will make the pod ready.
 func PodFailed(p *corev1.Pod) error {
 	for _, cs := range p.Status.ContainerStatuses {
-		if w := cs.State.Waiting; w != nil && fatalWaiting[w.Reason] {
+		if w := cs.State.Waiting; hopeless(w) {
 			return fmt.Errorf("pod %s: %s: %s", p.Name, w.Reason, w.Message)
 		}
 		if t := cs.LastTerminationState.Terminated; t != nil && cs.RestartCount >= 2 {

@@ -22,9 +22,10 @@ func deploymentPod(name string, cs ...corev1.ContainerStatus) *corev1.Pod {
 // A Deployment's pod has failed when a container can't start or keeps
 // exiting; a pod that is merely starting, or restarted once, has not.
 func TestPodFailed(t *testing.T) {
-	waiting := func(reason string) corev1.ContainerStatus {
-		return corev1.ContainerStatus{Name: "c", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: "why"}}}
+	waitingFor := func(reason, why string) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: "c", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: why}}}
 	}
+	waiting := func(reason string) corev1.ContainerStatus { return waitingFor(reason, "why") }
 	exited := func(restarts int32) corev1.ContainerStatus {
 		return corev1.ContainerStatus{Name: "c", RestartCount: restarts,
 			State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
@@ -38,6 +39,10 @@ func TestPodFailed(t *testing.T) {
 		"restarted":     {deploymentPod("p", exited(1)), ""},
 		"image missing": {deploymentPod("p", waiting("ErrImageNeverPull")), "pod p: ErrImageNeverPull: why"},
 		"crash loop":    {deploymentPod("p", waiting("CrashLoopBackOff")), "pod p: CrashLoopBackOff: why"},
+		"secret missing": {deploymentPod("p", waitingFor("CreateContainerConfigError", `secret "k" not found`)),
+			`pod p: CreateContainerConfigError: secret "k" not found`},
+		"secret cache not synced yet": {deploymentPod("p",
+			waitingFor("CreateContainerConfigError", "failed to sync secret cache: timed out waiting for the condition")), ""},
 		"keeps exiting": {deploymentPod("p", waiting("ContainerCreating"), exited(2)), "pod p: exited 2 times, last with code 3 (Error)"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,16 @@ var errPodGone = errors.New("pod deleted")
 var fatalWaiting = map[string]bool{
 	"ErrImagePull": true, "ImagePullBackOff": true, "ErrImageNeverPull": true, "InvalidImageName": true,
 	"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true, "CrashLoopBackOff": true,
+}
+
+// hopeless reports whether a container that waits for w will never start.
+// The kubelet also reports CreateContainerConfigError while its cache of a
+// Secret or ConfigMap the pod names has not synced yet ("failed to sync
+// secret cache: timed out waiting for the condition"), seen on a loaded
+// node for a Secret created a moment before the pod; it retries that, so
+// the wait goes on.
+func hopeless(w *corev1.ContainerStateWaiting) bool {
+	return w != nil && fatalWaiting[w.Reason] && !strings.Contains(w.Message, "failed to sync")
 }
 
 // waitPod watches a pod until done says so (or fails), from the state in
@@ -111,7 +122,7 @@ func containerRunning(p *corev1.Pod) (bool, error) {
 		case cs.State.Terminated != nil:
 			t := cs.State.Terminated
 			return false, fmt.Errorf("container exited before its message: exit %d, %s %s", t.ExitCode, t.Reason, t.Message)
-		case cs.State.Waiting != nil && fatalWaiting[cs.State.Waiting.Reason]:
+		case hopeless(cs.State.Waiting):
 			return false, fmt.Errorf("container %s: %s", cs.State.Waiting.Reason, cs.State.Waiting.Message)
 		}
 	}
