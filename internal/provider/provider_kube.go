@@ -56,8 +56,10 @@ func kubernetesSchema() schema.SingleNestedAttribute {
 				MarkdownDescription: "`host:port` at which pods reach the API server, for clusters whose `kubernetes` Service has no data " +
 					"plane (no kube-proxy). Defaults to what the kubelet tells every pod."},
 			"runner_admission_policy": schema.BoolAttribute{Optional: true,
-				MarkdownDescription: "Whether agents' runners are confined by the ValidatingAdmissionPolicy `" + kubedeploy.AdmissionPolicyName +
-					"` and its binding, which the provider applies (cluster-scoped: it needs the right to make both). With it the API " +
+				MarkdownDescription: "Whether agents' runners are confined by the ValidatingAdmissionPolicy `" + kubedeploy.AdmissionPolicyPrefix +
+					"-<version>` and its binding, which the provider applies (cluster-scoped: it needs the right to make both; the " +
+					"version is a hash of the rules, so runners made by different provider releases each keep theirs, and a version " +
+					"no runner uses any more is removed). With it the API " +
 					"server lets a runner's ServiceAccount create only its own agent's hardened message pods (its labels, role, image, " +
 					"workspace claim, no Secret or token volumes) and delete and attach to those only. Default `true`: a plan for an " +
 					"agent on a cluster without `admissionregistration.k8s.io/v1` (Kubernetes before 1.30) is refused. `false` is the " +

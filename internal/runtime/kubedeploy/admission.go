@@ -2,14 +2,20 @@ package kubedeploy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	admv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
@@ -38,11 +44,48 @@ import (
 // message pods are named kube.MessagePodPrefix (the runner's name and
 // ".msg-"), which no other agent's pod name starts with.
 
-// Names of the policy objects; both are cluster-scoped, one for all agents.
+// The policy and its binding are cluster-scoped and shared by every agent
+// of every namespace that runs the same policy. A release (or a branch)
+// whose pods need other rules must not overwrite the rules older runners
+// still need, or be refused by them: each policy is named and labelled by
+// a hash of its own content (AdmissionVersion), its binding takes as
+// parameters only the runner ServiceAccounts labelled with that version,
+// and every runner's ServiceAccount carries the version its pods were made
+// for. Versions coexist; one no ServiceAccount of the cluster uses any
+// more is removed (pruneAdmission).
 const (
-	AdmissionPolicyName  = "meepa-runner-pods"
-	AdmissionBindingName = AdmissionPolicyName
+	// AdmissionPolicyPrefix starts every policy's and binding's name; the
+	// version follows.
+	AdmissionPolicyPrefix = "meepa-runner-pods"
+	// LabelAdmission is the version label of policies, bindings and runner
+	// ServiceAccounts.
+	LabelAdmission = engine.LabelPrefix + "admission"
+	// legacyAdmission is the single unversioned policy (and binding) of
+	// earlier releases, which took every runner ServiceAccount as a
+	// parameter.
+	legacyAdmission = AdmissionPolicyPrefix
 )
+
+// admissionVersion is AdmissionVersion, computed once.
+var admissionVersion = sync.OnceValue(func() string {
+	raw, err := json.Marshal(admissionSpec())
+	if err != nil {
+		panic("kubedeploy: encoding the admission policy: " + err.Error())
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:5])
+})
+
+// AdmissionVersion is the hash of the policy this build ships.
+func AdmissionVersion() string { return admissionVersion() }
+
+// AdmissionPolicyName is the name of this build's policy and binding.
+func AdmissionPolicyName() string { return AdmissionPolicyPrefix + "-" + AdmissionVersion() }
+
+// admissionLabels are the labels of this build's policy and binding.
+func admissionLabels() map[string]string {
+	return engine.Labels(kube.ComponentRunner, map[string]string{"admission": AdmissionVersion()})
+}
 
 // Annotations on a runner's ServiceAccount: what its message pods must be.
 const (
@@ -118,8 +161,17 @@ func want(key string) string { return "params.metadata.annotations[" + lit(key) 
 // rule is one validation: expr must hold for a request it applies to.
 type rule struct{ expr, msg string }
 
-// AdmissionPolicy is the one policy for every runner of the cluster.
+// AdmissionPolicy is this build's policy for every runner whose
+// ServiceAccount carries its version.
 func AdmissionPolicy() *admv1.ValidatingAdmissionPolicy {
+	return &admv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: AdmissionPolicyName(), Labels: admissionLabels()},
+		Spec:       admissionSpec(),
+	}
+}
+
+// admissionSpec is what the policy checks; its hash is the version.
+func admissionSpec() admv1.ValidatingAdmissionPolicySpec {
 	fail := admv1.Fail
 	labelKeys := list(engine.LabelManagedBy, engine.LabelComponent, sandbox.LabelAgent, sandbox.LabelMessage, sandbox.LabelInstance,
 		kube.ThreeGateLabelTopology, kube.ThreeGateLabelRole, kube.ThreeGateLabelExecution)
@@ -200,44 +252,42 @@ func AdmissionPolicy() *admv1.ValidatingAdmissionPolicy {
 	for _, r := range create {
 		add("!variables.creating || ("+r.expr+")", r.msg)
 	}
-	return &admv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: AdmissionPolicyName, Labels: engine.Labels(kube.ComponentRunner, nil)},
-		Spec: admv1.ValidatingAdmissionPolicySpec{
-			ParamKind: &admv1.ParamKind{APIVersion: "v1", Kind: "ServiceAccount"},
-			MatchConstraints: &admv1.MatchResources{
-				ResourceRules: []admv1.NamedRuleWithOperations{{RuleWithOperations: admv1.RuleWithOperations{
-					Operations: []admv1.OperationType{admv1.OperationAll},
-					Rule:       admv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods", "pods/*"}, Scope: ptr(admv1.NamespacedScope)},
-				}}},
-			},
-			// The CEL runtime or a parameter without its annotations
-			// fails: the request is refused.
-			FailurePolicy: &fail,
-			Variables: []admv1.Variable{
-				{Name: "mine", Expression: "request.userInfo.username == 'system:serviceaccount:' + params.metadata.namespace + ':' + params.metadata.name"},
-				// An empty subresource is absent, not "".
-				{Name: "sub", Expression: "has(request.subResource) ? request.subResource : ''"},
-				{Name: "prefix", Expression: "params.metadata.name + " + lit(kube.MessagePodInfix)},
-				{Name: "creating", Expression: "variables.mine && request.operation == 'CREATE' && variables.sub == ''"},
-				{Name: "labels", Expression: "has(object.metadata.labels) ? object.metadata.labels : {}"},
-				{Name: "ctr", Expression: "object.spec.containers[0]"},
-			},
-			Validations: vals,
+	return admv1.ValidatingAdmissionPolicySpec{
+		ParamKind: &admv1.ParamKind{APIVersion: "v1", Kind: "ServiceAccount"},
+		MatchConstraints: &admv1.MatchResources{
+			ResourceRules: []admv1.NamedRuleWithOperations{{RuleWithOperations: admv1.RuleWithOperations{
+				Operations: []admv1.OperationType{admv1.OperationAll},
+				Rule:       admv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods", "pods/*"}, Scope: ptr(admv1.NamespacedScope)},
+			}}},
 		},
+		// The CEL runtime or a parameter without its annotations
+		// fails: the request is refused.
+		FailurePolicy: &fail,
+		Variables: []admv1.Variable{
+			{Name: "mine", Expression: "request.userInfo.username == 'system:serviceaccount:' + params.metadata.namespace + ':' + params.metadata.name"},
+			// An empty subresource is absent, not "".
+			{Name: "sub", Expression: "has(request.subResource) ? request.subResource : ''"},
+			{Name: "prefix", Expression: "params.metadata.name + " + lit(kube.MessagePodInfix)},
+			{Name: "creating", Expression: "variables.mine && request.operation == 'CREATE' && variables.sub == ''"},
+			{Name: "labels", Expression: "has(object.metadata.labels) ? object.metadata.labels : {}"},
+			{Name: "ctr", Expression: "object.spec.containers[0]"},
+		},
+		Validations: vals,
 	}
 }
 
 // AdmissionBinding applies the policy in every namespace, with the
-// runners' ServiceAccounts of the request's namespace as parameters; a
-// namespace without runners has none, and nothing to refuse.
+// runners' ServiceAccounts of its version in the request's namespace as
+// parameters; a namespace without such runners has none, and nothing to
+// refuse.
 func AdmissionBinding() *admv1.ValidatingAdmissionPolicyBinding {
 	allow := admv1.AllowAction
 	return &admv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: AdmissionBindingName, Labels: engine.Labels(kube.ComponentRunner, nil)},
+		ObjectMeta: metav1.ObjectMeta{Name: AdmissionPolicyName(), Labels: admissionLabels()},
 		Spec: admv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName: AdmissionPolicyName,
+			PolicyName: AdmissionPolicyName(),
 			ParamRef: &admv1.ParamRef{
-				Selector:                &metav1.LabelSelector{MatchLabels: engine.Labels(kube.ComponentRunner, nil)},
+				Selector:                &metav1.LabelSelector{MatchLabels: admissionLabels()},
 				ParameterNotFoundAction: &allow,
 			},
 			ValidationActions: []admv1.ValidationAction{admv1.Deny},
@@ -288,8 +338,9 @@ var ErrNoAdmissionAPI = fmt.Errorf("the cluster serves no %s ValidatingAdmission
 	"nothing stops a runner whose pod is taken over from creating any pod in its namespace (one that mounts another agent's "+
 	"Secret or runs as another runner's ServiceAccount) and attaching to or deleting any pod there", admv1.SchemeGroupVersion)
 
-// applyAdmission makes (or restores) the policy and its binding; both are
-// shared by every agent and stay when one is removed.
+// applyAdmission makes (or restores) this build's policy and its binding;
+// both are shared by every agent of the version and stay until the last
+// of them is removed.
 func (s *Service) applyAdmission(ctx context.Context) error {
 	if s.o.SkipAdmission {
 		return nil
@@ -303,12 +354,12 @@ func (s *Service) applyAdmission(ctx context.Context) error {
 	}
 	adm := s.o.Client.Clientset.AdmissionregistrationV1()
 	if err := upsert(ctx, adm.ValidatingAdmissionPolicies(), AdmissionPolicy(), nil); err != nil {
-		return stepErr(StepObjects, "", "applying ValidatingAdmissionPolicy "+AdmissionPolicyName, err)
+		return stepErr(StepObjects, "", "applying ValidatingAdmissionPolicy "+AdmissionPolicyName(), err)
 	}
 	if err := upsert(ctx, adm.ValidatingAdmissionPolicyBindings(), AdmissionBinding(), nil); err != nil {
-		return stepErr(StepObjects, "", "applying ValidatingAdmissionPolicyBinding "+AdmissionBindingName, err)
+		return stepErr(StepObjects, "", "applying ValidatingAdmissionPolicyBinding "+AdmissionPolicyName(), err)
 	}
-	s.log.Debug("runner admission policy applied", "policy", AdmissionPolicyName)
+	s.log.Debug("runner admission policy applied", "policy", AdmissionPolicyName())
 	return nil
 }
 
@@ -355,9 +406,57 @@ func (s *Service) readShared(ctx context.Context, o *Observed) error {
 	_, e2 := nps.Get(ctx, OpenRunnerPolicyName, metav1.GetOptions{})
 	errs := []error{missing("NetworkPolicy "+DefaultDenyPolicyName, e1), missing("NetworkPolicy "+OpenRunnerPolicyName, e2)}
 	if !s.o.SkipAdmission {
-		_, e3 := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, AdmissionPolicyName, metav1.GetOptions{})
-		_, e4 := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, AdmissionBindingName, metav1.GetOptions{})
+		_, e3 := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, AdmissionPolicyName(), metav1.GetOptions{})
+		_, e4 := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Get(ctx, AdmissionPolicyName(), metav1.GetOptions{})
 		errs = append(errs, missing("ValidatingAdmissionPolicy", e3), missing("ValidatingAdmissionPolicyBinding", e4))
 	}
 	return errors.Join(errs...)
+}
+
+// admissionGrace is how old an unused policy version must be before it is
+// pruned: an apply makes the policy before its runner's ServiceAccount, so
+// a version another apply has just made is not taken for unused.
+var admissionGrace = 10 * time.Minute
+
+// pruneAdmission removes the policy versions (and their bindings) no
+// runner ServiceAccount of any namespace carries, older than
+// admissionGrace, and the unversioned policy of earlier releases once no
+// runner ServiceAccount is without a version. It only tidies: a cluster
+// whose ServiceAccounts it may not list keeps every version, and nothing
+// fails because of it.
+func (s *Service) pruneAdmission(ctx context.Context) {
+	if s.o.SkipAdmission {
+		return
+	}
+	cs := s.o.Client.Clientset
+	runners := labels.SelectorFromSet(engine.Labels(kube.ComponentRunner, nil)).String()
+	sas, err := cs.CoreV1().ServiceAccounts("").List(ctx, metav1.ListOptions{LabelSelector: runners})
+	if err != nil {
+		s.log.Debug("not pruning admission policies: listing runner ServiceAccounts", "error", err)
+		return
+	}
+	inUse := map[string]bool{}
+	for _, sa := range sas.Items {
+		inUse[sa.Labels[LabelAdmission]] = true // "" for a runner of an earlier release
+	}
+	adm := cs.AdmissionregistrationV1()
+	pols, err := adm.ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{LabelSelector: runners})
+	if err != nil {
+		s.log.Debug("not pruning admission policies: listing them", "error", err)
+		return
+	}
+	for _, p := range pols.Items {
+		v, versioned := p.Labels[LabelAdmission]
+		switch {
+		case !versioned && p.Name != legacyAdmission, inUse[v], versioned && time.Since(p.CreationTimestamp.Time) < admissionGrace:
+			continue
+		}
+		err := errors.Join(ignoreNotFound(adm.ValidatingAdmissionPolicyBindings().Delete(ctx, p.Name, metav1.DeleteOptions{})),
+			ignoreNotFound(adm.ValidatingAdmissionPolicies().Delete(ctx, p.Name, metav1.DeleteOptions{})))
+		if err != nil {
+			s.log.Debug("pruning admission policy", "policy", p.Name, "error", err)
+			continue
+		}
+		s.log.Info("unused runner admission policy removed", "policy", p.Name)
+	}
 }

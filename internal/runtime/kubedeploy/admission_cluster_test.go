@@ -62,7 +62,7 @@ func attachTo(cs kubernetes.Interface, cfg *rest.Config, ns, pod, container stri
 // refusedByPolicy says whether err is the runner admission policy's
 // refusal.
 func refusedByPolicy(err error) bool {
-	return err != nil && strings.Contains(err.Error(), AdmissionPolicyName)
+	return err != nil && strings.Contains(err.Error(), AdmissionPolicyName())
 }
 
 // TestRunnerConfinedOnCluster is issue 25's attacks, each made with a
@@ -280,7 +280,7 @@ func checkPolicyTypes(t *testing.T, c *kube.Client) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		p, err := c.Clientset.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(context.Background(), AdmissionPolicyName, metav1.GetOptions{})
+		p, err := c.Clientset.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(context.Background(), AdmissionPolicyName(), metav1.GetOptions{})
 		testutil.Must(t, err)
 		if p.Status.ObservedGeneration == p.Generation && p.Status.TypeChecking != nil {
 			for _, w := range p.Status.TypeChecking.ExpressionWarnings {

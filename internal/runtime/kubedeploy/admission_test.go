@@ -1,11 +1,19 @@
 package kubedeploy
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+
+	admv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // What the policy holds a runner's pods to comes from the pod the runner
@@ -84,5 +92,86 @@ func TestCheckWarnsAdmissionOff(t *testing.T) {
 	a.Config.Egress = &agentspec.Egress{}
 	if _, err := NewBackend(NewService(Options{})).Check(a); err != nil {
 		t.Errorf("Check with egress = %v, want none", err)
+	}
+}
+
+// Each build's policy is named and labelled by a hash of its rules, and
+// its binding takes only runners of that version as parameters: a release
+// with other rules neither overwrites the rules older runners need nor
+// judges their pods.
+func TestAdmissionVersioned(t *testing.T) {
+	p, b, v := AdmissionPolicy(), AdmissionBinding(), AdmissionVersion()
+	if len(v) != 10 || p.Name != AdmissionPolicyPrefix+"-"+v || b.Name != p.Name || p.Labels[LabelAdmission] != v {
+		t.Errorf("policy %s %v, binding %s, version %q", p.Name, p.Labels, b.Name, v)
+	}
+	if b.Spec.ParamRef.Selector.MatchLabels[LabelAdmission] != v {
+		t.Errorf("the binding takes runners of any version: %v", b.Spec.ParamRef.Selector.MatchLabels)
+	}
+	if sa := ServiceAccount(NamesFor("x"), "agents", "x"); sa.Labels[LabelAdmission] != v {
+		t.Errorf("a runner's ServiceAccount without its version: %v", sa.Labels)
+	}
+}
+
+// pruneAdmission removes a version no runner ServiceAccount of any
+// namespace carries once it is older than the grace, keeps one in use (in
+// any namespace) or just made, and keeps the unversioned policy of earlier
+// releases while one of their runners is left.
+func TestPruneAdmission(t *testing.T) {
+	svc, cs := fakeService()
+	ctx := context.Background()
+	adm := cs.AdmissionregistrationV1()
+	policy := func(name, version string, age time.Duration) {
+		l := engine.Labels(kube.ComponentRunner, nil)
+		if version != "" {
+			l[LabelAdmission] = version
+		}
+		m := metav1.ObjectMeta{Name: name, Labels: l, CreationTimestamp: metav1.NewTime(time.Now().Add(-age))}
+		testutil.Must(t, create(adm.ValidatingAdmissionPolicies().Create(ctx, &admv1.ValidatingAdmissionPolicy{ObjectMeta: m}, metav1.CreateOptions{})))
+		testutil.Must(t, create(adm.ValidatingAdmissionPolicyBindings().Create(ctx, &admv1.ValidatingAdmissionPolicyBinding{ObjectMeta: m}, metav1.CreateOptions{})))
+	}
+	runner := func(ns, name, version string) {
+		sa := ServiceAccount(NamesFor(name), ns, name)
+		if version == "" {
+			delete(sa.Labels, LabelAdmission)
+		} else {
+			sa.Labels[LabelAdmission] = version
+		}
+		testutil.Must(t, create(cs.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{})))
+	}
+	hour := time.Hour
+	policy(legacyAdmission, "", hour)
+	policy(AdmissionPolicyPrefix+"-unused", "unused", hour)
+	policy(AdmissionPolicyPrefix+"-other-ns", "other-ns", hour)
+	policy(AdmissionPolicyPrefix+"-just-made", "just-made", time.Second)
+	policy("someone-elses", "", hour)
+	runner("agents", "a", AdmissionVersion())
+	runner("team-b", "b", "other-ns")
+	runner("team-c", "old", "")
+
+	left := func() []string {
+		var names []string
+		ps, err := adm.ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{})
+		testutil.Must(t, err)
+		bs, err := adm.ValidatingAdmissionPolicyBindings().List(ctx, metav1.ListOptions{})
+		testutil.Must(t, err)
+		if len(ps.Items) != len(bs.Items) {
+			t.Errorf("%d policies but %d bindings", len(ps.Items), len(bs.Items))
+		}
+		for _, p := range ps.Items {
+			names = append(names, p.Name)
+		}
+		slices.Sort(names)
+		return names
+	}
+	svc.pruneAdmission(ctx)
+	want := []string{legacyAdmission, AdmissionPolicyPrefix + "-just-made", AdmissionPolicyPrefix + "-other-ns", "someone-elses"}
+	if got := left(); !slices.Equal(got, want) {
+		t.Errorf("after pruning: %v, want %v", got, want)
+	}
+	testutil.Must(t, cs.CoreV1().ServiceAccounts("team-c").Delete(ctx, NamesFor("old").Base, metav1.DeleteOptions{}))
+	svc.pruneAdmission(ctx)
+	want = []string{AdmissionPolicyPrefix + "-just-made", AdmissionPolicyPrefix + "-other-ns", "someone-elses"}
+	if got := left(); !slices.Equal(got, want) {
+		t.Errorf("after the last runner of an earlier release went: %v, want %v", got, want)
 	}
 }

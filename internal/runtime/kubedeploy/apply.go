@@ -90,6 +90,9 @@ func (s *Service) Apply(ctx context.Context, a Agent) (Applied, error) {
 			return out, err
 		}
 	}
+	// The runner's ServiceAccount now carries this build's policy
+	// version: the version it had before may be unused.
+	s.pruneAdmission(ctx)
 	return out, nil
 }
 

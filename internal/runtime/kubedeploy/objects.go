@@ -96,8 +96,11 @@ func ConfigSecret(n Names, ns, agentID string, config, hashKey []byte) *corev1.S
 }
 
 // ServiceAccount is the runner's identity; only its pod mounts a token.
+// It is labelled with the admission policy version its pods are made for.
 func ServiceAccount(n Names, ns, agentID string) *corev1.ServiceAccount {
-	return &corev1.ServiceAccount{ObjectMeta: meta(n.Base, ns, agentID), AutomountServiceAccountToken: ptr(false)}
+	m := meta(n.Base, ns, agentID)
+	m.Labels[LabelAdmission] = AdmissionVersion()
+	return &corev1.ServiceAccount{ObjectMeta: m, AutomountServiceAccountToken: ptr(false)}
 }
 
 // RunnerRules are all the runner may do: make, watch, attach to and delete

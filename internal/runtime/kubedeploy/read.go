@@ -158,6 +158,7 @@ func (s *Service) Remove(ctx context.Context, id string, force bool) error {
 		return err
 	}
 	s.log.Info("runner objects removed", "agent_id", id, "name", n.Base)
+	s.pruneAdmission(ctx)
 	if !force {
 		s.log.Info("keeping the agent's workspace claim", "agent_id", id, "claim", n.Claim)
 		return nil

@@ -100,7 +100,10 @@ func TestObjectsReadRemove(t *testing.T) {
 	if _, err := cs.CoreV1().Secrets("agents").Get(ctx, n.Base, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("Secret after Remove: %v", err)
 	}
-	if obs, _ := svc.Read(ctx, a); len(obs.Missing) != 7 || !slices.Contains(obs.Missing, "NetworkPolicy") || slices.Contains(obs.Missing, "PersistentVolumeClaim") || obs.RunnerStatus != agentspec.StatusMissing {
+	// The last runner of the policy's version is gone: so is the policy.
+	if obs, _ := svc.Read(ctx, a); len(obs.Missing) != 9 || !slices.Contains(obs.Missing, "NetworkPolicy") ||
+		!slices.Contains(obs.Missing, "ValidatingAdmissionPolicy") || slices.Contains(obs.Missing, "PersistentVolumeClaim") ||
+		obs.RunnerStatus != agentspec.StatusMissing {
 		t.Errorf("Read after Remove: %+v", obs)
 	}
 	if err := svc.Remove(ctx, "writer", true); err != nil {

@@ -145,7 +145,7 @@ func TestMemberDNSReachesNothingOnCluster(t *testing.T) {
 		if r := o.results[1]; r.Observed == probe.Resolved || r.Observed == probe.NotResolved {
 			t.Errorf("%s: asked the cluster DNS Service at %s: %s (%s), want no answer", role, svcDNS, r.Observed, r.Detail)
 		}
-		if r := o.results[2]; !passes(topospec.ExpectBlocked, r.Observed) {
+		if r := o.results[2]; !topospec.Passes(topospec.ExpectBlocked, r.Observed, true) {
 			t.Errorf("%s: tcp to the cluster DNS Service at %s: %s, want blocked", role, svcDNS, r.Observed)
 		}
 		if len(o.results) > 3 {

@@ -116,6 +116,9 @@ func (sv *Service) Verify(ctx context.Context, s topospec.Spec, o topospec.Verif
 	if o.AllowedTarget != "" {
 		fetch.Add("allowed host via proxy", topospec.ExpectAllowed, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.AllowedTarget})
 	}
+	if t := o.AnyTarget(); t != "" {
+		fetch.Add("proxy, no credential", topospec.ExpectAuthRequired, probe.Check{Kind: probe.ConnectAnon, Via: proxyAddr, Target: t})
+	}
 	if o.DeniedTarget != "" {
 		fetch.Add("disallowed host via proxy", topospec.ExpectDenied, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.DeniedTarget})
 	}
@@ -191,24 +194,6 @@ func apiEndpoint(cn kube.ClusterNetwork) string {
 	return cn.APIServer[0].String()
 }
 
-// passes is topology's rule for a row, but for the reject (see Verify).
-func passes(expected, observed string) bool {
-	switch expected {
-	case topospec.ExpectBlocked:
-		return probe.Blocked(observed) || observed == probe.Refused
-	case topospec.ExpectOpen:
-		return observed == probe.Open
-	case topospec.ExpectAllowed:
-		return observed == probe.Allowed
-	case topospec.ExpectDenied:
-		return observed == probe.Denied
-	case topospec.ExpectNoDNS:
-		return observed == probe.NotResolved
-	case topospec.ExpectDNS:
-		return observed == probe.Resolved
-	}
-	return false
-}
 
 // runProbe runs one probe pod, always removes it, and fills the rows'
 // observed column.
@@ -300,7 +285,7 @@ func (sv *Service) runProbe(ctx context.Context, s topospec.Spec, o topospec.Ver
 	}
 	for j, r := range results {
 		kp.Rows[j].Observed, kp.Rows[j].Detail = r.Observed, r.Detail
-		kp.Rows[j].Pass = passes(kp.Rows[j].Expected, r.Observed)
+		kp.Rows[j].Pass = topospec.Passes(kp.Rows[j].Expected, r.Observed, true)
 	}
 	return nil
 }

@@ -24,6 +24,9 @@ import (
 const (
 	TCP     = "tcp"     // dial Target directly
 	Connect = "connect" // CONNECT to Target through the proxy Via
+	// ConnectAnon is Connect without the egress credential, even when the
+	// probe has one: a proxy that requires credentials must refuse it.
+	ConnectAnon = "connect-anon"
 	DNS     = "dns"     // resolve Target with the system resolver
 	DNSAt   = "dns-at"  // resolve Target by asking the DNS server Via (ip:port) over UDP
 )
@@ -37,6 +40,8 @@ const (
 	Unreachable = "unreachable"
 	Allowed     = "allowed" // proxy answered 200 to CONNECT
 	Denied      = "denied"  // proxy answered 403
+	// AuthRequired: the proxy answered 407, it wants an egress credential.
+	AuthRequired = "auth-required"
 	Resolved    = "resolved"
 	NotResolved = "not-resolved"
 	Failed      = "error"
@@ -53,10 +58,10 @@ type Check struct {
 }
 
 // String is the check's command-line form, parsed back by Parse:
-// tcp=host:port, connect=proxyhost:port/host:port, dns=name,
+// tcp=host:port, connect=proxyhost:port/host:port (connect-anon too), dns=name,
 // dns-at=server:port/name.
 func (c Check) String() string {
-	if c.Kind == Connect || c.Kind == DNSAt {
+	if c.Kind == Connect || c.Kind == ConnectAnon || c.Kind == DNSAt {
 		return c.Kind + "=" + c.Via + "/" + c.Target
 	}
 	return c.Kind + "=" + c.Target
@@ -71,14 +76,14 @@ func Parse(s string) (Check, error) {
 	switch kind {
 	case TCP, DNS:
 		return Check{Kind: kind, Target: rest}, nil
-	case Connect, DNSAt:
+	case Connect, ConnectAnon, DNSAt:
 		via, target, ok := strings.Cut(rest, "/")
 		if !ok || via == "" || target == "" {
 			return Check{}, fmt.Errorf("check %q: want %s=host:port/target", s, kind)
 		}
 		return Check{Kind: kind, Via: via, Target: target}, nil
 	}
-	return Check{}, fmt.Errorf("check %q: unknown kind %q (tcp, connect, dns, dns-at)", s, kind)
+	return Check{}, fmt.Errorf("check %q: unknown kind %q (tcp, connect, connect-anon, dns, dns-at)", s, kind)
 }
 
 // Result is one check's outcome; Detail carries the first bytes the far
@@ -108,7 +113,7 @@ func Run(ctx context.Context, c Check, timeout time.Duration) Result {
 		}
 		defer func() { _ = conn.Close() }() // the probe's answer is already taken
 		r.Observed, r.Detail = Open, banner(conn, 300*time.Millisecond)
-	case Connect:
+	case Connect, ConnectAnon:
 		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", c.Via)
 		if err != nil {
 			r.Observed, r.Detail = classify(err), "proxy: "+err.Error()
@@ -119,7 +124,7 @@ func Run(ctx context.Context, c Check, timeout time.Duration) Result {
 			_ = conn.SetDeadline(dl)
 		}
 		auth := ""
-		if v := os.Getenv(EnvProxyAuthorization); v != "" && !strings.ContainsAny(v, "\r\n") {
+		if v := os.Getenv(EnvProxyAuthorization); c.Kind == Connect && v != "" && !strings.ContainsAny(v, "\r\n") {
 			auth = "Proxy-Authorization: " + v + "\r\n"
 		}
 		if _, err := fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", c.Target, c.Target, auth); err != nil {
@@ -143,6 +148,8 @@ func Run(ctx context.Context, c Check, timeout time.Duration) Result {
 			r.Detail = strings.TrimSpace(string(buf[:n]))
 		case http.StatusForbidden:
 			r.Observed, r.Detail = Denied, resp.Status
+		case http.StatusProxyAuthRequired:
+			r.Observed, r.Detail = AuthRequired, resp.Status
 		default:
 			r.Observed, r.Detail = fmt.Sprintf("status-%d", resp.StatusCode), resp.Status
 		}

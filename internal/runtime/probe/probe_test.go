@@ -44,8 +44,8 @@ func TestTCP(t *testing.T) {
 	}
 }
 
-// fakeProxy answers CONNECT with 200 and a banner for allowed.test, 403
-// otherwise.
+// fakeProxy answers CONNECT with 200 and a banner for allowed.test with
+// the credential, 407 without it, 403 for any other host.
 func fakeProxy(t *testing.T) string {
 	ln := listen(t)
 	go func() {
@@ -58,7 +58,12 @@ func fakeProxy(t *testing.T) string {
 				defer func() { _ = c.Close() }()
 				buf := make([]byte, 512)
 				n, _ := c.Read(buf)
-				if strings.Contains(string(buf[:n]), "CONNECT allowed.test:443") {
+				req := string(buf[:n])
+				if strings.Contains(req, "CONNECT allowed.test:443") && !strings.Contains(req, "Proxy-Authorization: Basic cred") {
+					_, _ = c.Write([]byte("HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n"))
+					return
+				}
+				if strings.Contains(req, "CONNECT allowed.test:443") {
 					_, _ = c.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\nbanner"))
 					return
 				}
@@ -70,6 +75,7 @@ func fakeProxy(t *testing.T) string {
 }
 
 func TestConnect(t *testing.T) {
+	t.Setenv(EnvProxyAuthorization, "Basic cred")
 	via := fakeProxy(t)
 	r := Run(context.Background(), Check{Kind: Connect, Via: via, Target: "allowed.test:443"}, time.Second)
 	if r.Observed != Allowed || r.Detail != "banner" {
@@ -79,10 +85,15 @@ func TestConnect(t *testing.T) {
 	if r.Observed != Denied || !strings.Contains(r.Detail, "403") {
 		t.Errorf("denied: %+v", r)
 	}
+	// connect-anon leaves the credential out.
+	r = Run(context.Background(), Check{Kind: ConnectAnon, Via: via, Target: "allowed.test:443"}, time.Second)
+	if r.Observed != AuthRequired || !strings.Contains(r.Detail, "407") {
+		t.Errorf("no credential: %+v", r)
+	}
 }
 
 func TestParseRoundTrip(t *testing.T) {
-	for _, s := range []string{"tcp=10.0.0.1:22", "connect=10.0.0.2:3128/example.com:443", "dns=example.com", "dns-at=10.0.0.3:53/example.com."} {
+	for _, s := range []string{"tcp=10.0.0.1:22", "connect=10.0.0.2:3128/example.com:443", "connect-anon=10.0.0.2:3128/example.com:443", "dns=example.com", "dns-at=10.0.0.3:53/example.com."} {
 		c, err := Parse(s)
 		if err != nil || c.String() != s {
 			t.Errorf("Parse(%q) = %+v, %v", s, c, err)

@@ -86,14 +86,19 @@ func (sv *Service) Verify(ctx context.Context, s topospec.Spec, o topospec.Verif
 	for k, v := range roles[topospec.RoleFetch].Env {
 		fe.env = append(fe.env, k+"="+v)
 	}
-	if auth, err := sv.probeCredential(ctx, s, o.Timeout); err != nil {
+	auth, err := sv.probeCredential(ctx, s, o.Timeout)
+	if err != nil {
 		return topospec.Report{}, err
-	} else if auth != "" {
+	}
+	if auth != "" {
 		fe.env = append(fe.env, probe.EnvProxyAuthorization+"="+auth)
 	}
 	fe.Add("proxy", topospec.ExpectOpen, probe.Check{Kind: probe.TCP, Target: proxyAddr})
 	if o.AllowedTarget != "" {
 		fe.Add("allowed host via proxy", topospec.ExpectAllowed, probe.Check{Kind: probe.Connect, Via: proxyAddr, Target: o.AllowedTarget})
+	}
+	if t := o.AnyTarget(); t != "" && auth != "" {
+		fe.Add("proxy, no credential", topospec.ExpectAuthRequired, probe.Check{Kind: probe.ConnectAnon, Via: proxyAddr, Target: t})
 	}
 	if direct != "" {
 		fe.Add("allowed host directly", topospec.ExpectBlocked, probe.Check{Kind: probe.TCP, Target: direct})
@@ -158,23 +163,6 @@ func allowedDirect(target string) string {
 	return ap.String()
 }
 
-func pass(expected, observed string) bool {
-	switch expected {
-	case topospec.ExpectBlocked:
-		return probe.Blocked(observed)
-	case topospec.ExpectOpen:
-		return observed == probe.Open
-	case topospec.ExpectAllowed:
-		return observed == probe.Allowed
-	case topospec.ExpectDenied:
-		return observed == probe.Denied
-	case topospec.ExpectNoDNS:
-		return observed == probe.NotResolved
-	case topospec.ExpectDNS:
-		return observed == probe.Resolved
-	}
-	return false
-}
 
 // probeCredential is the Proxy-Authorization of the FETCH probe
 // (topospec.ProbeCredential). "" when the proxy has no key (made by an
@@ -263,7 +251,7 @@ func (sv *Service) runRole(ctx context.Context, s topospec.Spec, o topospec.Veri
 	}
 	for i, r := range results {
 		rp.Rows[i].Observed, rp.Rows[i].Detail = r.Observed, r.Detail
-		rp.Rows[i].Pass = pass(rp.Rows[i].Expected, r.Observed)
+		rp.Rows[i].Pass = topospec.Passes(rp.Rows[i].Expected, r.Observed, false)
 	}
 	return nil
 }

@@ -58,6 +58,19 @@ type VerifyOptions struct {
 	Timeout time.Duration
 }
 
+// AnyTarget is a destination to ask the proxy for when the answer does
+// not depend on it (a request without a credential is refused before its
+// destination is looked at): the first of AllowedTarget, DeniedTarget and
+// OutsideAddress given.
+func (o VerifyOptions) AnyTarget() string {
+	for _, t := range []string{o.AllowedTarget, o.DeniedTarget, o.OutsideAddress} {
+		if t != "" {
+			return t
+		}
+	}
+	return ""
+}
+
 // Expectations.
 const (
 	ExpectBlocked = "blocked"
@@ -66,7 +79,32 @@ const (
 	ExpectDenied  = "denied"
 	ExpectNoDNS   = "not-resolved"
 	ExpectDNS     = "resolved"
+	// ExpectAuthRequired: the proxy asks for an egress credential (407).
+	ExpectAuthRequired = "auth-required"
 )
+
+// Passes says whether an observation meets a row's expectation. On a
+// cluster a NetworkPolicy may reject rather than drop: rejectBlocks counts
+// a refused connection as blocked there.
+func Passes(expected, observed string, rejectBlocks bool) bool {
+	switch expected {
+	case ExpectBlocked:
+		return probe.Blocked(observed) || rejectBlocks && observed == probe.Refused
+	case ExpectOpen:
+		return observed == probe.Open
+	case ExpectAllowed:
+		return observed == probe.Allowed
+	case ExpectDenied:
+		return observed == probe.Denied
+	case ExpectAuthRequired:
+		return observed == probe.AuthRequired
+	case ExpectNoDNS:
+		return observed == probe.NotResolved
+	case ExpectDNS:
+		return observed == probe.Resolved
+	}
+	return false
+}
 
 // Probe is one row of the verification table.
 type Probe struct {
