@@ -194,7 +194,6 @@ func apiEndpoint(cn kube.ClusterNetwork) string {
 	return cn.APIServer[0].String()
 }
 
-
 // runProbe runs one probe pod, always removes it, and fills the rows'
 // observed column.
 func (sv *Service) runProbe(ctx context.Context, s topospec.Spec, o topospec.VerifyOptions, i int, kp *kubeProbe) error {

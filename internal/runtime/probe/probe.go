@@ -27,8 +27,8 @@ const (
 	// ConnectAnon is Connect without the egress credential, even when the
 	// probe has one: a proxy that requires credentials must refuse it.
 	ConnectAnon = "connect-anon"
-	DNS     = "dns"     // resolve Target with the system resolver
-	DNSAt   = "dns-at"  // resolve Target by asking the DNS server Via (ip:port) over UDP
+	DNS         = "dns"    // resolve Target with the system resolver
+	DNSAt       = "dns-at" // resolve Target by asking the DNS server Via (ip:port) over UDP
 )
 
 // Observations. Blocked means the packet went nowhere: what a firewall
@@ -42,9 +42,9 @@ const (
 	Denied      = "denied"  // proxy answered 403
 	// AuthRequired: the proxy answered 407, it wants an egress credential.
 	AuthRequired = "auth-required"
-	Resolved    = "resolved"
-	NotResolved = "not-resolved"
-	Failed      = "error"
+	Resolved     = "resolved"
+	NotResolved  = "not-resolved"
+	Failed       = "error"
 )
 
 // Blocked reports whether an observation means "no path".

@@ -163,7 +163,6 @@ func allowedDirect(target string) string {
 	return ap.String()
 }
 
-
 // probeCredential is the Proxy-Authorization of the FETCH probe
 // (topospec.ProbeCredential). "" when the proxy has no key (made by an
 // earlier release, or missing: its rows say so).
