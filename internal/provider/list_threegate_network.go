@@ -29,7 +29,7 @@ func (r *topologyListResource) ListResourceConfigSchema(_ context.Context, _ lis
 		MarkdownDescription: "The ThreeGate topologies the provider's backend holds: on Docker, every topology whose proxy container " +
 			"the daemon runs; on a cluster, every one whose proxy Deployment is in the namespace. Each comes with its identity and, " +
 			"with `include_resource`, the state an import would give.",
-		Attributes: map[string]schema.Attribute{"orphans": orphansAttribute("networks (Docker) or NetworkPolicies (cluster) whose proxy is gone")},
+		Attributes: map[string]schema.Attribute{"orphans": orphansAttribute("networks, a firewall guard container or iptables chains (Docker) or NetworkPolicies (cluster) whose proxy is gone")},
 	}
 }
 

@@ -333,3 +333,22 @@ func (h *Host) run(ctx context.Context, text string) error {
 	}
 	return nil
 }
+
+// TopologyChains maps each topology that has an owned chain in this
+// machine's filter table (ForwardChain, InputChain) to those chains, for
+// finding what a topology left behind.
+func (h *Host) TopologyChains() (map[string][]string, error) {
+	existing, err := h.ipt.ListChains("filter")
+	if err != nil {
+		return nil, fmt.Errorf("iptables list chains: %w", err)
+	}
+	out := map[string][]string{}
+	for _, c := range existing {
+		for _, prefix := range []string{ForwardChain(""), InputChain("")} {
+			if name, ok := strings.CutPrefix(c, prefix); ok && name != "" {
+				out[name] = append(out[name], c)
+			}
+		}
+	}
+	return out, nil
+}
