@@ -191,10 +191,10 @@ func checkCredentials(cli client.APIClient, stateDir, id, ended string, spec top
 	for _, c := range []struct {
 		name, auth, want string
 	}{
-		{"no credential", "", "status-407"},
-		{"forged", mint(other, "forged-1", later), "status-407"},
-		{"expired", mint(key, "expired-1", time.Now().Add(-time.Second)), "status-407"},
-		{"ended message", mint(key, ended, later), "status-407"},
+		{"no credential", "", probe.AuthRequired},
+		{"forged", mint(other, "forged-1", later), probe.AuthRequired},
+		{"expired", mint(key, "expired-1", time.Now().Add(-time.Second)), probe.AuthRequired},
+		{"ended message", mint(key, ended, later), probe.AuthRequired},
 		{"live", mint(key, "live-1", later), probe.Allowed},
 	} {
 		got, err := connectFromFetchnet(cli, spec, image, c.auth, target)

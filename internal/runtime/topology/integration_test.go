@@ -152,8 +152,8 @@ func TestThreeGateIsolation(t *testing.T) {
 	asked := dns.Queries.Load()
 	viaProxy := "connect=" + ProxyURL(s)[len("http://"):] + "/allowed.test:443"
 	// The proxy requires a live per-message credential: without one, 407.
-	if r := runOn(t, cli, image, s.Network(topospec.FetchNet).Name, viaProxy, s.Network(topospec.LLMNet).Name); r.Observed != "status-407" {
-		t.Errorf("FETCH -> allowed.test:443 through the proxy without a credential: %s %q, want status-407", r.Observed, r.Detail)
+	if r := runOn(t, cli, image, s.Network(topospec.FetchNet).Name, viaProxy, s.Network(topospec.LLMNet).Name); r.Observed != probe.AuthRequired {
+		t.Errorf("FETCH -> allowed.test:443 through the proxy without a credential: %s %q, want auth-required", r.Observed, r.Detail)
 	}
 	auth, err := svc.probeCredential(ctx, s, 2*time.Second)
 	if err != nil || auth == "" {
