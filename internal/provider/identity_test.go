@@ -2,6 +2,7 @@ package provider
 
 import (
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
@@ -46,6 +47,13 @@ func TestAccIsolationImage_identity(t *testing.T) {
 // backend is refused on its attribute before anything is read.
 func TestAccThreegateNetwork_identity(t *testing.T) {
 	testutil.RequireDocker(t)
+	if os.Getenv("TF_ACC_PROVIDER_HOST") == "registry.opentofu.org" {
+		// Measured with OpenTofu 1.12.6: the import block the testing
+		// framework writes for an identity import names no provider, and
+		// OpenTofu takes the threegate_ type prefix for a provider
+		// "threegate" it then looks up in its registry.
+		t.Skip("OpenTofu 1.12 resolves the framework's identity import block of threegate_network to a provider named threegate")
+	}
 	f := newTGFixture(t)
 	addr := "threegate_network.test"
 	resource.Test(t, resource.TestCase{
