@@ -30,6 +30,9 @@ const (
 	ModeNone   = "container, network none"
 	ModeBridge = "container, network bridge"
 	ModeHost   = "host mode"
+	// ModeThreeGate, then the role: a ThreeGate member's per-message
+	// container on the role's networks (TOOL_EXEC's has none).
+	ModeThreeGate = "ThreeGate"
 )
 
 // Scenario is one technique. Layer says, per mode kind, what stands in
@@ -89,8 +92,11 @@ type Row struct {
 // do it either proves nothing, so the row is not reproduced; else it held.
 func Judge(s Scenario, mode, runtime string, sandbox, control Probe) Row {
 	layer := s.Container
-	if mode == ModeHost {
+	switch {
+	case mode == ModeHost:
 		layer = s.Host
+	case strings.HasPrefix(mode, ModeThreeGate) && !strings.HasSuffix(mode, "TOOL_EXEC") && (s.ID == "metadata" || s.NoBridge):
+		layer = "ThreeGate's internal networks and host firewall: only the proxy gets out"
 	}
 	r := Row{Scenario: s.Title, Layer: layer, Mode: mode, Runtime: runtime}
 	switch {

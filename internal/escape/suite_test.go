@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,8 @@ import (
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/guard"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
 
@@ -50,6 +53,7 @@ type world struct {
 	secret, marker string
 	meta, egress   string
 	dns            string
+	roles          map[string]topospec.Role
 }
 
 func (w world) args() []string {
@@ -79,14 +83,25 @@ func TestEscapeSuite(t *testing.T) {
 			continue
 		}
 		control := ParseProbe(controlContainer(t, cli, w, rt))
-		none := ParseProbe(inSandbox(t, cli, w, rt, "none"))
-		br := ParseProbe(inSandbox(t, cli, w, rt, "bridge"))
+		none := ParseProbe(inSandbox(t, cli, w, sandbox.Spec{Runtime: rt, Network: "none"}, "none"))
+		br := ParseProbe(inSandbox(t, cli, w, sandbox.Spec{Runtime: rt, Network: "bridge"}, "bridge"))
 		for _, s := range Scenarios {
 			rows = append(rows, Judge(s, ModeNone, rt, none[s.ID], control[s.ID]))
 		}
 		for _, s := range Scenarios {
 			if !s.NoBridge {
 				rows = append(rows, Judge(s, ModeBridge, rt, br[s.ID], control[s.ID]))
+			}
+		}
+		for _, role := range []string{topospec.RoleCore, topospec.RoleFetch, topospec.RoleToolExec} {
+			r := w.roles[role]
+			spec := sandbox.Spec{Runtime: rt, Networks: r.Networks, DNS: agentspec.AddrsOf(r.DNS), Env: r.Env}
+			if r.SandboxNetwork != "" {
+				spec.Networks, spec.DNS, spec.Network = nil, nil, r.SandboxNetwork
+			}
+			got := ParseProbe(inSandbox(t, cli, w, spec, role))
+			for _, s := range Scenarios {
+				rows = append(rows, Judge(s, ModeThreeGate+" "+role, rt, got[s.ID], control[s.ID]))
 			}
 		}
 	}
@@ -130,7 +145,8 @@ func TestEscapeSuite(t *testing.T) {
 
 // sortRows orders rows by mode, runtime, then scenario order (stable).
 func sortRows(rows []Row) {
-	order := map[string]int{ModeNone: 0, ModeBridge: 1, ModeHost: 2}
+	order := map[string]int{ModeNone: 0, ModeBridge: 1, ModeThreeGate + " " + topospec.RoleCore: 2,
+		ModeThreeGate + " " + topospec.RoleFetch: 3, ModeThreeGate + " " + topospec.RoleToolExec: 4, ModeHost: 5}
 	for i := 1; i < len(rows); i++ {
 		for j := i; j > 0; j-- {
 			a, b := rows[j-1], rows[j]
@@ -197,7 +213,43 @@ func setup(t *testing.T, cli *client.Client) world {
 	if errdefs.IsNotFound(ierr) {
 		testutil.Cleanup(t, "remove the managed bridge", func() error { return removeBridge(cli) })
 	}
+	w.roles = threeGate(t, cli, outside)
 	return w
+}
+
+// threeGate applies a ThreeGate topology with its host firewall, its proxy
+// allowing nothing the probes ask for, and returns its roles.
+func threeGate(t *testing.T, cli *client.Client, outside *testutil.Outside) map[string]topospec.Role {
+	t.Helper()
+	ctx := context.Background()
+	img := testutil.EnsureRunnerImage(t, cli)
+	for try := 0; try < 30; try++ {
+		a := 3 * mrand.IntN(80)
+		in := topospec.Input{
+			Name: fmt.Sprintf("meepa-test-tg-esc-%04x", mrand.IntN(0xffff)),
+			Docker: topospec.DockerInput{Subnets: map[string]string{topospec.LLMNet: fmt.Sprintf("10.213.%d.0/24", a),
+				topospec.FetchNet: fmt.Sprintf("10.213.%d.0/24", a+1), topospec.EgressNet: fmt.Sprintf("10.213.%d.0/24", a+2)},
+				Firewall: &topospec.Firewall{Enabled: true}},
+			Proxy: topospec.ProxyInput{Image: img, Allow: []string{"localhost:443"}, DNS: []string{outside.IP}},
+		}
+		s, ps := topology.Build(in)
+		if len(ps) > 0 {
+			t.Fatal(ps)
+		}
+		if conflicts, err := topology.Conflicts(ctx, cli, s, true); err != nil {
+			t.Fatal(err)
+		} else if len(conflicts) > 0 {
+			continue
+		}
+		svc := topology.NewService(cli, nil)
+		testutil.Cleanup(t, "tear the topology down", func() error { return svc.Teardown(context.Background(), s.Name) })
+		if _, err := svc.Apply(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		return topology.Roles(s)
+	}
+	t.Fatal("no free subnets in 10.213.0.0/16")
+	return nil
 }
 
 func removeBridge(cli client.APIClient) error {
@@ -217,16 +269,19 @@ func removeBridge(cli client.APIClient) error {
 
 // inSandbox runs the probe as one message through the product's Docker
 // backend: HardenedSpec's container, the agent's uid, the given network.
-func inSandbox(t *testing.T, cli *client.Client, w world, runtime, netMode string) string {
+func inSandbox(t *testing.T, cli *client.Client, w world, spec sandbox.Spec, what string) string {
 	t.Helper()
 	ctx := context.Background()
-	spec := sandbox.Spec{
-		AgentID: "tf-acc-escape-" + token(), Workspace: t.TempDir(), Image: w.image, Runtime: runtime, Network: netMode,
-		Command: append([]string{"/escape-probe"}, w.args()...),
-	}
+	spec.AgentID, spec.Workspace, spec.Image = "tf-acc-escape-"+token(), t.TempDir(), w.image
+	spec.Command = append([]string{"/escape-probe"}, w.args()...)
 	o := sandbox.DockerOptions{Spec: spec, ChownWorkspace: true}
-	if netMode == "bridge" {
-		o.Enforcement = func(ctx context.Context) error { return guard.Enforced(ctx, cli, []string{sandbox.ManagedBridge}) }
+	nets := spec.Networks
+	if len(nets) == 0 && spec.Network == "bridge" {
+		nets = []string{sandbox.ManagedBridge}
+	}
+	if len(nets) > 0 {
+		// As the runner does: start only while the guard vouches.
+		o.Enforcement = func(ctx context.Context) error { return guard.Enforced(ctx, cli, nets) }
 	}
 	d, err := sandbox.NewDocker(ctx, cli, o)
 	testutil.Must(t, err)
@@ -236,7 +291,7 @@ func inSandbox(t *testing.T, cli *client.Client, w world, runtime, netMode strin
 	})
 	out, err := d.Run(ctx, sandbox.Job{MessageID: "m-escape", Stdin: []byte("{}"), Timeout: 90 * time.Second})
 	testutil.Must(t, err)
-	t.Logf("sandbox %s/%s: exit %d\n%s%s", runtime, netMode, out.ExitCode, out.Stdout, out.StderrTail)
+	t.Logf("sandbox %s/%s: exit %d\n%s%s", spec.Runtime, what, out.ExitCode, out.Stdout, out.StderrTail)
 	return string(out.Stdout)
 }
 

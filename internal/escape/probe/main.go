@@ -412,7 +412,7 @@ func dial(what, addr, want string) result {
 	if addr == "" {
 		return unsupported("no %s address given", what)
 	}
-	c, err := net.DialTimeout("tcp", addr, 3*time.Second)
+	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return held("connect %s: %v", addr, err)
 	}
@@ -434,7 +434,7 @@ func dnsExfil(a args) result {
 	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "udp", a.dns)
 	}}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	addrs, err := r.LookupHost(ctx, "exfil.test")
 	if err != nil {
