@@ -122,13 +122,17 @@ func orMissing(p Probe) string {
 
 // Key is what the acceptance test compares: everything but the detail.
 func (r Row) Key() string {
-	return strings.Join([]string{r.Scenario, r.Layer, r.Mode, r.Runtime, r.Result}, " | ")
+	return strings.Join([]string{noBraces(r.Scenario), noBraces(r.Layer), r.Mode, r.Runtime, r.Result}, " | ")
+}
+
+// noBraces keeps template actions out of the page: tfplugindocs renders
+// the guide as a Go template.
+func noBraces(s string) string {
+	return strings.NewReplacer("{", "(", "}", ")").Replace(s)
 }
 
 func cell(s string) string {
-	s = strings.ReplaceAll(s, "|", "\\|")
-	s = strings.ReplaceAll(s, "{", "(")
-	return strings.ReplaceAll(s, "}", ")")
+	return strings.ReplaceAll(noBraces(s), "|", "\\|")
 }
 
 // Table renders rows as Markdown, one table line each.
@@ -250,9 +254,14 @@ held. The probes change nothing on the host: files are opened for writing but no
 module and BPF program offered are empty or inert, mounts are undone at once, and the network
 targets are stand-ins in network namespaces on this machine (169.254.169.254 included).
 
-The ThreeGate roles' containers (CORE, FETCH, TOOL_EXEC) are built from the same hardened spec and
-differ only in the networks they join, which the ThreeGate gates test covers; the cluster backend
-is not in this table (the test cluster's containerd cannot run gVisor's shim; see the gVisor guide).
+- **ThreeGate CORE, FETCH, TOOL_EXEC**: each role's per-message container as a member of a
+  ThreeGate topology applied with its host firewall and guard (CORE and FETCH on the role's
+  networks with the topology's DNS sink, FETCH with the proxy's environment; TOOL_EXEC's sandbox
+  with no network), under runc and runsc.
+
+This table covers the Docker backend and host mode only. The Kubernetes backend is not in it: the
+test cluster's containerd 1.6 cannot run gVisor's shim (see the gVisor guide), and the suite does
+not run on the cluster yet.
 
 The acceptance test (` + "`TF_ACC=1 go test ./internal/escape/`" + `) runs the suite and fails when any
 row's result differs from this page, so a regression in the sandbox fails CI. To regenerate the
