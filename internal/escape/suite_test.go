@@ -17,11 +17,11 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
@@ -210,7 +210,7 @@ func setup(t *testing.T, cli *client.Client) world {
 	// removed afterwards only when this test made it: other tests share it.
 	_, ierr := cli.NetworkInspect(ctx, sandbox.ManagedBridge, network.InspectOptions{})
 	testutil.Must(t, bridge.Ensure(ctx, cli, testutil.EnsureRunnerImage(t, cli), nil, nil))
-	if errdefs.IsNotFound(ierr) {
+	if cerrdefs.IsNotFound(ierr) {
 		testutil.Cleanup(t, "remove the managed bridge", func() error { return removeBridge(cli) })
 	}
 	w.roles = threeGate(t, cli, outside)

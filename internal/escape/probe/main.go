@@ -218,7 +218,7 @@ func openForWrite(paths ...string) (string, error) {
 	}
 	err := errors.New(strings.Join(errs, "; "))
 	if missing {
-		err = fmt.Errorf("%w: %v", os.ErrNotExist, err)
+		err = fmt.Errorf("%w: %w", os.ErrNotExist, err)
 	}
 	return "", err
 }
