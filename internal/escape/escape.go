@@ -246,9 +246,11 @@ for a message:
 
 Every scenario has a **control**: the same probe in a setup that is wrong on purpose, so that a
 "held" means the technique works on this machine and the sandbox stopped it. For containers the
-control is one container under the same runtime with ` + "`--privileged`" + `, the host's PID namespace,
-the Docker socket and the planted credential's directory mounted, on Docker's default bridge, as
-root; for host mode it is the probe run as root without the sandbox (in a mount namespace of its
+control is one container under the same runtime that spells out ` + "`--privileged`" + ` (every
+capability but CAP_SYS_RESOURCE, which this machine's dockerd lacks itself, so a real
+` + "`--privileged`" + ` cannot start here; no seccomp or AppArmor, /proc unmasked, every device allowed,
+the host's /sys read-write), with the host's PID namespace, the Docker socket and the planted
+credential's directory mounted, on Docker's default bridge, as root; for host mode it is the probe run as root without the sandbox (in a mount namespace of its
 own). When even the control fails, the row says **not reproduced** and why: it is never counted as
 held. The probes change nothing on the host: files are opened for writing but not written, the
 module and BPF program offered are empty or inert, mounts are undone at once, and the network
