@@ -125,28 +125,35 @@ resource "meepa_agent" "b" {
 						return fmt.Errorf("%s fetching %s: want the proxy's 403, got %q", c.id, c.target, reply)
 					}
 				}
-				// The proxy's audit names agent and message for each.
-				audit, err := containerLog(cli, topospec.ProxyName(tg))
+				// The proxy's audit names agent and message for each. It
+				// writes a line after answering, so the last revoke may
+				// reach the log a moment after the reply.
+				err := logEventually(cli, topospec.ProxyName(tg), func(audit string) error {
+					for i, want := range []struct{ agent, decision string }{{idA, "allow"}, {idA, "deny"}, {idB, "allow"}} {
+						if !auditHas(audit, func(r proxy.AuditRecord) bool {
+							return r.Agent == want.agent && r.Message == ids[i] && r.Role == agentspec.RoleFetch && r.Decision == want.decision
+						}) {
+							return fmt.Errorf("no %s audit line for agent %s message %s in:\n%s", want.decision, want.agent, ids[i], audit)
+						}
+						if !auditHas(audit, func(r proxy.AuditRecord) bool { return r.Message == ids[i] && r.Decision == proxy.DecisionRevoke }) {
+							return fmt.Errorf("message %s was not revoked at its end:\n%s", ids[i], audit)
+						}
+					}
+					return nil
+				})
 				if err != nil {
 					return err
-				}
-				for i, want := range []struct{ agent, decision string }{{idA, "allow"}, {idA, "deny"}, {idB, "allow"}} {
-					if !auditHas(audit, func(r proxy.AuditRecord) bool {
-						return r.Agent == want.agent && r.Message == ids[i] && r.Role == agentspec.RoleFetch && r.Decision == want.decision
-					}) {
-						return fmt.Errorf("no %s audit line for agent %s message %s in:\n%s", want.decision, want.agent, ids[i], audit)
-					}
-					if !auditHas(audit, func(r proxy.AuditRecord) bool { return r.Message == ids[i] && r.Decision == proxy.DecisionRevoke }) {
-						return fmt.Errorf("message %s was not revoked at its end:\n%s", ids[i], audit)
-					}
 				}
 				// The runner's message line carries the proxy's counts.
-				runnerLog, err := containerLog(cli, deploy.ContainerName(idA))
+				line := regexp.MustCompile(`message_id=` + ids[1] + ` .* egress_requests=1 egress_refused=1 `)
+				err = logEventually(cli, deploy.ContainerName(idA), func(runnerLog string) error {
+					if !line.MatchString(runnerLog) {
+						return fmt.Errorf("runner log has no egress_requests=1 egress_refused=1 for message %s:\n%s", ids[1], runnerLog)
+					}
+					return nil
+				})
 				if err != nil {
 					return err
-				}
-				if !regexp.MustCompile(`message_id=` + ids[1] + ` .* egress_requests=1 egress_refused=1 `).MatchString(runnerLog) {
-					return fmt.Errorf("runner log has no egress_requests=1 egress_refused=1 for message %s:\n%s", ids[1], runnerLog)
 				}
 				return checkCredentials(cli, stateDir, idA, ids[0], spec, image, out.Addr(443))
 			},
@@ -264,6 +271,22 @@ func containerLog(cli client.APIClient, name string) (string, error) {
 		return "", err
 	}
 	return stdout.String() + stderr.String(), nil
+}
+
+// logEventually reads container name's log until check passes, for up to
+// 10 s: a line written after a reply reaches the log a moment later.
+func logEventually(cli client.APIClient, name string, check func(log string) error) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		log, err := containerLog(cli, name)
+		if err == nil {
+			err = check(log)
+		}
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func auditHas(log string, match func(proxy.AuditRecord) bool) bool {
