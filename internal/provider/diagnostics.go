@@ -8,12 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
-
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 var execLookPath = exec.LookPath
@@ -25,51 +23,50 @@ func addRuntimeError(diags *diag.Diagnostics, summary, what string, err error) {
 }
 
 // addErrors is the one way a backend's error becomes diagnostics. Each
-// error joined in err that says where it is at fault (an
-// *agentspec.FieldError, an *agentspec.StepError with a field, a
-// topospec.Problem, a *topospec.Failure with a field) goes on that
-// attribute; one that names no field goes on the resource. Its title is
-// its own where it has one, else summary; its detail is its own text,
-// after "what: " when what is given and the error names no field. describe,
-// where a caller has its own words for some field errors, gives their
-// title and detail instead.
-func addErrors(diags *diag.Diagnostics, err error, summary, what string, describe func(fe *agentspec.FieldError) (summary, detail string)) {
+// error joined in err that says where it is at fault (a *fault.FieldError,
+// a *fault.StepError with a field) goes on that attribute; one that names
+// no field goes on the resource. Its title is its own where it has one,
+// else summary; its detail is its own text, after "what: " when what is
+// given and the error does not say what it worked on. describe, where a
+// caller has its own words for some field errors, gives their title and
+// detail instead.
+func addErrors(diags *diag.Diagnostics, err error, summary, what string, describe func(fe *fault.FieldError) (summary, detail string)) {
 	for _, e := range unjoin(err) {
-		f := faultOf(e)
-		if f.title == "" {
-			f.title = summary
+		b := blameOf(e)
+		if b.title == "" {
+			b.title = summary
 		}
-		var fe *agentspec.FieldError
+		var fe *fault.FieldError
 		if describe != nil && errors.As(e, &fe) {
-			f.title, f.detail = describe(fe)
+			b.title, b.detail = describe(fe)
 		}
 		switch {
-		case f.at != nil:
-			diags.AddAttributeError(*f.at, f.title, f.detail)
-		case what != "" && !f.own:
-			diags.AddError(f.title, what+": "+f.detail)
+		case b.at != nil:
+			diags.AddAttributeError(*b.at, b.title, b.detail)
+		case what != "" && !b.own:
+			diags.AddError(b.title, what+": "+b.detail)
 		default:
-			diags.AddError(f.title, f.detail)
+			diags.AddError(b.title, b.detail)
 		}
 	}
 }
 
-// fault is where an error is at fault and what it says: its attribute
+// blame is where an error is at fault and what it says: its attribute
 // (nil: the resource), its title ("": the caller's) and its detail; own
 // when the error already says what it worked on.
-type fault struct {
+type blame struct {
 	at            *path.Path
 	title, detail string
 	own           bool
 }
 
-// faultOf reads what each backend's error type says of itself.
-func faultOf(e error) fault {
+// blameOf reads what a runtime error says of itself. A field error's
+// detail starts with its attribute's path: Terraform points at the whole
+// block for an error inside a nested attribute, so the text names it.
+func blameOf(e error) blame {
 	var (
-		fe *agentspec.FieldError
-		se *agentspec.StepError
-		tf *topospec.Failure
-		tp topospec.Problem
+		fe *fault.FieldError
+		se *fault.StepError
 	)
 	at := func(field string, index int, key string) *path.Path {
 		if field == "" {
@@ -79,39 +76,21 @@ func faultOf(e error) fault {
 		return &p
 	}
 	switch {
-	case errors.As(e, &tp):
-		f := fault{at: at(joinField(tp.Field, tp.Sub), tp.Index, ""), title: tp.Summary, detail: tp.Detail}
-		if tp.Sub != "" {
-			// Terraform points at the whole resource block for errors
-			// inside a nested attribute, so the text names the attribute.
-			f.detail = f.at.String() + ": " + f.detail
-		}
-		return f
-	case errors.As(e, &tf):
-		f := fault{at: at(joinField(tf.Field, tf.Sub), -1, ""), title: tf.Summary, detail: tf.Err.Error(), own: true}
-		if f.at == nil {
-			f.detail = tf.What + ": " + f.detail
-		}
-		return f
 	case errors.As(e, &se):
-		return fault{at: at(stepFields[se.Field], -1, ""), title: stepSummaries[se.Step], detail: stepDetail(se), own: true}
+		b := blame{at: at(se.Field, -1, ""), title: se.Summary, detail: stepDetail(se), own: true}
+		if b.title == "" {
+			b.title = stepSummaries[se.Step]
+		}
+		return b
 	case errors.As(e, &fe):
-		return fault{at: at(fe.Field, fe.Index, fe.Key), title: fe.Summary, detail: fe.Error()}
+		return blame{at: at(fe.Field, fe.Index, fe.Key), title: fe.Summary, detail: fe.Error()}
 	}
-	return fault{detail: e.Error()}
-}
-
-// joinField is a field and its sub-field as one dotted path.
-func joinField(field, sub string) string {
-	if sub == "" {
-		return field
-	}
-	return field + "." + sub
+	return blame{detail: e.Error()}
 }
 
 // schemaFields are the fields whose attribute sits elsewhere in the
 // schema than in the runner's config file.
-var schemaFields = map[string]string{"max_steps": "llm.max_steps"}
+var schemaFields = map[string]string{"max_steps": "llm.max_steps", "listen": "runner.listen"}
 
 // fieldPath is the attribute a field's dotted path ("runner.listen") names,
 // at a list index (>= 0) or a map key (not "").

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
@@ -37,14 +38,14 @@ func newPlanRun() *planRun {
 
 // topology records the planned spec and returns the overlaps of its
 // subnets with the other topologies planned in this run.
-func (r *planRun) topology(s topospec.Spec) topospec.Problems {
+func (r *planRun) topology(s topospec.Spec) fault.List {
 	if r == nil {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.topologies[s.Name] = s
-	var ps topospec.Problems
+	var ps fault.List
 	for _, name := range slices.Sorted(maps.Keys(r.topologies)) {
 		if name != s.Name {
 			ps = append(ps, topology.Overlaps(s, r.topologies[name])...)

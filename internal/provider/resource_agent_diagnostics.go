@@ -9,6 +9,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kubedeploy"
 )
 
@@ -33,15 +34,6 @@ var stepSummaries = map[string]string{
 	agentspec.StepAsk:             "ThreeGate Ask Target Invalid",
 	agentspec.StepList:            "Agent List Failed",
 	agentspec.StepSend:            "Agent Message Failed",
-}
-
-// stepFields are the attributes at fault for the steps that name one,
-// by the field the step names (in the config file's terms).
-var stepFields = map[string]string{
-	"listen":                 "runner.listen",
-	"container_mode.runtime": "container_mode.runtime",
-	"threegate":              "threegate",
-	"threegate.ask":          "threegate.ask",
 }
 
 // warningSummaries title the service's warnings.
@@ -83,7 +75,7 @@ func (r *agentResource) addServiceError(diags *diag.Diagnostics, err error) {
 
 // stepDetail is a failed step's text, with what to do for the steps an
 // operator can mend.
-func stepDetail(se *agentspec.StepError) string {
+func stepDetail(se *fault.StepError) string {
 	switch se.Step {
 	case agentspec.StepDocker:
 		return fmt.Sprintf("The provider could not reach the Docker daemon: %v\n\n"+

@@ -86,15 +86,8 @@ func egressOf(ctx context.Context, o types.Object, unknown map[string]bool, diag
 		}
 	}
 	p, errs := proxy.ParsePolicy(lists[0], lists[1], lists[2])
-	addPolicyErrors(diags, errs, "Invalid Egress Entry")
+	addErrors(diags, errs.Err(), "", "", nil)
 	return &agentspec.Egress{Policy: p}
-}
-
-// addPolicyErrors puts each policy error on its element of egress.
-func addPolicyErrors(diags *diag.Diagnostics, errs []proxy.PolicyError, summary string) {
-	for _, e := range errs {
-		diags.AddAttributeError(path.Root("egress").AtName(e.Field).AtListIndex(e.Index), summary, "egress."+e.Error()+".")
-	}
 }
 
 // planEgress checks a FETCH agent's policy against its topology's allow
@@ -119,7 +112,7 @@ func planEgress(ctx context.Context, r *agentResource, in agentInput, diags *dia
 			return // not there yet: apply checks against the live one
 		}
 	}
-	addPolicyErrors(diags, proxy.Narrows(spec.Proxy.Allow, spec.Docker.AllowPrivate, e.Policy), "Egress Widens The Topology")
+	addErrors(diags, proxy.Narrows(spec.Proxy.Allow, spec.Docker.AllowPrivate, e.Policy).Err(), "", "", nil)
 }
 
 // warnEgressWidens says, in the words of the topology's own warning,

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
@@ -347,7 +348,7 @@ func (r *threegateNetworkResource) apply(ctx context.Context, m *threegateNetwor
 	diags.Append(m.setObserved(ctx, topospec.Status{ProxyID: planned.ProxyID, ProxyURL: planned.ProxyURL, Rules: planned.Rules})...)
 	m.ID = types.StringUnknown()
 	st, err := b.Apply(ctx, spec)
-	var f *topospec.Failure
+	var f *fault.StepError
 	if errors.As(err, &f) && f.Field != "" {
 		addFailure(diags, err, "", "")
 		return
@@ -390,7 +391,7 @@ func (r *threegateNetworkResource) ImportState(ctx context.Context, req resource
 	_, ps := b.Plan(topospec.Input{Name: name, Proxy: topospec.ProxyInput{Image: "x"}})
 	for _, p := range ps {
 		if p.Field == "name" {
-			resp.Diagnostics.AddError("Invalid Import ID", "the import id (or the identity's name) is the topology name: "+p.Detail)
+			resp.Diagnostics.AddError("Invalid Import ID", "the import id (or the identity's name) is the topology name: "+p.Err.Error())
 			return
 		}
 	}
@@ -406,10 +407,8 @@ func addFailure(diags *diag.Diagnostics, err error, summary, what string) {
 }
 
 // addProblems adds topology problems, each on its attribute.
-func addProblems(diags *diag.Diagnostics, ps topospec.Problems) {
-	for _, p := range ps {
-		addErrors(diags, p, "", "", nil)
-	}
+func addProblems(diags *diag.Diagnostics, ps fault.List) {
+	addErrors(diags, ps.Err(), "", "", nil)
 }
 
 // unknownImage stands in for a proxy image that is not known until apply.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 )
 
 // listenAddress validates runner.listen with the parser apply uses.
@@ -154,7 +155,7 @@ var settingSummaries = map[string]string{
 func validateSettings(in agentInput, diags *diag.Diagnostics) {
 	var judged []error
 	for _, e := range unjoin(agentspec.ValidateSettings(&in.Config)) {
-		var fe *agentspec.FieldError
+		var fe *fault.FieldError
 		if errors.As(e, &fe) && in.unjudged(fe.Field) {
 			continue
 		}
@@ -187,7 +188,7 @@ func (in agentInput) unjudged(field string) bool {
 }
 
 // describeSetting words a runner verdict for the attribute at fault.
-func describeSetting(fe *agentspec.FieldError) (summary, detail string) {
+func describeSetting(fe *fault.FieldError) (summary, detail string) {
 	summary, detail = settingSummaries[fe.Field], fe.Error()+"."
 	switch {
 	case fe.Key != "":
@@ -210,11 +211,11 @@ func describeSetting(fe *agentspec.FieldError) (summary, detail string) {
 func containerValues(cm containerModeModel, diags *diag.Diagnostics) (agentspec.Size, agentspec.UserSpec) {
 	mem, err := agentspec.ParseSize(cm.MemoryLimit.ValueString())
 	if err != nil {
-		addErrors(diags, &agentspec.FieldError{Field: "container_mode.memory_limit", Index: -1, Err: err}, "Invalid Agent", "", describeSetting)
+		addErrors(diags, &fault.FieldError{Field: "container_mode.memory_limit", Index: -1, Err: err}, "Invalid Agent", "", describeSetting)
 	}
 	user, err := agentspec.ParseUserSpec(cm.User.ValueString())
 	if err != nil {
-		addErrors(diags, &agentspec.FieldError{Field: "container_mode.user", Index: -1, Err: err}, "Invalid Agent", "", describeSetting)
+		addErrors(diags, &fault.FieldError{Field: "container_mode.user", Index: -1, Err: err}, "Invalid Agent", "", describeSetting)
 	}
 	return mem, user
 }

@@ -32,7 +32,7 @@ type Backend interface {
 	// waits for the answer, at most timeout.
 	Send(ctx context.Context, id, text string, timeout time.Duration) (MessageReply, error)
 
-	// Check says what of a this backend cannot honour, each a *FieldError
+	// Check says what of a this backend cannot honour, each a *fault.FieldError
 	// on the setting (joined), or nil, and what it will do with a that the
 	// owner should know (warnings, each on the setting it concerns). It
 	// needs nothing but a, so a plan runs it; Apply refuses the same.
@@ -207,7 +207,7 @@ type Warning struct {
 	Topic  string
 	Detail string
 	// Field is the setting the warning concerns, a dotted path as in
-	// FieldError ("container_mode.network"); "" for the agent as a whole.
+	// fault.FieldError ("container_mode.network"); "" for the agent as a whole.
 	Field string
 }
 

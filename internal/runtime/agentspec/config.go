@@ -196,7 +196,7 @@ func loadConfig(path string, groupRead bool) (*Config, error) {
 // ParseConfig decodes a config and applies the defaults that a zero value
 // cannot express (prestart is on unless the file says "prestart": false).
 // The typed values (sizes, the user) are parsed here, once; a bad one is a
-// *FieldError naming its setting ("container_mode.memory_limit").
+// *fault.FieldError naming its setting ("container_mode.memory_limit").
 func ParseConfig(raw []byte) (*Config, error) {
 	var c Config
 	if err := json.Unmarshal(raw, &c); err != nil {

@@ -5,7 +5,7 @@
 // of every setting with ValidateSettings, the one check of them, and the
 // Backend interface the two agent services implement (deploy on Docker,
 // kubedeploy on a cluster) with its input (Agent), its results, the steps
-// a StepError names, and what both backends share (ConfigHash, the ask
+// a fault.StepError names, and what both backends share (ConfigHash, the ask
 // wait). deploy and kubedeploy each import this package and never each
 // other.
 //

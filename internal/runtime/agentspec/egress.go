@@ -86,7 +86,7 @@ func EgressFor(agentID, role string, planned *Egress, live func() (EgressTopolog
 		return nil, err
 	}
 	if errs := proxy.Narrows(t.Allow, t.AllowPrivate, policy); len(errs) > 0 {
-		return nil, proxy.PolicyErrors(errs)
+		return nil, errs.Err()
 	}
 	return &Egress{Key: hex.EncodeToString(proxy.AgentKey(t.Key, agentID)), Proxy: t.Proxy, Policy: policy}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
 
@@ -19,9 +20,9 @@ func TestValidateFileAccess(t *testing.T) {
 	})
 	var got []string
 	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
-		var fe *FieldError
+		var fe *fault.FieldError
 		if !errors.As(e, &fe) {
-			t.Fatalf("%v is not a *FieldError", e)
+			t.Fatalf("%v is not a *fault.FieldError", e)
 		}
 		got = append(got, fmt.Sprintf("%s[%d]", fe.Field, fe.Index))
 	}

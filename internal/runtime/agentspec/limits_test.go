@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 )
 
 func TestParseSize(t *testing.T) {
@@ -156,9 +158,9 @@ func TestLoadRefusesBadSize(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := LoadConfig(path)
-			var fe *FieldError
+			var fe *fault.FieldError
 			if !errors.As(err, &fe) || fe.Field != field {
-				t.Errorf("%s = %s: got %v, want a FieldError on %s", field, bad, err, field)
+				t.Errorf("%s = %s: got %v, want a fault.FieldError on %s", field, bad, err, field)
 				continue
 			}
 			if !strings.Contains(err.Error(), field+": ") {

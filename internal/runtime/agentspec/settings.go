@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 )
 
 // Defaults and bounds of the settings an agent's owner chooses. The zero
@@ -52,50 +54,15 @@ var (
 	Runtimes = []string{"runc", "crun", "runsc"}
 )
 
-// FieldError is a setting at fault, named by its attribute path: the
-// one error type every check of what an owner writes returns, from the
-// agent's settings (ValidateSettings, ValidateFileAccess) to what a
-// backend cannot honour (kubedeploy.Check), the provider's registry block
-// (kube.RegistryConfig.Validate) and a topology's attributes
-// (topospec.Problems), so the provider has one way to put each on its
-// attribute. Field is the path in the config file's terms
-// ("container_mode.memory_limit", "file_access.allow_read" at Index,
-// "secrets" at Key), which is also the attribute's path in the provider's
-// schema (but for max_steps, which the schema keeps under llm). It lives
-// here, the floor every backend stands on.
-type FieldError struct {
-	Field string
-	// Index is the entry of a list, or -1.
-	Index int
-	// Key is the entry of a map, or "".
-	Key string
-	// Summary titles the error where its source has a title for it (a
-	// topology's "Invalid Subnet"); "" leaves it to the reader.
-	Summary string
-	Err     error
-}
-
-func (e *FieldError) Error() string {
-	switch {
-	case e.Index >= 0:
-		return fmt.Sprintf("%s[%d]: %v", e.Field, e.Index, e.Err)
-	case e.Key != "":
-		return fmt.Sprintf("%s[%q]: %v", e.Field, e.Key, e.Err)
-	}
-	return e.Field + ": " + e.Err.Error()
-}
-
-func (e *FieldError) Unwrap() error { return e.Err }
-
 // ValidateSettings is the one check of what an owner sets: the provider's
 // plan runs it on the config it would write, and the runner runs it at start
 // (Validate). A zero value is its default and passes. Each error is a
-// *FieldError; several are joined.
+// *fault.FieldError; several are joined.
 func ValidateSettings(c *Config) error {
 	var errs []error
 	field := func(name string, err error) {
 		if err != nil {
-			errs = append(errs, &FieldError{Field: name, Index: -1, Err: err})
+			errs = append(errs, &fault.FieldError{Field: name, Index: -1, Err: err})
 		}
 	}
 	cm := c.Container
@@ -125,7 +92,7 @@ func ValidateSettings(c *Config) error {
 	if c.InjectSecretsEnv {
 		for _, k := range slices.Sorted(maps.Keys(c.Secrets)) {
 			if err := CheckToolEnvName(k); err != nil {
-				errs = append(errs, &FieldError{Field: "secrets", Index: -1, Key: k, Err: err})
+				errs = append(errs, &fault.FieldError{Field: "secrets", Index: -1, Key: k, Err: err})
 			}
 		}
 	}
@@ -222,7 +189,7 @@ func (l LLMLimits) validate() []error {
 	var errs []error
 	check := func(name string, v, lo, hi int64) bool {
 		if v != 0 && (v < lo || v > hi) {
-			errs = append(errs, &FieldError{Field: "llm." + name, Index: -1, Err: fmt.Errorf("must be between %d and %d, got %d", lo, hi, v)})
+			errs = append(errs, &fault.FieldError{Field: "llm." + name, Index: -1, Err: fmt.Errorf("must be between %d and %d, got %d", lo, hi, v)})
 			return false
 		}
 		return true
@@ -238,11 +205,11 @@ func (l LLMLimits) validate() []error {
 	// ever apply: a typo, not a choice.
 	e := l.Effective()
 	if e.MessageTokenBudget < e.MaxTokensPerCall {
-		errs = append(errs, &FieldError{Field: "llm.message_token_budget", Index: -1,
+		errs = append(errs, &fault.FieldError{Field: "llm.message_token_budget", Index: -1,
 			Err: fmt.Errorf("%d is below max_tokens_per_call (%d): a message could not finish one full answer", e.MessageTokenBudget, e.MaxTokensPerCall)})
 	}
 	if e.AgentTokenBudget < e.MessageTokenBudget {
-		errs = append(errs, &FieldError{Field: "llm.agent_token_budget", Index: -1,
+		errs = append(errs, &fault.FieldError{Field: "llm.agent_token_budget", Index: -1,
 			Err: fmt.Errorf("%d is below message_token_budget (%d): one message could spend the agent's whole window", e.AgentTokenBudget, e.MessageTokenBudget)})
 	}
 	return errs

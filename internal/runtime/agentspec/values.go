@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strconv"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/docker/go-units"
 )
 
@@ -174,7 +175,7 @@ func valueError[T any](err error) error {
 const valueErrorOffset = -1
 
 // fieldOfDecode turns a decode error that names its field into a
-// *FieldError on that field (its path in the config file, as
+// *fault.FieldError on that field (its path in the config file, as
 // ValidateSettings names it); other errors are returned as they are.
 func fieldOfDecode(err error) error {
 	var te *json.UnmarshalTypeError
@@ -185,7 +186,7 @@ func fieldOfDecode(err error) error {
 	if te.Offset != valueErrorOffset {
 		msg = fmt.Sprintf("a JSON %s cannot be read as %s", te.Value, te.Type)
 	}
-	return &FieldError{Field: te.Field, Index: -1, Err: errors.New(msg)}
+	return &fault.FieldError{Field: te.Field, Index: -1, Err: errors.New(msg)}
 }
 
 // Addr is an IP address of the config (container_mode.dns): parsed once

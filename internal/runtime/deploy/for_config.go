@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
@@ -211,7 +212,7 @@ func ListenUnreachable(c agentspec.Config, deployment string, onTopology bool, l
 		// Its runner needs no topology network: it sits on its own.
 		return nil
 	}
-	return &agentspec.FieldError{Field: "runner.listen", Index: -1, Err: fmt.Errorf(
+	return &fault.FieldError{Field: "runner.listen", Index: -1, Err: fmt.Errorf(
 		"%s: this agent's runner joins only its ThreeGate topology's networks, which are internal (Docker publishes no port "+
 			"from them, and a port there would be open to the topology's sandboxes); use a unix socket, as in "+
 			"unix:///run/meepa/%s.sock, or leave runner.listen unset for the default socket", l.String(), agentOrName(c.AgentID))}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
@@ -204,7 +205,7 @@ func TestDerivedUserCollisionIsRefused(t *testing.T) {
 	}
 	s := NewService(Options{StateDir: state})
 	_, err := writeAgent(t, s, "mine", true)
-	var se *agentspec.StepError
+	var se *fault.StepError
 	if !errors.As(err, &se) || se.Field != "container_mode.user" || !strings.Contains(err.Error(), "agent other's workspace") {
 		t.Fatalf("err = %v, want a container_mode.user error naming agent other", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topology"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
@@ -61,7 +62,7 @@ func NewService(o Options) *Service {
 }
 
 func stepErr(step, field, what string, err error) error {
-	return &agentspec.StepError{Step: step, Field: field, What: what, Err: err}
+	return &fault.StepError{Step: step, Field: field, What: what, Err: err}
 }
 
 // TopicVersionDrift is the Warning a Read gives for a runner of another

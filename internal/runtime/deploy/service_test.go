@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 )
@@ -208,7 +209,7 @@ func TestServiceRefusesABadListenAddress(t *testing.T) {
 	a := externalAgent()
 	a.Config.Listen = "0.0.0.0:8080"
 	_, err := svc.Apply(context.Background(), a, nil, true)
-	var se *agentspec.StepError
+	var se *fault.StepError
 	if !errors.As(err, &se) || se.Step != agentspec.StepListen || se.Field != "listen" {
 		t.Fatalf("Apply = %v, want a listen StepError", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -118,12 +119,41 @@ func TestRefusalClosesTrickledBody(t *testing.T) {
 // newcomer then gets 503.
 func TestIdleConnectionsMakeRoom(t *testing.T) {
 	release, started := make(chan struct{}), make(chan struct{}, 3)
-	addr := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := Server(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/block" {
 			started <- struct{}{}
 			<-release
 		}
-	}), Limits{MaxHeaderBytes: 4 << 10, ReadHeader: time.Minute, Read: time.Minute, Write: time.Minute, Idle: time.Minute}, 3)
+	}), Limits{MaxHeaderBytes: 4 << 10, ReadHeader: time.Minute, Read: time.Minute, Write: time.Minute, Idle: time.Minute}, nil)
+	// The server marks a connection idle only after its client has the
+	// answer; the test waits for that instead of racing it.
+	var mu sync.Mutex
+	idle := map[net.Conn]bool{}
+	srv.ConnState = func(c net.Conn, st http.ConnState) {
+		mu.Lock()
+		defer mu.Unlock()
+		idle[c] = st == http.StateIdle
+		if st == http.StateClosed {
+			delete(idle, c)
+		}
+	}
+	go func() { _ = Serve(srv, ln, 3, nil) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	addr := ln.Addr().String()
+	allIdle := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, i := range idle {
+			if !i {
+				return false
+			}
+		}
+		return true
+	}
 	get := func(path string) (int, error) {
 		c := &http.Client{Transport: &http.Transport{}, Timeout: 5 * time.Second} // never closed: its connection stays idle
 		resp, err := c.Get("http://" + addr + path)
@@ -139,14 +169,28 @@ func TestIdleConnectionsMakeRoom(t *testing.T) {
 			t.Fatalf("request %d with the earlier ones' connections idle: %d %v", i, code, err)
 		}
 	}
-	done := make(chan struct{})
-	for range 3 {
-		go func() { _, _ = get("/block"); done <- struct{}{} }()
+	for deadline := time.Now().Add(5 * time.Second); !allIdle(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the answered connections were not idle within 5 s")
+		}
 	}
-	// Every slot busy in a handler, not merely dialled (a sleep here lost
-	// the race on a loaded machine).
-	for range 3 {
-		<-started
+	// Every slot busy in a handler, not merely dialled: each blocking
+	// request is in its handler before the next is sent (sent together, a
+	// loaded machine let one find no idle connection to evict, so it got
+	// 503 and never started).
+	type result struct {
+		code int
+		err  error
+	}
+	done := make(chan result, 3)
+	for i := range 3 {
+		go func() { code, err := get("/block"); done <- result{code, err} }()
+		select {
+		case <-started:
+		case r := <-done:
+			close(release)
+			t.Fatalf("blocking request %d came back before its handler ran: %d %v", i, r.code, r.err)
+		}
 	}
 	code, err := get("/")
 	close(release)

@@ -7,7 +7,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -58,12 +58,12 @@ func (c RegistryConfig) GoString() string { return "kube.RegistryConfig{" + c.St
 var registryPath = regexp.MustCompile(`^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*$`)
 
 // Validate checks every field; the provider calls it at plan time, the
-// pusher before it sends anything. Each error is an *agentspec.FieldError
+// pusher before it sends anything. Each error is an *fault.FieldError
 // at registry.<field>, as the provider's schema names it.
 func (c RegistryConfig) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, &agentspec.FieldError{Field: "registry." + field, Index: -1, Err: fmt.Errorf(format, args...)})
+		errs = append(errs, &fault.FieldError{Field: "registry." + field, Index: -1, Err: fmt.Errorf(format, args...)})
 	}
 	host, path, _ := strings.Cut(c.Address, "/")
 	switch {

@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/testregistry"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -47,7 +47,7 @@ func TestRegistryConfigValidate(t *testing.T) {
 			}
 			continue
 		}
-		var ce *agentspec.FieldError
+		var ce *fault.FieldError
 		if !errors.As(err, &ce) || ce.Field != "registry."+c.field {
 			t.Errorf("%s: error %v, want one on field %q", c.cfg, err, c.field)
 		}

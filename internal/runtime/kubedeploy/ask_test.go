@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
@@ -90,7 +91,7 @@ func TestCompleteAsk(t *testing.T) {
 	}
 	a.ThreegateAsk = []string{"te", "ghost"}
 	err := svc.complete(context.Background(), &a)
-	var se *agentspec.StepError
+	var se *fault.StepError
 	if !errors.As(err, &se) || se.Field != "threegate.ask" || se.Step != agentspec.StepAsk || !strings.Contains(err.Error(), `ask "ghost"`) {
 		t.Errorf("a missing target: %v (%+v)", err, se)
 	}

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 )
 
 // Backend is the agent lifecycle of agentspec.Backend on a cluster: the same
@@ -24,7 +25,7 @@ var _ agentspec.Backend = (*Backend)(nil)
 func NewBackend(s *Service) *Backend { return &Backend{s: s} }
 
 // Check lists what of a has no meaning on a cluster, or no counterpart
-// yet, each an *agentspec.FieldError titled "Not On Kubernetes" (joined).
+// yet, each an *fault.FieldError titled "Not On Kubernetes" (joined).
 // It needs nothing but a, so a plan can run it; Apply refuses the same.
 func (b *Backend) Check(a agentspec.Agent) ([]agentspec.Warning, error) {
 	var ws []agentspec.Warning
@@ -52,7 +53,7 @@ func (b *Backend) CheckRuntime(ctx context.Context, name string) error {
 func Check(a agentspec.Agent) error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, &agentspec.FieldError{Field: field, Index: -1, Summary: "Not On Kubernetes", Err: fmt.Errorf(format, args...)})
+		errs = append(errs, &fault.FieldError{Field: field, Index: -1, Summary: "Not On Kubernetes", Err: fmt.Errorf(format, args...)})
 	}
 	c := a.Config
 	if a.Meta.Deployment == agentspec.ModeExternal {
@@ -81,9 +82,9 @@ func Check(a agentspec.Agent) error {
 func checkErr(a agentspec.Agent) error {
 	var errs []error
 	for _, e := range unjoin(Check(a)) {
-		var fe *agentspec.FieldError
+		var fe *fault.FieldError
 		if errors.As(e, &fe) {
-			errs = append(errs, &agentspec.StepError{Step: StepValidate, Field: fe.Field, What: "checking the agent for Kubernetes", Err: fe.Err})
+			errs = append(errs, &fault.StepError{Step: StepValidate, Field: fe.Field, What: "checking the agent for Kubernetes", Err: fe.Err})
 		}
 	}
 	return errors.Join(errs...)

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
@@ -35,7 +36,7 @@ const DefaultWorkspaceSize = "1Gi"
 // ModeKubernetes is the deployment mode in the config hash.
 const ModeKubernetes = "kubernetes"
 
-// Steps of a lifecycle (see agentspec.StepError), beyond deploy's.
+// Steps of a lifecycle (see fault.StepError), beyond deploy's.
 const (
 	StepValidate   = "validate"
 	StepObjects    = "runner objects"
@@ -144,7 +145,7 @@ type Applied struct {
 }
 
 func stepErr(step, field, what string, err error) error {
-	return &agentspec.StepError{Step: step, Field: field, What: what, Err: err}
+	return &fault.StepError{Step: step, Field: field, What: what, Err: err}
 }
 
 // complete fills what the service decides and checks the config as the

@@ -3,6 +3,7 @@ package kubetopology
 import (
 	"context"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
@@ -26,13 +27,13 @@ func NewBackend(dial func() (*kube.Client, error), o Options) *Backend {
 func (b *Backend) service() (*Service, error) {
 	c, err := b.dial()
 	if err != nil {
-		return nil, &topospec.Failure{Summary: "Kubernetes Unreachable", What: "connecting to the cluster", Err: err}
+		return nil, &fault.StepError{Summary: "Kubernetes Unreachable", What: "connecting to the cluster", Err: err}
 	}
 	return NewService(c, b.o), nil
 }
 
 // Plan is Build.
-func (b *Backend) Plan(in topospec.Input) (topospec.Spec, topospec.Problems) { return Build(in) }
+func (b *Backend) Plan(in topospec.Input) (topospec.Spec, fault.List) { return Build(in) }
 
 // Planned: the proxy Deployment's name follows from the topology's; the
 // proxy pod's address and the policies' names are known after apply, and
@@ -53,7 +54,7 @@ func (b *Backend) Compare(old, new topospec.Spec, drifted bool) topospec.Change 
 }
 
 // Preflight asks nothing of the cluster: the plan stays offline.
-func (b *Backend) Preflight(context.Context, topospec.Spec) (topospec.Problems, error) {
+func (b *Backend) Preflight(context.Context, topospec.Spec) (fault.List, error) {
 	return nil, nil
 }
 

@@ -39,21 +39,21 @@ func TestBuild(t *testing.T) {
 		t.Errorf("round trip through Input: %+v, %v", back, ps)
 	}
 	cases := map[string]struct {
-		in  topospec.Input
-		sub string
+		in    topospec.Input
+		field string
 	}{
-		"bad name":          {topospec.Input{Name: "TG_1", Proxy: topospec.ProxyInput{Image: "i"}}, ""},
-		"long name":         {topospec.Input{Name: strings.Repeat("a", topospec.MaxNameLen+1), Proxy: topospec.ProxyInput{Image: "i"}}, ""},
-		"no image":          {topospec.Input{Name: "tg"}, "image"},
-		"bad port":          {topospec.Input{Name: "tg", Proxy: topospec.ProxyInput{Image: "i", Port: 70000}}, "port"},
-		"bad pattern":       {topospec.Input{Name: "tg", Proxy: topospec.ProxyInput{Image: "i", Allow: []string{"https://x.com/path"}}}, "allow"},
-		"bad dns":           {topospec.Input{Name: "tg", Proxy: topospec.ProxyInput{Image: "i", DNS: []string{"dns.google"}}}, "dns"},
-		"hosts without dns": {topospec.Input{Name: "tg", Proxy: topospec.ProxyInput{Image: "i", Allow: []string{"example.com"}}}, "dns"},
+		"bad name":          {topospec.Input{Name: "TG_1", Proxy: topospec.ProxyInput{Image: "i"}}, "name"},
+		"long name":         {topospec.Input{Name: strings.Repeat("a", topospec.MaxNameLen+1), Proxy: topospec.ProxyInput{Image: "i"}}, "name"},
+		"no image":          {topospec.Input{Name: "tg"}, "proxy.image"},
+		"bad port":          {topospec.Input{Name: "tg", Proxy: topospec.ProxyInput{Image: "i", Port: 70000}}, "proxy.port"},
+		"bad pattern":       {topospec.Input{Name: "tg", Proxy: topospec.ProxyInput{Image: "i", Allow: []string{"https://x.com/path"}}}, "proxy.allow"},
+		"bad dns":           {topospec.Input{Name: "tg", Proxy: topospec.ProxyInput{Image: "i", DNS: []string{"dns.google"}}}, "proxy.dns"},
+		"hosts without dns": {topospec.Input{Name: "tg", Proxy: topospec.ProxyInput{Image: "i", Allow: []string{"example.com"}}}, "proxy.dns"},
 	}
 	for name, c := range cases {
 		_, ps := Build(c.in)
-		if len(ps) != 1 || ps[0].Sub != c.sub {
-			t.Errorf("%s: problems %v; want one on proxy.%s", name, ps, c.sub)
+		if len(ps) != 1 || ps[0].Field != c.field {
+			t.Errorf("%s: problems %v; want one on %s", name, ps, c.field)
 		}
 	}
 	if _, ps := Build(topospec.Input{Name: "tg", Proxy: topospec.ProxyInput{Image: "i", Allow: []string{"1.2.3.4:443"}}}); len(ps) > 0 {
@@ -188,9 +188,9 @@ func TestDockerSettingsRefused(t *testing.T) {
 		if p.Summary != "Not On Kubernetes" {
 			t.Errorf("unexpected problem %v", p)
 		}
-		got = append(got, p.Field+"."+p.Sub)
+		got = append(got, p.Field)
 	}
-	if strings.Join(got, " ") != "fetchnet_subnet. llmnet_gateway. proxy.ip proxy.allow_private firewall." {
+	if strings.Join(got, " ") != "fetchnet_subnet llmnet_gateway proxy.ip proxy.allow_private firewall" {
 		t.Errorf("refused %v", got)
 	}
 	docker := testSpec(t)

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 )
 
 // Per-message egress credentials.
@@ -345,41 +347,22 @@ func (v *verifier) sweep(now int64) {
 // CIDR is public or inside the topology's private exemptions (a CIDR only
 // confines, so any would be safe; one that the topology refuses anyway
 // would only be a mistake). It returns one error per offending entry,
-// naming its index in the list it came from ("allow[1]", "allow_cidrs[0]").
-func Narrows(ceiling Allowlist, private []netip.Prefix, p Policy) []PolicyError {
-	var errs []PolicyError
+// at its index in the agent's list ("egress.allow[1]").
+func Narrows(ceiling Allowlist, private []netip.Prefix, p Policy) fault.List {
+	const widens = "Egress Widens The Topology"
+	var errs fault.List
 	for i, a := range p.Allow {
 		if !ceiling.Covers(a) {
-			errs = append(errs, PolicyError{"allow", i, fmt.Errorf("%s is not inside the topology's allow list (%s); an agent can only narrow it",
-				a, strings.Join(ceiling.Strings(), ", "))})
+			errs.Add("egress.allow", i, widens, "%s is not inside the topology's allow list (%s); an agent can only narrow it",
+				a, strings.Join(ceiling.Strings(), ", "))
 		}
 	}
 	for i, c := range p.CIDRs {
 		if why := publicPrefix(c); why != "" && !insideAny(private, c) {
-			errs = append(errs, PolicyError{"allow_cidrs", i, fmt.Errorf("%s %s; an agent's ranges are public ones, or inside the topology's allow_private", c, why)})
+			errs.Add("egress.allow_cidrs", i, widens, "%s %s; an agent's ranges are public ones, or inside the topology's allow_private", c, why)
 		}
 	}
 	return errs
-}
-
-// PolicyError is one bad entry of an agent's policy: the list it is in
-// ("allow", "deny", "allow_cidrs") and its index there.
-type PolicyError struct {
-	Field string
-	Index int
-	Err   error
-}
-
-func (e PolicyError) Error() string { return fmt.Sprintf("%s[%d]: %v", e.Field, e.Index, e.Err) }
-func (e PolicyError) Unwrap() error { return e.Err }
-
-// PolicyErrors joins policy errors into one error (nil for none).
-func PolicyErrors(errs []PolicyError) error {
-	out := make([]error, len(errs))
-	for i, e := range errs {
-		out[i] = e
-	}
-	return errors.Join(out...)
 }
 
 // Covers says whether some pattern of the list allows everything a does.
@@ -437,27 +420,28 @@ func insideAny(list []netip.Prefix, p netip.Prefix) bool {
 }
 
 // ParsePolicy parses an agent's policy from its three lists, reporting
-// every bad entry with its list and index.
-func ParsePolicy(allow, deny, cidrs []string) (Policy, []PolicyError) {
+// every bad entry at its index in its list ("egress.deny[0]").
+func ParsePolicy(allow, deny, cidrs []string) (Policy, fault.List) {
+	const invalid = "Invalid Egress Entry"
 	var p Policy
-	var errs []PolicyError
+	var errs fault.List
 	one := func(field string, entries []string) Allowlist {
 		var list Allowlist
 		for i, e := range entries {
 			pat, err := ParsePattern(e)
 			if err != nil {
-				errs = append(errs, PolicyError{field, i, err})
+				errs = append(errs, &fault.FieldError{Field: field, Index: i, Summary: invalid, Err: err})
 				continue
 			}
 			list = append(list, pat)
 		}
 		return list
 	}
-	p.Allow, p.Deny = one("allow", allow), one("deny", deny)
+	p.Allow, p.Deny = one("egress.allow", allow), one("egress.deny", deny)
 	for i, c := range cidrs {
 		pre, err := netip.ParsePrefix(c)
 		if err != nil {
-			errs = append(errs, PolicyError{"allow_cidrs", i, fmt.Errorf("%q is not a CIDR (e.g. 8.8.8.0/24)", c)})
+			errs.Add("egress.allow_cidrs", i, invalid, "%q is not a CIDR (e.g. 8.8.8.0/24)", c)
 			continue
 		}
 		p.CIDRs = append(p.CIDRs, pre)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 )
 
@@ -143,7 +144,7 @@ func TestValidateLLMLimits(t *testing.T) {
 		c := testConfig()
 		c.LLMLimits = tc.limits
 		err := agentspec.ValidateSettings(c)
-		var fe *agentspec.FieldError
+		var fe *fault.FieldError
 		if err == nil || !errors.As(err, &fe) || fe.Field != tc.field {
 			t.Errorf("%+v: %v, want an error on %s", tc.limits, err, tc.field)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox/landlock"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -379,7 +380,7 @@ func TestNewHostRefusesContradictoryRules(t *testing.T) {
 	}
 	_, err = NewHost(HostOptions{Workspace: ws, RunnerBinary: testutil.RunnerBinary(t),
 		FileAccess: landlock.FileAccess{AllowRead: []string{"relative/path"}}})
-	var fe *agentspec.FieldError
+	var fe *fault.FieldError
 	if !errors.As(err, &fe) || fe.Field != "file_access.allow_read" {
 		t.Errorf("NewHost with a relative path = %v, want a FieldError on allow_read", err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/docker/docker/client"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
@@ -46,7 +47,7 @@ func (b *Backend) service(ctx context.Context) (*Service, error) {
 	}
 	cli, err := b.dial(ctx)
 	if err != nil {
-		return nil, &topospec.Failure{Summary: "Docker Daemon Unreachable", Err: err,
+		return nil, &fault.StepError{Summary: "Docker Daemon Unreachable", Err: err,
 			What: fmt.Sprintf("The provider could not reach the Docker daemon at %s. Start the daemon, or point the provider's "+
 				"docker_host (or DOCKER_HOST) at one that runs", b.o.Host)}
 	}
@@ -56,15 +57,15 @@ func (b *Backend) service(ctx context.Context) (*Service, error) {
 // Plan builds in and adds what this host cannot do: a host firewall while
 // the daemon runs on another machine (the rules would be written here and
 // the containers would run there without them).
-func (b *Backend) Plan(in topospec.Input) (topospec.Spec, topospec.Problems) {
+func (b *Backend) Plan(in topospec.Input) (topospec.Spec, fault.List) {
 	s, ps := Build(in)
 	return s, append(ps, b.refusals(s)...)
 }
 
-func (b *Backend) refusals(s topospec.Spec) topospec.Problems {
-	var ps topospec.Problems
+func (b *Backend) refusals(s topospec.Spec) fault.List {
+	var ps fault.List
 	if s.Docker.Firewall.Enabled && !b.o.Local {
-		ps.Add("firewall", "enabled", -1, "Host Firewall Needs A Local Docker Daemon",
+		ps.Add("firewall.enabled", -1, "Host Firewall Needs A Local Docker Daemon",
 			"docker_host is %s: a daemon reached over TCP may run on another machine (even on a loopback address it "+
 				"can be a forwarded port), but the host firewall (iptables chains and the guard that restores them) is written on "+
 				"the machine that runs terraform, so the topology's containers could run without it. Run terraform on the Docker host (docker_host unset or its unix:// socket), or set "+
@@ -92,7 +93,7 @@ func (b *Backend) Compare(old, new topospec.Spec, drifted bool) topospec.Change 
 // Preflight asks the daemon for networks that overlap the plan, this host
 // (when the daemon is local) for routes that do, checks iptables when the
 // firewall is enabled and logs the engine's version.
-func (b *Backend) Preflight(ctx context.Context, s topospec.Spec) (topospec.Problems, error) {
+func (b *Backend) Preflight(ctx context.Context, s topospec.Spec) (fault.List, error) {
 	if len(b.refusals(s)) > 0 {
 		return nil, nil
 	}
@@ -102,16 +103,16 @@ func (b *Backend) Preflight(ctx context.Context, s topospec.Spec) (topospec.Prob
 	}
 	ps, err := Conflicts(ctx, sv.docker, s, b.o.Local)
 	if err != nil {
-		return nil, &topospec.Failure{Summary: "Cannot Check Subnets", What: "listing Docker networks and host routes", Err: err}
+		return nil, &fault.StepError{Summary: "Cannot Check Subnets", What: "listing Docker networks and host routes", Err: err}
 	}
 	if s.Docker.Firewall.Enabled {
 		if err := FirewallAvailable(ctx); err != nil {
-			ps.Add("firewall", "enabled", -1, "Host Firewall Unavailable", "%v", err)
+			ps.Add("firewall.enabled", -1, "Host Firewall Unavailable", "%v", err)
 		}
 	}
 	v, err := sv.docker.ServerVersion(ctx)
 	if err != nil {
-		return ps, &topospec.Failure{Summary: "Cannot Read Docker Version", What: "asking the daemon for its version", Err: err}
+		return ps, &fault.StepError{Summary: "Cannot Read Docker Version", What: "asking the daemon for its version", Err: err}
 	}
 	// CVE-2024-29018 (an engine resolver forwarding internal networks'
 	// queries from the host's namespace) needs no warning: every member's
@@ -128,8 +129,8 @@ func (b *Backend) Preflight(ctx context.Context, s topospec.Spec) (topospec.Prob
 // nothing was touched.
 func (b *Backend) Apply(ctx context.Context, s topospec.Spec) (topospec.Status, error) {
 	if ps := b.refusals(s); len(ps) > 0 {
-		return topospec.Status{}, &topospec.Failure{Summary: ps[0].Summary, Field: ps[0].Field, Sub: ps[0].Sub,
-			What: "applying topology " + s.Name, Err: errors.New(ps[0].Detail)}
+		return topospec.Status{}, &fault.StepError{Summary: ps[0].Summary, Field: ps[0].Field,
+			What: "applying topology " + s.Name, Err: ps[0].Err}
 	}
 	sv, err := b.service(ctx)
 	if err != nil {
@@ -138,9 +139,9 @@ func (b *Backend) Apply(ctx context.Context, s topospec.Spec) (topospec.Status, 
 	st, err := sv.Apply(ctx, s)
 	switch FirewallOp(err) {
 	case FirewallOpen:
-		return st, &topospec.Failure{Summary: "Host Firewall Unavailable", Field: "firewall", Sub: "enabled", What: "opening the host firewall", Err: err}
+		return st, &fault.StepError{Summary: "Host Firewall Unavailable", Field: "firewall.enabled", What: "opening the host firewall", Err: err}
 	case FirewallRead:
-		return st, &topospec.Failure{Summary: "Firewall Read Failed", What: "reading back the rules of " + s.Name, Err: err}
+		return st, &fault.StepError{Summary: "Firewall Read Failed", What: "reading back the rules of " + s.Name, Err: err}
 	}
 	return st, err
 }
@@ -153,7 +154,7 @@ func (b *Backend) Read(ctx context.Context, s topospec.Spec) (topospec.Status, e
 	}
 	st, err := sv.Read(ctx, s)
 	if FirewallOp(err) == FirewallRead {
-		return st, &topospec.Failure{Summary: "Firewall Read Failed", What: "reading the rules of " + s.Name, Err: err}
+		return st, &fault.StepError{Summary: "Firewall Read Failed", What: "reading the rules of " + s.Name, Err: err}
 	}
 	return st, err
 }
@@ -175,7 +176,7 @@ func (b *Backend) Teardown(ctx context.Context, name string) error {
 	}
 	err = sv.Teardown(ctx, name)
 	if FirewallOp(err) != "" {
-		return &topospec.Failure{Summary: "ThreeGate Destroy Failed", What: "removing the firewall rules of " + name, Err: err}
+		return &fault.StepError{Summary: "ThreeGate Destroy Failed", What: "removing the firewall rules of " + name, Err: err}
 	}
 	return err
 }
@@ -193,18 +194,18 @@ func (b *Backend) Verify(ctx context.Context, s topospec.Spec, o topospec.Verify
 // by another backend, or a record that lost its networks) before anything
 // is asked of the daemon. The values are typed; nothing is parsed.
 func checkSpec(s topospec.Spec) error {
-	var ps topospec.Problems
+	var ps fault.List
 	if s.Name == "" || len(s.Name) > topospec.MaxNameLen || !nameRE.MatchString(s.Name) {
-		ps.Add("name", "", -1, "Invalid Topology Name", "%q is not a topology name", s.Name)
+		ps.Add("name", -1, "Invalid Topology Name", "%q is not a topology name", s.Name)
 	}
 	if len(s.Docker.Networks) != len(topospec.Kinds) {
-		ps.Add("name", "", -1, "Not A Docker Topology", "topology %q has %d networks, a Docker topology has %d", s.Name, len(s.Docker.Networks), len(topospec.Kinds))
+		ps.Add("name", -1, "Not A Docker Topology", "topology %q has %d networks, a Docker topology has %d", s.Name, len(s.Docker.Networks), len(topospec.Kinds))
 	}
 	if !s.Docker.ProxyIP.IsValid() || !s.Docker.EgressIP.IsValid() {
-		ps.Add("proxy", "ip", -1, "Not A Docker Topology", "topology %q has no pinned proxy addresses", s.Name)
+		ps.Add("proxy.ip", -1, "Not A Docker Topology", "topology %q has no pinned proxy addresses", s.Name)
 	}
 	if s.Proxy.Image == "" || s.Proxy.Port < 1 || s.Proxy.Port > 65535 {
-		ps.Add("proxy", "", -1, "Invalid Proxy", "topology %q: proxy image %q, port %d", s.Name, s.Proxy.Image, s.Proxy.Port)
+		ps.Add("proxy", -1, "Invalid Proxy", "topology %q: proxy image %q, port %d", s.Name, s.Proxy.Image, s.Proxy.Port)
 	}
 	return ps.Err()
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/engine"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
@@ -468,8 +469,8 @@ func tailLogs(ctx context.Context, cli client.APIClient, id string) string {
 // Conflicts reports planned subnets that overlap a Docker network that is
 // not part of this topology, or (when hostRoutes is set, i.e. the daemon
 // runs on this machine) a route of this host that Docker did not make.
-func Conflicts(ctx context.Context, cli client.APIClient, s topospec.Spec, hostRoutes bool) (topospec.Problems, error) {
-	var ps topospec.Problems
+func Conflicts(ctx context.Context, cli client.APIClient, s topospec.Spec, hostRoutes bool) (fault.List, error) {
+	var ps fault.List
 	nets, err := cli.NetworkList(ctx, network.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("network list: %w", err)
@@ -489,7 +490,7 @@ func Conflicts(ctx context.Context, cli client.APIClient, s topospec.Spec, hostR
 			}
 			for _, n := range s.Docker.Networks {
 				if n.Subnet.Overlaps(p) {
-					ps.Add(n.Kind+"_subnet", "", -1, "Subnet Overlaps A Docker Network",
+					ps.Add(n.Kind+"_subnet", -1, "Subnet Overlaps A Docker Network",
 						"%s subnet %s overlaps Docker network %q (%s); choose a free range.", n.Kind, n.Subnet, dn.Name, p)
 				}
 			}
@@ -508,7 +509,7 @@ func Conflicts(ctx context.Context, cli client.APIClient, s topospec.Spec, hostR
 		}
 		for _, n := range s.Docker.Networks {
 			if n.Subnet.Overlaps(r.Prefix) {
-				ps.Add(n.Kind+"_subnet", "", -1, "Subnet Overlaps A Host Route",
+				ps.Add(n.Kind+"_subnet", -1, "Subnet Overlaps A Host Route",
 					"%s subnet %s overlaps the host route %s on %s; traffic to it would be ambiguous. Choose a free range.",
 					n.Kind, n.Subnet, r.Prefix, r.Dev)
 			}

@@ -5,13 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"math/rand/v2"
 	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
@@ -548,7 +549,7 @@ func TestConflicts(t *testing.T) {
 	if ps, err = Conflicts(ctx, cli, s, true); err != nil {
 		t.Fatal(err)
 	}
-	if len(ps) != 1 || ps[0].Field != "egressnet_subnet" || !strings.Contains(ps[0].Detail, n.Name) {
+	if len(ps) != 1 || ps[0].Field != "egressnet_subnet" || !strings.Contains(ps[0].Err.Error(), n.Name) {
 		t.Fatalf("docker network overlap: %v", ps)
 	}
 	// Its own networks are no conflict for a topology.

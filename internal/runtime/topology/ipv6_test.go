@@ -3,13 +3,14 @@ package topology
 import (
 	"context"
 	"encoding/json"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"

@@ -3,10 +3,11 @@ package topology
 import (
 	"context"
 	"fmt"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/firewall"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/logging"

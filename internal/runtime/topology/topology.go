@@ -1,7 +1,7 @@
 // Package topology is ThreeGate on a Docker host: the plan (the three
 // networks and their subnets, the pinned addresses of the egress proxy, the
 // roles and which networks each may join, and the validation of all of it,
-// as topospec.Problems with attribute paths) and the Service, the Docker
+// as fault.List with attribute paths) and the Service, the Docker
 // topospec.Backend, that brings a planned topology up on Docker and the
 // host firewall, reads it back, verifies it, imports it and tears it down.
 // This file is the plan: pure data, no Docker or iptables.
@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/firewall"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/sandbox"
@@ -64,8 +65,8 @@ func DefaultSubnets(name string) map[string]netip.Prefix {
 // filled: the neutral proxy settings by topospec.BuildProxy, then the
 // networks, the pinned addresses, allow_private and the firewall (nil:
 // enabled, without logging).
-func Build(in topospec.Input) (topospec.Spec, topospec.Problems) {
-	var ps topospec.Problems
+func Build(in topospec.Input) (topospec.Spec, fault.List) {
+	var ps fault.List
 	d := in.Docker
 	s := topospec.Spec{Name: in.Name, Docker: topospec.Docker{Firewall: topospec.Firewall{Enabled: true}}}
 	if d.Firewall != nil {
@@ -73,12 +74,12 @@ func Build(in topospec.Input) (topospec.Spec, topospec.Problems) {
 	}
 	switch {
 	case in.Name == "":
-		ps.Add("name", "", -1, "Invalid Topology Name", "name must not be empty")
+		ps.Add("name", -1, "Invalid Topology Name", "name must not be empty")
 	case in.Name == sandbox.ManagedBridge:
-		ps.Add("name", "", -1, "Invalid Topology Name",
+		ps.Add("name", -1, "Invalid Topology Name",
 			"%q is the managed bridge network's name (network = \"bridge\"), and its guard's; choose another.", in.Name)
 	case len(in.Name) > topospec.MaxNameLen || !nameRE.MatchString(in.Name):
-		ps.Add("name", "", -1, "Invalid Topology Name",
+		ps.Add("name", -1, "Invalid Topology Name",
 			"%q: use 1 to %d characters of lower-case letters, digits and '-', starting with a letter or digit "+
 				"(it prefixes the Docker network names and the iptables chains TG-<name> and TGI-<name>).", in.Name, topospec.MaxNameLen)
 	}
@@ -94,16 +95,16 @@ func Build(in topospec.Input) (topospec.Spec, topospec.Problems) {
 			p, err := netip.ParsePrefix(raw)
 			switch {
 			case err != nil:
-				ps.Add(field, "", -1, "Invalid Subnet", "%q is not an IPv4 CIDR such as 10.213.1.0/24: %v", raw, err)
+				ps.Add(field, -1, "Invalid Subnet", "%q is not an IPv4 CIDR such as 10.213.1.0/24: %v", raw, err)
 				continue
 			case !p.Addr().Is4():
-				ps.Add(field, "", -1, "Invalid Subnet", "%q: only IPv4 subnets are supported (no ip6tables rules are managed).", raw)
+				ps.Add(field, -1, "Invalid Subnet", "%q: only IPv4 subnets are supported (no ip6tables rules are managed).", raw)
 				continue
 			case p.Masked() != p:
-				ps.Add(field, "", -1, "Invalid Subnet", "%q has host bits set; write it as %s.", raw, p.Masked())
+				ps.Add(field, -1, "Invalid Subnet", "%q has host bits set; write it as %s.", raw, p.Masked())
 				continue
 			case p.Bits() > 28 || p.Bits() < 8:
-				ps.Add(field, "", -1, "Invalid Subnet", "%q: use a prefix length between /8 and /28 so that pinned and dynamic addresses both fit.", raw)
+				ps.Add(field, -1, "Invalid Subnet", "%q: use a prefix length between /8 and /28 so that pinned and dynamic addresses both fit.", raw)
 				continue
 			}
 			n.Subnet = p
@@ -114,12 +115,12 @@ func Build(in topospec.Input) (topospec.Spec, topospec.Problems) {
 			a, err := netip.ParseAddr(g)
 			switch {
 			case err != nil:
-				ps.Add(k+"_gateway", "", -1, "Invalid Gateway", "%q is not an IPv4 address: %v", g, err)
+				ps.Add(k+"_gateway", -1, "Invalid Gateway", "%q is not an IPv4 address: %v", g, err)
 			case !inLowerHalf(n.Subnet, a):
-				ps.Add(k+"_gateway", "", -1, "Gateway Outside Subnet",
+				ps.Add(k+"_gateway", -1, "Gateway Outside Subnet",
 					"%s must be a host address in the lower half of %s (the upper half %s is Docker's dynamic range).", a, n.Subnet, n.IPRange)
 			case k == topospec.LLMNet && a == dnsSink(n):
-				ps.Add(k+"_gateway", "", -1, "Gateway Is The DNS Sink",
+				ps.Add(k+"_gateway", -1, "Gateway Is The DNS Sink",
 					"%s is the last address below Docker's dynamic range, which the topology keeps unassigned as its members' DNS upstream; pick another.", a)
 			default:
 				n.Gateway = a
@@ -132,7 +133,7 @@ func Build(in topospec.Input) (topospec.Spec, topospec.Problems) {
 		for j := i + 1; j < len(nets); j++ {
 			a, b := nets[i], nets[j]
 			if overlap(a, b) {
-				ps.Add(b.Kind+"_subnet", "", -1, "Overlapping Subnets",
+				ps.Add(b.Kind+"_subnet", -1, "Overlapping Subnets",
 					"%s subnet %s overlaps %s subnet %s; each ThreeGate network needs its own address range.", b.Kind, b.Subnet, a.Kind, a.Subnet)
 			}
 		}
@@ -142,7 +143,7 @@ func Build(in topospec.Input) (topospec.Spec, topospec.Problems) {
 	for i, raw := range d.AllowPrivate {
 		prs, err := proxy.ParsePrefixes([]string{raw})
 		if err != nil {
-			ps.Add("proxy", "allow_private", i, "Invalid CIDR", "%v", err)
+			ps.Add("proxy.allow_private", i, "Invalid CIDR", "%v", err)
 			continue
 		}
 		s.Docker.AllowPrivate = append(s.Docker.AllowPrivate, prs...)
@@ -155,7 +156,7 @@ func Build(in topospec.Input) (topospec.Spec, topospec.Problems) {
 // pinned parses a pinned address, or picks the one after the gateway. Pinned
 // addresses must sit in the lower half of the subnet, below Docker's dynamic
 // range, so no other container can be handed them first.
-func pinned(ps *topospec.Problems, sub, raw string, n topospec.Network) netip.Addr {
+func pinned(ps *fault.List, sub, raw string, n topospec.Network) netip.Addr {
 	if !n.Subnet.IsValid() {
 		return netip.Addr{}
 	}
@@ -169,14 +170,14 @@ func pinned(ps *topospec.Problems, sub, raw string, n topospec.Network) netip.Ad
 	a, err := netip.ParseAddr(raw)
 	switch {
 	case err != nil:
-		ps.Add("proxy", sub, -1, "Invalid Proxy Address", "%q is not an IPv4 address: %v", raw, err)
+		ps.Add("proxy."+sub, -1, "Invalid Proxy Address", "%q is not an IPv4 address: %v", raw, err)
 	case !n.Subnet.Contains(a):
-		ps.Add("proxy", sub, -1, "Proxy Address Outside Subnet", "%s is not inside the %s subnet %s.", a, n.Kind, n.Subnet)
+		ps.Add("proxy."+sub, -1, "Proxy Address Outside Subnet", "%s is not inside the %s subnet %s.", a, n.Kind, n.Subnet)
 	case !inLowerHalf(n.Subnet, a):
-		ps.Add("proxy", sub, -1, "Proxy Address Outside Subnet",
+		ps.Add("proxy."+sub, -1, "Proxy Address Outside Subnet",
 			"%s lies in the upper half of %s (%s), which Docker hands out dynamically; pin an address in the lower half.", a, n.Subnet, upperHalf(n.Subnet))
 	case a == n.Gateway:
-		ps.Add("proxy", sub, -1, "Proxy Address Is The Gateway", "%s is the %s gateway; pick another address.", a, n.Kind)
+		ps.Add("proxy."+sub, -1, "Proxy Address Is The Gateway", "%s is the %s gateway; pick another address.", a, n.Kind)
 	default:
 		return a
 	}
@@ -328,12 +329,12 @@ func overlap(a, b topospec.Network) bool {
 // Overlaps reports the subnets of s that overlap a subnet of other, a
 // topology planned in the same run on the same daemon: apply would create
 // one and fail on the other, so the plan refuses the pair.
-func Overlaps(s, other topospec.Spec) topospec.Problems {
-	var ps topospec.Problems
+func Overlaps(s, other topospec.Spec) fault.List {
+	var ps fault.List
 	for _, a := range s.Docker.Networks {
 		for _, b := range other.Docker.Networks {
 			if overlap(a, b) {
-				ps.Add(a.Kind+"_subnet", "", -1, "Subnet Overlaps Another Topology",
+				ps.Add(a.Kind+"_subnet", -1, "Subnet Overlaps Another Topology",
 					"%s subnet %s overlaps the %s subnet %s of threegate_network %q in this configuration; each topology needs its own address ranges.",
 					a.Kind, a.Subnet, b.Kind, b.Subnet, other.Name)
 			}

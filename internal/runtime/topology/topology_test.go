@@ -1,10 +1,11 @@
 package topology
 
 import (
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
 )
 
 func validInput() topospec.Input {
@@ -76,7 +77,7 @@ func TestBuildProblems(t *testing.T) {
 	cases := []struct {
 		name   string
 		mutate func(*topospec.Input)
-		field  string // Field[.Sub][index]
+		field  string // Field[index]
 		want   string // in Summary or Detail
 	}{
 		{"empty name", func(in *topospec.Input) { in.Name = "" }, "name", "empty"},
@@ -110,18 +111,11 @@ func TestBuildProblems(t *testing.T) {
 				t.Fatalf("want exactly one problem, got %v", ps)
 			}
 			p := ps[0]
-			at := p.Field
-			if p.Sub != "" {
-				at += "." + p.Sub
-			}
-			if p.Index >= 0 {
-				at += "[" + string(rune('0'+p.Index)) + "]"
-			}
-			if at != c.field {
+			if at := p.At(); at != c.field {
 				t.Errorf("problem at %s, want %s (%v)", at, c.field, p)
 			}
-			if !strings.Contains(p.Summary+" "+p.Detail, c.want) {
-				t.Errorf("problem %q does not mention %q", p.Summary+": "+p.Detail, c.want)
+			if !strings.Contains(p.Summary+" "+p.Err.Error(), c.want) {
+				t.Errorf("problem %q does not mention %q", p.Summary+": "+p.Err.Error(), c.want)
 			}
 		})
 	}
@@ -136,8 +130,8 @@ func TestParseAllow(t *testing.T) {
 		in.Proxy.Allow = []string{raw}
 		s, ps := Build(in)
 		if len(ps) > 0 {
-			if ps[0].Field != "proxy" || ps[0].Sub != "allow" || ps[0].Index != 0 {
-				t.Errorf("%q: problem at %s.%s[%d]", raw, ps[0].Field, ps[0].Sub, ps[0].Index)
+			if at := ps[0].At(); at != "proxy.allow[0]" {
+				t.Errorf("%q: problem at %s", raw, at)
 			}
 			return "", ps[0]
 		}

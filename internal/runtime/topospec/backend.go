@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 )
 
 // The backends' kinds.
@@ -20,7 +22,7 @@ type Backend interface {
 	// Plan validates in and plans the topology, offline. What this backend
 	// cannot do is a Problem on the attribute that asks for it, from the
 	// same check Apply runs on the spec it is handed.
-	Plan(in Input) (Spec, Problems)
+	Plan(in Input) (Spec, fault.List)
 	// Planned is what the spec decides before anything is applied.
 	Planned(s Spec) Planned
 	// Compare says what moving a live topology from old to new keeps;
@@ -29,7 +31,7 @@ type Backend interface {
 	// Preflight checks, at plan, what the backend's host can tell before
 	// apply (free subnets, a firewall to write). A backend with nothing
 	// to ask returns nothing.
-	Preflight(ctx context.Context, s Spec) (Problems, error)
+	Preflight(ctx context.Context, s Spec) (fault.List, error)
 	// Apply brings the backend to s and reads it back; only what differs
 	// changes. It writes the record of s with the proxy.
 	Apply(ctx context.Context, s Spec) (Status, error)
@@ -136,15 +138,3 @@ func (e *NotFoundError) Error() string {
 	return fmt.Sprintf("topology %q cannot be read from %s: %v", e.Name, e.Where, e.Err)
 }
 func (e *NotFoundError) Unwrap() error { return e.Err }
-
-// Failure is an error the backend words for people: Summary is a Title
-// Case headline, What the operation that failed. Field, when set, is the
-// attribute at fault.
-type Failure struct {
-	Summary, What string
-	Field, Sub    string
-	Err           error
-}
-
-func (f *Failure) Error() string { return f.What + ": " + f.Err.Error() }
-func (f *Failure) Unwrap() error { return f.Err }

@@ -1,8 +1,8 @@
 // Package topospec is the contract of a ThreeGate topology, whatever runs
 // it: the Input a user writes, the one Spec both backends plan into (a
 // neutral core: name, proxy image, allow list, DNS, port; and a Docker part:
-// networks, pinned addresses, allow_private, host firewall), the Problems
-// that locate a bad input at its attribute, the Backend interface that
+// networks, pinned addresses, allow_private, host firewall), the field errors
+// (fault.List) that locate a bad input at its attribute, the Backend interface that
 // package topology (Docker Engine and iptables) and package kubetopology (a
 // cluster's NetworkPolicies and a proxy Deployment) implement, what they
 // report (Status, Report), the record a backend keeps of the spec it
@@ -16,11 +16,9 @@
 package topospec
 
 import (
-	"fmt"
 	"net/netip"
-	"strconv"
-	"strings"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
 )
 
@@ -187,22 +185,22 @@ func (s Spec) Input() Input {
 // every backend: an image, a TCP port, the allow list (each entry with
 // proxy.ParsePattern, duplicates dropped) and IPv4 DNS servers. This is
 // where the allow list is parsed; from here on it is typed.
-func BuildProxy(in ProxyInput, ps *Problems) Proxy {
+func BuildProxy(in ProxyInput, ps *fault.List) Proxy {
 	p := Proxy{Image: in.Image, Port: in.Port, Allow: proxy.Allowlist{}}
 	if in.Image == "" {
-		ps.Add("proxy", "image", -1, "Missing Proxy Image", "proxy.image must name an isolation image that contains agent-runner.")
+		ps.Add("proxy.image", -1, "Missing Proxy Image", "proxy.image must name an isolation image that contains agent-runner.")
 	}
 	if p.Port == 0 {
 		p.Port = DefaultProxyPort
 	}
 	if p.Port < 1 || p.Port > 65535 {
-		ps.Add("proxy", "port", -1, "Invalid Proxy Port", "%d is not a TCP port; use 1 to 65535.", in.Port)
+		ps.Add("proxy.port", -1, "Invalid Proxy Port", "%d is not a TCP port; use 1 to 65535.", in.Port)
 	}
 	seen := map[proxy.Pattern]bool{}
 	for i, raw := range in.Allow {
 		e, err := proxy.ParsePattern(raw)
 		if err != nil {
-			ps.Add("proxy", "allow", i, "Invalid Allow Pattern", "%v", err)
+			ps.Add("proxy.allow", i, "Invalid Allow Pattern", "%v", err)
 			continue
 		}
 		if !seen[e] {
@@ -213,7 +211,7 @@ func BuildProxy(in ProxyInput, ps *Problems) Proxy {
 	for i, raw := range in.DNS {
 		a, err := netip.ParseAddr(raw)
 		if err != nil || !a.Is4() {
-			ps.Add("proxy", "dns", i, "Invalid DNS Server", "%q is not an IPv4 address.", raw)
+			ps.Add("proxy.dns", i, "Invalid DNS Server", "%q is not an IPv4 address.", raw)
 			continue
 		}
 		p.DNS = append(p.DNS, a)
@@ -238,46 +236,4 @@ func ProxyCommand(s Spec) []string {
 		set.AllowPrivate = append(set.AllowPrivate, p.String())
 	}
 	return append([]string{ProxyBinary}, proxy.Args(set)...)
-}
-
-// Problem is one validation failure, located at an attribute: Field is a
-// top-level attribute ("name", "llmnet_subnet", "proxy"), Sub an attribute
-// inside it ("allow"), Index a list index or -1.
-type Problem struct {
-	Field   string
-	Sub     string
-	Index   int
-	Summary string
-	Detail  string
-}
-
-func (p Problem) Error() string {
-	at := p.Field
-	if p.Sub != "" {
-		at += "." + p.Sub
-	}
-	if p.Index >= 0 {
-		at += "[" + strconv.Itoa(p.Index) + "]"
-	}
-	return fmt.Sprintf("%s: %s: %s", at, p.Summary, p.Detail)
-}
-
-// Problems is a list of validation failures.
-type Problems []Problem
-
-// Add appends a problem whose detail is format with args.
-func (ps *Problems) Add(field, sub string, index int, summary, format string, args ...any) {
-	*ps = append(*ps, Problem{Field: field, Sub: sub, Index: index, Summary: summary, Detail: fmt.Sprintf(format, args...)})
-}
-
-// Err is nil without problems, else one error naming them all.
-func (ps Problems) Err() error {
-	if len(ps) == 0 {
-		return nil
-	}
-	msgs := make([]string, len(ps))
-	for i, p := range ps {
-		msgs[i] = p.Error()
-	}
-	return fmt.Errorf("%s", strings.Join(msgs, "; "))
 }
