@@ -150,6 +150,11 @@ func TestCredentialRequired(t *testing.T) {
 	recs := p.records(t)
 	var named, anonymous int
 	for _, r := range recs {
+		// A refused credential still names what was asked for; only the
+		// revokes (POSTs to the proxy itself) ask for no host.
+		if r.Method != http.MethodPost && (r.Host != "a.test" || r.Port != p.port) {
+			t.Errorf("audit line without its target: %+v", r)
+		}
 		switch {
 		case r.Agent == "alpha" && r.Message != "":
 			named++

@@ -197,6 +197,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
+	// The target first, so that every line names what was asked for, a
+	// request refused for its credential too.
+	target, terr := s.target(r)
+	if terr == nil {
+		rec.Host, rec.Port = target.Host, target.Port
+	}
 	if s.creds != nil {
 		c, err := s.credential(r, &rec)
 		if r.Method == http.MethodPost && r.URL.Host == "" && r.URL.Path == RevokePath &&
@@ -211,19 +217,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		claims = &c
 	}
-
-	var target Target
-	var err error
-	if r.Method == http.MethodConnect {
-		target, err = ParseTarget(r.Host, 0)
-	} else {
-		target, err = s.plainTarget(r)
-	}
-	if err != nil {
-		s.refuse(w, &rec, &refusal{status: http.StatusBadRequest, reason: "bad request: " + err.Error()}, r.Host)
+	if terr != nil {
+		s.refuse(w, &rec, &refusal{status: http.StatusBadRequest, reason: "bad request: " + terr.Error()}, r.Host)
 		return
 	}
-	rec.Host, rec.Port = target.Host, target.Port
 	if _, ok := s.opts.Allow.Match(target); !ok {
 		s.refuse(w, &rec, &refusal{status: http.StatusForbidden, reason: "not in allowlist"}, target.String())
 		return
@@ -277,6 +274,15 @@ func (s *Server) revoke(w http.ResponseWriter, rec *AuditRecord, c Claims) {
 	w.Header().Set("Connection", "close")
 	// The runner reads the counts; one gone before reading them loses them.
 	_ = json.NewEncoder(w).Encode(n)
+}
+
+// target is what r asks for: a CONNECT's host:port, or a plain request's
+// absolute URI.
+func (s *Server) target(r *http.Request) (Target, error) {
+	if r.Method == http.MethodConnect {
+		return ParseTarget(r.Host, 0)
+	}
+	return s.plainTarget(r)
 }
 
 func (s *Server) plainTarget(r *http.Request) (Target, error) {
