@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/config"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
+	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
@@ -67,7 +69,7 @@ func TestAccKube_agent(t *testing.T) {
 	n := kubedeploy.NamesFor(id)
 	wsDir := testkube.ReservedVolume(t, c, n.Claim, kubedeploy.DefaultWorkspaceSize)
 	const soul, memory = "You are the quickstart helper. Be brief.", "Nothing remembered yet."
-	cfg := func(network string) string {
+	cfg := func(network string, extra ...string) string {
 		return kubeProvider(t, c, reg) + fmt.Sprintf(`
 resource "meepa_isolation_image" "agents" {
   base_image      = %q
@@ -88,9 +90,11 @@ resource "meepa_agent" "helper" {
     memory_limit = "256m"
     network      = %q
   }
+  %s
 }
-`, base, id, soul, memory, network)
+`, base, id, soul, memory, network, strings.Join(extra, "\n"))
 	}
+	var prevToken string
 	ctx := context.Background()
 	policy := n.Base + "-messages"
 	nps := c.Clientset.NetworkingV1().NetworkPolicies(c.Namespace)
@@ -184,7 +188,34 @@ resource "meepa_agent" "helper" {
 				if err != nil || !strings.Contains(reply, "== 1 ==") {
 					return fmt.Errorf("a bridge pod reached the API server: %q %v", reply, err)
 				}
+				prevToken = s.RootModule().Resources["meepa_agent.helper"].Primary.Attributes["token"]
 				return nil
+			},
+		}, {
+			// A new token_version: a new token in the Secret, a new runner
+			// pod that takes only it.
+			Config: cfg("bridge", "token_version = 1"),
+			ConfigPlanChecks: resource.ConfigPlanChecks{
+				PreApply: []plancheck.PlanCheck{
+					plancheck.ExpectResourceAction("meepa_agent.helper", plancheck.ResourceActionUpdate),
+					plancheck.ExpectUnknownValue("meepa_agent.helper", tfjsonpath.New("token")),
+				},
+			},
+			Check: func(s *terraform.State) error {
+				a := s.RootModule().Resources["meepa_agent.helper"].Primary.Attributes
+				if a["token"] == prevToken {
+					return fmt.Errorf("token not rotated")
+				}
+				fwd := testkube.Forward(t, c, a["runner_container_id"], kubedeploy.DefaultPort)
+				port, err := strconv.Atoi(fwd[strings.LastIndex(fwd, ":")+1:])
+				if err != nil {
+					return err
+				}
+				if _, code, err := sendTo(deploy.Listener{Port: port}, prevToken, "old"); err != nil || code != http.StatusUnauthorized {
+					return fmt.Errorf("the old token after rotation: %d %v, want 401", code, err)
+				}
+				_, err = send(s, "new")
+				return err
 			},
 		}},
 	})

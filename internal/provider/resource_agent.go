@@ -177,7 +177,10 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	// An update whose inputs are all known is hashed with the token state
 	// holds; a new agent has none yet.
 	token := ""
-	if state != nil && !apiKey.IsUnknown() && in.known() {
+	// A token_version known only at apply may rotate the token: it is
+	// planned unknown, and the runner replaced, either way.
+	rotate := state != nil && (plan.TokenVersion.IsUnknown() || tokenRotates(plan, *state))
+	if state != nil && !rotate && !apiKey.IsUnknown() && in.known() {
 		token = state.Token.ValueString()
 	}
 	deployment := planDerived(ctx, svc, &plan, in, token)
@@ -207,6 +210,9 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	}
 
 	plan.Token = state.Token
+	if rotate {
+		plan.Token = types.StringUnknown()
+	}
 	if resp.Diagnostics.HasError() {
 		return
 	}
@@ -227,6 +233,12 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 		}
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &plan)...)
+}
+
+// tokenRotates says whether token_version moved since the last apply
+// (unset counts as 0), which makes a new token.
+func tokenRotates(plan, state agentModel) bool {
+	return !plan.TokenVersion.IsUnknown() && plan.TokenVersion.ValueInt64() != state.TokenVersion.ValueInt64()
 }
 
 // planDerived fills what the backend derives before apply (id, workspace,
@@ -354,6 +366,9 @@ func (r *agentResource) Update(ctx context.Context, req resource.UpdateRequest, 
 		return
 	}
 	plan.Token = state.Token
+	if tokenRotates(plan, state) {
+		plan.Token = types.StringValue("") // the service makes a new one
+	}
 	r.apply(ctx, req.Config, &plan, &state, plan.RunnerContainerID.IsUnknown(), &resp.Diagnostics)
 	if resp.Diagnostics.HasError() {
 		return

@@ -30,6 +30,7 @@ type agentModel struct {
 	Egress                types.Object `tfsdk:"egress"`
 	Runner                types.Object `tfsdk:"runner"`
 	ForceDestroyWorkspace types.Bool   `tfsdk:"force_destroy_workspace"`
+	TokenVersion          types.Int64  `tfsdk:"token_version"`
 
 	WorkspacePath     types.String `tfsdk:"workspace_path"`
 	Endpoint          types.String `tfsdk:"endpoint"`

@@ -56,6 +56,9 @@ func warnRunnerReplaced(ctx context.Context, svc agentspec.Backend, in agentInpu
 		why = append(why, "its workspace is made again (the runner holds the old one's mount)")
 	}
 	switch {
+	case tokenRotates(plan, state):
+		why = append(why, fmt.Sprintf("token_version moved from %d to %d: a new token, which only the new runner accepts",
+			state.TokenVersion.ValueInt64(), plan.TokenVersion.ValueInt64()))
 	case plan.ConfigHash.IsUnknown():
 		why = append(why, "its new config cannot be hashed before apply (a value is known only at apply, or the runner's hash key is gone)")
 	case !plan.ConfigHash.Equal(state.ConfigHash):

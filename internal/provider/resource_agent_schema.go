@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
@@ -310,6 +311,14 @@ func agentSchema() schema.Schema {
 				Optional: true, Computed: true, Default: booldefault.StaticBool(false),
 				MarkdownDescription: "Delete the workspace (and everything the agent wrote) on destroy. Default `false`: destroy keeps it.",
 			},
+			"token_version": schema.Int64Attribute{
+				Optional: true,
+				MarkdownDescription: "Rotates `token`: change this number and the next apply makes a new token and replaces the runner " +
+					"with one that accepts only the new one (the old token stops working once the new runner is up; the plan shows " +
+					"`token` as known after apply and says the runner is replaced). Unset and `0` are the same, so adding " +
+					"`token_version = 0` rotates nothing. At least 0.",
+				Validators: []validator.Int64{int64validator.AtLeast(0)},
+			},
 
 			// Computed.
 			"id": schema.StringAttribute{
@@ -327,7 +336,7 @@ func agentSchema() schema.Schema {
 			},
 			"token": schema.StringAttribute{
 				Computed: true, Sensitive: true,
-				MarkdownDescription: "Bearer token for the runner's API: 32 random bytes, hex, made once and stable across updates.",
+				MarkdownDescription: "Bearer token for the runner's API: 32 random bytes, hex, made once and stable across updates until `token_version` changes.",
 			},
 			"runner_container_id": schema.StringAttribute{
 				Computed:            true,

@@ -40,7 +40,7 @@ func TestAccAgent_lifecycle(t *testing.T) {
 	wsPath := filepath.Join(stateDir, "agents", id)
 	layout := deploy.LayoutFor(stateDir, id)
 	cleanupAgent(t, cli, id)
-	var firstRunner, prevHash string
+	var firstRunner, prevHash, prevToken string
 	marker := filepath.Join(wsPath, "skills", "agent-note.md")
 
 	resource.Test(t, resource.TestCase{
@@ -198,6 +198,7 @@ func TestAccAgent_lifecycle(t *testing.T) {
 					if err != nil || code != 200 || reply.Reply != agent.OfflineAnswer("again") {
 						return fmt.Errorf("message after restore: %d %v %+v", code, err, reply)
 					}
+					prevToken = a["token"]
 					if raw, err := os.ReadFile(marker); err != nil || string(raw) != "mine" {
 						return fmt.Errorf("workspace touched by the restore: %v", err)
 					}
@@ -226,7 +227,49 @@ func TestAccAgent_lifecycle(t *testing.T) {
 				},
 			},
 			{
-				Config: agentAccConfig(stateDir, id, image, "256m", ""),
+				// token_version 0 is unset: nothing rotates.
+				Config: agentAccConfig(stateDir, id, image, "256m", "token_version = 0"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction("meepa_agent.t", plancheck.ResourceActionUpdate),
+						plancheck.ExpectKnownValue("meepa_agent.t", tfjsonpath.New("runner_container_id"), knownvalue.NotNull()),
+					},
+				},
+				Check: func(s *terraform.State) error {
+					if s.RootModule().Resources["meepa_agent.t"].Primary.Attributes["token"] != prevToken {
+						return fmt.Errorf("token_version 0 rotated the token")
+					}
+					return nil
+				},
+			},
+			{
+				// A new token_version rotates the token: the plan says so,
+				// the new runner takes only the new one.
+				Config: agentAccConfig(stateDir, id, image, "256m", "token_version = 1"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{
+						plancheck.ExpectResourceAction("meepa_agent.t", plancheck.ResourceActionUpdate),
+						plancheck.ExpectUnknownValue("meepa_agent.t", tfjsonpath.New("token")),
+						plancheck.ExpectUnknownValue("meepa_agent.t", tfjsonpath.New("runner_container_id")),
+					},
+				},
+				Check: func(s *terraform.State) error {
+					tok := s.RootModule().Resources["meepa_agent.t"].Primary.Attributes["token"]
+					if tok == prevToken || len(tok) != 64 {
+						return fmt.Errorf("token not rotated: %d characters, same as before: %v", len(tok), tok == prevToken)
+					}
+					if _, code, err := sendMessage(layout.Socket, prevToken, "old"); err != nil || code != http.StatusUnauthorized {
+						return fmt.Errorf("the old token after rotation: %d %v, want 401", code, err)
+					}
+					reply, code, err := sendMessage(layout.Socket, tok, "new")
+					if err != nil || code != 200 || reply.Reply != agent.OfflineAnswer("new") {
+						return fmt.Errorf("the new token: %d %v %+v", code, err, reply)
+					}
+					return nil
+				},
+			},
+			{
+				Config: agentAccConfig(stateDir, id, image, "256m", "token_version = 1"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},

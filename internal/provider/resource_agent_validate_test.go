@@ -48,6 +48,7 @@ func TestAgent_invalidInput(t *testing.T) {
 		{"base url no scheme", `llm = { provider = "openai", base_url = "api.openai.com/v1" }`, "llm.base_url", `not an absolute http\(s\) URL`},
 		{"image reference", `runner = { image = "Bad Image" }`, "runner.image", `Invalid Image Reference`},
 		{"secret name", "inject_secrets_env = true\n  secrets = { \"gh-token\" = \"x\" }", "secrets", `Rename it \(e\.g\. "GH_TOKEN"\)`},
+		{"token_version negative", `token_version = -1`, "token_version", `at least 0`},
 		{"secret name reserved", "inject_secrets_env = true\n  secrets = { \"HOME\" = \"/\" }", "secrets", `fixed by the sandbox.*Rename it \(e\.g\. "SECRET_HOME"\)`},
 	}
 	for _, tc := range cases {
