@@ -39,15 +39,17 @@ terraform {
 TF
 (cd "$tmp/cfg" && TF_CLI_CONFIG_FILE="$tmp/tfrc" terraform providers schema -json 2>/dev/null) >"$tmp/full.json"
 
-# split PREFIX: the schema of the resources and data sources whose names
-# start with PREFIX_, under the provider key PREFIX. Functions are called
-# provider::meepa::…, so only the meepa run documents them.
+# split PREFIX: the schema of the resources, data sources and ephemeral
+# resources whose names start with PREFIX_, under the provider key PREFIX.
+# Functions are called provider::meepa::…, so only the meepa run documents
+# them.
 split() {
   jq --arg p "$1" '
     def pick: with_entries(select(.key | startswith($p + "_")));
     .provider_schemas |= { ($p): (to_entries[0].value
       | .resource_schemas = ((.resource_schemas // {}) | pick)
       | .data_source_schemas = ((.data_source_schemas // {}) | pick)
+      | .ephemeral_resource_schemas = ((.ephemeral_resource_schemas // {}) | pick)
       | if $p == "meepa" then . else del(.functions) end) }' "$tmp/full.json"
 }
 split meepa >"$tmp/meepa.json"

@@ -104,7 +104,7 @@ resource "meepa_agent" "helper" {
 	}
 	resource.Test(t, resource.TestCase{
 		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
-		ProtoV6ProviderFactories: testAccProviders,
+		ProtoV6ProviderFactories: withEcho(),
 		CheckDestroy: func(*terraform.State) error {
 			for what, err := range map[string]error{
 				"Deployment":    getErr(c.Clientset.AppsV1().Deployments(c.Namespace).Get(ctx, n.Base, metav1.GetOptions{})),
@@ -216,6 +216,23 @@ resource "meepa_agent" "helper" {
 				}
 				_, err = send(s, "new")
 				return err
+			},
+		}, {
+			// A short-lived token from the agent's Secret is taken by its
+			// runner pod.
+			Config: cfg("bridge", "token_version = 1") + echoShortToken("meepa_agent.helper"),
+			Check: func(s *terraform.State) error {
+				short := s.RootModule().Resources["echo.t"].Primary.Attributes["data.token"]
+				a := s.RootModule().Resources["meepa_agent.helper"].Primary.Attributes
+				fwd := testkube.Forward(t, c, a["runner_container_id"], kubedeploy.DefaultPort)
+				port, err := strconv.Atoi(fwd[strings.LastIndex(fwd, ":")+1:])
+				if err != nil {
+					return err
+				}
+				if r, code, err := sendTo(deploy.Listener{Port: port}, short, "short"); err != nil || code != 200 {
+					return fmt.Errorf("the short-lived token %q: %d %v %+v", short, code, err, r)
+				}
+				return nil
 			},
 		}},
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/hashicorp/terraform-plugin-framework/action"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/ephemeral"
 	"github.com/hashicorp/terraform-plugin-framework/list"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
@@ -134,6 +135,7 @@ func (p *meepaProvider) Configure(ctx context.Context, req provider.ConfigureReq
 	resp.DataSourceData = data
 	resp.ListResourceData = data
 	resp.ActionData = data
+	resp.EphemeralResourceData = data
 }
 
 func (p *meepaProvider) Resources(context.Context) []func() resource.Resource {
@@ -151,6 +153,12 @@ func (p *meepaProvider) ListResources(context.Context) []func() list.ListResourc
 		NewTopologyListResource,
 		NewIsolationImageListResource,
 	}
+}
+
+// EphemeralResources are values made for one run and never stored in a
+// plan or state (Terraform 1.10+).
+func (p *meepaProvider) EphemeralResources(context.Context) []func() ephemeral.EphemeralResource {
+	return []func() ephemeral.EphemeralResource{NewAgentTokenEphemeral}
 }
 
 // Actions are what an apply can run beside its changes (Terraform 1.14+).

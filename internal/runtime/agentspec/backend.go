@@ -31,6 +31,10 @@ type Backend interface {
 	// (the runner's own token, read from what the backend holds) and
 	// waits for the answer, at most timeout.
 	Send(ctx context.Context, id, text string, timeout time.Duration) (MessageReply, error)
+	// ShortToken makes a short-lived API token for the agent from the
+	// runner's own token (read from what the backend holds), good for
+	// ttl (at most MaxShortTokenTTL), and says when it expires.
+	ShortToken(ctx context.Context, id string, ttl time.Duration) (string, time.Time, error)
 
 	// Check says what of a this backend cannot honour, each a *fault.FieldError
 	// on the setting (joined), or nil, and what it will do with a that the

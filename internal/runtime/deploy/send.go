@@ -33,3 +33,17 @@ func (s *Service) Send(ctx context.Context, id, text string, timeout time.Durati
 	}
 	return r, nil
 }
+
+// ShortToken is agentspec.Backend's: minted from the token in the
+// runner's config file.
+func (s *Service) ShortToken(_ context.Context, id string, ttl time.Duration) (string, time.Time, error) {
+	what := "making a short-lived token for agent " + id
+	if !workspace.ValidID(id) {
+		return "", time.Time{}, stepErr(agentspec.StepToken, "", what, fmt.Errorf("%q is not an agent id (%s)", id, workspace.IDPattern))
+	}
+	cfg, err := agentspec.LoadConfig(s.Layout(id).ConfigFile)
+	if err != nil {
+		return "", time.Time{}, stepErr(agentspec.StepToken, "", what, fmt.Errorf("no runner config for agent %q under %s: %w", id, s.o.StateDir, err))
+	}
+	return agentspec.NewShortToken(cfg.Token, id, ttl)
+}

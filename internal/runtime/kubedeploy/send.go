@@ -57,6 +57,23 @@ func (b *Backend) Send(ctx context.Context, id, text string, timeout time.Durati
 	return r, nil
 }
 
+// ShortToken is agentspec.Backend's: minted from the token in the
+// agent's Secret.
+func (b *Backend) ShortToken(ctx context.Context, id string, ttl time.Duration) (string, time.Time, error) {
+	what := "making a short-lived token for agent " + id
+	if !workspace.ValidID(id) {
+		return "", time.Time{}, stepErr(agentspec.StepToken, "", what, fmt.Errorf("%q is not an agent id (%s)", id, workspace.IDPattern))
+	}
+	cfg, _, err := b.s.secretState(ctx, NamesFor(id))
+	if err == nil && cfg == nil {
+		err = fmt.Errorf("no readable runner config in Secret %s/%s", b.s.o.Client.Namespace, NamesFor(id).Base)
+	}
+	if err != nil {
+		return "", time.Time{}, stepErr(agentspec.StepToken, "", what, err)
+	}
+	return agentspec.NewShortToken(cfg.Token, id, ttl)
+}
+
 // readyPod names a runner pod that is ready and not going away.
 func readyPod(pods []corev1.Pod) string {
 	for _, p := range pods {

@@ -358,11 +358,16 @@ func (s *Server) authorized(r *http.Request) bool {
 	if !ok {
 		return false
 	}
+	s.mu.RLock()
+	want, cfg := s.token, s.cfg
+	s.mu.RUnlock()
+	if agentspec.IsShortToken(tok) {
+		// A short-lived token (meepa_agent_token) made from this agent's
+		// bearer token; its MAC is compared in constant time.
+		return agentspec.VerifyShortToken(cfg.Token, cfg.AgentID, tok, time.Now()) == nil
+	}
 	// Compare fixed-size digests so neither content nor length leaks by timing.
 	got := sha256.Sum256([]byte(tok))
-	s.mu.RLock()
-	want := s.token
-	s.mu.RUnlock()
 	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
