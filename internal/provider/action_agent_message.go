@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/action"
 	"github.com/hashicorp/terraform-plugin-framework/action/schema"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
@@ -71,10 +72,7 @@ func (a *agentMessageAction) ValidateConfig(ctx context.Context, req action.Vali
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if id := m.AgentID; !id.IsUnknown() && !id.IsNull() && !workspace.ValidID(id.ValueString()) {
-		resp.Diagnostics.AddAttributeError(path.Root("agent_id"), "Invalid Agent ID",
-			fmt.Sprintf("%q is not an agent id (%s).", id.ValueString(), workspace.IDPattern))
-	}
+	checkAgentID(m.AgentID, &resp.Diagnostics)
 	if e := m.Expect; !e.IsUnknown() && !e.IsNull() {
 		if _, err := regexp.Compile(e.ValueString()); err != nil {
 			resp.Diagnostics.AddAttributeError(path.Root("expect"), "Invalid Regular Expression", err.Error())
@@ -118,6 +116,14 @@ func (a *agentMessageAction) Invoke(ctx context.Context, req action.InvokeReques
 		return
 	}
 	progress(resp, fmt.Sprintf("agent %s replied in %d ms (message %s): %s", id, r.DurationMS, r.MessageID, firstLine(r.Reply)))
+}
+
+// checkAgentID refuses an agent_id that names no agent, at plan.
+func checkAgentID(id types.String, diags *diag.Diagnostics) {
+	if !id.IsUnknown() && !id.IsNull() && !workspace.ValidID(id.ValueString()) {
+		diags.AddAttributeError(path.Root("agent_id"), "Invalid Agent ID",
+			fmt.Sprintf("%q is not an agent id (%s).", id.ValueString(), workspace.IDPattern))
+	}
 }
 
 // progress shows message in the CLI's output while an action runs.

@@ -11,7 +11,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
-	"github.com/bogpad/terraform-provider-meepa/internal/runtime/workspace"
 )
 
 var (
@@ -66,10 +65,7 @@ func (e *agentTokenEphemeral) ValidateConfig(ctx context.Context, req ephemeral.
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if id := m.AgentID; !id.IsUnknown() && !id.IsNull() && !workspace.ValidID(id.ValueString()) {
-		resp.Diagnostics.AddAttributeError(path.Root("agent_id"), "Invalid Agent ID",
-			fmt.Sprintf("%q is not an agent id (%s).", id.ValueString(), workspace.IDPattern))
-	}
+	checkAgentID(m.AgentID, &resp.Diagnostics)
 	if t := m.TTLSeconds; !t.IsUnknown() && !t.IsNull() && (t.ValueInt64() < 1 || time.Duration(t.ValueInt64())*time.Second > agentspec.MaxShortTokenTTL) {
 		resp.Diagnostics.AddAttributeError(path.Root("ttl_seconds"), "Invalid Token Lifetime",
 			fmt.Sprintf("%d is not between 1 and %d seconds.", t.ValueInt64(), int(agentspec.MaxShortTokenTTL/time.Second)))

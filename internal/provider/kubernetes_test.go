@@ -24,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
@@ -206,15 +207,10 @@ resource "meepa_agent" "helper" {
 				if a["token"] == prevToken {
 					return fmt.Errorf("token not rotated")
 				}
-				fwd := testkube.Forward(t, c, a["runner_container_id"], kubedeploy.DefaultPort)
-				port, err := strconv.Atoi(fwd[strings.LastIndex(fwd, ":")+1:])
-				if err != nil {
-					return err
-				}
-				if _, code, err := sendTo(deploy.Listener{Port: port}, prevToken, "old"); err != nil || code != http.StatusUnauthorized {
+				if _, code, err := sendToPodAs(t, c, a, prevToken, "old"); err != nil || code != http.StatusUnauthorized {
 					return fmt.Errorf("the old token after rotation: %d %v, want 401", code, err)
 				}
-				_, err = send(s, "new")
+				_, err := send(s, "new")
 				return err
 			},
 		}, {
@@ -224,12 +220,7 @@ resource "meepa_agent" "helper" {
 			Check: func(s *terraform.State) error {
 				short := s.RootModule().Resources["echo.t"].Primary.Attributes["data.token"]
 				a := s.RootModule().Resources["meepa_agent.helper"].Primary.Attributes
-				fwd := testkube.Forward(t, c, a["runner_container_id"], kubedeploy.DefaultPort)
-				port, err := strconv.Atoi(fwd[strings.LastIndex(fwd, ":")+1:])
-				if err != nil {
-					return err
-				}
-				if r, code, err := sendTo(deploy.Listener{Port: port}, short, "short"); err != nil || code != 200 {
+				if r, code, err := sendToPodAs(t, c, a, short, "short"); err != nil || code != 200 {
 					return fmt.Errorf("the short-lived token %q: %d %v %+v", short, code, err, r)
 				}
 				return nil
@@ -256,16 +247,22 @@ resource "meepa_isolation_image" "agents" {
 // port-forward to its runner pod (runner_container_id), with its token.
 func sendToPod(t *testing.T, c *kube.Client, s *terraform.State, addr, text string) (string, error) {
 	a := s.RootModule().Resources[addr].Primary.Attributes
-	fwd := testkube.Forward(t, c, a["runner_container_id"], kubedeploy.DefaultPort)
-	port, err := strconv.Atoi(fwd[strings.LastIndex(fwd, ":")+1:])
-	if err != nil {
-		return "", err
-	}
-	r, code, err := sendTo(deploy.Listener{Port: port}, a["token"], text)
+	r, code, err := sendToPodAs(t, c, a, a["token"], text)
 	if err != nil || code != 200 {
 		return "", fmt.Errorf("%s %q through the runner pod: %d %+v %v", addr, text, code, r, err)
 	}
 	return r.Reply, nil
+}
+
+// sendToPodAs posts a message with token to the runner pod of the agent
+// whose state attributes are a, through a port-forward.
+func sendToPodAs(t *testing.T, c *kube.Client, a map[string]string, token, text string) (agent.Reply, int, error) {
+	fwd := testkube.Forward(t, c, a["runner_container_id"], kubedeploy.DefaultPort)
+	port, err := strconv.Atoi(fwd[strings.LastIndex(fwd, ":")+1:])
+	if err != nil {
+		return agent.Reply{}, 0, err
+	}
+	return sendTo(deploy.Listener{Port: port}, token, text)
 }
 
 // TestAccKube_threegate applies examples/kubernetes (the quickstart's
