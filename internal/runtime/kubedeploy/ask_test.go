@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -90,7 +91,11 @@ func TestCompleteAsk(t *testing.T) {
 		t.Errorf("completed ask %+v, kubernetes %+v", a.Config.Ask, a.Config.Kubernetes)
 	}
 	a.ThreegateAsk = []string{"te", "ghost"}
-	err := svc.complete(context.Background(), &a)
+	// A target not deployed yet is waited for (agentspec.AskWait, 5 min)
+	// while the apply's context lasts; a short one ends the wait.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err := svc.complete(ctx, &a)
 	var se *fault.StepError
 	if !errors.As(err, &se) || se.Field != "threegate.ask" || se.Step != agentspec.StepAsk || !strings.Contains(err.Error(), `ask "ghost"`) {
 		t.Errorf("a missing target: %v (%+v)", err, se)
