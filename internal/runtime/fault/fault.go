@@ -10,7 +10,6 @@ package fault
 import (
 	"errors"
 	"fmt"
-	"strings"
 )
 
 // FieldError is a setting at fault. Field is its dotted path in the config
@@ -28,11 +27,6 @@ type FieldError struct {
 	// ("Invalid Subnet"); "" leaves it to the reader.
 	Summary string
 	Err     error
-}
-
-// Field is a FieldError on field as a whole.
-func Field(field string, err error) *FieldError {
-	return &FieldError{Field: field, Index: -1, Err: err}
 }
 
 // Fieldf is a titled FieldError on field (at list entry index, or -1)
@@ -98,16 +92,4 @@ func (l List) Err() error {
 		errs[i] = e
 	}
 	return errors.Join(errs...)
-}
-
-// Path joins a field and a sub-field ("proxy", "allow") into one dotted
-// path.
-func Path(parts ...string) string {
-	kept := parts[:0:0]
-	for _, p := range parts {
-		if p != "" {
-			kept = append(kept, p)
-		}
-	}
-	return strings.Join(kept, ".")
 }

@@ -25,13 +25,7 @@ func (b *Backend) Send(ctx context.Context, id, text string, timeout time.Durati
 	fail := func(err error) (agentspec.MessageReply, error) {
 		return agentspec.MessageReply{}, stepErr(agentspec.StepSend, "", what, err)
 	}
-	if !workspace.ValidID(id) {
-		return fail(fmt.Errorf("%q is not an agent id (%s)", id, workspace.IDPattern))
-	}
-	cfg, _, err := b.s.secretState(ctx, NamesFor(id))
-	if err == nil && cfg == nil {
-		err = fmt.Errorf("no readable runner config in Secret %s/%s", b.s.o.Client.Namespace, NamesFor(id).Base)
-	}
+	cfg, err := b.runnerConfig(ctx, id)
 	if err != nil {
 		return fail(err)
 	}
@@ -60,18 +54,28 @@ func (b *Backend) Send(ctx context.Context, id, text string, timeout time.Durati
 // ShortToken is agentspec.Backend's: minted from the token in the
 // agent's Secret.
 func (b *Backend) ShortToken(ctx context.Context, id string, ttl time.Duration) (string, time.Time, error) {
-	what := "making a short-lived token for agent " + id
+	cfg, err := b.runnerConfig(ctx, id)
+	if err == nil {
+		var tok string
+		var exp time.Time
+		if tok, exp, err = agentspec.NewShortToken(cfg.Token, id, ttl); err == nil {
+			return tok, exp, nil
+		}
+	}
+	return "", time.Time{}, stepErr(agentspec.StepToken, "", "making a short-lived token for agent "+id, err)
+}
+
+// runnerConfig is the runner config in agent id's Secret, which holds its
+// token.
+func (b *Backend) runnerConfig(ctx context.Context, id string) (*agentspec.Config, error) {
 	if !workspace.ValidID(id) {
-		return "", time.Time{}, stepErr(agentspec.StepToken, "", what, fmt.Errorf("%q is not an agent id (%s)", id, workspace.IDPattern))
+		return nil, fmt.Errorf("%q is not an agent id (%s)", id, workspace.IDPattern)
 	}
 	cfg, _, err := b.s.secretState(ctx, NamesFor(id))
 	if err == nil && cfg == nil {
 		err = fmt.Errorf("no readable runner config in Secret %s/%s", b.s.o.Client.Namespace, NamesFor(id).Base)
 	}
-	if err != nil {
-		return "", time.Time{}, stepErr(agentspec.StepToken, "", what, err)
-	}
-	return agentspec.NewShortToken(cfg.Token, id, ttl)
+	return cfg, err
 }
 
 // readyPod names a runner pod that is ready and not going away.
