@@ -87,7 +87,7 @@ func runProxy(args []string) int {
 // proxyFlags is the proxy's command line.
 type proxyFlags struct {
 	allow, allowFiles, dns, allowPrivate stringList
-	listen, audit, logLevel              string
+	listen, audit, logLevel, upstreamCA  string
 	requireCredential                    bool
 	maxConns                             int
 	dialTimeout, idleTimeout, grace      time.Duration
@@ -106,6 +106,8 @@ func (f *proxyFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.grace, "shutdown-grace", 8*time.Second, "on SIGTERM, how long open tunnels may finish")
 	fs.BoolVar(&f.requireCredential, "require-credential", false,
 		"require a per-message egress credential on every request (the topology's key, hex, in $"+proxy.EnvEgressKey+")")
+	fs.StringVar(&f.upstreamCA, "upstream-ca", "",
+		"PEM of CA certificates a bound host's certificate may also chain to, besides the system's (for brokered secrets)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "operational log level on stderr (trace, debug, info, warn, error)")
 }
 
@@ -141,15 +143,20 @@ func (f *proxyFlags) options(log hclog.Logger) (proxy.Options, error) {
 			return proxy.Options{}, fmt.Errorf("--require-credential: $%s: %w", proxy.EnvEgressKey, err)
 		}
 	}
+	roots, err := proxy.UpstreamRoots(f.upstreamCA)
+	if err != nil {
+		return proxy.Options{}, fmt.Errorf("--upstream-ca: %w", err)
+	}
 	return proxy.Options{
-		Key:          key,
-		Allow:        list,
-		AllowPrivate: prefixes,
-		Resolver:     proxy.NewDNSResolver(servers),
-		DialTimeout:  f.dialTimeout,
-		IdleTimeout:  f.idleTimeout,
-		MaxConns:     f.maxConns,
-		Logger:       log,
+		Key:           key,
+		UpstreamRoots: roots,
+		Allow:         list,
+		AllowPrivate:  prefixes,
+		Resolver:      proxy.NewDNSResolver(servers),
+		DialTimeout:   f.dialTimeout,
+		IdleTimeout:   f.idleTimeout,
+		MaxConns:      f.maxConns,
+		Logger:        log,
 	}, nil
 }
 

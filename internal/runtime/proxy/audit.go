@@ -39,6 +39,9 @@ type AuditRecord struct {
 	BytesUp    int64   `json:"bytes_up"`   // client to upstream: tunnel bytes, or the request body
 	BytesDown  int64   `json:"bytes_down"` // upstream to client: tunnel bytes, or the response body
 	DurationMS float64 `json:"duration_ms"`
+	// Brokered names the secrets the proxy put into this tunnel's requests
+	// (names only, never values).
+	Brokered []string `json:"brokered,omitempty"`
 }
 
 // auditLog serializes records as JSON lines; one write per line so lines

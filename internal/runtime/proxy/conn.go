@@ -164,3 +164,24 @@ func (s *Server) reject(c net.Conn) {
 		s.log.Error("audit write failed", "error", err)
 	}
 }
+
+// readConn is a connection whose reads come from r (the buffered start of
+// a hijacked connection, then the connection).
+type readConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c readConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// counted counts the bytes written to a connection.
+type counted struct {
+	net.Conn
+	wrote int64
+}
+
+func (c *counted) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.wrote += int64(n)
+	return n, err
+}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,16 +62,21 @@ type Options struct {
 	// must carry a live per-message credential minted under it (else 407),
 	// and the credential's Policy narrows Allow for that request. Nil: no
 	// credentials (a proxy started by hand, or by an earlier release).
+	// With a key the proxy also brokers secrets (broker.go).
 	Key []byte
+	// UpstreamRoots are what a bound host's certificate must chain to when
+	// the proxy brokers a secret to it; nil: the system's roots.
+	UpstreamRoots *x509.CertPool
 }
 
 // Server is the allowlist forward proxy. Create it with New.
 type Server struct {
-	opts  Options
-	audit *auditLog
-	creds *verifier // nil without Options.Key
-	log   hclog.Logger
-	http  *http.Server
+	opts   Options
+	audit  *auditLog
+	creds  *verifier // nil without Options.Key
+	broker *broker   // nil without Options.Key
+	log    hclog.Logger
+	http   *http.Server
 
 	// dial connects to one already-vetted address; tests replace it to
 	// observe dial targets. The default re-checks the address in the
@@ -119,6 +125,7 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Key != nil {
 		s.creds = newVerifier(opts.Key)
+		s.broker = &broker{key: opts.Key, roots: opts.UpstreamRoots, cas: newAuthorities(opts.Key), msgs: map[string]registration{}}
 	}
 	d := &net.Dialer{
 		Timeout:        opts.DialTimeout,
@@ -205,10 +212,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.creds != nil {
 		c, err := s.credential(r, &rec)
-		if r.Method == http.MethodPost && r.URL.Host == "" && r.URL.Path == RevokePath &&
-			(err == nil || errors.Is(err, ErrRevokedCredential)) {
-			s.revoke(w, &rec, c)
-			return
+		if r.URL.Host == "" && r.Method != http.MethodConnect {
+			// Requests to the proxy itself: a runner's, about its message.
+			switch {
+			case r.Method == http.MethodPost && r.URL.Path == RevokePath && (err == nil || errors.Is(err, ErrRevokedCredential)):
+				s.revoke(w, &rec, c)
+				return
+			case r.Method == http.MethodPost && r.URL.Path == BindPath && err == nil:
+				s.bind(w, r, &rec, c)
+				return
+			case r.Method == http.MethodGet && r.URL.Path == CAPath && err == nil:
+				s.caPEM(w, &rec, c)
+				return
+			}
 		}
 		if err != nil {
 			w.Header().Set("Proxy-Authenticate", `Basic realm="meepa-egress"`)
@@ -245,7 +261,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodConnect {
-		s.tunnel(w, &rec, upstream)
+		var binds []Binding
+		if claims != nil {
+			binds = s.broker.bound(*claims, target)
+		}
+		s.tunnel(w, &rec, upstream, claims, target, binds)
 	} else {
 		s.forward(w, r, &rec, upstream)
 	}
@@ -269,6 +289,7 @@ func (s *Server) credential(r *http.Request, rec *AuditRecord) (Claims, error) {
 // revoke ends the message of c and answers its counts.
 func (s *Server) revoke(w http.ResponseWriter, rec *AuditRecord, c Claims) {
 	n := s.creds.revoke(c)
+	s.broker.forget(c)
 	rec.Decision, rec.Status, rec.Reason = DecisionRevoke, http.StatusOK, fmt.Sprintf("revoked after %d requests (%d refused)", n.Requests, n.Refused)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Connection", "close")
@@ -313,7 +334,9 @@ func (s *Server) refuse(w http.ResponseWriter, rec *AuditRecord, ref *refusal, w
 	_, _ = fmt.Fprintf(w, "meepa proxy: refused %s: %s\n", sanitizeText(what), ref.reason)
 }
 
-func (s *Server) tunnel(w http.ResponseWriter, rec *AuditRecord, upstream net.Conn) {
+// tunnel joins the client to upstream: an opaque pipe, or, for a host
+// that binds some of the message's secrets, the broker (brokered).
+func (s *Server) tunnel(w http.ResponseWriter, rec *AuditRecord, upstream net.Conn, claims *Claims, target Target, binds []Binding) {
 	// Closing either end of a finished tunnel has nothing left to tell.
 	defer func() { _ = upstream.Close() }()
 	hj, ok := w.(http.Hijacker)
@@ -352,6 +375,12 @@ func (s *Server) tunnel(w http.ResponseWriter, rec *AuditRecord, upstream net.Co
 	act.touch()
 	up := idleConn{Conn: upstream, idle: s.opts.IdleTimeout, act: act}
 	cl := idleConn{Conn: client, idle: s.opts.IdleTimeout, act: act}
+	if len(binds) > 0 {
+		in, out := &counted{Conn: up}, &counted{Conn: readConn{cl, readerWithIdle{fromClient, cl}}}
+		s.brokered(rec, *claims, out, in, target, binds)
+		rec.BytesUp, rec.BytesDown = in.wrote, out.wrote
+		return
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {

@@ -145,7 +145,7 @@ type testProxy struct {
 	audit *syncBuffer
 }
 
-func startProxy(t *testing.T, opts Options, adjust ...func(*Server)) *testProxy {
+func startProxy(t testing.TB, opts Options, adjust ...func(*Server)) *testProxy {
 	t.Helper()
 	audit := &syncBuffer{}
 	opts.Audit = audit

@@ -1,10 +1,12 @@
 package proxy
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -34,6 +36,9 @@ type Settings struct {
 	MaxConns    int
 	DialTimeout time.Duration
 	IdleTimeout time.Duration
+	// UpstreamCA is PEM of CAs a bound host's certificate may chain to
+	// besides the system's (an internal API's); "" for none.
+	UpstreamCA string
 }
 
 // ListenAddr is the address the proxy listens on, e.g. "172.30.1.2:3128".
@@ -86,6 +91,9 @@ func Args(s Settings) []string {
 	if s.IdleTimeout > 0 {
 		args = append(args, "--idle-timeout", s.IdleTimeout.String())
 	}
+	if s.UpstreamCA != "" {
+		args = append(args, "--upstream-ca", s.UpstreamCA)
+	}
 	return args
 }
 
@@ -115,4 +123,20 @@ func ParsePrefixes(cidrs []string) ([]netip.Prefix, error) {
 		out = append(out, p)
 	}
 	return out, errors.Join(errs...)
+}
+
+// UpstreamRoots is the system's roots plus the CAs in pem (none when ""),
+// or nil (the system's) when pem is "".
+func UpstreamRoots(pemText string) (*x509.CertPool, error) {
+	if strings.TrimSpace(pemText) == "" {
+		return nil, nil
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM([]byte(pemText)) {
+		return nil, errors.New("no PEM certificate in it")
+	}
+	return pool, nil
 }
