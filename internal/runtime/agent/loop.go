@@ -97,14 +97,10 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 	}
 	rep := &Reply{MessageID: req.Message.ID}
 
-	// Every known secret value; what the loop writes into the workspace is
-	// always scrubbed with it (Prepared.Scrub), the reply only when
-	// RedactSecrets asks.
-	secretValues := []string{req.LLM.APIKey}
-	for _, v := range req.Secrets {
-		secretValues = append(secretValues, v)
-	}
-	red := redact.NewRedactor(secretValues...)
+	// The one secret a request can hold (the key, or the relay's token
+	// for it): what the loop writes into the workspace is always scrubbed
+	// of it (Prepared.Scrub), the reply only when RedactSecrets asks.
+	red := redact.NewRedactor(req.LLM.APIKey)
 	finish := func(kind string, err error) *Reply {
 		if err != nil {
 			rep.ErrorKind = kind
@@ -142,6 +138,15 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 		return finish(ErrKindRequest, err)
 	}
 	defer func() { rep.ToolsRefused = tb.Refused() }()
+	if req.EgressCA != "" {
+		ca, err := trustEgressCA(req.EgressCA, env)
+		if err != nil {
+			return finish(ErrKindRequest, err)
+		}
+		defer ca.remove()
+		tb.env, tb.roots = append(tb.env, ca.env...), ca.roots
+	}
+	tb.brokered = req.Brokered
 
 	hc := opt.HTTPClient
 	if req.Relay != nil {
@@ -281,8 +286,8 @@ func validate(req *Request, workspace string) (int, []string, error) {
 }
 
 // toolEnv is the whole environment of tool processes: PATH, HOME (the
-// workspace) and TMPDIR, then the request's Env, then the secrets when
-// InjectSecretsEnv, then the API key when InjectCredentialsEnv. agent-run's
+// workspace) and TMPDIR, then the request's Env, then the bound secrets'
+// placeholders, then the API key when InjectCredentialsEnv. agent-run's
 // own environment is not inherited, so nothing the runner had reaches a
 // tool by accident.
 func toolEnv(req *Request, workspace string) ([]string, error) {
@@ -308,10 +313,8 @@ func toolEnv(req *Request, workspace string) ([]string, error) {
 	for k, v := range req.Env {
 		set("env", k, v)
 	}
-	if req.InjectSecretsEnv {
-		for k, v := range req.Secrets {
-			set("secrets", k, v)
-		}
+	for _, b := range req.Brokered {
+		set("secret_bindings", b.Name, b.Placeholder)
 	}
 	// With a relay the "key" is the relay token and tools get it with the
 	// relay's address, once the loop has it (relayEnv).

@@ -72,7 +72,6 @@ func TestToolEnvIsCleanUnlessAsked(t *testing.T) {
 	ws := t.TempDir()
 	req := offlineReq("!sh env | sort")
 	req.LLM.APIKey = "sk-test-key-1234"
-	req.Secrets = map[string]string{"DB_PASSWORD": "hunter2-db"}
 	req.Env = map[string]string{"GREETING": "hi"}
 	rep := runReq(t, ws, req)
 	for _, bad := range []string{"MEEPA_TEST_LEAK", "DB_PASSWORD", "OPENAI_API_KEY", EnvLLMAPIKey, "REDACTED"} {
@@ -86,10 +85,11 @@ func TestToolEnvIsCleanUnlessAsked(t *testing.T) {
 		}
 	}
 
-	req.InjectSecretsEnv = true
+	// A bound secret: its placeholder, never a value.
+	req.Brokered = []Brokered{{Name: "DB_PASSWORD", Placeholder: "meepa-placeholder-db_password-0123456789abcdef"}}
 	req.InjectCredentialsEnv = true
 	rep = runReq(t, ws, req)
-	for _, want := range []string{"DB_PASSWORD=" + redact.Redacted, EnvLLMAPIKey + "=" + redact.Redacted} {
+	for _, want := range []string{"DB_PASSWORD=meepa-placeholder-db_password-0123456789abcdef", EnvLLMAPIKey + "=" + redact.Redacted} {
 		if !strings.Contains(rep.Reply, want) {
 			t.Errorf("injected env lacks %s:\n%s", want, rep.Reply)
 		}
@@ -158,7 +158,7 @@ func TestStepBound(t *testing.T) {
 func TestLLMErrorIsRedacted(t *testing.T) {
 	ws := t.TempDir()
 	req := offlineReq("hi")
-	req.Secrets = map[string]string{"TOKEN": "tok-abcdef"}
+	req.LLM.APIKey = "tok-abcdef"
 	c := &scripted{next: func(int, Completion) (Answer, error) {
 		return Answer{}, errors.New("gateway said: bad token tok-abcdef")
 	}}
@@ -291,16 +291,16 @@ func TestToolEnvRefusesReservedNames(t *testing.T) {
 		if agentspec.CheckToolEnvName(k) == nil {
 			t.Errorf("CheckToolEnvName(%q) = nil, want an error", k)
 		}
-		req := &Request{InjectSecretsEnv: true, Secrets: map[string]string{k: "value"}}
+		req := &Request{Brokered: []Brokered{{Name: k, Placeholder: "p"}}}
 		if _, err := toolEnv(req, "/workspace"); err == nil {
-			t.Errorf("toolEnv with secret %q: no error", k)
+			t.Errorf("toolEnv with bound secret %q: no error", k)
 		}
 		req = &Request{Env: map[string]string{k: "value"}}
 		if _, err := toolEnv(req, "/workspace"); err == nil {
 			t.Errorf("toolEnv with env %q: no error", k)
 		}
 	}
-	env, err := toolEnv(&Request{InjectSecretsEnv: true, Secrets: map[string]string{"GH_TOKEN": "t"}}, "/ws")
+	env, err := toolEnv(&Request{Brokered: []Brokered{{Name: "GH_TOKEN", Placeholder: "t"}}}, "/ws")
 	if err != nil {
 		t.Fatal(err)
 	}

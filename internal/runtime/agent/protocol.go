@@ -18,15 +18,19 @@ type Message struct {
 
 // Request is what agent-run reads on stdin.
 type Request struct {
-	AgentID string              `json:"agent_id"`
-	Message Message             `json:"message"`
-	LLM     agentspec.LLMConfig `json:"llm"`
-	// Secrets are extra secret values; redacted from replies when
-	// RedactSecrets, exported to tool processes when InjectSecretsEnv.
-	Secrets              map[string]string `json:"secrets,omitempty"`
-	InjectCredentialsEnv bool              `json:"inject_credentials_env"`
-	InjectSecretsEnv     bool              `json:"inject_secrets_env"`
-	RedactSecrets        bool              `json:"redact_secrets"`
+	AgentID              string              `json:"agent_id"`
+	Message              Message             `json:"message"`
+	LLM                  agentspec.LLMConfig `json:"llm"`
+	InjectCredentialsEnv bool                `json:"inject_credentials_env"`
+	RedactSecrets        bool                `json:"redact_secrets"`
+	// Brokered are the message's bound secrets as its tools know them: a
+	// placeholder each, in the variable of the secret's name. No secret
+	// value is ever in a request: the egress proxy adds a bound one on
+	// its way to a bound host.
+	Brokered []Brokered `json:"brokered,omitempty"`
+	// EgressCA is the PEM of the agent's egress CA, which the proxy signs
+	// bound hosts' certificates with; the tools trust it (egressca.go).
+	EgressCA string `json:"egress_ca,omitempty"`
 	// Env is extra environment for tool processes.
 	Env map[string]string `json:"env,omitempty"`
 	// MaxSteps bounds the model turns; 0 means 8, at most 100.
@@ -45,6 +49,13 @@ type Request struct {
 	// Seed). It is not secret, but it is the agent's instructions: like
 	// the message text, it is never logged.
 	Seed *agentspec.Seed `json:"seed,omitempty"`
+}
+
+// Brokered is one bound secret of a message, as its tools see it.
+type Brokered struct {
+	Name        string `json:"name"`
+	Placeholder string `json:"placeholder"`
+	agentspec.SecretBinding
 }
 
 // AskTarget is an agent the ask tool may reach.

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
 )
 
 // ToolFetch is the FETCH role's tool: an HTTP(S) GET through the
@@ -83,9 +85,30 @@ func (t *Toolbox) Fetch(ctx context.Context, raw string) (string, error) {
 		return "", fmt.Errorf("fetch: %w", err)
 	}
 	req.Header.Set("User-Agent", "meepa-fetch")
+	t.placeholders(req)
 	c := t.fetchClient
 	if c == nil {
-		c = &http.Client{Transport: &http.Transport{Proxy: func(r *http.Request) (*url.URL, error) { return fetchProxy(r, t.getenv) }}}
+		c = &http.Client{
+			Transport: &http.Transport{
+				Proxy:           func(r *http.Request) (*url.URL, error) { return fetchProxy(r, t.getenv) },
+				TLSClientConfig: &tls.Config{RootCAs: t.roots},
+			},
+			// A redirect elsewhere must not take a bound host's header
+			// along: only the first request carries it (Go drops
+			// Authorization on a redirect to another host, but not a
+			// custom header).
+			CheckRedirect: func(r *http.Request, via []*http.Request) error {
+				if len(via) >= 10 {
+					return errors.New("stopped after 10 redirects")
+				}
+				for _, b := range t.brokered {
+					if !t.boundTo(b, r.URL) {
+						r.Header.Del(b.HeaderOrDefault())
+					}
+				}
+				return nil
+			},
+		}
 	}
 	resp, err := c.Do(req)
 	if err != nil {
@@ -101,6 +124,44 @@ func (t *Toolbox) Fetch(ctx context.Context, raw string) (string, error) {
 		body, cut = body[:FetchMaxBytes], fmt.Sprintf(" (cut at %d bytes)", FetchMaxBytes)
 	}
 	return UntrustedContent(fmt.Sprintf("fetch %s: HTTP %d, %s%s", u.Redacted(), resp.StatusCode, resp.Header.Get("Content-Type"), cut), string(body)), nil
+}
+
+// placeholders puts, for each secret bound to req's host, its placeholder
+// in its header as the binding writes it; the egress proxy puts the value
+// in its place on the way.
+func (t *Toolbox) placeholders(req *http.Request) {
+	for _, b := range t.brokered {
+		if !t.boundTo(b, req.URL) {
+			continue
+		}
+		switch {
+		case b.BasicUser != "":
+			req.SetBasicAuth(b.BasicUser, b.Placeholder)
+		case b.Scheme != "":
+			req.Header.Set(b.HeaderOrDefault(), b.Scheme+" "+b.Placeholder)
+		default:
+			req.Header.Set(b.HeaderOrDefault(), b.Placeholder)
+		}
+	}
+}
+
+// boundTo says whether u is an https URL of a host b is bound to (a
+// placeholder goes to no other, and never over plain http, where the
+// proxy adds nothing).
+func (t *Toolbox) boundTo(b Brokered, u *url.URL) bool {
+	if u.Scheme != "https" {
+		return false
+	}
+	target, err := proxy.ParseTarget(u.Host, proxy.DefaultPatternPort)
+	if err != nil {
+		return false
+	}
+	for _, h := range b.Hosts {
+		if p, err := proxy.ParsePattern(h); err == nil && p.Match(target) {
+			return true
+		}
+	}
+	return false
 }
 
 // getenv looks a variable up in the tools' environment (the request's

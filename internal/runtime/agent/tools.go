@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,6 +61,11 @@ type Toolbox struct {
 	refused int
 	// fetchClient carries fetch; nil is one through the environment's proxy.
 	fetchClient *http.Client
+	// roots are what fetch trusts (the system's and the agent's egress
+	// CA); nil: the system's. brokered are the message's bound secrets,
+	// whose placeholders fetch sends to their hosts.
+	roots    *x509.CertPool
+	brokered []Brokered
 	// ask reaches another agent through the runner; nil when none may be
 	// asked. asks names them.
 	ask  func(ctx context.Context, agentID, text string) (string, error)

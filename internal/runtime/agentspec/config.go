@@ -42,8 +42,13 @@ type Config struct {
 	// can never drift apart.
 	FileAccess landlock.FileAccess `json:"file_access"`
 	LLM        LLMConfig           `json:"llm"`
-	// Secrets are extra secret values handed to the agent loop on stdin.
+	// Secrets are extra secret values. The runner keeps them: a bound one
+	// (SecretBindings) is added by the egress proxy on its way to a bound
+	// host, and none ever enters a sandbox; all are redacted from replies.
 	Secrets map[string]string `json:"secrets,omitempty"`
+	// SecretBindings bind secrets, by name, to the hosts they may be sent
+	// to (see secrets.go).
+	SecretBindings map[string]SecretBinding `json:"secret_bindings,omitempty"`
 	// Flags from the spec's image_config, applied per agent.
 	InjectCredentialsEnv bool `json:"inject_credentials_env"`
 	InjectSecretsEnv     bool `json:"inject_secrets_env"`

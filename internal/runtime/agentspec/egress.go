@@ -67,13 +67,15 @@ type EgressTopology struct {
 
 // EgressFor is a FETCH agent's egress block, on every backend: its key
 // derived from the topology's, the proxy URL, and the owner's policy
-// (planned), checked once more against the live topology (the plan
-// checked it against the planned one). live reads the topology; it is
-// called for a FETCH agent only. Other roles reach no proxy and get none.
-func EgressFor(agentID, role string, planned *Egress, live func() (EgressTopology, error)) (*Egress, error) {
-	if role != RoleFetch {
+// (c.Egress, planned), checked once more against the live topology (the
+// plan checked it against the planned one), with the hosts its secrets
+// are bound to. live reads the topology; it is called for a FETCH agent
+// only. Other roles reach no proxy and get none.
+func EgressFor(c *Config, live func() (EgressTopology, error)) (*Egress, error) {
+	planned := c.Egress
+	if c.Role != RoleFetch {
 		if planned != nil && !planned.Policy.IsZero() {
-			return nil, fmt.Errorf("egress: only a fetch agent has an egress policy; this one's role is %s", role)
+			return nil, fmt.Errorf("egress: only a fetch agent has an egress policy; this one's role is %s", c.Role)
 		}
 		return nil, nil
 	}
@@ -85,8 +87,11 @@ func EgressFor(agentID, role string, planned *Egress, live func() (EgressTopolog
 	if err != nil {
 		return nil, err
 	}
-	if errs := proxy.Narrows(t.Allow, t.AllowPrivate, policy); len(errs) > 0 {
+	errs := proxy.Narrows(t.Allow, t.AllowPrivate, policy)
+	errs = append(errs, CheckBoundHosts(c.SecretBindings, t.Allow, policy)...)
+	if len(errs) > 0 {
 		return nil, errs.Err()
 	}
+	agentID := c.AgentID
 	return &Egress{Key: hex.EncodeToString(proxy.AgentKey(t.Key, agentID)), Proxy: t.Proxy, Policy: policy}, nil
 }

@@ -40,10 +40,10 @@ const (
 	// names no llm.max_tokens: what every model still in use accepts.
 	DefaultLoopMaxTokens = DefaultAnthropicMaxTokens
 
-	// DefaultInjectSecretsEnv: secrets stay out of tool processes unless
-	// the owner asks. Whatever enters a tool's environment is the tools'
-	// (a hostile model prints it in any spelling, or a piece per call,
-	// which no redaction catches); the loop keeps them for redaction.
+	// DefaultInjectSecretsEnv is the only value inject_secrets_env still
+	// takes: whatever enters a tool's environment is the tools' (a hostile
+	// model prints it in any spelling, or a piece per call, which no
+	// redaction catches), so secrets are brokered instead (secrets.go).
 	DefaultInjectSecretsEnv = false
 )
 
@@ -87,13 +87,26 @@ func ValidateSettings(c *Config) error {
 	}
 	errs = append(errs, c.LLMLimits.validate()...)
 	errs = append(errs, unjoin(ValidateFileAccess(c.FileAccess))...)
-	// With inject_secrets_env each name becomes a tool's environment
-	// variable; the agent loop refuses any other name, on every message.
+	// No secret value enters a sandbox any more: a tool gets a bound
+	// secret's placeholder, and nothing of an unbound one.
 	if c.InjectSecretsEnv {
-		for _, k := range slices.Sorted(maps.Keys(c.Secrets)) {
-			if err := CheckToolEnvName(k); err != nil {
-				errs = append(errs, &fault.FieldError{Field: "secrets", Index: -1, Key: k, Err: err})
-			}
+		field("inject_secrets_env", errors.New("secrets no longer enter a sandbox, where a hostile tool could send them anywhere in any "+
+			"spelling; bind each to the hosts it is for with secret_bindings (the tools get a placeholder, the egress proxy adds the "+
+			"value on the way to those hosts only), and remove inject_secrets_env"))
+	}
+	var names []string // nil: the secrets are not known (a plan with unknown ones)
+	if c.Secrets != nil {
+		names = slices.Sorted(maps.Keys(c.Secrets))
+	}
+	for _, e := range CheckSecretBindings(c.SecretBindings, names, c.Role) {
+		errs = append(errs, e)
+	}
+	for _, k := range BoundSecretNames(c) {
+		// A header cannot carry these; the proxy would refuse the binding
+		// on every message.
+		if v, ok := c.Secrets[k]; ok && strings.ContainsAny(v, "\r\n\x00") {
+			errs = append(errs, &fault.FieldError{Field: "secrets", Index: -1, Key: k, Summary: "Invalid Secret Binding",
+				Err: errors.New("a bound secret is sent in a header, which cannot hold a line break or NUL")})
 		}
 	}
 	return errors.Join(errs...)

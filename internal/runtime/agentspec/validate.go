@@ -70,7 +70,7 @@ func Validate(c *Config) error {
 		errs = append(errs, fmt.Errorf("journal_dir %s and the workspace overlap; the journal holds message text the agent must not read or change", c.Journal))
 	}
 	// Env is set on the sandbox, where `docker inspect` and /proc show it;
-	// a secret there would outlive the message. Secrets travel on stdin.
+	// a secret there would outlive the message. Secrets stay here.
 	if red := Redactor(c); len(c.Env) > 0 {
 		for _, k := range slices.Sorted(maps.Keys(c.Env)) {
 			v := c.Env[k]
@@ -80,8 +80,13 @@ func Validate(c *Config) error {
 				// environment is a list exec reads first-match.
 				errs = append(errs, fmt.Errorf("env %q: want a variable name and a value without NUL", k))
 			case red.String(v) != v:
-				errs = append(errs, fmt.Errorf("env %s holds the API key or a secret value; pass secrets in secrets (inject_secrets_env), never in env", k))
+				errs = append(errs, fmt.Errorf("env %s holds the API key or a secret value; pass secrets in secrets and bind them (secret_bindings), never in env", k))
 			}
+		}
+	}
+	for _, k := range BoundSecretNames(c) {
+		if _, ok := c.Secrets[k]; !ok {
+			errs = append(errs, fmt.Errorf("secret_bindings[%q]: no secret of that name", k))
 		}
 	}
 	errs = append(errs, validateKubernetes(c))

@@ -12,8 +12,8 @@ import (
 
 // egressFor is agentspec.EgressFor with the Docker topology's facts:
 // its spec and key from the live proxy container.
-func egressFor(ctx context.Context, cli client.APIClient, topo, agentID, role, proxyURL string, planned *agentspec.Egress) (*agentspec.Egress, error) {
-	return agentspec.EgressFor(agentID, role, planned, func() (agentspec.EgressTopology, error) {
+func egressFor(ctx context.Context, cli client.APIClient, topo, proxyURL string, c *agentspec.Config) (*agentspec.Egress, error) {
+	return agentspec.EgressFor(c, func() (agentspec.EgressTopology, error) {
 		spec, err := topology.LiveSpec(ctx, cli, topo)
 		if err != nil {
 			return agentspec.EgressTopology{}, fmt.Errorf("topology %q: %w", topo, err)

@@ -115,7 +115,7 @@ func (s *Service) resolve(ctx context.Context, a *agentspec.Agent) (client.APICl
 		// The runner enforces the role's tools and TOOL-EXEC's no-network
 		// sandbox; a core agent gets the runners it may ask.
 		a.Config.Role = a.Meta.ThreegateRole
-		eg, err := egressFor(ctx, cli, a.Meta.ThreegateNetwork, a.Config.AgentID, a.Config.Role, r.Env["http_proxy"], a.Config.Egress)
+		eg, err := egressFor(ctx, cli, a.Meta.ThreegateNetwork, r.Env["http_proxy"], &a.Config)
 		if err != nil {
 			return nil, stepErr(agentspec.StepThreegate, "threegate", "preparing the agent's egress identity", err)
 		}

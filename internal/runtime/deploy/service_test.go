@@ -60,7 +60,7 @@ func externalAgent() agentspec.Agent {
 			FileAccess: landlock.FileAccess{AllowNetwork: true},
 			LLM:        agentspec.LLMConfig{Provider: "offline", APIKey: "sk-test-secret-key"},
 			Secrets:    map[string]string{"TOOL_TOKEN": "tool-secret-value"},
-			MaxSteps:   agentspec.DefaultMaxSteps, InjectSecretsEnv: true, RedactSecrets: true,
+			MaxSteps:   agentspec.DefaultMaxSteps, RedactSecrets: true,
 		},
 		Meta: agentspec.Meta{Soul: "be brief", Memory: "nothing yet", Deployment: agentspec.ModeExternal},
 	}

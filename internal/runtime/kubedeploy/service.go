@@ -186,7 +186,7 @@ func (s *Service) complete(ctx context.Context, a *Agent) error {
 		// A FETCH runner mints each message's egress credential with its
 		// agent's key, derived from the topology's key Secret, which the
 		// runner itself cannot read.
-		eg, err := agentspec.EgressFor(c.AgentID, c.Role, c.Egress, func() (agentspec.EgressTopology, error) {
+		eg, err := agentspec.EgressFor(c, func() (agentspec.EgressTopology, error) {
 			return s.egressTopology(ctx, a.ThreegateNetwork)
 		})
 		if err != nil {

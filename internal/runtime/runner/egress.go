@@ -2,16 +2,13 @@ package runner
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
-	"net/http"
 	"strings"
 	"time"
 
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
 )
@@ -23,7 +20,7 @@ const egressSlack = 30 * time.Second
 
 // egressMessage is one message's egress identity.
 type egressMessage struct {
-	agent, cred, proxyURL string
+	self proxy.Self
 }
 
 // proxyLocator is a backend that finds the topology's proxy afresh for
@@ -33,63 +30,84 @@ type proxyLocator interface {
 	EgressProxy(ctx context.Context) (string, error)
 }
 
-// beginEgress mints the message's credential and returns the request env
-// with it in the proxy variables' userinfo (env is cloned, never
-// changed), at proxyURL, or the config's proxy when it is "". Without
-// cfg.Egress it returns env as it is and nil.
-func beginEgress(cfg *agentspec.Config, id string, env map[string]string, proxyURL string) (map[string]string, *egressMessage, error) {
+// beginEgress mints the message's credential and puts it in req's proxy
+// variables' userinfo (req.Env is replaced, never changed), at proxyURL,
+// or the config's proxy when it is "". With bound secrets it registers
+// them with the proxy and gives req their placeholders and the agent's
+// CA. Without cfg.Egress it changes nothing and returns nil.
+func beginEgress(ctx context.Context, cfg *agentspec.Config, id string, req *agent.Request, proxyURL string) (*egressMessage, error) {
 	e := cfg.Egress
 	if e == nil {
-		return env, nil, nil
+		return nil, nil
 	}
 	if proxyURL == "" {
 		proxyURL = e.Proxy
 	}
 	key, err := hex.DecodeString(e.Key)
 	if err != nil {
-		return env, nil, fmt.Errorf("egress key: %w", err)
+		return nil, fmt.Errorf("egress key: %w", err)
 	}
 	cred, err := proxy.Mint(key, proxy.Claims{Agent: cfg.AgentID, Role: cfg.Role, Message: id,
 		Expiry: time.Now().Add(cfg.Container.Timeout() + egressSlack).Unix(), Policy: e.Policy})
 	if err != nil {
-		return env, nil, err
+		return nil, err
 	}
 	u, err := proxy.ProxyURLWith(proxyURL, cfg.AgentID, cred)
 	if err != nil {
-		return env, nil, err
+		return nil, err
 	}
-	out := maps.Clone(env)
-	if out == nil {
-		out = map[string]string{}
+	m := &egressMessage{self: proxy.Self{Proxy: strings.TrimSuffix(proxyURL, "/"), Agent: cfg.AgentID, Credential: cred}}
+	if len(cfg.SecretBindings) > 0 {
+		if err := m.broker(ctx, cfg, key, id, req); err != nil {
+			return nil, err
+		}
+	}
+	env := maps.Clone(req.Env)
+	if env == nil {
+		env = map[string]string{}
 	}
 	for _, k := range []string{"http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"} {
-		out[k] = u
+		env[k] = u
 	}
-	return out, &egressMessage{agent: cfg.AgentID, cred: cred, proxyURL: strings.TrimSuffix(proxyURL, "/")}, nil
+	req.Env = env
+	return m, nil
+}
+
+// broker registers the message's bound secrets with the proxy, each under
+// a new placeholder, and gives req the placeholders and the agent's CA.
+func (m *egressMessage) broker(ctx context.Context, cfg *agentspec.Config, key []byte, id string, req *agent.Request) error {
+	var binds []proxy.Binding
+	for _, name := range agentspec.BoundSecretNames(cfg) {
+		b := cfg.SecretBindings[name]
+		value, ok := cfg.Secrets[name]
+		if !ok {
+			return fmt.Errorf("secret_bindings[%q]: no such secret", name)
+		}
+		hosts, err := proxy.ParseAllowlist(b.Hosts)
+		if err != nil {
+			return fmt.Errorf("secret_bindings[%q]: %w", name, err)
+		}
+		ph, err := proxy.NewPlaceholder(name)
+		if err != nil {
+			return err
+		}
+		binds = append(binds, proxy.Binding{Name: name, Placeholder: ph, Value: value, Hosts: hosts, Header: b.HeaderOrDefault(), BasicUser: b.BasicUser})
+		req.Brokered = append(req.Brokered, agent.Brokered{Name: name, Placeholder: ph, SecretBinding: b})
+	}
+	if err := m.self.Register(ctx, key, id, binds); err != nil {
+		return err
+	}
+	ca, err := m.self.AgentCA(ctx)
+	if err != nil {
+		return err
+	}
+	req.EgressCA = string(ca)
+	return nil
 }
 
 // end revokes the credential at the proxy and returns the message's
 // egress counts as the proxy kept them (the sandbox cannot write them:
 // the proxy counts the requests that carried this message's credential).
 func (m *egressMessage) end(ctx context.Context) (proxy.Counts, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.proxyURL+proxy.RevokePath, nil)
-	if err != nil {
-		return proxy.Counts{}, err
-	}
-	req.Header.Set("Proxy-Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(m.agent+":"+m.cred)))
-	resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Do(req)
-	if err != nil {
-		return proxy.Counts{}, fmt.Errorf("egress revoke: %w", err)
-	}
-	defer func() { _ = resp.Body.Close() }() // read below
-	if resp.StatusCode != http.StatusOK {
-		return proxy.Counts{}, fmt.Errorf("egress revoke: proxy answered %s", resp.Status)
-	}
-	var n proxy.Counts
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&n); err != nil {
-		return proxy.Counts{}, fmt.Errorf("egress revoke: %w", err)
-	}
-	return n, nil
+	return m.self.Revoke(ctx)
 }

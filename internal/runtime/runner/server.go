@@ -517,11 +517,10 @@ func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox
 			return errorResult(http.StatusServiceUnavailable, id, agent.ErrKindSandbox, "egress proxy: "+err.Error())
 		}
 	}
-	env, egress, err := beginEgress(cfg, id, req.Env, proxyURL)
+	egress, err := beginEgress(ctx, cfg, id, &req, proxyURL)
 	if err != nil {
-		return errorResult(http.StatusInternalServerError, id, agent.ErrKindInternal, "egress credential: "+err.Error())
+		return errorResult(http.StatusServiceUnavailable, id, agent.ErrKindSandbox, "egress: "+agentspec.Redactor(cfg).String(err.Error()))
 	}
-	req.Env = env
 	job := sandbox.Job{MessageID: id, Timeout: cfg.Container.Timeout()}
 	var usage relay.Usage
 	endRelay := func() {}
@@ -619,8 +618,9 @@ func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox
 
 // BuildRequest is the agent-run request for one message: the message plus
 // the agent's LLM settings (without the API key, which never leaves the
-// runner: run adds the relay and its token) and secrets, which travel only
-// on stdin; on a cluster, the workspace seed (Kubernetes.Seed).
+// runner: run adds the relay and its token), never a secret (run adds a
+// bound one's placeholder); on a cluster, the workspace seed
+// (Kubernetes.Seed).
 func BuildRequest(cfg *agentspec.Config, id string, msg MessageRequest) agent.Request {
 	llm := cfg.LLM
 	llm.APIKey = ""
@@ -643,9 +643,7 @@ func BuildRequest(cfg *agentspec.Config, id string, msg MessageRequest) agent.Re
 			ConversationID: msg.ConversationID,
 		},
 		LLM:                  llm,
-		Secrets:              cfg.Secrets,
 		InjectCredentialsEnv: cfg.InjectCredentialsEnv,
-		InjectSecretsEnv:     cfg.InjectSecretsEnv,
 		RedactSecrets:        cfg.RedactSecrets,
 		Env:                  cfg.Env,
 		MaxSteps:             cfg.MaxSteps,

@@ -148,8 +148,11 @@ func TestMessageRoundTripBuildsRequestAndRedacts(t *testing.T) {
 		t.Errorf("secret in answer: %s", raw)
 	}
 	req := b.jobs[0]
+	if raw, _ := json.Marshal(req); bytes.Contains(raw, []byte("ghp_alsosecret")) {
+		t.Errorf("a secret reached the sandbox's request: %s", raw)
+	}
 	if req.Message.Text != "hi" || req.Message.Sender != "bob" || req.Message.Channel != "c" || req.Message.ConversationID != "k" ||
-		req.AgentID != "a1" || !strings.HasPrefix(req.LLM.APIKey, "meepa-relay-") || req.Relay == nil || req.Secrets["GH"] != "ghp_alsosecret" || !req.RedactSecrets ||
+		req.AgentID != "a1" || !strings.HasPrefix(req.LLM.APIKey, "meepa-relay-") || req.Relay == nil || !req.RedactSecrets ||
 		!strings.HasPrefix(req.Message.ID, "msg-") || m["message_id"] != req.Message.ID {
 		t.Errorf("request %+v, answer id %v", req, m["message_id"])
 	}

@@ -1,0 +1,139 @@
+package agentspec
+
+import (
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
+)
+
+// Brokered secrets.
+//
+// A secret named in SecretBindings never enters a sandbox. Each message's
+// tools get a placeholder in its place (the variable of the secret's
+// name, and the fetch tool's header for a bound host), unique to the
+// agent and the message. The runner registers placeholder, value and
+// binding with the egress proxy under the message's credential; for a
+// bound host the proxy terminates the tool's TLS with the agent's CA,
+// puts the value where the binding says, and forwards over TLS it
+// verifies against the real host. Anywhere else the placeholder is
+// worth nothing. A secret that is not bound reaches no sandbox at all:
+// the runner keeps it for redaction only.
+
+// DefaultSecretHeader is the header a binding without one puts its
+// secret in.
+const DefaultSecretHeader = "Authorization"
+
+// SecretBinding says where a secret may be sent: to Hosts only (proxy
+// allowlist patterns), in header Header, either as the header's value
+// with the placeholder replaced (Scheme, when set, is what the fetch tool
+// writes before it: "Bearer", "token"), or, with BasicUser, as the
+// password of HTTP basic authentication for that user.
+type SecretBinding struct {
+	Hosts     []string `json:"hosts"`
+	Header    string   `json:"header,omitempty"`
+	Scheme    string   `json:"scheme,omitempty"`
+	BasicUser string   `json:"basic_user,omitempty"`
+}
+
+// HeaderOrDefault is the binding's header.
+func (b SecretBinding) HeaderOrDefault() string {
+	if b.Header == "" {
+		return DefaultSecretHeader
+	}
+	return b.Header
+}
+
+// tokenRe is an HTTP token (RFC 9110 5.6.2): a header name or an auth
+// scheme.
+var tokenRe = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+
+// unbindableHeaders are headers the proxy or the HTTP framing owns.
+var unbindableHeaders = []string{"Host", "Proxy-Authorization", "Proxy-Authenticate", "Connection", "Content-Length",
+	"Transfer-Encoding", "Te", "Trailer", "Upgrade", "Keep-Alive", "Proxy-Connection", "Accept-Encoding"}
+
+// CheckSecretBindings checks bindings against the agent's role and the
+// names of its secrets (nil names: not known, as in a plan whose secrets
+// are unknown), the same at plan and in the runner's config. Each error
+// is on the binding's map key.
+func CheckSecretBindings(bindings map[string]SecretBinding, secrets []string, role string) fault.List {
+	const invalid = "Invalid Secret Binding"
+	var errs fault.List
+	add := func(k, format string, args ...any) {
+		errs = append(errs, &fault.FieldError{Field: "secret_bindings", Index: -1, Key: k, Summary: invalid, Err: fmt.Errorf(format, args...)})
+	}
+	for _, k := range slices.Sorted(maps.Keys(bindings)) {
+		b := bindings[k]
+		if role != RoleFetch {
+			// Only FETCH has an egress path through the topology's proxy
+			// yet; elsewhere a binding would have nowhere to be honoured.
+			add(k, "a secret is brokered on a fetch agent's egress path only; this agent's role is %q", role)
+			continue
+		}
+		if err := CheckToolEnvName(k); err != nil {
+			add(k, "the tools see the placeholder in the variable of the secret's name: %v", err)
+		}
+		if secrets != nil && !slices.Contains(secrets, k) {
+			add(k, "no secret %q in secrets to bind", k)
+		}
+		if len(b.Hosts) == 0 {
+			add(k, "hosts is empty: name the hosts the secret may be sent to")
+		}
+		for i, h := range b.Hosts {
+			if _, err := proxy.ParsePattern(h); err != nil {
+				add(k, "hosts[%d]: %v", i, err)
+			}
+		}
+		h := b.HeaderOrDefault()
+		switch {
+		case !tokenRe.MatchString(h):
+			add(k, "header %q is not a header name", h)
+		case slices.ContainsFunc(unbindableHeaders, func(u string) bool { return strings.EqualFold(u, h) }):
+			add(k, "header %q belongs to the proxy or to the HTTP framing, not to a credential", h)
+		}
+		if b.Scheme != "" && !tokenRe.MatchString(b.Scheme) {
+			add(k, "scheme %q is not an authentication scheme (a token such as Bearer)", b.Scheme)
+		}
+		if b.BasicUser != "" {
+			switch {
+			case !strings.EqualFold(h, DefaultSecretHeader):
+				add(k, "basic_user sends the secret as basic authentication, which is the Authorization header, not %q", h)
+			case b.Scheme != "":
+				add(k, "basic_user and scheme both say how the secret is written; set one")
+			case strings.ContainsAny(b.BasicUser, ":\r\n\x00"):
+				add(k, "basic_user %q: a user name without ':' or control characters", b.BasicUser)
+			}
+		}
+	}
+	return errs
+}
+
+// CheckBoundHosts refuses a bound host the agent can never reach: one
+// outside its own allow list (when it has one) or its topology's.
+func CheckBoundHosts(bindings map[string]SecretBinding, ceiling proxy.Allowlist, policy proxy.Policy) fault.List {
+	var errs fault.List
+	for _, k := range slices.Sorted(maps.Keys(bindings)) {
+		for i, h := range bindings[k].Hosts {
+			p, err := proxy.ParsePattern(h)
+			if err != nil {
+				continue // CheckSecretBindings says so
+			}
+			limit, whose := ceiling, "the topology's"
+			if len(policy.Allow) > 0 {
+				limit, whose = policy.Allow, "the agent's egress"
+			}
+			if !limit.Covers(p) {
+				errs = append(errs, &fault.FieldError{Field: "secret_bindings", Index: -1, Key: k, Summary: "Secret Bound To An Unreachable Host",
+					Err: fmt.Errorf("hosts[%d]: %s is not inside %s allow list (%s), so the secret could never be sent there", i, p, whose, strings.Join(limit.Strings(), ", "))})
+			}
+		}
+	}
+	return errs
+}
+
+// BoundSecretNames are the names of the bound secrets, sorted.
+func BoundSecretNames(c *Config) []string { return slices.Sorted(maps.Keys(c.SecretBindings)) }
