@@ -196,6 +196,7 @@ func (r *agentResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanR
 	planEgress(ctx, r, in, &resp.Diagnostics)
 	if state != nil {
 		warnEgressWidens(ctx, plan, *state, &resp.Diagnostics)
+		warnBindingsWiden(ctx, plan, *state, &resp.Diagnostics)
 	}
 	if state == nil {
 		plan.Token = types.StringUnknown()

@@ -90,20 +90,23 @@ func egressOf(ctx context.Context, o types.Object, unknown map[string]bool, diag
 	return &agentspec.Egress{Policy: p}
 }
 
-// planEgress checks a FETCH agent's policy against its topology's allow
-// list at plan, with the same function apply runs (proxy.Narrows): the
-// topology as planned in this run, else as it runs; a topology that is
-// neither is checked at apply.
+// planEgress checks a FETCH agent's policy and its secrets' bound hosts
+// against its topology's allow list at plan, with the functions apply
+// runs (proxy.Narrows, agentspec.CheckBoundHosts): the topology as
+// planned in this run, else as it runs; a topology that is neither is
+// checked at apply.
 func planEgress(ctx context.Context, r *agentResource, in agentInput, diags *diag.Diagnostics) {
-	e := in.Config.Egress
-	if e == nil || in.unknown["egress"] || in.unknown["threegate.network"] || in.unknown["threegate.role"] {
+	e, bindings := in.Config.Egress, in.Config.SecretBindings
+	if e == nil && len(bindings) == 0 || in.unknown["egress"] || in.unknown["secret_bindings"] || in.unknown["threegate.network"] || in.unknown["threegate.role"] {
 		return
 	}
 	if in.Meta.ThreegateRole != agentspec.RoleFetch {
-		diags.AddAttributeError(path.Root("egress"), "Egress Policy Without Role Fetch",
-			"egress: only a fetch agent reaches the proxy, so only it has an egress policy; this agent's threegate.role is "+
-				orNoTopology(in.Meta.ThreegateRole)+".")
-		return
+		if e != nil {
+			diags.AddAttributeError(path.Root("egress"), "Egress Policy Without Role Fetch",
+				"egress: only a fetch agent reaches the proxy, so only it has an egress policy; this agent's threegate.role is "+
+					orNoTopology(in.Meta.ThreegateRole)+".")
+		}
+		return // secret_bindings without the role: validateSettings says so
 	}
 	spec, ok := r.data.run.planned(in.Meta.ThreegateNetwork)
 	if !ok {
@@ -112,7 +115,12 @@ func planEgress(ctx context.Context, r *agentResource, in agentInput, diags *dia
 			return // not there yet: apply checks against the live one
 		}
 	}
-	addErrors(diags, proxy.Narrows(spec.Proxy.Allow, spec.Docker.AllowPrivate, e.Policy).Err(), "", "", nil)
+	var policy proxy.Policy
+	if e != nil {
+		policy = e.Policy
+		addErrors(diags, proxy.Narrows(spec.Proxy.Allow, spec.Docker.AllowPrivate, policy).Err(), "", "", nil)
+	}
+	addErrors(diags, agentspec.CheckBoundHosts(bindings, spec.Proxy.Allow, policy).Err(), "", "", nil)
 }
 
 // warnEgressWidens says, in the words of the topology's own warning,

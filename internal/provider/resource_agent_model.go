@@ -21,6 +21,7 @@ type agentModel struct {
 	ManageSoul            types.Bool   `tfsdk:"manage_soul"`
 	LLM                   types.Object `tfsdk:"llm"`
 	Secrets               types.Map    `tfsdk:"secrets"`
+	SecretBindings        types.Map    `tfsdk:"secret_bindings"`
 	InjectCredentialsEnv  types.Bool   `tfsdk:"inject_credentials_env"`
 	InjectSecretsEnv      types.Bool   `tfsdk:"inject_secrets_env"`
 	RedactSecrets         types.Bool   `tfsdk:"redact_secrets"`
@@ -301,6 +302,7 @@ func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagn
 			c.Secrets[k] = str(s, secretValues)
 		}
 	}
+	c.SecretBindings = secretBindingsOf(ctx, m.SecretBindings, in.unknown, diags)
 	a := agentspec.Agent{Config: c}
 	in.onTopology = !m.Threegate.IsNull()
 	if in.onTopology {
@@ -336,6 +338,7 @@ func modelOf(m *agentModel, a agentspec.Agent) {
 	})
 	// Write-only, as the API key: state never holds the secrets.
 	m.Secrets = types.MapNull(types.StringType)
+	m.SecretBindings = secretBindingsValue(c.SecretBindings)
 	m.InjectCredentialsEnv, m.InjectSecretsEnv = types.BoolValue(c.InjectCredentialsEnv), types.BoolValue(c.InjectSecretsEnv)
 	m.RedactSecrets = types.BoolValue(c.RedactSecrets)
 	network := types.StringValue(c.Container.Network)

@@ -3,7 +3,6 @@ package provider
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
@@ -131,21 +130,24 @@ func agentSchema() schema.Schema {
 			},
 			"secrets": schema.MapAttribute{
 				Optional: true, Sensitive: true, WriteOnly: true, ElementType: types.StringType,
-				MarkdownDescription: "Extra secret values for the agent loop (e.g. tool credentials), handed over on stdin " +
-					"(write-only, as `llm.api_key`: never in plan or state; a change changes `config_hash`, which replaces the runner). " +
-					"Exported to tool processes with `inject_secrets_env` (then each name must be an environment variable name, " +
-					"`" + agentspec.EnvNamePattern.String() + "`, and not `HOME`, `TMPDIR`, `PATH` or a dynamic loader variable), replaced by `[REDACTED]` in replies with `redact_secrets`.",
+				MarkdownDescription: "Secret values for the agent's tools (e.g. an API token), by name (write-only, as `llm.api_key`: " +
+					"never in plan or state; a change changes `config_hash`, which replaces the runner). No value enters a sandbox: " +
+					"a secret named in `secret_bindings` reaches the tools as a placeholder in the variable of its name (so the name " +
+					"must be an environment variable name, `" + agentspec.EnvNamePattern.String() + "`, and not `HOME`, `TMPDIR`, `PATH` " +
+					"or a dynamic loader variable), and the egress proxy puts the value in only on the way to the bound hosts; a secret " +
+					"no binding names reaches no tool. Replaced by `[REDACTED]` in replies with `redact_secrets`.",
 			},
+			"secret_bindings": secretBindingsSchema(),
 			"inject_credentials_env": schema.BoolAttribute{
 				Optional: true, Computed: true, Default: booldefault.StaticBool(true),
 				MarkdownDescription: "Export the LLM credentials to the agent's tool processes (the spec's `image_config` flag, per agent). Default `true`.",
 			},
 			"inject_secrets_env": schema.BoolAttribute{
 				Optional: true, Computed: true, Default: booldefault.StaticBool(agentspec.DefaultInjectSecretsEnv),
-				MarkdownDescription: "Export `secrets` to the agent's tool processes as environment variables. Then they are " +
-					"the tools': a tool can print or send them in any spelling, and `redact_secrets` catches only the spellings " +
-					"it knows. Off, the secrets reach only the agent loop (for redaction), never a tool's environment, " +
-					"arguments or files. Default `" + strconv.FormatBool(agentspec.DefaultInjectSecretsEnv) + "`.",
+				DeprecationMessage: "Secrets no longer enter a sandbox: bind each to its hosts with secret_bindings and remove inject_secrets_env.",
+				MarkdownDescription: "Deprecated: only `false` is accepted. It exported `secrets` to the tools' environment, where a " +
+					"hostile tool could send them anywhere in any spelling; `secret_bindings` replaces it (see the isolation-models " +
+					"guide, \"Brokered secrets\").",
 			},
 			"redact_secrets": schema.BoolAttribute{
 				Optional: true, Computed: true, Default: booldefault.StaticBool(true),

@@ -47,9 +47,21 @@ func TestAgent_invalidInput(t *testing.T) {
 		{"user nobody", `container_mode = { user = "65534:65534" }`, "container_mode.user", `nobody \(65534\) is shared`},
 		{"base url no scheme", `llm = { provider = "openai", base_url = "api.openai.com/v1" }`, "llm.base_url", `not an absolute http\(s\) URL`},
 		{"image reference", `runner = { image = "Bad Image" }`, "runner.image", `Invalid Image Reference`},
-		{"secret name", "inject_secrets_env = true\n  secrets = { \"gh-token\" = \"x\" }", "secrets", `Rename it \(e\.g\. "GH_TOKEN"\)`},
+		{"secret name", bound("gh-token", `hosts = ["api.example.com"]`), "secret_bindings", `Rename the secret \(e\.g\. "GH_TOKEN"\)`},
+		{"binding without fetch", strings.Replace(bound("T", `hosts = ["api.example.com"]`), `"fetch"`, `"core"`, 1), "secret_bindings", `fetch agent's egress path only`},
+		{"binding without topology", `secrets = { T = "x" }
+  secret_bindings = { T = { hosts = ["api.example.com"] } }`, "secret_bindings", `role is ""`},
+		{"binding no secret", `threegate = { network = "n", role = "fetch" }
+  secret_bindings = { T = { hosts = ["api.example.com"] } }`, "secret_bindings", `no secret "T" in secrets`},
+		{"binding no hosts", bound("T", `hosts = []`), "secret_bindings", `hosts is empty`},
+		{"binding bad host", bound("T", `hosts = ["https://api.example.com/"]`), "secret_bindings", `hosts\[0\]`},
+		{"binding header Host", bound("T", `hosts = ["api.example.com"], header = "Host"`), "secret_bindings", `belongs to the proxy`},
+		{"binding basic and scheme", bound("T", `hosts = ["api.example.com"], basic_user = "bot", scheme = "Bearer"`), "secret_bindings", `set one`},
+		{"binding basic other header", bound("T", `hosts = ["api.example.com"], basic_user = "bot", header = "X-Key"`), "secret_bindings", `basic authentication, which is the Authorization header`},
+		{"bound value newline", strings.Replace(bound("T", `hosts = ["api.example.com"]`), `"x"`, `"a\nb"`, 1), "secrets", `cannot hold a line break`},
+		{"inject secrets", "inject_secrets_env = true", "inject_secrets_env", `Secrets Stay Out Of Sandboxes[\s\S]*secret_bindings`},
 		{"token_version negative", `token_version = -1`, "token_version", `at least 0`},
-		{"secret name reserved", "inject_secrets_env = true\n  secrets = { \"HOME\" = \"/\" }", "secrets", `fixed by the sandbox.*Rename it \(e\.g\. "SECRET_HOME"\)`},
+		{"secret name reserved", bound("HOME", `hosts = ["api.example.com"]`), "secret_bindings", `fixed by the sandbox.*Rename the secret \(e\.g\. "SECRET_HOME"\)`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -75,10 +87,19 @@ func TestAgent_invalidInput(t *testing.T) {
 	}
 }
 
+// bound is a fetch agent's body whose secret k (value "x") has the
+// binding attrs.
+func bound(k, attrs string) string {
+	return fmt.Sprintf(`threegate = { network = "n", role = "fetch" }
+  secrets = { %[1]q = "x" }
+  secret_bindings = { %[1]q = { %[2]s } }`, k, attrs)
+}
+
 // errorOn matches an error message (a regexp) and, when attr is set, the
 // attribute's path, which every attribute-scoped error of this resource
-// names in its detail.
+// names in its detail. A space in want matches any run of white space.
 func errorOn(attr, want string) *regexp.Regexp {
+	want = strings.ReplaceAll(want, " ", `\s+`) // the CLI wraps a detail's lines
 	if attr == "" {
 		return regexp.MustCompile(`(?s)` + want)
 	}

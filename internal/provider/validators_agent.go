@@ -144,7 +144,7 @@ var settingSummaries = map[string]string{
 	"llm.message_token_budget":        "Invalid Token Budget",
 	"llm.agent_token_budget":          "Invalid Token Budget",
 	"llm.agent_budget_window_seconds": "Invalid Budget Window",
-	"secrets":                         "Invalid Secret Name",
+	"inject_secrets_env":              "Secrets Stay Out Of Sandboxes",
 }
 
 // validateSettings runs the runner's own start-time check of the settings
@@ -154,7 +154,14 @@ var settingSummaries = map[string]string{
 // verdict that reads one of them (judgedWith).
 func validateSettings(in agentInput, diags *diag.Diagnostics) {
 	var judged []error
-	for _, e := range unjoin(agentspec.ValidateSettings(&in.Config)) {
+	// The role is the topology's, set on the config at deploy; bindings
+	// are judged with it.
+	c := in.Config
+	c.Role = in.Meta.ThreegateRole
+	if c.Secrets == nil && !in.unknown["secrets"] {
+		c.Secrets = map[string]string{} // none, which is known: a binding names a secret there is not
+	}
+	for _, e := range unjoin(agentspec.ValidateSettings(&c)) {
 		var fe *fault.FieldError
 		if errors.As(e, &fe) && in.unjudged(fe.Field) {
 			continue
@@ -171,6 +178,7 @@ var judgedWith = map[string][]string{
 	"llm.message_token_budget":    {"llm.max_tokens_per_call", "llm.message_token_budget", "llm.agent_token_budget"},
 	"llm.agent_token_budget":      {"llm.max_tokens_per_call", "llm.message_token_budget", "llm.agent_token_budget"},
 	"container_mode.memory_limit": {"container_mode.enabled"},
+	"secret_bindings":             {"threegate", "threegate.role", "secrets"},
 }
 
 // unjudged says whether a verdict on field must wait: its block, the field
@@ -192,8 +200,12 @@ func describeSetting(fe *fault.FieldError) (summary, detail string) {
 	summary, detail = settingSummaries[fe.Field], fe.Error()+"."
 	switch {
 	case fe.Key != "":
-		detail = fmt.Sprintf("secrets[%q]: with inject_secrets_env the name becomes an environment variable of the agent's "+
-			"tools, and %v. Rename it (e.g. %q), or set inject_secrets_env = false.", fe.Key, fe.Err, envNameSuggestion(fe.Key))
+		if fe.Summary != "" {
+			summary = fe.Summary
+		}
+		if fe.Field == "secret_bindings" && agentspec.CheckToolEnvName(fe.Key) != nil {
+			detail += fmt.Sprintf(" Rename the secret (e.g. %q) in secrets and in secret_bindings.", envNameSuggestion(fe.Key))
+		}
 	case fe.Index >= 0:
 		summary = "Invalid File Access Path"
 	case fe.Field == "file_access.deny":

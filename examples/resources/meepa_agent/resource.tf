@@ -8,7 +8,7 @@ resource "threegate_network" "tg" {
   name     = "prod"
   proxy = {
     image = meepa_isolation_image.python.isolated_image
-    allow = ["api.anthropic.com"]
+    allow = ["api.anthropic.com", "api.github.com"]
   }
 }
 
@@ -34,12 +34,6 @@ resource "meepa_agent" "coder" {
     model    = "claude-sonnet-4-5"
     api_key  = var.anthropic_api_key # write-only: never stored in state
   }
-  # The loop knows these to redact them; tools get them as environment
-  # variables only with inject_secrets_env = true (default false).
-  secrets = {
-    GITHUB_TOKEN = var.github_token # write-only like api_key: never in plan or state
-  }
-
   container_mode = {
     enabled         = true
     image           = meepa_isolation_image.python.isolated_image
@@ -68,6 +62,33 @@ resource "meepa_agent" "core" {
   }
   runner = {
     listen = "127.0.0.1:8701"
+  }
+}
+
+# The FETCH agent of the same topology: its only way out is the egress
+# proxy. Its tools see a placeholder in $GITHUB_TOKEN, valid for one
+# message; the proxy writes the real token into the Authorization header
+# of HTTPS requests to api.github.com only.
+resource "meepa_agent" "fetch" {
+  agent_id = "fetch"
+  llm = {
+    provider = "openai"
+    base_url = "http://llm-gateway:4000/v1"
+    model    = "local-model"
+  }
+  secrets = {
+    GITHUB_TOKEN = var.github_token # write-only like api_key: never in plan or state
+  }
+  secret_bindings = {
+    GITHUB_TOKEN = { hosts = ["api.github.com"], scheme = "Bearer" }
+  }
+  container_mode = {
+    enabled = true
+    image   = meepa_isolation_image.python.isolated_image
+  }
+  threegate = {
+    network = threegate_network.tg.id
+    role    = "fetch"
   }
 }
 

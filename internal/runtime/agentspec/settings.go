@@ -97,6 +97,9 @@ func ValidateSettings(c *Config) error {
 	var names []string // nil: the secrets are not known (a plan with unknown ones)
 	if c.Secrets != nil {
 		names = slices.Sorted(maps.Keys(c.Secrets))
+		if names == nil {
+			names = []string{} // known to be none
+		}
 	}
 	for _, e := range CheckSecretBindings(c.SecretBindings, names, c.Role) {
 		errs = append(errs, e)

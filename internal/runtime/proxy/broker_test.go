@@ -63,8 +63,8 @@ func (f *fakeAPI) roots() *x509.CertPool {
 // host example.com and, unbound, as 127.0.0.1.
 type brokerSetup struct {
 	*testProxy
-	api  *fakeAPI
-	key  []byte
+	api            *fakeAPI
+	key            []byte
 	bound, unbound string
 }
 
@@ -195,7 +195,11 @@ func TestBrokeredSecret(t *testing.T) {
 	pu := &url.URL{Scheme: "http", Host: b.addr, User: url.UserPassword(self.Agent, self.Credential)}
 	tr := &http.Transport{Proxy: http.ProxyURL(pu)}
 	defer tr.CloseIdleConnections()
-	if _, err := (&http.Client{Transport: tr}).Get("https://" + b.bound + "/"); err == nil || !strings.Contains(err.Error(), "Proxy Authentication Required") {
+	resp, err := (&http.Client{Transport: tr}).Get("https://" + b.bound + "/")
+	if err == nil {
+		_ = resp.Body.Close()
+	}
+	if err == nil || !strings.Contains(err.Error(), "Proxy Authentication Required") {
 		t.Fatalf("ended message: %v, want 407", err)
 	}
 	c.CloseIdleConnections() // a tunnel's line is written when it ends
