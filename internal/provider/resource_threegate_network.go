@@ -116,6 +116,14 @@ func (r *threegateNetworkResource) Schema(_ context.Context, _ resource.SchemaRe
 						MarkdownDescription: "IPv4 DNS servers the proxy resolves with. When set, the firewall lets the proxy's DNS go only to them; " +
 							"when empty, to any address on port 53, and the proxy uses the container's resolver.",
 					},
+					"upstream_ca": schema.StringAttribute{
+						Optional: true,
+						MarkdownDescription: "PEM certificates of extra CAs that a bound host's certificate may chain to, beside the " +
+							"system's roots: for a private API whose certificate a public CA did not sign. The proxy verifies a bound " +
+							"host's TLS before it sends a brokered secret there (see `meepa_agent.secret_bindings`). Certificates only: " +
+							"a key is refused. A change replaces the proxy.",
+						Validators: []validator.String{scoped(notEmpty())},
+					},
 				},
 			},
 			"firewall": schema.SingleNestedAttribute{

@@ -44,6 +44,7 @@ type proxyModel struct {
 	EgressIP     types.String `tfsdk:"egress_ip"`
 	Port         types.Int64  `tfsdk:"port"`
 	DNS          types.List   `tfsdk:"dns"`
+	UpstreamCA   types.String `tfsdk:"upstream_ca"`
 }
 
 type firewallModel struct {
@@ -92,7 +93,8 @@ func (m *threegateNetworkModel) toInput(ctx context.Context) (topospec.Input, bo
 	}
 	p := m.Proxy
 	known = known && !p.IP.IsUnknown() && !p.EgressIP.IsUnknown() && !p.Port.IsUnknown()
-	in.Proxy = topospec.ProxyInput{Image: p.Image.ValueString(), Port: int(p.Port.ValueInt64())}
+	known = known && !p.UpstreamCA.IsUnknown()
+	in.Proxy = topospec.ProxyInput{Image: p.Image.ValueString(), Port: int(p.Port.ValueInt64()), UpstreamCA: p.UpstreamCA.ValueString()}
 	d.ProxyIP, d.EgressIP = p.IP.ValueString(), p.EgressIP.ValueString()
 	if p.Image.IsUnknown() {
 		// Often the tag of an image built in the same apply; it does not
@@ -129,6 +131,10 @@ func (m *threegateNetworkModel) fromSpec(ctx context.Context, spec topospec.Spec
 	in := spec.Input()
 	p := &proxyModel{
 		Image: types.StringValue(in.Proxy.Image), AllowPrivate: listOrNull(ctx, in.Docker.AllowPrivate), DNS: listOrNull(ctx, in.Proxy.DNS),
+		UpstreamCA: types.StringNull(),
+	}
+	if in.Proxy.UpstreamCA != "" {
+		p.UpstreamCA = types.StringValue(in.Proxy.UpstreamCA)
 	}
 	var diags diag.Diagnostics
 	p.Allow, diags = types.ListValueFrom(ctx, types.StringType, orEmpty(in.Proxy.Allow))

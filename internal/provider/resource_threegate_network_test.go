@@ -183,6 +183,7 @@ resource "threegate_network" "bad" {
 		{"proxy port 0", proxy(ok + "\nport = 0"), `(?s)Invalid Proxy Port.*proxy.port.*0 is not a TCP port`},
 		{"proxy port 70000", proxy(ok + "\nport = 70000"), `(?s)Invalid Proxy Port.*proxy.port.*70000`},
 		{"proxy image", "proxy = {\n image = \"Bad Image\"\n" + ok + "\n}\n", `(?s)Invalid Image Reference.*proxy.image`},
+		{"upstream ca", proxy(ok + "\nupstream_ca = \"not a certificate\""), `(?s)Invalid Upstream CA.*proxy.upstream_ca.*PEM certificates`},
 	}
 	var steps []resource.TestStep
 	for _, c := range cases {

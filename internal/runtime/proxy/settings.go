@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -125,18 +126,49 @@ func ParsePrefixes(cidrs []string) ([]netip.Prefix, error) {
 	return out, errors.Join(errs...)
 }
 
-// UpstreamRoots is the system's roots plus the CAs in pem (none when ""),
-// or nil (the system's) when pem is "".
+// ParseUpstreamCA reads the certificates of pemText, which must hold at
+// least one and nothing else: a private key pasted by mistake would be on
+// the proxy's command line for anyone who can inspect it.
+func ParseUpstreamCA(pemText string) ([]*x509.Certificate, error) {
+	var certs []*x509.Certificate
+	rest := []byte(pemText)
+	for {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("holds a %q block; only certificates belong here (never a key)", b.Type)
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("certificate %d: %w", len(certs)+1, err)
+		}
+		certs = append(certs, c)
+	}
+	if len(certs) == 0 || strings.TrimSpace(string(rest)) != "" {
+		return nil, errors.New("must be PEM certificates (-----BEGIN CERTIFICATE-----) and nothing else")
+	}
+	return certs, nil
+}
+
+// UpstreamRoots is the system's roots plus the CAs in pemText, or nil
+// (the system's) when pemText is "".
 func UpstreamRoots(pemText string) (*x509.CertPool, error) {
 	if strings.TrimSpace(pemText) == "" {
 		return nil, nil
+	}
+	certs, err := ParseUpstreamCA(pemText)
+	if err != nil {
+		return nil, err
 	}
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {
 		pool = x509.NewCertPool()
 	}
-	if !pool.AppendCertsFromPEM([]byte(pemText)) {
-		return nil, errors.New("no PEM certificate in it")
+	for _, c := range certs {
+		pool.AddCert(c)
 	}
 	return pool, nil
 }

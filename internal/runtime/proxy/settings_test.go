@@ -1,8 +1,17 @@
 package proxy
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
+	"math/big"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -83,5 +92,45 @@ func TestPatternText(t *testing.T) {
 	}
 	if _, err := (Pattern{}).MarshalText(); err == nil {
 		t.Error("the zero pattern marshalled")
+	}
+}
+
+func TestParseUpstreamCA(t *testing.T) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true,
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	kder, _ := x509.MarshalECPrivateKey(key)
+	keyPEM := string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}))
+
+	if certs, err := ParseUpstreamCA(cert + cert); err != nil || len(certs) != 2 {
+		t.Fatalf("two certificates: %d, %v", len(certs), err)
+	}
+	for name, tc := range map[string]struct{ in, want string }{
+		"empty":    {"", "nothing else"},
+		"not PEM":  {"hello", "nothing else"},
+		"trailing": {cert + "junk", "nothing else"},
+		"a key":    {cert + keyPEM, `"EC PRIVATE KEY" block`},
+		"bad DER":  {string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("x")})), "certificate 1"},
+	} {
+		if _, err := ParseUpstreamCA(tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", name, err, tc.want)
+		}
+	}
+	if pool, err := UpstreamRoots(cert); err != nil || pool == nil {
+		t.Fatalf("UpstreamRoots: %v", err)
+	}
+	if pool, err := UpstreamRoots(" \n"); err != nil || pool != nil {
+		t.Fatalf("UpstreamRoots(blank) = %v, %v; want the system's (nil)", pool, err)
+	}
+	if got := Args(Settings{UpstreamCA: cert}); !slices.Contains(got, "--upstream-ca") || got[len(got)-1] != cert {
+		t.Errorf("Args with an upstream CA = %q", got)
 	}
 }

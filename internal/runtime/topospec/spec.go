@@ -68,6 +68,9 @@ type ProxyInput struct {
 	Port int
 	// DNS are the IPv4 resolvers the proxy asks.
 	DNS []string
+	// UpstreamCA is PEM of extra CAs a bound host's certificate may chain
+	// to (a private API's); "": the system's roots only.
+	UpstreamCA string
 }
 
 // DockerInput is what only a Docker host can honour: the networks'
@@ -105,6 +108,8 @@ type Proxy struct {
 	Allow proxy.Allowlist `json:"allow"`
 	Port  int             `json:"port"`
 	DNS   []netip.Addr    `json:"dns,omitempty"`
+	// UpstreamCA is checked PEM (proxy.ParseUpstreamCA).
+	UpstreamCA string `json:"upstream_ca,omitempty"`
 }
 
 // Docker is the part of a spec only a Docker host has; zero on a cluster.
@@ -154,7 +159,7 @@ func (s Spec) ProxyURL(addr netip.Addr) string {
 // backends' checks of a spec they are handed). It only formats; nothing is
 // parsed.
 func (s Spec) Input() Input {
-	in := Input{Name: s.Name, Proxy: ProxyInput{Image: s.Proxy.Image, Port: s.Proxy.Port}}
+	in := Input{Name: s.Name, Proxy: ProxyInput{Image: s.Proxy.Image, Port: s.Proxy.Port, UpstreamCA: s.Proxy.UpstreamCA}}
 	in.Proxy.Allow = s.Proxy.Allow.Strings()
 	for _, d := range s.Proxy.DNS {
 		in.Proxy.DNS = append(in.Proxy.DNS, d.String())
@@ -186,7 +191,12 @@ func (s Spec) Input() Input {
 // proxy.ParsePattern, duplicates dropped) and IPv4 DNS servers. This is
 // where the allow list is parsed; from here on it is typed.
 func BuildProxy(in ProxyInput, ps *fault.List) Proxy {
-	p := Proxy{Image: in.Image, Port: in.Port, Allow: proxy.Allowlist{}}
+	p := Proxy{Image: in.Image, Port: in.Port, Allow: proxy.Allowlist{}, UpstreamCA: in.UpstreamCA}
+	if in.UpstreamCA != "" {
+		if _, err := proxy.ParseUpstreamCA(in.UpstreamCA); err != nil {
+			ps.Add("proxy.upstream_ca", -1, "Invalid Upstream CA", "%v.", err)
+		}
+	}
 	if in.Image == "" {
 		ps.Add("proxy.image", -1, "Missing Proxy Image", "proxy.image must name an isolation image that contains agent-runner.")
 	}
@@ -225,7 +235,7 @@ func BuildProxy(in ProxyInput, ps *fault.List) Proxy {
 // pinned address) it listens on all of the pod's addresses, and the
 // policies decide who reaches it. The audit log goes to stdout.
 func ProxyCommand(s Spec) []string {
-	set := proxy.Settings{Port: s.Proxy.Port, Audit: "-", Allow: s.Proxy.Allow}
+	set := proxy.Settings{Port: s.Proxy.Port, Audit: "-", Allow: s.Proxy.Allow, UpstreamCA: s.Proxy.UpstreamCA}
 	if s.Docker.ProxyIP.IsValid() {
 		set.ListenIP = s.Docker.ProxyIP.String()
 	}
