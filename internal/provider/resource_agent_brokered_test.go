@@ -1,0 +1,188 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
+	"github.com/hashicorp/terraform-plugin-testing/tfversion"
+
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agent"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/deploy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/topospec"
+	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
+)
+
+// TestAccAgent_brokeredSecret: a FETCH agent in a real topology binds a
+// secret to one HTTPS API in the outside namespace (its own CA, trusted by
+// the proxy through upstream_ca). Each message's fetch of the API arrives
+// there with the real value in Authorization, while the reply (the API
+// echoes its headers) shows only a placeholder, a different one each
+// message; the proxy's audit names the brokered secret. A second HTTPS
+// API, allowed but not bound, is tunnelled untouched: the sandbox meets
+// its real certificate, which it does not trust, and the API sees
+// nothing. The value is in no reply, no log of the runner or the proxy,
+// and no container's inspect.
+func TestAccAgent_brokeredSecret(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	image := testutil.EnsureRunnerImage(t, cli)
+	stateDir := t.TempDir()
+	out := testutil.StartOutside(t)
+	bound, unbound := out.ServeTLSAPI(t, 8443), out.ServeTLSAPI(t, 9443)
+	tg, llm, fetch, egress, _ := freeTopology(t, cli)
+	id := "tf-acc-brokered-" + runID
+	cleanupAgent(t, cli, id)
+	const secret = "s3cret-brokered-value-5b1e"
+	cfg := fmt.Sprintf(`
+provider "meepa" {
+  state_dir = %[1]q
+}
+
+resource "threegate_network" "tg" {
+  provider         = meepa
+  name             = %[2]q
+  llmnet_subnet    = %[5]q
+  fetchnet_subnet  = %[6]q
+  egressnet_subnet = %[7]q
+  firewall         = { enabled = false }
+  proxy = {
+    image         = %[3]q
+    allow         = [%[8]q, %[9]q]
+    allow_private = [%[10]q]
+    upstream_ca   = %[11]q
+  }
+}
+
+resource "meepa_agent" "fetch" {
+  agent_id        = %[4]q
+  llm             = { provider = "offline" }
+  container_mode  = { enabled = true, image = %[3]q }
+  threegate       = { network = threegate_network.tg.id, role = "fetch" }
+  secrets         = { API_TOKEN = %[12]q }
+  secret_bindings = { API_TOKEN = { hosts = [%[8]q], scheme = "Bearer" } }
+}
+`, stateDir, tg, image, id, llm, fetch, egress, out.Addr(8443), out.Addr(9443), out.Prefix, bound.CAPEM, secret)
+
+	placeholder := regexp.MustCompile(`Authorization: Bearer (\S+)`)
+	check := func(s *terraform.State) error {
+		tok := s.RootModule().Resources["meepa_agent.fetch"].Primary.Attributes["token"]
+		send := func(target string) (string, string, error) {
+			return sendWithID(deploy.LayoutFor(stateDir, id).Socket, tok, agent.OfflineFetchPrefix+"https://"+target+"/")
+		}
+		var seen []string
+		var msgs []string
+		for i := range 2 {
+			reply, msgID, err := send(out.Addr(8443))
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, msgID)
+			m := placeholder.FindStringSubmatch(reply)
+			switch {
+			case strings.Contains(reply, secret):
+				return fmt.Errorf("message %d: the reply holds the secret: %q", i, reply)
+			case m == nil || !strings.HasPrefix(m[1], "meepa-placeholder-api_token-"):
+				return fmt.Errorf("message %d: want the API's echo of a placeholder, got %q", i, reply)
+			}
+			seen = append(seen, m[1])
+		}
+		if seen[0] == seen[1] {
+			return fmt.Errorf("two messages got the same placeholder %s", seen[0])
+		}
+		got := bound.Seen()
+		if len(got) != 2 {
+			return fmt.Errorf("the bound API saw %d requests, want 2", len(got))
+		}
+		for i, h := range got {
+			if a := h.Get("Authorization"); a != "Bearer "+secret {
+				return fmt.Errorf("request %d reached the bound API with Authorization %q, want the value", i, a)
+			}
+			if h.Get("Proxy-Authorization") != "" {
+				return fmt.Errorf("request %d reached the API with the egress credential", i)
+			}
+		}
+
+		// Allowed but not bound: an opaque tunnel. The sandbox trusts the
+		// agent's CA and the system's, not the API's, so TLS fails, and
+		// no request (let alone a header) reaches the API.
+		reply, _, err := send(out.Addr(9443))
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(reply, "certificate signed by unknown authority") {
+			return fmt.Errorf("unbound host: want the real server's certificate refused in the sandbox, got %q", reply)
+		}
+		if n := len(unbound.Seen()); n != 0 {
+			return fmt.Errorf("the unbound API saw %d requests", n)
+		}
+
+		// The proxy's audit names the brokered secret on both messages,
+		// and no log holds the value.
+		err = logEventually(cli, topospec.ProxyName(tg), func(audit string) error {
+			for _, m := range msgs {
+				if !auditHas(audit, func(r proxy.AuditRecord) bool {
+					return r.Agent == id && r.Message == m && len(r.Brokered) == 1 && r.Brokered[0] == "API_TOKEN"
+				}) {
+					return fmt.Errorf("no audit line brokering API_TOKEN for message %s in:\n%s", m, audit)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, name := range []string{topospec.ProxyName(tg), deploy.ContainerName(id)} {
+			log, err := containerLog(cli, name)
+			if err != nil {
+				return err
+			}
+			if strings.Contains(log, secret) {
+				return fmt.Errorf("the log of %s holds the secret", name)
+			}
+		}
+		return noContainerHolds(cli, id, secret)
+	}
+
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps:                    []resource.TestStep{{Config: cfg, Check: check}},
+	})
+}
+
+// noContainerHolds checks that no container of agent id (its runner and
+// its prestarted sandbox) shows value anywhere in its inspect.
+func noContainerHolds(cli interface {
+	ContainerList(context.Context, container.ListOptions) ([]container.Summary, error)
+	ContainerInspect(context.Context, string) (container.InspectResponse, error)
+}, id, value string) error {
+	ctx := context.Background()
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("name", id))})
+	if err != nil {
+		return err
+	}
+	if len(list) == 0 {
+		return fmt.Errorf("no container of %s to inspect", id)
+	}
+	for _, c := range list {
+		info, err := cli.ContainerInspect(ctx, c.ID)
+		if err != nil {
+			return err
+		}
+		raw, _ := json.Marshal(info)
+		if strings.Contains(string(raw), value) {
+			return fmt.Errorf("container %s shows the secret in its inspect", strings.Join(c.Names, ","))
+		}
+	}
+	return nil
+}
