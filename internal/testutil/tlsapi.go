@@ -105,4 +105,3 @@ func selfCA(ip net.IP) (string, tls.Certificate, error) {
 	caPEM := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}))
 	return caPEM, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
-
