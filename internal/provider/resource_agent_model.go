@@ -22,6 +22,7 @@ type agentModel struct {
 	LLM                   types.Object `tfsdk:"llm"`
 	Secrets               types.Map    `tfsdk:"secrets"`
 	SecretBindings        types.Map    `tfsdk:"secret_bindings"`
+	EgressUpstreamCA      types.String `tfsdk:"egress_upstream_ca"`
 	InjectCredentialsEnv  types.Bool   `tfsdk:"inject_credentials_env"`
 	InjectSecretsEnv      types.Bool   `tfsdk:"inject_secrets_env"`
 	RedactSecrets         types.Bool   `tfsdk:"redact_secrets"`
@@ -303,6 +304,7 @@ func agentOf(ctx context.Context, m agentModel, apiKey string, diags *diag.Diagn
 		}
 	}
 	c.SecretBindings = secretBindingsOf(ctx, m.SecretBindings, in.unknown, diags)
+	c.EgressUpstreamCA = str(m.EgressUpstreamCA, "egress_upstream_ca")
 	a := agentspec.Agent{Config: c}
 	in.onTopology = !m.Threegate.IsNull()
 	if in.onTopology {
@@ -339,6 +341,10 @@ func modelOf(m *agentModel, a agentspec.Agent) {
 	// Write-only, as the API key: state never holds the secrets.
 	m.Secrets = types.MapNull(types.StringType)
 	m.SecretBindings = secretBindingsValue(c.SecretBindings)
+	m.EgressUpstreamCA = types.StringNull()
+	if c.EgressUpstreamCA != "" {
+		m.EgressUpstreamCA = types.StringValue(c.EgressUpstreamCA)
+	}
 	m.InjectCredentialsEnv, m.InjectSecretsEnv = types.BoolValue(c.InjectCredentialsEnv), types.BoolValue(c.InjectSecretsEnv)
 	m.RedactSecrets = types.BoolValue(c.RedactSecrets)
 	network := types.StringValue(c.Container.Network)

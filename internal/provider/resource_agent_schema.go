@@ -138,6 +138,14 @@ func agentSchema() schema.Schema {
 					"no binding names reaches no tool. Replaced by `[REDACTED]` in replies with `redact_secrets`.",
 			},
 			"secret_bindings": secretBindingsSchema(),
+			"egress_upstream_ca": schema.StringAttribute{
+				Optional: true,
+				MarkdownDescription: "PEM certificates of extra CAs that a host-mode agent's bound hosts may chain to, beside the " +
+					"system's roots: the runner's own broker verifies a bound host's TLS with them before it sends the secret. Only " +
+					"with `secret_bindings` in host mode; a fetch agent's bound hosts are verified with its topology's " +
+					"`proxy.upstream_ca`. Certificates only: a key is refused.",
+				Validators: []validator.String{scoped(notEmpty())},
+			},
 			"inject_credentials_env": schema.BoolAttribute{
 				Optional: true, Computed: true, Default: booldefault.StaticBool(true),
 				MarkdownDescription: "Export the LLM credentials to the agent's tool processes (the spec's `image_config` flag, per agent). Default `true`.",

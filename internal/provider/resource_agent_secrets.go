@@ -42,10 +42,12 @@ func secretBindingsSchema() schema.Attribute {
 	return schema.MapNestedAttribute{
 		Optional: true,
 		MarkdownDescription: "Brokered secrets, keyed by the name of a secret in `secrets`: the hosts each may be sent to and how. " +
-			"Only a `fetch` agent of a topology (`threegate.role = \"fetch\"`) has bindings, since its requests are the only ones that " +
-			"pass the topology's egress proxy. Its tools never see the value: the variable of the secret's name holds a placeholder, " +
-			"valid for one message of this agent, and the proxy, which terminates the tools' TLS with a CA of the agent's own, replaces " +
-			"it by the value in the bound header of HTTPS requests to a bound host, and nowhere else. A secret that no binding names " +
+			"Two kinds of agent have a broker: a `fetch` agent of a topology (`threegate.role = \"fetch\"`), whose topology's egress " +
+			"proxy brokers, and a host-mode agent (`container_mode.enabled = false`) with `file_access.allow_network`, whose runner runs " +
+			"a broker of its own on loopback; any other agent's bindings fail the plan. The tools never see the value: the variable of " +
+			"the secret's name holds a placeholder, valid for one message of this agent, and the broker, which terminates the tools' " +
+			"TLS with a CA of the agent's own, replaces it by the value in the bound header of HTTPS requests to a bound host, and " +
+			"nowhere else. A secret that no binding names " +
 			"reaches no sandbox at all. Not sensitive: the plan shows where each secret may go. See the isolation-models guide, " +
 			"\"Brokered secrets\".",
 		NestedObject: schema.NestedAttributeObject{Attributes: map[string]schema.Attribute{
@@ -53,7 +55,7 @@ func secretBindingsSchema() schema.Attribute {
 				Required: true, ElementType: types.StringType,
 				MarkdownDescription: "The hosts the secret may be sent to, at least one: allow patterns in the proxy's grammar (see " +
 					"`threegate_network.proxy.allow`), e.g. `api.example.com` (port 443) or `*.example.com:8443`. Each must be inside the " +
-					"agent's `egress.allow` when it has one, else inside the topology's `proxy.allow`: a host the agent cannot reach " +
+					"fetch agent's `egress.allow` when it has one, else inside the topology's `proxy.allow`: a host the agent cannot reach " +
 					"fails the plan.",
 			},
 			"header": schema.StringAttribute{

@@ -48,9 +48,18 @@ func TestAgent_invalidInput(t *testing.T) {
 		{"base url no scheme", `llm = { provider = "openai", base_url = "api.openai.com/v1" }`, "llm.base_url", `not an absolute http\(s\) URL`},
 		{"image reference", `runner = { image = "Bad Image" }`, "runner.image", `Invalid Image Reference`},
 		{"secret name", bound("gh-token", `hosts = ["api.example.com"]`), "secret_bindings", `Rename the secret \(e\.g\. "GH_TOKEN"\)`},
-		{"binding without fetch", strings.Replace(bound("T", `hosts = ["api.example.com"]`), `"fetch"`, `"core"`, 1), "secret_bindings", `fetch agent's egress path only`},
-		{"binding without topology", `secrets = { T = "x" }
-  secret_bindings = { T = { hosts = ["api.example.com"] } }`, "secret_bindings", `role is ""`},
+		{"binding on core", strings.Replace(bound("T", `hosts = ["api.example.com"]`), `"fetch"`, `"core"`, 1), "secret_bindings", `a core agent has no way out`},
+		{"binding in a container", `container_mode = { enabled = true, network = "bridge" }
+  secrets = { T = "x" }
+  secret_bindings = { T = { hosts = ["api.example.com"] } }`, "secret_bindings", `per-message container \(network = "bridge"\) has no broker`},
+		{"binding without network", `file_access = { allow_network = false }
+  secrets = { T = "x" }
+  secret_bindings = { T = { hosts = ["api.example.com"] } }`, "secret_bindings", `allow_network is false`},
+		{"binding unrestricted", `file_access = { unrestricted = true }
+  secrets = { T = "x" }
+  secret_bindings = { T = { hosts = ["api.example.com"] } }`, "secret_bindings", `can read the runner's config`},
+		{"upstream ca on fetch", bound("T", `hosts = ["api.example.com"]`) + "\n  egress_upstream_ca = " + fmt.Sprintf("%q", testCAPEM), "egress_upstream_ca", `topology's proxy.upstream_ca`},
+		{"upstream ca not PEM", `egress_upstream_ca = "x"`, "egress_upstream_ca", `must be PEM certificates`},
 		{"binding no secret", `threegate = { network = "n", role = "fetch" }
   secret_bindings = { T = { hosts = ["api.example.com"] } }`, "secret_bindings", `no secret "T" in secrets`},
 		{"binding no hosts", bound("T", `hosts = []`), "secret_bindings", `hosts is empty`},
@@ -249,3 +258,18 @@ resource "meepa_agent" "t" {
 		})
 	}
 }
+
+// testCAPEM is a CA certificate (its key thrown away) for plan-time
+// checks of the upstream CA attributes, which only parse it.
+const testCAPEM = `-----BEGIN CERTIFICATE-----
+MIIBkjCCATegAwIBAgIUX6BGrLP6pNuZB+HsWecBJa+/fQMwCgYIKoZIzj0EAwIw
+HTEbMBkGA1UEAwwSbWVlcGEgcGxhbi10ZXN0IENBMCAXDTI2MTIwNjAwNTIxMFoY
+DzIxMjYxMTEyMDA1MjEwWjAdMRswGQYDVQQDDBJtZWVwYSBwbGFuLXRlc3QgQ0Ew
+WTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAASdFTYdXBqW+YNq6EUYy884/Tcx+l3h
+ZT0Mwkf5s077LV5Im2+pRxpAKRPsed460dC8iyH8yddpSUK8oaC+T+4Mo1MwUTAd
+BgNVHQ4EFgQUDY3zUqPHDRoY/oCJplRcOo9jCJMwHwYDVR0jBBgwFoAUDY3zUqPH
+DRoY/oCJplRcOo9jCJMwDwYDVR0TAQH/BAUwAwEB/zAKBggqhkjOPQQDAgNJADBG
+AiEA8QntsqbfZWbvriI3BszdPZ8/ABZBsNm5tHHvUrYBnA0CIQDg1fxV1hv3si38
+VcwSRj4fMn2MbNdzd/o1JfsIUQttIg==
+-----END CERTIFICATE-----
+`

@@ -145,6 +145,7 @@ var settingSummaries = map[string]string{
 	"llm.agent_token_budget":          "Invalid Token Budget",
 	"llm.agent_budget_window_seconds": "Invalid Budget Window",
 	"inject_secrets_env":              "Secrets Stay Out Of Sandboxes",
+	"egress_upstream_ca":              "Invalid Upstream CA",
 }
 
 // validateSettings runs the runner's own start-time check of the settings
@@ -178,8 +179,14 @@ var judgedWith = map[string][]string{
 	"llm.message_token_budget":    {"llm.max_tokens_per_call", "llm.message_token_budget", "llm.agent_token_budget"},
 	"llm.agent_token_budget":      {"llm.max_tokens_per_call", "llm.message_token_budget", "llm.agent_token_budget"},
 	"container_mode.memory_limit": {"container_mode.enabled"},
-	"secret_bindings":             {"threegate", "threegate.role", "secrets"},
+	"secret_bindings":             bindingInputs,
+	"egress_upstream_ca":          append([]string{"secret_bindings"}, bindingInputs...),
 }
+
+// bindingInputs are what says which broker an agent's bound secrets
+// have (agentspec.BrokerOf), and which secrets there are.
+var bindingInputs = []string{"threegate", "threegate.role", "secrets", "container_mode", "container_mode.enabled",
+	"file_access", "file_access.allow_network", "file_access.unrestricted"}
 
 // unjudged says whether a verdict on field must wait: its block, the field
 // or a setting it is judged with is not known yet.

@@ -49,6 +49,9 @@ type Config struct {
 	// SecretBindings bind secrets, by name, to the hosts they may be sent
 	// to (see secrets.go).
 	SecretBindings map[string]SecretBinding `json:"secret_bindings,omitempty"`
+	// EgressUpstreamCA is PEM of extra CAs that the runner's own broker
+	// (BrokerRunner) trusts for bound hosts, beside the system's roots.
+	EgressUpstreamCA string `json:"egress_upstream_ca,omitempty"`
 	// Flags from the spec's image_config, applied per agent.
 	InjectCredentialsEnv bool `json:"inject_credentials_env"`
 	InjectSecretsEnv     bool `json:"inject_secrets_env"`

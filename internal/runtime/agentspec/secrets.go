@@ -24,6 +24,41 @@ import (
 // worth nothing. A secret that is not bound reaches no sandbox at all:
 // the runner keeps it for redaction only.
 
+// Brokers: who turns a bound secret's placeholder into its value.
+const (
+	// BrokerTopology is a FETCH agent's: its topology's egress proxy.
+	BrokerTopology = "topology"
+	// BrokerRunner is a host-mode agent's: the runner's own broker, on
+	// its loopback, since the tools share the runner's network.
+	BrokerRunner = "runner"
+)
+
+// BrokerOf says which broker serves c's bound secrets, or, when none
+// can, why ("" broker).
+func BrokerOf(c *Config) (broker, why string) {
+	switch {
+	case c.Role == RoleFetch:
+		return BrokerTopology, ""
+	case c.Role != "":
+		return "", fmt.Sprintf("a %s agent has no way out to send a secret on: only a fetch agent reaches its topology's egress proxy", c.Role)
+	case c.Container.Enabled:
+		return "", fmt.Sprintf("a per-message container (network = %q) has no broker yet: bind the secret on a fetch agent of a "+
+			"threegate_network, or on a host-mode agent (container_mode.enabled = false) with file_access.allow_network", orNone(c.Container.Network))
+	case c.FileAccess.Unrestricted:
+		return "", "with file_access.unrestricted the tools can read the runner's config, and every secret in it: nothing could keep a bound one from them"
+	case !c.FileAccess.AllowNetwork:
+		return "", "file_access.allow_network is false, so the tools have no network to send a secret on"
+	}
+	return BrokerRunner, ""
+}
+
+func orNone(network string) string {
+	if network == "" {
+		return "none"
+	}
+	return network
+}
+
 // DefaultSecretHeader is the header a binding without one puts its
 // secret in.
 const DefaultSecretHeader = "Authorization"
@@ -56,22 +91,21 @@ var tokenRe = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 var unbindableHeaders = []string{"Host", "Proxy-Authorization", "Proxy-Authenticate", "Connection", "Content-Length",
 	"Transfer-Encoding", "Te", "Trailer", "Upgrade", "Keep-Alive", "Proxy-Connection", "Accept-Encoding"}
 
-// CheckSecretBindings checks bindings against the agent's role and the
-// names of its secrets (nil names: not known, as in a plan whose secrets
+// CheckSecretBindings checks bindings against the agent's broker (BrokerOf
+// c) and the names of its secrets (nil names: not known, as in a plan whose secrets
 // are unknown), the same at plan and in the runner's config. Each error
 // is on the binding's map key.
-func CheckSecretBindings(bindings map[string]SecretBinding, secrets []string, role string) fault.List {
+func CheckSecretBindings(bindings map[string]SecretBinding, secrets []string, c *Config) fault.List {
 	const invalid = "Invalid Secret Binding"
 	var errs fault.List
 	add := func(k, format string, args ...any) {
 		errs = append(errs, &fault.FieldError{Field: "secret_bindings", Index: -1, Key: k, Summary: invalid, Err: fmt.Errorf(format, args...)})
 	}
+	_, noBroker := BrokerOf(c)
 	for _, k := range slices.Sorted(maps.Keys(bindings)) {
 		b := bindings[k]
-		if role != RoleFetch {
-			// Only FETCH has an egress path through the topology's proxy
-			// yet; elsewhere a binding would have nowhere to be honoured.
-			add(k, "a secret is brokered on a fetch agent's egress path only; this agent's role is %q", role)
+		if noBroker != "" {
+			add(k, "no broker could add this secret: %s", noBroker)
 			continue
 		}
 		if err := CheckToolEnvName(k); err != nil {

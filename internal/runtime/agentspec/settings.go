@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/proxy"
 )
 
 // Defaults and bounds of the settings an agent's owner chooses. The zero
@@ -101,8 +102,16 @@ func ValidateSettings(c *Config) error {
 			names = []string{} // known to be none
 		}
 	}
-	for _, e := range CheckSecretBindings(c.SecretBindings, names, c.Role) {
+	for _, e := range CheckSecretBindings(c.SecretBindings, names, c) {
 		errs = append(errs, e)
+	}
+	if c.EgressUpstreamCA != "" {
+		if _, err := proxy.ParseUpstreamCA(c.EgressUpstreamCA); err != nil {
+			field("egress_upstream_ca", err)
+		} else if broker, _ := BrokerOf(c); broker != BrokerRunner || len(c.SecretBindings) == 0 {
+			field("egress_upstream_ca", errors.New("only the runner's own broker (a host-mode agent with secret_bindings) reads it; "+
+				"a fetch agent's bound hosts are verified with its topology's proxy.upstream_ca"))
+		}
 	}
 	for _, k := range BoundSecretNames(c) {
 		// A header cannot carry these; the proxy would refuse the binding

@@ -37,8 +37,13 @@ type Resolver interface {
 
 // Options configure a Server. The zero value of each field is its default.
 type Options struct {
-	// Allow is the allowlist; empty refuses everything.
+	// Allow is the allowlist; empty refuses everything, unless AnyHost.
 	Allow Allowlist
+	// AnyHost lets every destination pass the allow list: a runner's own
+	// broker for a host-mode agent, whose tools share its network and
+	// reach what it reaches anyway. The special ranges are still refused
+	// unless AllowPrivate covers them.
+	AnyHost bool
 	// AllowPrivate exempts these ranges from the special-range refusal
 	// (loopback, RFC 1918, ULA, link-local, CGNAT, ...). Default: none.
 	AllowPrivate []netip.Prefix
@@ -237,7 +242,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, &rec, &refusal{status: http.StatusBadRequest, reason: "bad request: " + terr.Error()}, r.Host)
 		return
 	}
-	if _, ok := s.opts.Allow.Match(target); !ok {
+	if _, ok := s.opts.Allow.Match(target); !ok && !s.opts.AnyHost {
 		s.refuse(w, &rec, &refusal{status: http.StatusForbidden, reason: "not in allowlist"}, target.String())
 		return
 	}

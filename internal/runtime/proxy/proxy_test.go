@@ -373,6 +373,22 @@ func TestConnectDisallowedPort(t *testing.T) {
 	}
 }
 
+// TestAnyHost: a runner's own broker lets any destination through its
+// (empty) allow list, and still refuses a special range AllowPrivate does
+// not cover.
+func TestAnyHost(t *testing.T) {
+	echo := startEcho(t)
+	res := newResolver(map[string]string{"echo.test": "127.0.0.1"})
+	p := startProxy(t, Options{AnyHost: true, AllowPrivate: loopbackOnly(), Resolver: res})
+	if resp, body, _ := connect(t, p.addr, hostPort("echo.test", echo.port())); resp.StatusCode != http.StatusOK {
+		t.Fatalf("AnyHost: status %d (%s), want 200", resp.StatusCode, body)
+	}
+	q := startProxy(t, Options{AnyHost: true, Resolver: res})
+	if resp, body, _ := connect(t, q.addr, hostPort("echo.test", echo.port())); resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "loopback") {
+		t.Fatalf("AnyHost to loopback without AllowPrivate: %d %q, want a 403 naming the range", resp.StatusCode, body)
+	}
+}
+
 func TestPlainHTTPForward(t *testing.T) {
 	type seen struct{ host, proxyAuth, path string }
 	got := make(chan seen, 1)

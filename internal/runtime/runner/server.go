@@ -150,6 +150,11 @@ type Server struct {
 
 	http     *http.Server
 	maxConns int
+
+	// local is the runner's own egress broker (broker.go), nil until a
+	// host-mode message with bound secrets needs it.
+	brokerMu sync.Mutex
+	local    *localBroker
 }
 
 // apiLimits bound the runner's API before it knows who is calling: a
@@ -297,7 +302,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// used up ctx.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	return errors.Join(err, b.Close(cctx), s.relay.Close())
+	return errors.Join(err, b.Close(cctx), s.relay.Close(), s.closeBroker(cctx))
 }
 
 // Reload applies a changed config: it waits for the message in flight,
@@ -517,7 +522,11 @@ func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox
 			return errorResult(http.StatusServiceUnavailable, id, agent.ErrKindSandbox, "egress proxy: "+err.Error())
 		}
 	}
-	egress, err := beginEgress(ctx, cfg, id, &req, proxyURL)
+	ecfg, err := s.egressConfig(ctx, cfg)
+	if err != nil {
+		return errorResult(http.StatusServiceUnavailable, id, agent.ErrKindSandbox, "egress broker: "+err.Error())
+	}
+	egress, err := beginEgress(ctx, ecfg, id, &req, proxyURL)
 	if err != nil {
 		return errorResult(http.StatusServiceUnavailable, id, agent.ErrKindSandbox, "egress: "+agentspec.Redactor(cfg).String(err.Error()))
 	}
