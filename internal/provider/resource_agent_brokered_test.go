@@ -3,7 +3,10 @@ package provider
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -72,59 +75,15 @@ resource "meepa_agent" "fetch" {
 }
 `, stateDir, tg, image, id, llm, fetch, egress, out.Addr(8443), out.Addr(9443), out.Prefix, bound.CAPEM, secret)
 
-	placeholder := regexp.MustCompile(`Authorization: Bearer (\S+)`)
 	check := func(s *terraform.State) error {
 		tok := s.RootModule().Resources["meepa_agent.fetch"].Primary.Attributes["token"]
-		send := func(target string) (string, string, error) {
-			return sendWithID(deploy.LayoutFor(stateDir, id).Socket, tok, agent.OfflineFetchPrefix+"https://"+target+"/")
+		fetchURL := func(url string) (string, string, error) {
+			return sendWithID(deploy.LayoutFor(stateDir, id).Socket, tok, agent.OfflineFetchPrefix+url)
 		}
-		var seen []string
-		var msgs []string
-		for i := range 2 {
-			reply, msgID, err := send(out.Addr(8443))
-			if err != nil {
-				return err
-			}
-			msgs = append(msgs, msgID)
-			m := placeholder.FindStringSubmatch(reply)
-			switch {
-			case strings.Contains(reply, secret):
-				return fmt.Errorf("message %d: the reply holds the secret: %q", i, reply)
-			case m == nil || !strings.HasPrefix(m[1], "meepa-placeholder-api_token-"):
-				return fmt.Errorf("message %d: want the API's echo of a placeholder, got %q", i, reply)
-			}
-			seen = append(seen, m[1])
-		}
-		if seen[0] == seen[1] {
-			return fmt.Errorf("two messages got the same placeholder %s", seen[0])
-		}
-		got := bound.Seen()
-		if len(got) != 2 {
-			return fmt.Errorf("the bound API saw %d requests, want 2", len(got))
-		}
-		for i, h := range got {
-			if a := h.Get("Authorization"); a != "Bearer "+secret {
-				return fmt.Errorf("request %d reached the bound API with Authorization %q, want the value", i, a)
-			}
-			if h.Get("Proxy-Authorization") != "" {
-				return fmt.Errorf("request %d reached the API with the egress credential", i)
-			}
-		}
-
-		// Allowed but not bound: an opaque tunnel. The sandbox trusts the
-		// agent's CA and the system's, not the API's, so TLS fails, and
-		// no request (let alone a header) reaches the API.
-		reply, _, err := send(out.Addr(9443))
+		msgs, err := checkBrokered(fetchURL, out, bound, unbound, secret)
 		if err != nil {
 			return err
 		}
-		if !strings.Contains(reply, "certificate signed by unknown authority") {
-			return fmt.Errorf("unbound host: want the real server's certificate refused in the sandbox, got %q", reply)
-		}
-		if n := len(unbound.Seen()); n != 0 {
-			return fmt.Errorf("the unbound API saw %d requests", n)
-		}
-
 		// The proxy's audit names the brokered secret on both messages,
 		// and no log holds the value.
 		err = logEventually(cli, topospec.ProxyName(tg), func(audit string) error {
@@ -160,6 +119,105 @@ resource "meepa_agent" "fetch" {
 	})
 }
 
+// TestAccAgent_brokeredSecretHostMode: the same for a host-mode agent
+// (the runner container runs each message as a Landlock-restricted child
+// that shares its network), whose runner brokers with a broker of its
+// own, trusting the API's CA through egress_upstream_ca. The shell runs
+// an ordinary Go client that sends $API_TOKEN, a placeholder; the runner's log has the broker's
+// audit line naming the secret, and never the value.
+func TestAccAgent_brokeredSecretHostMode(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	image := testutil.EnsureRunnerImage(t, cli)
+	stateDir := t.TempDir()
+	out := testutil.StartOutside(t)
+	bound, unbound := out.ServeTLSAPI(t, 8443), out.ServeTLSAPI(t, 9443)
+	id := "tf-acc-brokered-host-" + runID
+	cleanupAgent(t, cli, id)
+	// The shell's client: a Go program, as an operator's tools would be,
+	// which honours HTTPS_PROXY and SSL_CERT_FILE. Mounted read-only.
+	tools := t.TempDir()
+	if err := os.Chmod(tools, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	httpget := filepath.Join(tools, "httpget")
+	if err := os.WriteFile(httpget, testutil.HTTPGet(t), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const secret = "s3cret-host-brokered-9c2d"
+	cfg := fmt.Sprintf(`
+provider "meepa" {
+  state_dir = %[1]q
+}
+
+resource "meepa_agent" "h" {
+  agent_id           = %[2]q
+  llm                = { provider = "offline" }
+  runner             = { image = %[3]q }
+  file_access        = { allow_network = true, allow_read = [%[7]q] }
+  secrets            = { API_TOKEN = %[4]q }
+  secret_bindings    = { API_TOKEN = { hosts = [%[5]q], scheme = "Bearer" } }
+  egress_upstream_ca = %[6]q
+}
+`, stateDir, id, image, secret, out.Addr(8443), bound.CAPEM, tools)
+
+	check := func(s *terraform.State) error {
+		tok := s.RootModule().Resources["meepa_agent.h"].Primary.Attributes["token"]
+		send := func(text string) (string, string, error) {
+			return sendWithID(deploy.LayoutFor(stateDir, id).Socket, tok, text)
+		}
+		fetchURL := func(url string) (string, string, error) {
+			return send(fmt.Sprintf(`!sh %s %s "Authorization: Bearer $API_TOKEN"`, httpget, url))
+		}
+		msgs, err := checkBrokered(fetchURL, out, bound, unbound, secret)
+		if err != nil {
+			return err
+		}
+		reply, _, err := send("!sh echo \"$API_TOKEN\"; env | grep -c " + secret)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(reply, "meepa-placeholder-api_token-") || strings.Contains(reply, secret) || !strings.Contains(reply, "\n0") {
+			return fmt.Errorf("the shell's environment: want a placeholder and no value, got %q", reply)
+		}
+		err = logEventually(cli, deploy.ContainerName(id), func(log string) error {
+			for _, m := range msgs {
+				if !hasLine(log, "egress audit", m, "API_TOKEN") {
+					return fmt.Errorf("no broker audit line naming API_TOKEN for message %s in:\n%s", m, log)
+				}
+			}
+			if strings.Contains(log, secret) {
+				return errors.New("the runner's log holds the secret")
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		return noContainerHolds(cli, id, secret)
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps:                    []resource.TestStep{{Config: cfg, Check: check}},
+	})
+}
+
+// hasLine says whether one line of log holds every one of parts.
+func hasLine(log string, parts ...string) bool {
+	for line := range strings.SplitSeq(log, "\n") {
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
 // noContainerHolds checks that no container of agent id (its runner and
 // its prestarted sandbox) shows value anywhere in its inspect.
 func noContainerHolds(cli interface {
@@ -185,4 +243,59 @@ func noContainerHolds(cli interface {
 		}
 	}
 	return nil
+}
+
+// checkBrokered makes two fetches of the bound API (port 8443 of out) and
+// one of the unbound one (9443), each a message, and checks what the APIs
+// saw and the replies show: the value at the bound API each time, only a
+// placeholder (a new one per message) in the replies, nothing at the
+// unbound API, whose real certificate the sandbox refuses. It returns the
+// two bound messages' ids.
+func checkBrokered(fetch func(url string) (reply, msgID string, err error), out *testutil.Outside, bound, unbound *testutil.TLSAPI, secret string) ([]string, error) {
+	placeholder := regexp.MustCompile(`Authorization: Bearer (\S+)`)
+	var seen, msgs []string
+	for i := range 2 {
+		reply, msgID, err := fetch("https://" + out.Addr(8443) + "/")
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, msgID)
+		m := placeholder.FindStringSubmatch(reply)
+		switch {
+		case strings.Contains(reply, secret):
+			return nil, fmt.Errorf("message %d: the reply holds the secret: %q", i, reply)
+		case m == nil || !strings.HasPrefix(m[1], "meepa-placeholder-api_token-"):
+			return nil, fmt.Errorf("message %d: want the API's echo of a placeholder, got %q", i, reply)
+		}
+		seen = append(seen, m[1])
+	}
+	if seen[0] == seen[1] {
+		return nil, fmt.Errorf("two messages got the same placeholder %s", seen[0])
+	}
+	got := bound.Seen()
+	if len(got) != 2 {
+		return nil, fmt.Errorf("the bound API saw %d requests, want 2", len(got))
+	}
+	for i, h := range got {
+		if a := h.Get("Authorization"); a != "Bearer "+secret {
+			return nil, fmt.Errorf("request %d reached the bound API with Authorization %q, want the value", i, a)
+		}
+		if h.Get("Proxy-Authorization") != "" {
+			return nil, fmt.Errorf("request %d reached the API with the egress credential", i)
+		}
+	}
+	// Allowed but not bound: an opaque tunnel. The sandbox trusts the
+	// agent's CA and the system's, not the API's, so TLS fails, and no
+	// request (let alone a header) reaches the API.
+	reply, _, err := fetch("https://" + out.Addr(9443) + "/")
+	if err != nil {
+		return nil, err
+	}
+	if !strings.Contains(reply, "certificate signed by unknown authority") {
+		return nil, fmt.Errorf("unbound host: want the real server's certificate refused in the sandbox, got %q", reply)
+	}
+	if n := len(unbound.Seen()); n != 0 {
+		return nil, fmt.Errorf("the unbound API saw %d requests", n)
+	}
+	return msgs, nil
 }

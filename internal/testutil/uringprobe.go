@@ -38,17 +38,24 @@ func main() {
 // program of its own: test binaries are linked with libc) and returns it.
 func URingProbe(t testing.TB) []byte {
 	t.Helper()
+	return buildStatic(t, "uringprobe", uringProbe)
+}
+
+// buildStatic builds the one-file Go program src as a static Linux
+// binary and returns it.
+func buildStatic(t testing.TB, name, src string) []byte {
+	t.Helper()
 	dir := t.TempDir()
-	for name, body := range map[string]string{"go.mod": "module uringprobe\n\ngo 1.22\n", "main.go": uringProbe} {
-		Must(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644))
+	for file, body := range map[string]string{"go.mod": "module " + name + "\n\ngo 1.22\n", "main.go": src} {
+		Must(t, os.WriteFile(filepath.Join(dir, file), []byte(body), 0o644))
 	}
-	cmd := exec.Command("go", "build", "-o", "uring-probe", ".")
+	cmd := exec.Command("go", "build", "-o", name, ".")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOFLAGS=-mod=mod")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the io_uring probe: %v\n%s", err, out)
+		t.Fatalf("build %s: %v\n%s", name, err, out)
 	}
-	bin, err := os.ReadFile(filepath.Join(dir, "uring-probe"))
+	bin, err := os.ReadFile(filepath.Join(dir, name))
 	Must(t, err)
 	return bin
 }

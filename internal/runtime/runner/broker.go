@@ -99,7 +99,7 @@ func (s *Server) egressConfig(ctx context.Context, cfg *agentspec.Config) (*agen
 		s.log.Info("egress broker started", "listen", strings.TrimPrefix(b.url, "http://"))
 	}
 	c := *cfg
-	c.Egress = &agentspec.Egress{Key: hex.EncodeToString(s.local.key), Proxy: s.local.url}
+	c.Egress = &agentspec.Egress{Key: hex.EncodeToString(proxy.AgentKey(s.local.key, cfg.AgentID)), Proxy: s.local.url}
 	return &c, nil
 }
 
