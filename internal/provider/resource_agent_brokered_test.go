@@ -204,6 +204,84 @@ resource "meepa_agent" "h" {
 	})
 }
 
+// TestAccAgent_brokeredSecretBridge: the same for a network = "bridge"
+// agent's per-message containers. Their tools reach the runner's broker
+// through its socket in the relay's directory, which agent-run serves on
+// a loopback port; the container keeps its direct route, where a
+// placeholder is worth nothing. The client is copied into the workspace.
+func TestAccAgent_brokeredSecretBridge(t *testing.T) {
+	testutil.RequireDocker(t)
+	cli := testutil.Docker(t)
+	image := testutil.EnsureRunnerImage(t, cli)
+	stateDir := t.TempDir()
+	out := testutil.StartOutside(t)
+	bound, unbound := out.ServeTLSAPI(t, 8443), out.ServeTLSAPI(t, 9443)
+	id := "tf-acc-brokered-br-" + runID
+	cleanupAgent(t, cli, id)
+	const secret = "s3cret-bridge-brokered-41fa"
+	cfg := fmt.Sprintf(`
+provider "meepa" {
+  state_dir = %[1]q
+}
+
+resource "meepa_agent" "b" {
+  agent_id           = %[2]q
+  llm                = { provider = "offline" }
+  container_mode     = { enabled = true, image = %[3]q, network = "bridge" }
+  secrets            = { API_TOKEN = %[4]q }
+  secret_bindings    = { API_TOKEN = { hosts = [%[5]q], scheme = "Bearer" } }
+  egress_upstream_ca = %[6]q
+}
+`, stateDir, id, image, secret, out.Addr(8443), bound.CAPEM)
+
+	check := func(s *terraform.State) error {
+		a := s.RootModule().Resources["meepa_agent.b"].Primary.Attributes
+		if err := os.WriteFile(filepath.Join(a["workspace_path"], "httpget"), testutil.HTTPGet(t), 0o755); err != nil {
+			return err
+		}
+		send := func(text string) (string, string, error) {
+			return sendWithID(deploy.LayoutFor(stateDir, id).Socket, a["token"], text)
+		}
+		fetchURL := func(url string) (string, string, error) {
+			return send(fmt.Sprintf(`!sh /workspace/httpget %s "Authorization: Bearer $API_TOKEN"`, url))
+		}
+		msgs, err := checkBrokered(fetchURL, out, bound, unbound, secret)
+		if err != nil {
+			return err
+		}
+		// Past the broker, on the container's own route, the placeholder
+		// is all a tool can send.
+		reply, _, err := send(fmt.Sprintf(`!sh HTTPS_PROXY= https_proxy= /workspace/httpget https://%s/ "Authorization: Bearer $API_TOKEN"`, out.Addr(8443)))
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(reply, "certificate signed by unknown authority") {
+			return fmt.Errorf("direct route: want the API's own certificate, which the sandbox does not trust, got %q", reply)
+		}
+		err = logEventually(cli, deploy.ContainerName(id), func(log string) error {
+			for _, m := range msgs {
+				if !hasLine(log, "egress audit", m, "API_TOKEN") {
+					return fmt.Errorf("no broker audit line naming API_TOKEN for message %s in:\n%s", m, log)
+				}
+			}
+			if strings.Contains(log, secret) {
+				return errors.New("the runner's log holds the secret")
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		return noContainerHolds(cli, id, secret)
+	}
+	resource.Test(t, resource.TestCase{
+		PreCheck:                 func() { testAccPreCheck(t) },
+		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
+		ProtoV6ProviderFactories: testAccProviders,
+		Steps:                    []resource.TestStep{{Config: cfg, Check: check}},
+	})
+}
+
 // hasLine says whether one line of log holds every one of parts.
 func hasLine(log string, parts ...string) bool {
 	for line := range strings.SplitSeq(log, "\n") {

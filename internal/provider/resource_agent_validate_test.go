@@ -49,9 +49,9 @@ func TestAgent_invalidInput(t *testing.T) {
 		{"image reference", `runner = { image = "Bad Image" }`, "runner.image", `Invalid Image Reference`},
 		{"secret name", bound("gh-token", `hosts = ["api.example.com"]`), "secret_bindings", `Rename the secret \(e\.g\. "GH_TOKEN"\)`},
 		{"binding on core", strings.Replace(bound("T", `hosts = ["api.example.com"]`), `"fetch"`, `"core"`, 1), "secret_bindings", `a core agent has no way out`},
-		{"binding in a container", `container_mode = { enabled = true, network = "bridge" }
+		{"binding in a container", `container_mode = { enabled = true, network = "none" }
   secrets = { T = "x" }
-  secret_bindings = { T = { hosts = ["api.example.com"] } }`, "secret_bindings", `per-message container \(network = "bridge"\) has no broker`},
+  secret_bindings = { T = { hosts = ["api.example.com"] } }`, "secret_bindings", `network = "none" has no way out`},
 		{"binding without network", `file_access = { allow_network = false }
   secrets = { T = "x" }
   secret_bindings = { T = { hosts = ["api.example.com"] } }`, "secret_bindings", `allow_network is false`},

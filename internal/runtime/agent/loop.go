@@ -138,6 +138,14 @@ func Run(ctx context.Context, req *Request, opt Options) *Reply {
 		return finish(ErrKindRequest, err)
 	}
 	defer func() { rep.ToolsRefused = tb.Refused() }()
+	if req.EgressSocket != "" {
+		addr, stop, err := egressPipe(req.EgressSocket)
+		if err != nil {
+			return finish(ErrKindInternal, err)
+		}
+		defer stop()
+		tb.env = viaPipe(tb.env, addr)
+	}
 	if req.EgressCA != "" {
 		ca, err := trustEgressCA(req.EgressCA, env)
 		if err != nil {

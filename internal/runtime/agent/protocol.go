@@ -31,6 +31,10 @@ type Request struct {
 	// EgressCA is the PEM of the agent's egress CA, which the proxy signs
 	// bound hosts' certificates with; the tools trust it (egressca.go).
 	EgressCA string `json:"egress_ca,omitempty"`
+	// EgressSocket is the unix socket of the runner's broker in the
+	// sandbox (a network = "bridge" container): agent-run serves it to the
+	// tools on a loopback port and points their proxy variables there.
+	EgressSocket string `json:"egress_socket,omitempty"`
 	// Env is extra environment for tool processes.
 	Env map[string]string `json:"env,omitempty"`
 	// MaxSteps bounds the model turns; 0 means 8, at most 100.

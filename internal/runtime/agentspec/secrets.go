@@ -28,10 +28,22 @@ import (
 const (
 	// BrokerTopology is a FETCH agent's: its topology's egress proxy.
 	BrokerTopology = "topology"
-	// BrokerRunner is a host-mode agent's: the runner's own broker, on
-	// its loopback, since the tools share the runner's network.
+	// BrokerRunner is the runner's own broker: on its loopback for a
+	// host-mode agent, whose tools share the runner's network, and on a
+	// unix socket beside the relay's for a network = "bridge" container.
 	BrokerRunner = "runner"
 )
+
+// EgressSocketName is the runner broker's socket in the relay directory,
+// for a bridge container's tools (agent-run pipes a loopback port to it).
+const EgressSocketName = "egress.sock"
+
+// BrokersInContainer says whether c's bound secrets go through the
+// runner's broker from per-message containers on the managed bridge.
+func BrokersInContainer(c *Config) bool {
+	b, _ := BrokerOf(c)
+	return b == BrokerRunner && c.Container.Enabled && len(c.SecretBindings) > 0
+}
 
 // BrokerOf says which broker serves c's bound secrets, or, when none
 // can, why ("" broker).
@@ -41,9 +53,11 @@ func BrokerOf(c *Config) (broker, why string) {
 		return BrokerTopology, ""
 	case c.Role != "":
 		return "", fmt.Sprintf("a %s agent has no way out to send a secret on: only a fetch agent reaches its topology's egress proxy", c.Role)
+	case c.Container.Enabled && c.Container.Network == "bridge" && c.Kubernetes == nil:
+		return BrokerRunner, ""
 	case c.Container.Enabled:
-		return "", fmt.Sprintf("a per-message container (network = %q) has no broker yet: bind the secret on a fetch agent of a "+
-			"threegate_network, or on a host-mode agent (container_mode.enabled = false) with file_access.allow_network", orNone(c.Container.Network))
+		return "", fmt.Sprintf("a per-message container with network = %q has no way out to send a secret on: bind it on a fetch "+
+			"agent of a threegate_network, on a network = \"bridge\" agent, or on a host-mode agent with file_access.allow_network", orNone(c.Container.Network))
 	case c.FileAccess.Unrestricted:
 		return "", "with file_access.unrestricted the tools can read the runner's config, and every secret in it: nothing could keep a bound one from them"
 	case !c.FileAccess.AllowNetwork:

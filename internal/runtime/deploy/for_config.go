@@ -78,7 +78,9 @@ func ForConfig(c agentspec.Config, p Placement) (Deployment, error) {
 	switch {
 	case !hostMode && (relays || c.Egress != nil) && len(c.Container.Networks) > 0:
 		d.Networks = c.Container.Networks
-	case !hostMode && relays && c.Container.Network == "bridge":
+	case !hostMode && (relays || agentspec.BrokersInContainer(&c)) && c.Container.Network == "bridge":
+		// A bridge agent's runner also brokers its bound secrets, and
+		// dials the bound hosts from here.
 		d.Network = RunnerNetwork
 	case hostMode && len(c.Container.Networks) > 0:
 		// The agent process runs inside the runner: the runner joins the

@@ -522,11 +522,12 @@ func (s *Server) run(ctx context.Context, cfg *agentspec.Config, backend sandbox
 			return errorResult(http.StatusServiceUnavailable, id, agent.ErrKindSandbox, "egress proxy: "+err.Error())
 		}
 	}
-	ecfg, err := s.egressConfig(ctx, cfg)
+	ecfg, socket, err := s.egressConfig(ctx, cfg)
 	if err != nil {
 		return errorResult(http.StatusServiceUnavailable, id, agent.ErrKindSandbox, "egress broker: "+err.Error())
 	}
 	egress, err := beginEgress(ctx, ecfg, id, &req, proxyURL)
+	req.EgressSocket = socket
 	if err != nil {
 		return errorResult(http.StatusServiceUnavailable, id, agent.ErrKindSandbox, "egress: "+agentspec.Redactor(cfg).String(err.Error()))
 	}

@@ -60,9 +60,11 @@ func New(ctx context.Context, cfg *agentspec.Config, relay Relay, log hclog.Logg
 		return h, ModeHost, err
 	}
 	o := DockerOptions(cfg, log)
-	if agentspec.NeedsRelay(cfg) {
+	if mountsRelayDir(cfg) {
 		// The socket exists before any container that mounts its
-		// directory, and keeps it for the runner's life.
+		// directory, and keeps it for the runner's life. A bridge
+		// agent's bound secrets need the directory too: the runner's
+		// broker puts its socket there.
 		dir, err := relay.ListenIn(RelayDir(cfg))
 		if err != nil {
 			return nil, ModeContainer, err
@@ -112,7 +114,7 @@ func DockerOptions(cfg *agentspec.Config, log hclog.Logger) sandbox.DockerOption
 		Final:  agentspec.FinalReply,
 		Logger: log,
 	}
-	if agentspec.NeedsRelay(cfg) {
+	if mountsRelayDir(cfg) {
 		o.Spec.RelayDir = RelayDir(cfg)
 	}
 	if cfg.Role == agentspec.RoleToolExec {
@@ -131,6 +133,12 @@ func DockerOptions(cfg *agentspec.Config, log hclog.Logger) sandbox.DockerOption
 			"workspace", cfg.Workspace, "user", cm.User.Or(agentspec.AgentUser(cfg.AgentID)).String())
 	}
 	return o
+}
+
+// mountsRelayDir says whether per-message containers mount the relay's
+// directory: for the LLM relay, or for the runner's egress broker.
+func mountsRelayDir(cfg *agentspec.Config) bool {
+	return agentspec.NeedsRelay(cfg) || agentspec.BrokersInContainer(cfg)
 }
 
 // RelayDir is the directory of the runner's LLM relay socket, which every
