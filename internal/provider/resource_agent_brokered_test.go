@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
@@ -312,6 +313,9 @@ func noContainerHolds(cli interface {
 	}
 	for _, c := range list {
 		info, err := cli.ContainerInspect(ctx, c.ID)
+		if cerrdefs.IsNotFound(err) {
+			continue // a used sandbox, removed since the list
+		}
 		if err != nil {
 			return err
 		}

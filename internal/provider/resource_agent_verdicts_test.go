@@ -74,12 +74,19 @@ func TestPlanAndRunnerAgree(t *testing.T) {
 			c.FileAccess.Unrestricted = true
 			c.FileAccess.Deny = []string{"/srv/secret"}
 		}, false},
-		{"secret name with inject", func(c *agentspec.Config) { c.Secrets = map[string]string{"gh-token": "x"} }, false},
-		{"reserved secret name", func(c *agentspec.Config) { c.Secrets = map[string]string{"HOME": "/"} }, false},
-		{"secret name without inject", func(c *agentspec.Config) {
-			c.Secrets = map[string]string{"gh-token": "x"}
-			c.InjectSecretsEnv = false
-		}, true},
+		{"inject secrets", func(c *agentspec.Config) { c.InjectSecretsEnv = true }, false},
+		{"unbound secret of any name", func(c *agentspec.Config) { c.Secrets = map[string]string{"gh-token": "x"} }, true},
+		{"bound secret", func(c *agentspec.Config) { bind(c, "API_TOKEN") }, true},
+		{"bound secret name", func(c *agentspec.Config) { bind(c, "gh-token") }, false},
+		{"reserved bound name", func(c *agentspec.Config) { bind(c, "HOME") }, false},
+		{"binding without network", func(c *agentspec.Config) {
+			bind(c, "API_TOKEN")
+			c.FileAccess.AllowNetwork = false
+		}, false},
+		{"binding of no secret", func(c *agentspec.Config) {
+			bind(c, "API_TOKEN")
+			c.Secrets = nil
+		}, false},
 	}
 	type text struct{ attr, val string }
 	var all []struct {
@@ -123,7 +130,7 @@ func TestPlanAndRunnerAgree(t *testing.T) {
 				},
 				FileAccess:       landlock.FileAccess{AllowNetwork: true},
 				LLM:              agentspec.LLMConfig{Provider: "offline"},
-				InjectSecretsEnv: true, InjectCredentialsEnv: true, RedactSecrets: true,
+				InjectCredentialsEnv: true, RedactSecrets: true,
 				MaxSteps: agentspec.DefaultMaxSteps,
 			}
 			tc.change(&c)
@@ -173,6 +180,12 @@ func planVerdict(t *testing.T, c agentspec.Config, name, val string) error {
 		parts = append(parts, d.Summary()+": "+d.Detail())
 	}
 	return errorString(strings.Join(parts, "; "))
+}
+
+// bind gives c the secret k, bound to one host.
+func bind(c *agentspec.Config, k string) {
+	c.Secrets = map[string]string{k: "x"}
+	c.SecretBindings = map[string]agentspec.SecretBinding{k: {Hosts: []string{"api.example.com"}}}
 }
 
 // runnerVerdict is what `agent-runner serve` says of the same settings at
