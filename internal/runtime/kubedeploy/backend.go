@@ -75,6 +75,12 @@ func Check(a agentspec.Agent) error {
 		bad("container_mode.network", "%q: a cluster has no Docker networks; use \"none\" or \"bridge\" (out to public addresses only), "+
 			"or place the agent in a threegate topology", n)
 	}
+	if len(c.SecretBindings) > 0 && a.Meta.ThreegateRole != agentspec.RoleFetch {
+		// The runner's own broker serves host mode and the managed bridge
+		// on Docker; a cluster brokers through a topology's proxy only.
+		bad("secret_bindings", "on Kubernetes a secret is brokered by a threegate topology's egress proxy, for a fetch agent only; "+
+			"place the agent in a topology as its fetch agent, or remove secret_bindings")
+	}
 	return errors.Join(errs...)
 }
 

@@ -3,6 +3,7 @@ package kubedeploy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/agentspec"
+	"github.com/bogpad/terraform-provider-meepa/internal/runtime/fault"
 	"github.com/bogpad/terraform-provider-meepa/internal/runtime/kube"
 	"github.com/bogpad/terraform-provider-meepa/internal/testutil"
 )
@@ -159,5 +161,25 @@ func TestPodSecurityWarning(t *testing.T) {
 	}
 	if w := b.podSecurityWarning(ctx); w != "" {
 		t.Errorf("restricted namespace: %q", w)
+	}
+}
+
+// TestCheckBindingsFetchOnly: a cluster brokers a secret through a
+// topology's proxy only, so a binding anywhere but on a fetch agent fails
+// the check on secret_bindings; a fetch agent's passes.
+func TestCheckBindingsFetchOnly(t *testing.T) {
+	a := agentspec.Agent{Config: agentspec.Config{
+		Container:      agentspec.ContainerMode{Enabled: true, Network: "bridge"},
+		Secrets:        map[string]string{"T": "x"},
+		SecretBindings: map[string]agentspec.SecretBinding{"T": {Hosts: []string{"api.example.com"}}},
+	}}
+	var fe *fault.FieldError
+	if err := Check(a); !errors.As(err, &fe) || fe.Field != "secret_bindings" {
+		t.Fatalf("bridge agent with a binding: %v, want an error on secret_bindings", err)
+	}
+	a.Config.Container.Network = ""
+	a.Meta.ThreegateNetwork, a.Meta.ThreegateRole = "tg", agentspec.RoleFetch
+	if err := Check(a); err != nil {
+		t.Fatalf("fetch agent with a binding: %v", err)
 	}
 }
