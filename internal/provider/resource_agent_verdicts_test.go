@@ -128,8 +128,8 @@ func TestPlanAndRunnerAgree(t *testing.T) {
 					Network: agentspec.DefaultNetwork, PidsLimit: agentspec.DefaultPidsLimit,
 					Runtime: agentspec.DefaultRuntime, Prestart: true,
 				},
-				FileAccess:       landlock.FileAccess{AllowNetwork: true},
-				LLM:              agentspec.LLMConfig{Provider: "offline"},
+				FileAccess:           landlock.FileAccess{AllowNetwork: true},
+				LLM:                  agentspec.LLMConfig{Provider: "offline"},
 				InjectCredentialsEnv: true, RedactSecrets: true,
 				MaxSteps: agentspec.DefaultMaxSteps,
 			}
