@@ -14,6 +14,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfversion"
@@ -36,12 +37,7 @@ import (
 // nothing. The value is in no reply, no log of the runner or the proxy,
 // and no container's inspect.
 func TestAccAgent_brokeredSecret(t *testing.T) {
-	testutil.RequireDocker(t)
-	cli := testutil.Docker(t)
-	image := testutil.EnsureRunnerImage(t, cli)
-	stateDir := t.TempDir()
-	out := testutil.StartOutside(t)
-	bound, unbound := out.ServeTLSAPI(t, 8443), out.ServeTLSAPI(t, 9443)
+	cli, image, stateDir, out, bound, unbound := brokerFixture(t)
 	tg, llm, fetch, egress, _ := freeTopology(t, cli)
 	id := "tf-acc-brokered-" + runID
 	cleanupAgent(t, cli, id)
@@ -111,28 +107,18 @@ resource "meepa_agent" "fetch" {
 		}
 		return noContainerHolds(cli, id, secret)
 	}
-
-	resource.Test(t, resource.TestCase{
-		PreCheck:                 func() { testAccPreCheck(t) },
-		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
-		ProtoV6ProviderFactories: testAccProviders,
-		Steps:                    []resource.TestStep{{Config: cfg, Check: check}},
-	})
+	testBrokered(t, cfg, check)
 }
 
 // TestAccAgent_brokeredSecretHostMode: the same for a host-mode agent
 // (the runner container runs each message as a Landlock-restricted child
 // that shares its network), whose runner brokers with a broker of its
 // own, trusting the API's CA through egress_upstream_ca. The shell runs
-// an ordinary Go client that sends $API_TOKEN, a placeholder; the runner's log has the broker's
-// audit line naming the secret, and never the value.
+// an ordinary Go client that sends $API_TOKEN, a placeholder; the
+// runner's log has the broker's audit line naming the secret, and never
+// the value.
 func TestAccAgent_brokeredSecretHostMode(t *testing.T) {
-	testutil.RequireDocker(t)
-	cli := testutil.Docker(t)
-	image := testutil.EnsureRunnerImage(t, cli)
-	stateDir := t.TempDir()
-	out := testutil.StartOutside(t)
-	bound, unbound := out.ServeTLSAPI(t, 8443), out.ServeTLSAPI(t, 9443)
+	cli, image, stateDir, out, bound, unbound := brokerFixture(t)
 	id := "tf-acc-brokered-host-" + runID
 	cleanupAgent(t, cli, id)
 	// The shell's client: a Go program, as an operator's tools would be,
@@ -181,28 +167,9 @@ resource "meepa_agent" "h" {
 		if !strings.Contains(reply, "meepa-placeholder-api_token-") || strings.Contains(reply, secret) || !strings.Contains(reply, "\n0") {
 			return fmt.Errorf("the shell's environment: want a placeholder and no value, got %q", reply)
 		}
-		err = logEventually(cli, deploy.ContainerName(id), func(log string) error {
-			for _, m := range msgs {
-				if !hasLine(log, "egress audit", m, "API_TOKEN") {
-					return fmt.Errorf("no broker audit line naming API_TOKEN for message %s in:\n%s", m, log)
-				}
-			}
-			if strings.Contains(log, secret) {
-				return errors.New("the runner's log holds the secret")
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		return noContainerHolds(cli, id, secret)
+		return runnerBrokered(cli, id, msgs, secret)
 	}
-	resource.Test(t, resource.TestCase{
-		PreCheck:                 func() { testAccPreCheck(t) },
-		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
-		ProtoV6ProviderFactories: testAccProviders,
-		Steps:                    []resource.TestStep{{Config: cfg, Check: check}},
-	})
+	testBrokered(t, cfg, check)
 }
 
 // TestAccAgent_brokeredSecretBridge: the same for a network = "bridge"
@@ -211,12 +178,7 @@ resource "meepa_agent" "h" {
 // a loopback port; the container keeps its direct route, where a
 // placeholder is worth nothing. The client is copied into the workspace.
 func TestAccAgent_brokeredSecretBridge(t *testing.T) {
-	testutil.RequireDocker(t)
-	cli := testutil.Docker(t)
-	image := testutil.EnsureRunnerImage(t, cli)
-	stateDir := t.TempDir()
-	out := testutil.StartOutside(t)
-	bound, unbound := out.ServeTLSAPI(t, 8443), out.ServeTLSAPI(t, 9443)
+	cli, image, stateDir, out, bound, unbound := brokerFixture(t)
 	id := "tf-acc-brokered-br-" + runID
 	cleanupAgent(t, cli, id)
 	const secret = "s3cret-bridge-brokered-41fa"
@@ -259,28 +221,51 @@ resource "meepa_agent" "b" {
 		if !strings.Contains(reply, "certificate signed by unknown authority") {
 			return fmt.Errorf("direct route: want the API's own certificate, which the sandbox does not trust, got %q", reply)
 		}
-		err = logEventually(cli, deploy.ContainerName(id), func(log string) error {
-			for _, m := range msgs {
-				if !hasLine(log, "egress audit", m, "API_TOKEN") {
-					return fmt.Errorf("no broker audit line naming API_TOKEN for message %s in:\n%s", m, log)
-				}
-			}
-			if strings.Contains(log, secret) {
-				return errors.New("the runner's log holds the secret")
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		return noContainerHolds(cli, id, secret)
+		return runnerBrokered(cli, id, msgs, secret)
 	}
+	testBrokered(t, cfg, check)
+}
+
+// brokerFixture is what the runner-broker tests share: the daemon, the
+// runner image, a state directory, the outside namespace and its two
+// HTTPS APIs (8443 to bind, 9443 to leave unbound).
+func brokerFixture(t *testing.T) (cli *client.Client, image, stateDir string, out *testutil.Outside, bound, unbound *testutil.TLSAPI) {
+	testutil.RequireDocker(t)
+	cli = testutil.Docker(t)
+	image = testutil.EnsureRunnerImage(t, cli)
+	out = testutil.StartOutside(t)
+	return cli, image, t.TempDir(), out, out.ServeTLSAPI(t, 8443), out.ServeTLSAPI(t, 9443)
+}
+
+// testBrokered applies cfg and runs check.
+func testBrokered(t *testing.T, cfg string, check resource.TestCheckFunc) {
 	resource.Test(t, resource.TestCase{
 		PreCheck:                 func() { testAccPreCheck(t) },
 		TerraformVersionChecks:   []tfversion.TerraformVersionCheck{tfversion.SkipBelow(tfversion.Version1_11_0)},
 		ProtoV6ProviderFactories: testAccProviders,
 		Steps:                    []resource.TestStep{{Config: cfg, Check: check}},
 	})
+}
+
+// runnerBrokered checks the runner's side of messages msgs of agent id:
+// its broker's audit line naming API_TOKEN for each, the value in no log
+// line and no container's inspect.
+func runnerBrokered(cli client.APIClient, id string, msgs []string, secret string) error {
+	err := logEventually(cli, deploy.ContainerName(id), func(log string) error {
+		for _, m := range msgs {
+			if !hasLine(log, "egress audit", m, "API_TOKEN") {
+				return fmt.Errorf("no broker audit line naming API_TOKEN for message %s in:\n%s", m, log)
+			}
+		}
+		if strings.Contains(log, secret) {
+			return errors.New("the runner's log holds the secret")
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return noContainerHolds(cli, id, secret)
 }
 
 // hasLine says whether one line of log holds every one of parts.
