@@ -29,15 +29,21 @@ func TestPolicyWidening(t *testing.T) {
 		{"cidrs dropped", pol([]string{"a.example.com"}, []string{"x.example.com"}, nil), []string{"no longer confined"}},
 		{"cidr added", pol([]string{"a.example.com"}, []string{"x.example.com"}, []string{"8.8.8.0/24", "1.1.1.0/24"}), []string{"addresses in 1.1.1.0/24"}},
 	} {
-		got := policyWidening(base, tc.to)
-		if len(got) != len(tc.want) {
-			t.Errorf("%s: %q, want %d lines like %q", tc.name, got, len(tc.want), tc.want)
-			continue
-		}
-		for i := range got {
-			if !strings.Contains(got[i], tc.want[i]) {
-				t.Errorf("%s: %q, want %q", tc.name, got[i], tc.want[i])
-			}
+		wantLines(t, tc.name, policyWidening(base, tc.to), tc.want)
+	}
+}
+
+// wantLines checks that got has as many lines as want, each holding the
+// want of its place.
+func wantLines(t *testing.T, name string, got, want []string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("%s: %q, want %d lines like %q", name, got, len(want), want)
+		return
+	}
+	for i := range got {
+		if !strings.Contains(got[i], want[i]) {
+			t.Errorf("%s: %q, want %q", name, got[i], want[i])
 		}
 	}
 }

@@ -143,15 +143,6 @@ func TestBindingWidening(t *testing.T) {
 		{"other form", map[string]agentspec.SecretBinding{"T": b("basic", "api.example.com")}, []string{"api.example.com:443 (Authorization: basic auth for user bot)"}},
 		{"new secret", map[string]agentspec.SecretBinding{"T": base["T"], "U": b("", "u.example.com:8443")}, []string{"U may be sent to u.example.com:8443 (Authorization)"}},
 	} {
-		got := bindingWidening(base, tc.to)
-		if len(got) != len(tc.want) {
-			t.Errorf("%s: %q, want %d lines like %q", tc.name, got, len(tc.want), tc.want)
-			continue
-		}
-		for i := range got {
-			if !strings.Contains(got[i], tc.want[i]) {
-				t.Errorf("%s: %q, want %q", tc.name, got[i], tc.want[i])
-			}
-		}
+		wantLines(t, tc.name, bindingWidening(base, tc.to), tc.want)
 	}
 }
