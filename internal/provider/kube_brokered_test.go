@@ -73,6 +73,7 @@ resource "meepa_agent" "br" {
 		if err != nil {
 			return err
 		}
+		t.Logf("the fetch on the cluster: %s", reply)
 		if !strings.Contains(reply, "fetch https://192.0.2.10/") || strings.Contains(reply, secret) {
 			return fmt.Errorf("want the fetch tool's own error, without the secret, got %q", reply)
 		}
