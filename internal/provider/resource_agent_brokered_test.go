@@ -77,7 +77,7 @@ resource "meepa_agent" "fetch" {
 		fetchURL := func(url string) (string, string, error) {
 			return sendWithID(deploy.LayoutFor(stateDir, id).Socket, tok, agent.OfflineFetchPrefix+url)
 		}
-		msgs, err := checkBrokered(fetchURL, out, bound, unbound, secret)
+		msgs, _, err := checkBrokered(fetchURL, out, bound, unbound, secret)
 		if err != nil {
 			return err
 		}
@@ -156,16 +156,12 @@ resource "meepa_agent" "h" {
 		fetchURL := func(url string) (string, string, error) {
 			return send(fmt.Sprintf(`!sh %s %s "Authorization: Bearer $API_TOKEN"`, httpget, url))
 		}
-		msgs, err := checkBrokered(fetchURL, out, bound, unbound, secret)
+		msgs, placeholders, err := checkBrokered(fetchURL, out, bound, unbound, secret)
 		if err != nil {
 			return err
 		}
-		reply, _, err := send("!sh echo \"$API_TOKEN\"; env | grep -c " + secret)
-		if err != nil {
+		if err := sandboxHolds(send, httpget, out, bound, secret, placeholders[0]); err != nil {
 			return err
-		}
-		if !strings.Contains(reply, "meepa-placeholder-api_token-") || strings.Contains(reply, secret) || !strings.Contains(reply, "\n0") {
-			return fmt.Errorf("the shell's environment: want a placeholder and no value, got %q", reply)
 		}
 		return runnerBrokered(cli, id, msgs, secret)
 	}
@@ -208,8 +204,11 @@ resource "meepa_agent" "b" {
 		fetchURL := func(url string) (string, string, error) {
 			return send(fmt.Sprintf(`!sh /workspace/httpget %s "Authorization: Bearer $API_TOKEN"`, url))
 		}
-		msgs, err := checkBrokered(fetchURL, out, bound, unbound, secret)
+		msgs, placeholders, err := checkBrokered(fetchURL, out, bound, unbound, secret)
 		if err != nil {
+			return err
+		}
+		if err := sandboxHolds(send, "/workspace/httpget", out, bound, secret, placeholders[0]); err != nil {
 			return err
 		}
 		// Past the broker, on the container's own route, the placeholder
@@ -224,6 +223,41 @@ resource "meepa_agent" "b" {
 		return runnerBrokered(cli, id, msgs, secret)
 	}
 	testBrokered(t, cfg, check)
+}
+
+// sandboxHolds looks for the value where a tool could: its environment,
+// every process's environment and command line it can read, the
+// workspace, /tmp and the relay's directory; and replays an earlier
+// message's placeholder, which the broker must pass through unchanged.
+func sandboxHolds(send func(text string) (string, string, error), httpget string, out *testutil.Outside, bound *testutil.TLSAPI, secret, old string) error {
+	// The value is never written whole into a command line (the sweep's
+	// own would match): the shell joins two halves into the pattern,
+	// which grep reads from a here-document on fd 3.
+	half := len(secret) / 2
+	sweep := fmt.Sprintf(`A='%s'; B='%s'
+echo "env=$API_TOKEN"
+for p in /proc/[0-9]*; do cat $p/environ $p/cmdline 2>/dev/null; echo; done | tr '\0' '\n' | grep -cF -f /dev/fd/3 3<<E
+$A$B
+E
+grep -rlF -f /dev/fd/3 /workspace /tmp /run/meepa 3<<E 2>/dev/null | wc -l
+$A$B
+E`, secret[:half], secret[half:])
+	reply, _, err := send("!sh " + sweep)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(reply, "env=meepa-placeholder-api_token-") || strings.Contains(reply, secret) || !regexp.MustCompile(`\n0\n\s*0\s*$`).MatchString(reply) {
+		return fmt.Errorf("the sandbox's sweep for the value: want the placeholder in $API_TOKEN and 0 and 0 found, got %q", reply)
+	}
+	n := len(bound.Seen())
+	if _, _, err := send(fmt.Sprintf(`!sh %s https://%s/ "Authorization: Bearer %s"`, httpget, out.Addr(8443), old)); err != nil {
+		return err
+	}
+	got := bound.Seen()
+	if len(got) != n+1 || got[n].Get("Authorization") != "Bearer "+old {
+		return fmt.Errorf("an earlier message's placeholder, replayed: the API saw %d new requests, want one with the placeholder as sent", len(got)-n)
+	}
+	return nil
 }
 
 // brokerFixture is what the runner-broker tests share: the daemon, the
@@ -317,38 +351,38 @@ func noContainerHolds(cli interface {
 // saw and the replies show: the value at the bound API each time, only a
 // placeholder (a new one per message) in the replies, nothing at the
 // unbound API, whose real certificate the sandbox refuses. It returns the
-// two bound messages' ids.
-func checkBrokered(fetch func(url string) (reply, msgID string, err error), out *testutil.Outside, bound, unbound *testutil.TLSAPI, secret string) ([]string, error) {
+// two bound messages' ids and placeholders.
+func checkBrokered(fetch func(url string) (reply, msgID string, err error), out *testutil.Outside, bound, unbound *testutil.TLSAPI, secret string) (msgs, placeholders []string, err error) {
 	placeholder := regexp.MustCompile(`Authorization: Bearer (\S+)`)
-	var seen, msgs []string
+	var seen []string
 	for i := range 2 {
 		reply, msgID, err := fetch("https://" + out.Addr(8443) + "/")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		msgs = append(msgs, msgID)
 		m := placeholder.FindStringSubmatch(reply)
 		switch {
 		case strings.Contains(reply, secret):
-			return nil, fmt.Errorf("message %d: the reply holds the secret: %q", i, reply)
+			return nil, nil, fmt.Errorf("message %d: the reply holds the secret: %q", i, reply)
 		case m == nil || !strings.HasPrefix(m[1], "meepa-placeholder-api_token-"):
-			return nil, fmt.Errorf("message %d: want the API's echo of a placeholder, got %q", i, reply)
+			return nil, nil, fmt.Errorf("message %d: want the API's echo of a placeholder, got %q", i, reply)
 		}
 		seen = append(seen, m[1])
 	}
 	if seen[0] == seen[1] {
-		return nil, fmt.Errorf("two messages got the same placeholder %s", seen[0])
+		return nil, nil, fmt.Errorf("two messages got the same placeholder %s", seen[0])
 	}
 	got := bound.Seen()
 	if len(got) != 2 {
-		return nil, fmt.Errorf("the bound API saw %d requests, want 2", len(got))
+		return nil, nil, fmt.Errorf("the bound API saw %d requests, want 2", len(got))
 	}
 	for i, h := range got {
 		if a := h.Get("Authorization"); a != "Bearer "+secret {
-			return nil, fmt.Errorf("request %d reached the bound API with Authorization %q, want the value", i, a)
+			return nil, nil, fmt.Errorf("request %d reached the bound API with Authorization %q, want the value", i, a)
 		}
 		if h.Get("Proxy-Authorization") != "" {
-			return nil, fmt.Errorf("request %d reached the API with the egress credential", i)
+			return nil, nil, fmt.Errorf("request %d reached the API with the egress credential", i)
 		}
 	}
 	// Allowed but not bound: an opaque tunnel. The sandbox trusts the
@@ -356,13 +390,13 @@ func checkBrokered(fetch func(url string) (reply, msgID string, err error), out 
 	// request (let alone a header) reaches the API.
 	reply, _, err := fetch("https://" + out.Addr(9443) + "/")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !strings.Contains(reply, "certificate signed by unknown authority") {
-		return nil, fmt.Errorf("unbound host: want the real server's certificate refused in the sandbox, got %q", reply)
+		return nil, nil, fmt.Errorf("unbound host: want the real server's certificate refused in the sandbox, got %q", reply)
 	}
 	if n := len(unbound.Seen()); n != 0 {
-		return nil, fmt.Errorf("the unbound API saw %d requests", n)
+		return nil, nil, fmt.Errorf("the unbound API saw %d requests", n)
 	}
-	return msgs, nil
+	return msgs, seen, nil
 }
