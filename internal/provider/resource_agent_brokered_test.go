@@ -131,6 +131,7 @@ func TestAccAgent_brokeredSecretHostMode(t *testing.T) {
 	if err := os.WriteFile(httpget, testutil.HTTPGet(t), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	get := httpgetCommand(httpget)
 	const secret = "s3cret-host-brokered-9c2d"
 	cfg := fmt.Sprintf(`
 provider "meepa" {
@@ -154,13 +155,13 @@ resource "meepa_agent" "h" {
 			return sendWithID(deploy.LayoutFor(stateDir, id).Socket, tok, text)
 		}
 		fetchURL := func(url string) (string, string, error) {
-			return send(fmt.Sprintf(`!sh %s %s "Authorization: Bearer $API_TOKEN"`, httpget, url))
+			return send("!sh " + get(url, "Authorization: Bearer $API_TOKEN"))
 		}
 		msgs, placeholders, err := checkBrokered(fetchURL, out, bound, unbound, secret)
 		if err != nil {
 			return err
 		}
-		if err := sandboxHolds(send, httpget, out, bound, secret, placeholders[0]); err != nil {
+		if err := sandboxHolds(send, get, out, bound, secret, placeholders[0]); err != nil {
 			return err
 		}
 		return runnerBrokered(cli, id, msgs, secret)
@@ -172,7 +173,8 @@ resource "meepa_agent" "h" {
 // agent's per-message containers. Their tools reach the runner's broker
 // through its socket in the relay's directory, which agent-run serves on
 // a loopback port; the container keeps its direct route, where a
-// placeholder is worth nothing. The client is copied into the workspace.
+// placeholder is worth nothing. The tools' client is curl, copied into the
+// workspace with its libraries.
 func TestAccAgent_brokeredSecretBridge(t *testing.T) {
 	cli, image, stateDir, out, bound, unbound := brokerFixture(t)
 	id := "tf-acc-brokered-br-" + runID
@@ -195,29 +197,29 @@ resource "meepa_agent" "b" {
 
 	check := func(s *terraform.State) error {
 		a := s.RootModule().Resources["meepa_agent.b"].Primary.Attributes
-		if err := os.WriteFile(filepath.Join(a["workspace_path"], "httpget"), testutil.HTTPGet(t), 0o755); err != nil {
-			return err
-		}
+		// The tools' client here is curl, copied into the workspace with
+		// its libraries.
+		get := curlCommand(testutil.CurlKit(t, filepath.Join(a["workspace_path"], "curlkit"), "/workspace/curlkit"))
 		send := func(text string) (string, string, error) {
 			return sendWithID(deploy.LayoutFor(stateDir, id).Socket, a["token"], text)
 		}
 		fetchURL := func(url string) (string, string, error) {
-			return send(fmt.Sprintf(`!sh /workspace/httpget %s "Authorization: Bearer $API_TOKEN"`, url))
+			return send("!sh " + get(url, "Authorization: Bearer $API_TOKEN"))
 		}
 		msgs, placeholders, err := checkBrokered(fetchURL, out, bound, unbound, secret)
 		if err != nil {
 			return err
 		}
-		if err := sandboxHolds(send, "/workspace/httpget", out, bound, secret, placeholders[0]); err != nil {
+		if err := sandboxHolds(send, get, out, bound, secret, placeholders[0]); err != nil {
 			return err
 		}
 		// Past the broker, on the container's own route, the placeholder
 		// is all a tool can send.
-		reply, _, err := send(fmt.Sprintf(`!sh HTTPS_PROXY= https_proxy= /workspace/httpget https://%s/ "Authorization: Bearer $API_TOKEN"`, out.Addr(8443)))
+		reply, _, err := send("!sh HTTPS_PROXY= https_proxy= " + get("https://"+out.Addr(8443)+"/", "Authorization: Bearer $API_TOKEN"))
 		if err != nil {
 			return err
 		}
-		if !strings.Contains(reply, "certificate signed by unknown authority") {
+		if !untrusted.MatchString(reply) {
 			return fmt.Errorf("direct route: want the API's own certificate, which the sandbox does not trust, got %q", reply)
 		}
 		return runnerBrokered(cli, id, msgs, secret)
@@ -225,11 +227,29 @@ resource "meepa_agent" "b" {
 	testBrokered(t, cfg, check)
 }
 
+// httpClient is a sandbox's HTTP client: the shell command that GETs url with
+// one header.
+type httpClient func(url, header string) string
+
+// httpgetCommand is testutil.HTTPGet at path.
+func httpgetCommand(path string) httpClient {
+	return func(url, header string) string { return fmt.Sprintf(`%s %s "%s"`, path, url, header) }
+}
+
+// curlCommand is curl run as command (testutil.CurlKit's).
+func curlCommand(command string) httpClient {
+	return func(url, header string) string { return fmt.Sprintf(`%s -sS -H "%s" %s`, command, header, url) }
+}
+
+// untrusted is how Go and curl say that a server's certificate chains to
+// no CA they trust.
+var untrusted = regexp.MustCompile(`certificate signed by unknown authority|unable to get local issuer certificate`)
+
 // sandboxHolds looks for the value where a tool could: its environment,
 // every process's environment and command line it can read, the
 // workspace, /tmp and the relay's directory; and replays an earlier
 // message's placeholder, which the broker must pass through unchanged.
-func sandboxHolds(send func(text string) (string, string, error), httpget string, out *testutil.Outside, bound *testutil.TLSAPI, secret, old string) error {
+func sandboxHolds(send func(text string) (string, string, error), get httpClient, out *testutil.Outside, bound *testutil.TLSAPI, secret, old string) error {
 	// The value is never written whole into a command line (the sweep's
 	// own would match): the shell joins two halves into the pattern,
 	// which grep reads from a here-document on fd 3.
@@ -250,7 +270,7 @@ E`, secret[:half], secret[half:])
 		return fmt.Errorf("the sandbox's sweep for the value: want the placeholder in $API_TOKEN and 0 and 0 found, got %q", reply)
 	}
 	n := len(bound.Seen())
-	if _, _, err := send(fmt.Sprintf(`!sh %s https://%s/ "Authorization: Bearer %s"`, httpget, out.Addr(8443), old)); err != nil {
+	if _, _, err := send("!sh " + get("https://"+out.Addr(8443)+"/", "Authorization: Bearer "+old)); err != nil {
 		return err
 	}
 	got := bound.Seen()
@@ -392,7 +412,7 @@ func checkBrokered(fetch func(url string) (reply, msgID string, err error), out 
 	if err != nil {
 		return nil, nil, err
 	}
-	if !strings.Contains(reply, "certificate signed by unknown authority") {
+	if !untrusted.MatchString(reply) {
 		return nil, nil, fmt.Errorf("unbound host: want the real server's certificate refused in the sandbox, got %q", reply)
 	}
 	if n := len(unbound.Seen()); n != 0 {
