@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/url"
 	"strings"
-	"sync"
 )
 
 // pipeConns caps the egress pipe's open connections, as the relay
@@ -25,7 +24,6 @@ func egressPipe(socket string) (addr string, stop func(), err error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("egress pipe: %w", err)
 	}
-	var wg sync.WaitGroup
 	slots := make(chan struct{}, pipeConns)
 	go func() {
 		for {
@@ -39,9 +37,8 @@ func egressPipe(socket string) (addr string, stop func(), err error) {
 				_ = c.Close() // over the cap: refused, as a full proxy would
 				continue
 			}
-			wg.Add(1)
 			go func() {
-				defer func() { <-slots; wg.Done() }()
+				defer func() { <-slots }()
 				pipe(c, socket)
 			}()
 		}

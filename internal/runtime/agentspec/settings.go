@@ -109,7 +109,7 @@ func ValidateSettings(c *Config) error {
 		if _, err := proxy.ParseUpstreamCA(c.EgressUpstreamCA); err != nil {
 			field("egress_upstream_ca", err)
 		} else if broker, _ := BrokerOf(c); broker != BrokerRunner || len(c.SecretBindings) == 0 {
-			field("egress_upstream_ca", errors.New("only the runner's own broker (a host-mode agent with secret_bindings) reads it; "+
+			field("egress_upstream_ca", errors.New("only the runner's own broker (a host-mode or network = \"bridge\" agent with secret_bindings) reads it; "+
 				"a fetch agent's bound hosts are verified with its topology's proxy.upstream_ca"))
 		}
 	}

@@ -86,19 +86,12 @@ func startLocalBroker(log hclog.Logger, upstreamCA, socketDir string) (*localBro
 	return b, nil
 }
 
-// listenSocket opens the broker's socket, replacing a stale one, for any
-// uid to connect to (the sandbox user is not the runner's; only a live
-// message's credential gets anything).
+// listenSocket opens the broker's socket with the runner's own Listen
+// (a stale socket replaced, nothing else), for any uid to connect to: the
+// sandbox user is not the runner's, and only a live message's credential
+// gets anything.
 func listenSocket(path string) (net.Listener, error) {
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("egress broker: %s exists and is not a socket", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("egress broker: remove stale socket: %w", err)
-		}
-	}
-	ln, err := net.Listen("unix", path)
+	ln, err := Listen("unix://" + path)
 	if err != nil {
 		return nil, fmt.Errorf("egress broker: %w", err)
 	}
